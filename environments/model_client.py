@@ -1,0 +1,56 @@
+"""The model seam of the agent loop.
+
+`ChatModel.chat(messages, tools, ...)` returns one assistant turn. Phase 1 talks to an
+OpenAI-compatible chat endpoint (`OpenAIChatModel`); Phase 2 (token level) implements
+the same protocol while holding the exact token ids of the conversation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+__all__ = ["ModelTurn", "ChatModel", "ModelError"]
+
+
+class ModelError(Exception):
+    """The model server failed (unreachable, 5xx, malformed answer): infrastructure, not the model's fault."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+
+
+@dataclass
+class ModelTurn:
+    content: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI-shaped
+    reasoning_content: str | None = None
+    finish_reason: str | None = None
+    usage: dict[str, int] | None = None
+    # Why parts of the text could not be read as tool calls (format errors are data).
+    parse_errors: list[str] = field(default_factory=list)
+    # True when the calls were recovered from text rather than returned structured.
+    calls_from_text: bool = False
+
+    def as_message(self) -> dict[str, Any]:
+        msg: dict[str, Any] = {"role": "assistant", "content": self.content}
+        if self.reasoning_content:
+            msg["reasoning_content"] = self.reasoning_content
+        if self.tool_calls:
+            msg["tool_calls"] = self.tool_calls
+        return msg
+
+
+@runtime_checkable
+class ChatModel(Protocol):
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        temperature: float,
+        max_tokens: int | None,
+    ) -> ModelTurn:
+        """One assistant turn. Raises ModelError when the server cannot answer."""
+        ...
