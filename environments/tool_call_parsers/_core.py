@@ -1,0 +1,255 @@
+"""What every parser family shares: the result types, the base class, argument handling.
+
+Standard library only (this package is meant to be vendored by other projects).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+__all__ = ["ParseIssue", "ParseResult", "ToolCallParser", "make_call", "coerce_value"]
+
+_DECODER = json.JSONDecoder()
+_SNIPPET = 80
+
+
+@dataclass(frozen=True)
+class ParseIssue:
+    """Why one block of markup did not become a tool call (a format error is data, not a crash)."""
+
+    start: int  # offset of the block in the parsed text
+    end: int
+    reason: str
+    snippet: str
+
+    def __str__(self) -> str:
+        return f"{self.reason} (at {self.start}..{self.end}: {self.snippet!r})"
+
+
+@dataclass
+class ParseResult:
+    content: str | None
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[ParseIssue] = field(default_factory=list)
+    # Only the harmony (gpt-oss) family separates reasoning from content in the raw text.
+    reasoning: str | None = None
+
+
+def issue(text: str, start: int, end: int, reason: str) -> ParseIssue:
+    snippet = text[start:end]
+    if len(snippet) > _SNIPPET:
+        snippet = snippet[: _SNIPPET // 2] + "…" + snippet[-_SNIPPET // 2 :]
+    return ParseIssue(start, end, reason, snippet)
+
+
+def new_call_id() -> str:
+    return "call_" + uuid.uuid4().hex[:24]
+
+
+def make_call(name: str, arguments: Mapping[str, Any], call_id: str | None = None) -> dict[str, Any]:
+    """An OpenAI-shaped tool call; `arguments` is always a JSON object encoded as a string."""
+    return {
+        "id": call_id or new_call_id(),
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(dict(arguments), ensure_ascii=False)},
+    }
+
+
+def arguments_object(raw: Any) -> dict[str, Any] | str:
+    """Normalise the arguments a model wrote; returns the dict, or the reason it is not one.
+
+    Models write an object (usual), a JSON string holding an object (double-encoded,
+    common with small models) or nothing (a call without arguments).
+    """
+    if raw is None:
+        return {}
+    if isinstance(raw, str):
+        stripped = raw.strip()
+        if not stripped:
+            return {}
+        try:
+            raw = json.loads(stripped)
+        except ValueError:
+            return "arguments are a string that is not JSON"
+    if not isinstance(raw, dict):
+        return f"arguments must be a JSON object, got {type(raw).__name__}"
+    return raw
+
+
+def strip_code_fence(body: str) -> str:
+    """`` ```json\\n{...}\\n``` `` -> `{...}` (closing fence optional); else `body` stripped."""
+    s = body.strip()
+    if not s.startswith("```"):
+        return s
+    newline = s.find("\n")
+    lang = s[3:newline].strip() if newline != -1 else "?"
+    if lang and not lang.isalnum():
+        return s
+    inner = s[newline + 1 :].rstrip()
+    if inner.endswith("```"):
+        inner = inner[:-3]
+    return inner.strip()
+
+
+def decode_json_exact(body: str) -> tuple[Any, str | None]:
+    """Decode `body` as exactly one JSON value (code fences allowed); (value, error)."""
+    s = strip_code_fence(body)
+    if not s:
+        return None, "empty tool call body"
+    try:
+        value, end = _DECODER.raw_decode(s)
+    except ValueError as exc:
+        return None, f"invalid JSON: {exc.msg} at position {exc.pos}"
+    if s[end:].strip():
+        return None, f"unexpected text after the JSON value: {s[end:end + 20]!r}"
+    return value, None
+
+
+def call_from_object(
+    obj: Any, name_keys: Iterable[str], arg_keys: Iterable[str]
+) -> tuple[str, dict[str, Any]] | str:
+    """(name, arguments) from `{"name": ..., "arguments"|"parameters": ...}`, or the reason not."""
+    if not isinstance(obj, dict):
+        return f"tool call must be a JSON object, got {type(obj).__name__}"
+    if not any(k in obj for k in name_keys) and isinstance(obj.get("function"), dict):
+        obj = obj["function"]  # the OpenAI wire shape written out by the model
+    name = next((obj[k] for k in name_keys if k in obj), None)
+    if not isinstance(name, str) or not name.strip():
+        return "tool call has no function name"
+    raw_args = next((obj[k] for k in arg_keys if k in obj), None)
+    args = arguments_object(raw_args)
+    if isinstance(args, str):
+        return args
+    return name.strip(), args
+
+
+# --- typed parameter values (XML families) -------------------------------------------
+
+_PY_LITERALS = {"True": True, "False": False, "None": None}
+
+
+def coerce_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
+    """A parameter value written as text -> a JSON value.
+
+    Without a schema: JSON when the text is valid JSON, else the string as written.
+    With the parameter's JSON schema: convert to the declared type, falling back to the
+    untyped rule when the text does not fit (the model's mistake stays visible).
+    """
+    types = _declared_types(schema)
+    if types:
+        for t in types:
+            ok, value = _convert(raw, t)
+            if ok:
+                return value
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return raw
+
+
+def _declared_types(schema: Mapping[str, Any] | None) -> list[str]:
+    if not isinstance(schema, Mapping):
+        return []
+    t = schema.get("type")
+    if isinstance(t, str):
+        return [t]
+    if isinstance(t, list):
+        return [x for x in t if isinstance(x, str)]
+    if "enum" in schema and isinstance(schema["enum"], list):
+        kinds = {type(v).__name__ for v in schema["enum"]}
+        return ["string"] if kinds == {"str"} else []
+    out: list[str] = []
+    for key in ("anyOf", "oneOf"):
+        for sub in schema.get(key) or []:
+            out.extend(_declared_types(sub))
+    return out
+
+
+def _convert(raw: str, t: str) -> tuple[bool, Any]:
+    s = raw.strip()
+    if t == "string":
+        return True, raw
+    if t == "null":
+        return (True, None) if s in ("null", "None") else (False, None)
+    if t == "boolean":
+        low = s.lower()
+        return (True, low == "true") if low in ("true", "false") else (False, None)
+    if t in ("integer", "number"):
+        try:
+            f = float(s)
+        except ValueError:
+            return False, None
+        if t == "integer":
+            return (True, int(f)) if f.is_integer() and "." not in s and "e" not in s.lower() else (False, None)
+        return True, (int(s) if s.lstrip("-").isdigit() else f)
+    if t in ("object", "array"):
+        want = dict if t == "object" else list
+        try:
+            v = json.loads(s)
+        except ValueError:
+            v = _python_literal(s)
+        return (True, v) if isinstance(v, want) else (False, None)
+    return False, None
+
+
+def _python_literal(s: str) -> Any:
+    # Templates that render values with Jinja's `string` filter write Python reprs
+    # (`{'a': True}`); ast.literal_eval reads them without executing anything.
+    import ast
+
+    try:
+        return ast.literal_eval(s)
+    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return None
+
+
+def tool_schemas(tools: Iterable[Mapping[str, Any]] | None) -> dict[str, Mapping[str, Any]]:
+    """name -> the `properties` of its JSON schema, from OpenAI-shaped tool definitions."""
+    out: dict[str, Mapping[str, Any]] = {}
+    for tool in tools or ():
+        fn = tool.get("function", tool) if isinstance(tool, Mapping) else None
+        if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+            continue
+        params = fn.get("parameters") or {}
+        props = params.get("properties") if isinstance(params, Mapping) else None
+        out[fn["name"]] = props if isinstance(props, Mapping) else {}
+    return out
+
+
+def join_content(pieces: Iterable[str]) -> str | None:
+    text = "".join(pieces).strip()
+    return text or None
+
+
+class ToolCallParser:
+    """Base of every family: `parse` never raises; `parse_detailed` also says what failed.
+
+    Subclasses implement `_parse(text, schemas) -> ParseResult`. `tools` (OpenAI tool
+    definitions) given to the constructor or to a call let the XML families convert
+    parameter values to the declared types.
+    """
+
+    def __init__(self, tools: Iterable[Mapping[str, Any]] | None = None) -> None:
+        self._schemas = tool_schemas(tools)
+
+    def parse(self, text: str | None, tools: Iterable[Mapping[str, Any]] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+        result = self.parse_detailed(text, tools)
+        return result.content, result.tool_calls
+
+    def parse_detailed(self, text: str | None, tools: Iterable[Mapping[str, Any]] | None = None) -> ParseResult:
+        if not text:
+            return ParseResult(content=None)
+        schemas = tool_schemas(tools) if tools is not None else self._schemas
+        try:
+            return self._parse(text, schemas)
+        except Exception as exc:  # the never-raise contract; the fuzz tests keep this path empty
+            return ParseResult(
+                content=text.strip() or None,
+                errors=[issue(text, 0, len(text), f"internal parser error {type(exc).__name__}: {exc}")],
+            )
+
+    def _parse(self, text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParseResult:
+        raise NotImplementedError

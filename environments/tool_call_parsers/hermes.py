@@ -1,0 +1,178 @@
+"""JSON objects between tags: Hermes 2 Pro/3/4, Qwen2.5/Qwen3 (hermes format), SmolLM, LongCat.
+
+    <tool_call>
+    {"name": "get_weather", "arguments": {"city": "Paris"}}
+    </tool_call>
+
+Leniency for what real models write: a missing closing tag (at the end of the text or
+before the next opening tag), a code-fenced body, a missing opening tag right before a
+valid body (`{...}</tool_call>`), `parameters` instead of `arguments`, arguments encoded
+twice as a JSON string, and a list of calls inside one block.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any, Mapping
+
+from ._core import (
+    ParseIssue,
+    ParseResult,
+    ToolCallParser,
+    call_from_object,
+    issue,
+    join_content,
+    make_call,
+    strip_code_fence,
+)
+from ._registry import register_parser
+
+__all__ = ["JsonTagSpec", "JsonTagParser", "HermesParser", "LongcatParser", "HERMES", "LONGCAT"]
+
+_DECODER = json.JSONDecoder()
+# Bounds the search for a body whose opening tag is missing (keeps fuzzed input linear).
+_MAX_ORPHAN_CANDIDATES = 64
+
+
+@dataclass(frozen=True)
+class JsonTagSpec:
+    start: str
+    end: str
+    name_keys: tuple[str, ...] = ("name",)
+    arg_keys: tuple[str, ...] = ("arguments", "parameters")
+
+
+HERMES = JsonTagSpec(start="<tool_call>", end="</tool_call>")
+LONGCAT = replace(HERMES, start="<longcat_tool_call>", end="</longcat_tool_call>")
+
+
+def calls_in_json(body: str, spec: JsonTagSpec) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
+    """Every call in a block body: one object, a list of objects, or objects one after another."""
+    s = strip_code_fence(body)
+    if not s:
+        return [], "empty tool call body"
+    values: list[Any] = []
+    pos = 0
+    while pos < len(s):
+        try:
+            value, pos = _DECODER.raw_decode(s, pos)
+        except ValueError as exc:
+            return [], f"invalid JSON: {exc.msg} at position {exc.pos}"
+        values.extend(value if isinstance(value, list) else [value])
+        while pos < len(s) and s[pos] in " \t\r\n,;":
+            pos += 1
+    if not values:
+        return [], "empty list of tool calls"
+    out = []
+    for value in values:
+        call = call_from_object(value, spec.name_keys, spec.arg_keys)
+        if isinstance(call, str):
+            return [], call
+        out.append(call)
+    return out, None
+
+
+class JsonTagParser(ToolCallParser):
+    spec: JsonTagSpec = HERMES
+
+    def _parse(self, text: str, schemas: Mapping[str, Any]) -> ParseResult:
+        spec = self.spec
+        pieces: list[str] = []
+        calls: list[dict[str, Any]] = []
+        errors: list[ParseIssue] = []
+        copied = 0  # text[:copied] is already in `pieces` or consumed as a call
+        i = 0
+        while True:
+            s = text.find(spec.start, i)
+            e = text.find(spec.end, i)
+            if e != -1 and (s == -1 or e < s):
+                # A closing tag with no opening tag: a body right before it still counts.
+                found = self._orphan_body(text, copied, e)
+                if found is None:
+                    errors.append(issue(text, e, e + len(spec.end), f"{spec.end} without a tool call before it"))
+                else:
+                    body_start, parsed = found
+                    pieces.append(text[copied:body_start])
+                    calls.extend(make_call(n, a) for n, a in parsed)
+                    copied = e + len(spec.end)
+                i = e + len(spec.end)
+                continue
+            if s == -1:
+                break
+            body_start = s + len(spec.start)
+            e = self._end_after_json(text, body_start, e)
+            nxt = text.find(spec.start, body_start)
+            if e != -1 and (nxt == -1 or e < nxt):
+                body_end, block_end = e, e + len(spec.end)
+            else:  # closing tag missing: the body runs to the next block or the end
+                body_end = block_end = nxt if nxt != -1 else len(text)
+            parsed, reason = calls_in_json(text[body_start:body_end], spec)
+            if reason is None:
+                pieces.append(text[copied:s])
+                calls.extend(make_call(n, a) for n, a in parsed)
+                copied = block_end
+            else:
+                errors.append(issue(text, s, block_end, reason))
+            i = block_end
+        pieces.append(text[copied:])
+        return ParseResult(join_content(pieces), calls, errors)
+
+    def _end_after_json(self, text: str, body_start: int, first_end: int) -> int:
+        """The closing tag that ends this block, skipping tags quoted inside JSON strings.
+
+        A call writing a file may carry `</tool_call>` in an argument; the first closing
+        tag after the decoded JSON value is the real one.
+        """
+        j = body_start
+        while j < len(text) and text[j] in " \t\r\n":
+            j += 1
+        if first_end == -1 or j >= len(text) or text[j] not in "{[":
+            return first_end
+        try:
+            _, stop = _DECODER.raw_decode(text, j)
+        except ValueError:
+            return first_end
+        return text.find(self.spec.end, stop) if stop > first_end else first_end
+
+    def _orphan_body(self, text: str, lo: int, end_tag: int) -> tuple[int, list[tuple[str, dict[str, Any]]]] | None:
+        segment = text[lo:end_tag].rstrip()
+        if not segment.endswith(("}", "]")):
+            return None
+        tried = 0
+        j = lo - 1
+        while tried < _MAX_ORPHAN_CANDIDATES:
+            j = _next_open(text, j + 1, lo + len(segment))
+            if j == -1:
+                return None
+            tried += 1
+            try:
+                _, stop = _DECODER.raw_decode(segment, j - lo)
+            except ValueError:
+                continue
+            if stop != len(segment):
+                continue
+            parsed, reason = calls_in_json(segment[j - lo :], self.spec)
+            if reason is None:
+                return j, parsed
+        return None
+
+
+def _next_open(text: str, start: int, stop: int) -> int:
+    a = text.find("{", start, stop)
+    b = text.find("[", start, stop)
+    if a == -1:
+        return b
+    if b == -1:
+        return a
+    return min(a, b)
+
+
+@register_parser("hermes", "qwen", "qwen25", "qwen2_5", "qwen3", "smollm", "nous")
+class HermesParser(JsonTagParser):
+    spec = HERMES
+
+
+@register_parser("longcat")
+class LongcatParser(JsonTagParser):
+    spec = LONGCAT

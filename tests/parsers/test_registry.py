@@ -1,0 +1,76 @@
+"""The registry: names are public API."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+
+from environments.tool_call_parsers import (
+    ToolCallParser,
+    UnknownParserError,
+    get_parser,
+    list_parsers,
+)
+from environments.tool_call_parsers._registry import ParserRegistry
+
+from . import _conformance
+from ._conformance import ParserConformance
+
+# Names users pass to vLLM / SGLang today; removing one is a breaking change.
+PUBLIC_NAMES = {"hermes", "qwen25"}
+
+
+def test_public_names_are_registered():
+    assert PUBLIC_NAMES <= set(list_parsers())
+
+
+def test_get_parser_returns_a_fresh_parser():
+    a, b = get_parser("hermes"), get_parser("hermes")
+    assert isinstance(a, ToolCallParser) and a is not b
+
+
+def test_unknown_name_lists_the_known_ones():
+    with pytest.raises(UnknownParserError) as info:
+        get_parser("no-such-format")
+    message = str(info.value)
+    assert "'no-such-format'" in message
+    for name in list_parsers():
+        assert name in message
+    assert isinstance(info.value, KeyError)
+
+
+def test_duplicate_names_raise():
+    registry = ParserRegistry()
+
+    @registry.register("mine", "alias")
+    class Mine(ToolCallParser):
+        pass
+
+    with pytest.raises(ValueError, match="'alias' is already registered"):
+
+        @registry.register("other", "alias")
+        class Other(ToolCallParser):
+            pass
+
+    # The failed registration took no name at all.
+    assert registry.names() == ["alias", "mine"]
+    assert registry.get_class("alias") is Mine
+
+
+def test_only_parser_classes_register():
+    with pytest.raises(TypeError):
+        ParserRegistry().register("x")(object)
+    with pytest.raises(TypeError):
+        ParserRegistry().register()
+
+
+def test_every_registered_name_has_conformance_tests():
+    package = importlib.import_module(_conformance.__package__)
+    for info in pkgutil.iter_modules(package.__path__):
+        if info.name.startswith("test_"):
+            importlib.import_module(f"{package.__name__}.{info.name}")
+    covered = {name for cls in ParserConformance.__subclasses__() for name in cls.names}
+    missing = set(list_parsers()) - covered
+    assert not missing, f"registered names without a conformance test class: {sorted(missing)}"
