@@ -1,0 +1,134 @@
+"""Phase 1 model client: any OpenAI-compatible chat-completions endpoint.
+
+Tool calls come back structured when the server parses them; when a server leaves
+them as text in `content` (llama.cpp with small models does), they are recovered
+with the tool-call parser registry, and any markup that fails to parse is reported.
+This client cannot give the exact tokens the model sampled: use a token server
+(Phase 2) for RL on token ids.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import openai
+from pydantic import BaseModel, Field
+
+from environments.model_client import ModelError, ModelTurn
+
+__all__ = ["OpenAIChatConfig", "OpenAIChatModel"]
+
+# openai>=1 refuses an empty key; local servers ignore whatever is sent.
+PLACEHOLDER_API_KEY = "not-needed-for-local-servers"
+
+
+class OpenAIChatConfig(BaseModel):
+    base_url: str
+    model: str
+    api_key: str | None = None
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(2, ge=0)
+    text_tool_parser: str | None = Field(
+        "hermes", description="Parser for tool calls a server returns as text; None disables recovery"
+    )
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Extra request fields, e.g. a llama.cpp grammar")
+
+
+def _strip_for_request(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # reasoning_content is ours to keep in the trajectory; servers reject or re-render it.
+    return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+
+
+class OpenAIChatModel:
+    def __init__(self, config: OpenAIChatConfig, client: openai.AsyncOpenAI | None = None) -> None:
+        self.config = config
+        self._client = client or self.make_client(config.base_url, config.api_key, config.timeout_s, config.max_retries)
+        self._parser = None
+        if config.text_tool_parser:
+            from environments.tool_call_parsers import get_parser
+
+            self._parser = get_parser(config.text_tool_parser)
+
+    @staticmethod
+    def make_client(base_url: str, api_key: str | None, timeout_s: float, max_retries: int = 2) -> openai.AsyncOpenAI:
+        """One client per server, shared by the trajectories that use it (one connection pool)."""
+        return openai.AsyncOpenAI(
+            base_url=base_url, api_key=api_key or PLACEHOLDER_API_KEY, timeout=timeout_s, max_retries=max_retries
+        )
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        temperature: float,
+        max_tokens: int | None,
+    ) -> ModelTurn:
+        kwargs: dict[str, Any] = {
+            "model": self.config.model,
+            "messages": _strip_for_request(messages),
+            "temperature": temperature,
+        }
+        if tools:
+            kwargs["tools"] = tools
+        if max_tokens is not None:
+            kwargs["max_tokens"] = max_tokens
+        if self.config.extra_body:
+            kwargs["extra_body"] = self.config.extra_body
+        try:
+            response = await self._client.chat.completions.create(**kwargs)
+        except openai.APIConnectionError as exc:
+            raise ModelError(
+                f"cannot reach the model server at {self.config.base_url}: {exc.__cause__ or exc}; "
+                "check --openai.base_url and that the server is running"
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise ModelError(
+                f"model server at {self.config.base_url} answered HTTP {exc.status_code}: {exc.message}",
+                retryable=exc.status_code >= 500 or exc.status_code == 429,
+            ) from exc
+        except openai.APIError as exc:
+            raise ModelError(f"model server at {self.config.base_url} failed: {exc}") from exc
+        if not response.choices:
+            raise ModelError(f"model server at {self.config.base_url} returned no choices")
+        choice = response.choices[0]
+        msg = choice.message
+        extra = msg.model_extra or {}
+        reasoning = extra.get("reasoning_content") or extra.get("reasoning")
+        usage = response.usage.model_dump(include={"prompt_tokens", "completion_tokens", "total_tokens"}) if response.usage else None
+        calls = [
+            {
+                "id": c.id or f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": c.function.name, "arguments": c.function.arguments or "{}"},
+            }
+            for c in (msg.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        ]
+        turn = ModelTurn(
+            content=msg.content,
+            tool_calls=calls,
+            reasoning_content=reasoning,
+            finish_reason=choice.finish_reason,
+            usage=usage,
+        )
+        if not calls and msg.content and self._parser is not None:
+            self._recover_text_calls(turn)
+        return turn
+
+    def _recover_text_calls(self, turn: ModelTurn) -> None:
+        detailed = getattr(self._parser, "parse_detailed", None)
+        if detailed is not None:
+            result = detailed(turn.content)
+            content, calls = result.content, result.tool_calls
+            turn.parse_errors = [str(e) for e in getattr(result, "errors", [])]
+        else:
+            content, calls = self._parser.parse(turn.content)
+        if calls:
+            turn.content = content
+            turn.tool_calls = calls
+            turn.calls_from_text = True

@@ -1,0 +1,79 @@
+"""Phase 1 tokens: re-render the finished conversation with the tokenizer's chat template.
+
+This is an approximation of what the model saw (a re-render is not what was sampled);
+it is what an OpenAI chat endpoint allows. Exact ids, masks and logprobs come from a
+token server (Phase 2). Assistant spans are trained (mask = id), everything else -100.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+__all__ = ["tokenize_conversation"]
+
+IGNORE = -100
+
+
+def _renderable(messages: list[dict[str, Any]], template_knows_tool_calls: bool) -> list[dict[str, Any]]:
+    out = []
+    for m in messages:
+        m = dict(m)
+        m.pop("reasoning_content", None)
+        if m.get("content") is None:
+            m["content"] = ""
+        calls = m.get("tool_calls")
+        if calls and not template_knows_tool_calls:
+            # A template that ignores tool_calls would drop the call text the model wrote;
+            # keep it in hermes form so the trained tokens include the call.
+            text = "".join(
+                "<tool_call>\n"
+                + json.dumps({"name": c["function"]["name"], "arguments": _args(c["function"].get("arguments"))})
+                + "\n</tool_call>"
+                for c in calls
+            )
+            m["content"] = (m["content"] + "\n" if m["content"] else "") + text
+            m.pop("tool_calls")
+        elif calls:
+            m["tool_calls"] = [
+                {**c, "function": {**c["function"], "arguments": _args(c["function"].get("arguments"))}} for c in calls
+            ]
+        out.append(m)
+    return out
+
+
+def _args(arguments: Any) -> Any:
+    if isinstance(arguments, str):
+        try:
+            return json.loads(arguments)
+        except json.JSONDecodeError:
+            return arguments
+    return arguments
+
+
+def tokenize_conversation(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None):
+    """-> (token ids, masks) for a finished conversation."""
+    template = getattr(tokenizer, "chat_template", None) or ""
+    msgs = _renderable(messages, "tool_calls" in template)
+
+    def render(part: list[dict[str, Any]], generation_prompt: bool) -> str:
+        if not part:
+            return ""
+        return tokenizer.apply_chat_template(
+            part, tools=tools or None, tokenize=False, add_generation_prompt=generation_prompt
+        )
+
+    full = render(msgs, False)
+    spans: list[tuple[int, int]] = []
+    for i, m in enumerate(msgs):
+        if m["role"] != "assistant":
+            continue
+        start = len(render(msgs[:i], True))
+        end = len(render(msgs[: i + 1], False))
+        spans.append((start, end))
+    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
+    ids = list(enc["input_ids"])
+    masks = [
+        tok if any(s <= a < e for s, e in spans) else IGNORE for tok, (a, _b) in zip(ids, enc["offset_mapping"])
+    ]
+    return ids, masks
