@@ -112,17 +112,30 @@ async def run_process_group(
 ) -> ExecResult:
     """Run argv in a new session; on timeout the whole process group is killed."""
     started = time.monotonic()
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        env=env,
-        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        start_new_session=True,  # its own process group, so a timeout kills grandchildren too
+    # Output goes through a pipe we own rather than asyncio's: asyncio's wait() would also
+    # wait for every holder of the pipe, so a backgrounded child would stall a finished command.
+    read_fd, write_fd = os.pipe()
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env=env,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            start_new_session=True,  # its own process group, so a timeout kills grandchildren too
+        )
+    except BaseException:
+        os.close(read_fd)
+        raise
+    finally:
+        os.close(write_fd)
+    loop = asyncio.get_running_loop()
+    stream = asyncio.StreamReader(limit=2**20)
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0)
     )
-    assert proc.stdout is not None
-    reader = asyncio.create_task(_read_capped(proc.stdout, max_output_bytes))
+    reader = asyncio.create_task(_read_capped(stream, max_output_bytes))
     timed_out = False
     try:
         if stdin is not None:
@@ -139,6 +152,7 @@ async def run_process_group(
     except BaseException:
         kill_process_group(proc.pid)
         reader.cancel()
+        transport.close()
         await proc.wait()
         raise
     # Kill what is left of the group either way: a background child of a finished
@@ -150,6 +164,8 @@ async def run_process_group(
     except asyncio.TimeoutError:
         reader.cancel()
         data, truncated = b"", True
+    finally:
+        transport.close()
     return ExecResult(
         exit_code=None if timed_out else proc.returncode,
         output=data.decode("utf-8", errors="replace"),

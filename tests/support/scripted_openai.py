@@ -1,0 +1,88 @@
+"""A scripted OpenAI-compatible chat server on 127.0.0.1 for deterministic loop tests.
+
+Each request to /v1/chat/completions is answered by the next entry of the script: a
+message dict (content / tool_calls / reasoning_content), an int HTTP status to fail
+with, or a callable taking the request JSON and returning either. Requests are
+recorded so tests can assert what the loop sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+Reply = dict[str, Any] | int
+
+
+def tool_call(name: str, arguments: dict[str, Any] | str, call_id: str | None = None) -> dict[str, Any]:
+    return {
+        "id": call_id or f"call_{uuid.uuid4().hex[:8]}",
+        "type": "function",
+        "function": {"name": name, "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)},
+    }
+
+
+class ScriptedOpenAIServer:
+    def __init__(self, script: list[Reply | Callable[[dict[str, Any]], Reply]], delay_s: float = 0.0) -> None:
+        self.script = list(script)
+        self.requests: list[dict[str, Any]] = []
+        self.delay_s = delay_s
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    async def __aenter__(self) -> "ScriptedOpenAIServer":
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._chat)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+
+    async def _chat(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(body)
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        if not self.script:
+            return web.json_response({"error": {"message": "script exhausted"}}, status=500)
+        entry = self.script.pop(0)
+        reply = entry(body) if callable(entry) else entry
+        if isinstance(reply, int):
+            return web.json_response({"error": {"message": f"scripted failure {reply}"}}, status=reply)
+        message = {"role": "assistant", "content": reply.get("content")}
+        if reply.get("tool_calls"):
+            message["tool_calls"] = reply["tool_calls"]
+        if reply.get("reasoning_content"):
+            message["reasoning_content"] = reply["reasoning_content"]
+        return web.json_response(
+            {
+                "id": f"chatcmpl-{uuid.uuid4().hex[:8]}",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model", "scripted"),
+                "choices": [
+                    {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop"}
+                ],
+                "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+            }
+        )
