@@ -1,0 +1,27 @@
+"""Shared fixtures.
+
+`embedded_llm`: ONE real llama.cpp server (SmolLM2-135M-Instruct via xllamacpp) for the whole test
+session, started on first use and stopped at the end. It yields the running `EmbeddedLLM`:
+`.base_url` (OpenAI, .../v1), `.server_url` (native endpoints), `.model_name`, `.tokenizer_dir`
+(HF tokenizer for `AutoTokenizer.from_pretrained`, offline). Mark tests using it `@pytest.mark.llm`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from embedded_llm import EmbeddedLLM, EmbeddedLLMConfig
+
+
+@pytest.fixture(scope="session")
+def embedded_llm() -> Iterator[EmbeddedLLM]:
+    # Sync start/stop: a session fixture must not depend on a (function-scoped) event loop.
+    llm = EmbeddedLLM(EmbeddedLLMConfig(n_parallel=4, ctx_size=4096, threads=2))
+    llm.start()
+    try:
+        _ = llm.tokenizer_dir  # build (or reuse) the tokenizer once, before tests time anything
+        yield llm
+    finally:
+        llm.stop()
