@@ -1,0 +1,96 @@
+"""Start and stop one sandbox_server as a local child process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["SandboxProcess", "SandboxStartError", "start_sandbox_process"]
+
+TOKEN_ENV = "SANDBOX_SERVER_TOKEN"
+
+
+class SandboxStartError(RuntimeError):
+    """A sandbox_server did not come up."""
+
+
+@dataclass
+class SandboxProcess:
+    proc: asyncio.subprocess.Process
+    host: str
+    port: int
+    token: str
+    data_dir: Path
+    isolation: bool
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """SIGTERM (the server kills its running commands), then SIGKILL after `grace_s`."""
+        if self.proc.returncode is None:
+            try:
+                self.proc.send_signal(signal.SIGTERM)
+                await asyncio.wait_for(self.proc.wait(), grace_s)
+            except ProcessLookupError:
+                pass
+            except asyncio.TimeoutError:
+                self.proc.kill()
+                await self.proc.wait()
+        await self.proc.wait()
+
+
+async def start_sandbox_process(
+    *,
+    data_dir: Path,
+    slots: int,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    token: str | None = None,
+    python: str | None = None,
+    bwrap: str = "bwrap",
+    startup_timeout_s: float = 20.0,
+    extra_args: list[str] | None = None,
+) -> SandboxProcess:
+    token = token or secrets.token_urlsafe(24)
+    data_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        python or sys.executable, "-m", "sandbox_server",
+        "--host", host, "--port", str(port), "--slots", str(slots),
+        "--data-dir", str(data_dir), "--bwrap", bwrap, *(extra_args or []),
+    ]  # fmt: skip
+    # The token goes in through the environment so it never shows in `ps`.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"}
+    log = open(data_dir / "server.log", "ab")
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+    finally:
+        log.close()
+    assert proc.stdout is not None
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), startup_timeout_s)
+        info = json.loads(line)
+    except (asyncio.TimeoutError, json.JSONDecodeError, ValueError):
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+        tail = (data_dir / "server.log").read_text(errors="replace")[-2000:]
+        raise SandboxStartError(
+            f"sandbox_server did not report its port within {startup_timeout_s}s (exit code {proc.returncode}); "
+            f"its log ends with:\n{tail}"
+        ) from None
+    return SandboxProcess(proc, host, int(info["port"]), token, data_dir, bool(info.get("isolation")))
