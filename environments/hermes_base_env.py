@@ -22,6 +22,7 @@ import logging
 import sys
 import time
 import uuid
+import warnings
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -110,7 +111,9 @@ def _wandb_logged_in() -> bool:
     except ImportError:
         return False
     try:
-        return bool(wandb.api.api_key)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # wandb deprecates wandb.api but has no quiet check
+            return bool(wandb.api.api_key)
     except Exception:  # wandb raises a variety of errors when no settings exist
         return False
 
@@ -175,9 +178,10 @@ class HermesAgentBaseEnv(BaseEnv):
                     "could not load tokenizer %r (%s); Phase 1 tokens will use the embedded model's tokenizer. "
                     "Pass --env.tokenizer_name to choose one.", candidate, type(exc).__name__
                 )
-        from embedded_llm import embedded_tokenizer_dir
+        from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 
-        return str(embedded_tokenizer_dir())
+        embedded = EmbeddedLLMConfig()
+        return str(ensure_gguf_tokenizer(embedded.model_path, chat_template=embedded.resolved_chat_template()))
 
     # ---- hooks for task envs -------------------------------------------------------------
 
@@ -301,7 +305,8 @@ class HermesAgentBaseEnv(BaseEnv):
         return self.build_group(usable), []
 
     def build_group(self, rollouts: list[Rollout]) -> ScoredDataGroup:
-        group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[], overrides=[])
+        group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
+        info: list[dict[str, Any]] = []
         logprobs: list[list[float]] = []
         tools = self.tool_schemas()
         for r in rollouts:
@@ -316,7 +321,7 @@ class HermesAgentBaseEnv(BaseEnv):
             group["masks"].append(masks)
             group["scores"].append(r.score)
             group["messages"].append(r.result.messages)
-            group["overrides"].append(
+            info.append(
                 {
                     "stop_reason": r.result.stop_reason,
                     "turns": r.result.turns_used,
@@ -325,6 +330,8 @@ class HermesAgentBaseEnv(BaseEnv):
                     "duration_s": round(r.duration_s, 3),
                 }
             )
+        # Not `overrides`: trainers read that key as per-item training overrides.
+        group["rollout_info"] = info  # type: ignore[typeddict-unknown-key]
         if logprobs and len(logprobs) == len(rollouts):
             group["inference_logprobs"] = logprobs
         return group
@@ -340,7 +347,7 @@ class HermesAgentBaseEnv(BaseEnv):
                     from embedded_llm import EmbeddedLLM, EmbeddedLLMConfig
 
                     llm = EmbeddedLLM(
-                        EmbeddedLLMConfig(threads=self.config.embedded_threads, parallel=self.config.embedded_parallel)
+                        EmbeddedLLMConfig(threads=self.config.embedded_threads, n_parallel=self.config.embedded_parallel)
                     )
                     print(f"[hermes-rl] starting the embedded model server ({self.server_configs[i].model_name}) ...", file=sys.stderr)
                     await stack.enter_async_context(llm)
