@@ -19,6 +19,14 @@ P = TypeVar("P", bound=type[ToolCallParser])
 # variants of one format).
 _BUILTIN_MODULES = (
     "hermes",
+    "qwen3_coder",
+    "glm",
+    "deepseek",
+    "kimi_k2",
+    "llama",
+    "mistral",
+    "pythonic",
+    "gpt_oss",
 )
 
 

@@ -1,0 +1,105 @@
+"""GLM-4.5 / GLM-4.6 / GLM-4.7 calls: the name after the tag, then key/value pairs.
+
+    <tool_call>get_weather
+    <arg_key>city</arg_key>
+    <arg_value>Paris</arg_value>
+    </tool_call>
+
+GLM-4.7 writes the same without the newlines. The templates write string values raw and
+other values as JSON, so a value is JSON when it parses and the string otherwise (the
+tool schema, when given, decides for strings such as `007`). Leniency: a missing
+`</tool_call>` at the end of the text or before the next call.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ._core import ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call
+from ._registry import register_parser
+
+__all__ = ["GlmSpec", "GlmParser", "GLM"]
+
+_NAME = re.compile(r"[A-Za-z0-9_.:\-/]+")
+
+
+@dataclass(frozen=True)
+class GlmSpec:
+    start: str = "<tool_call>"
+    end: str = "</tool_call>"
+    key: tuple[str, str] = ("<arg_key>", "</arg_key>")
+    value: tuple[str, str] = ("<arg_value>", "</arg_value>")
+
+    def pair_pattern(self) -> re.Pattern[str]:
+        (ko, kc), (vo, vc) = self.key, self.value
+        return re.compile(rf"\s*{re.escape(ko)}(.*?){re.escape(kc)}\s*{re.escape(vo)}(.*?){re.escape(vc)}", re.DOTALL)
+
+
+GLM = GlmSpec()
+
+
+# GLM-4.7 writes the 4.5 format without newlines; whitespace between tags is optional
+# here, so one parser carries both names.
+@register_parser("glm45", "glm47", "glm", "glm4_moe", "glm46")
+class GlmParser(ToolCallParser):
+    spec: GlmSpec = GLM
+
+    def __init__(self, tools=None) -> None:
+        super().__init__(tools)
+        self._pair = self.spec.pair_pattern()
+
+    def _parse(self, text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParseResult:
+        spec = self.spec
+        pieces: list[str] = []
+        calls: list[dict[str, Any]] = []
+        errors: list[ParseIssue] = []
+        copied = 0
+        i = 0
+        while (s := text.find(spec.start, i)) != -1:
+            body_start = s + len(spec.start)
+            close = text.find(spec.end, body_start)
+            nxt = text.find(spec.start, body_start)
+            if close != -1 and (nxt == -1 or close < nxt):
+                body_end, block_end = close, close + len(spec.end)
+            else:
+                body_end = block_end = nxt if nxt != -1 else len(text)
+            parsed = self._call(text, body_start, body_end, schemas)
+            if isinstance(parsed, str):
+                errors.append(issue(text, s, block_end, parsed))
+            else:
+                pieces.append(text[copied:s])
+                calls.append(make_call(*parsed))
+                copied = block_end
+            i = block_end
+        pieces.append(text[copied:])
+        return ParseResult(join_content(pieces), calls, errors)
+
+    def _call(
+        self, text: str, start: int, end: int, schemas: Mapping[str, Mapping[str, Any]]
+    ) -> tuple[str, dict[str, Any]] | str:
+        key_open = self.spec.key[0]
+        first = text.find(key_open, start, end)
+        name = text[start : first if first != -1 else end].strip()
+        if not name:
+            return "tool call without a function name"
+        if not _NAME.fullmatch(name):
+            return f"invalid function name {name[:40]!r}"
+        props = schemas.get(name, {})
+        args: dict[str, Any] = {}
+        pos = first if first != -1 else end
+        while pos < end:
+            m = self._pair.match(text, pos, end)
+            if m is None:
+                rest = text[pos:end].strip()
+                if not rest:
+                    break
+                return f"malformed <arg_key>/<arg_value> pair in {name}: {rest[:30]!r}"
+            key = m.group(1).strip()
+            if not key:
+                return f"empty <arg_key> in {name}"
+            args[key] = coerce_value(m.group(2), props.get(key))
+            pos = m.end()
+        return name, args
+

@@ -1,0 +1,105 @@
+"""Qwen3-Coder XML calls (also Qwen3.5 / Qwen3-Coder-Next):
+
+    <tool_call>
+    <function=write_file>
+    <parameter=path>
+    notes.txt
+    </parameter>
+    <parameter=content>
+    two
+    lines
+    </parameter>
+    </function>
+    </tool_call>
+
+Values are text: JSON when valid JSON, else the string (the template writes strings raw,
+objects/lists as JSON and other scalars with Python's `str`, so `True`/`None` need the
+tool schema to come back typed). The one newline the template adds on each side of a
+value is removed. Leniency: a missing `<tool_call>` wrapper, a missing `</function>` or
+`</tool_call>` at the end of the text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from ._core import ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call
+from ._registry import register_parser
+
+__all__ = ["Qwen3CoderParser"]
+
+_FUNCTION = "<function="
+_FUNCTION_END = "</function>"
+_PARAM = re.compile(r"<parameter=([^>\n]*)>(.*?)</parameter>", re.DOTALL)
+_WRAP_OPEN = re.compile(r"<tool_call>\s*$")
+_WRAP_CLOSE = re.compile(r"\s*</tool_call>")  # used with .match(text, pos)
+_NAME = re.compile(r"[A-Za-z0-9_.:\-/]+")
+
+
+def strip_one_newline(value: str) -> str:
+    if value.startswith("\n"):
+        value = value[1:]
+    if value.endswith("\n"):
+        value = value[:-1]
+    return value
+
+
+@register_parser("qwen3_coder", "qwen3_xml", "qwen35_coder")
+class Qwen3CoderParser(ToolCallParser):
+    def _parse(self, text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParseResult:
+        pieces: list[str] = []
+        calls: list[dict[str, Any]] = []
+        errors: list[ParseIssue] = []
+        copied = 0
+        i = 0
+        while (s := text.find(_FUNCTION, i)) != -1:
+            name_end = text.find(">", s)
+            nxt = text.find(_FUNCTION, s + 1)
+            close = text.find(_FUNCTION_END, s)
+            if close != -1 and (nxt == -1 or close < nxt):
+                body_end, unit_end = close, close + len(_FUNCTION_END)
+            else:  # </function> missing: up to the next call, the closing wrapper or the end
+                stop = nxt if nxt != -1 else len(text)
+                wrap = text.rfind("</tool_call>", s, stop)
+                body_end = unit_end = wrap if wrap != -1 else stop
+            parsed = self._function(text, s, name_end, body_end, schemas)
+            if isinstance(parsed, str):
+                errors.append(issue(text, s, unit_end, parsed))
+                i = s + len(_FUNCTION)
+                continue
+            # Remove the <tool_call> wrapper with the call when it is there.
+            before = _WRAP_OPEN.search(text, copied, s)
+            block_start = before.start() if before else s
+            after = _WRAP_CLOSE.match(text, unit_end)
+            block_end = after.end() if after else unit_end
+            pieces.append(text[copied:block_start])
+            calls.append(make_call(*parsed))
+            copied = i = block_end
+        pieces.append(text[copied:])
+        return ParseResult(join_content(pieces), calls, errors)
+
+    def _function(
+        self, text: str, s: int, name_end: int, body_end: int, schemas: Mapping[str, Mapping[str, Any]]
+    ) -> tuple[str, dict[str, Any]] | str:
+        if name_end == -1 or name_end > body_end:
+            return "unterminated <function=...> tag"
+        name = text[s + len(_FUNCTION) : name_end].strip()
+        if not _NAME.fullmatch(name):
+            return f"invalid function name {name!r}"
+        props = schemas.get(name, {})
+        args: dict[str, Any] = {}
+        pos = name_end + 1
+        for m in _PARAM.finditer(text, pos, body_end):
+            if text[pos : m.start()].strip():
+                return f"unexpected text inside <function={name}>: {text[pos:m.start()].strip()[:30]!r}"
+            key = m.group(1).strip()
+            if not key:
+                return "parameter without a name"
+            args[key] = coerce_value(strip_one_newline(m.group(2)), props.get(key))
+            pos = m.end()
+        rest = text[pos:body_end].strip()
+        if rest:
+            reason = "unterminated <parameter=...>" if rest.startswith("<parameter=") else "unexpected text"
+            return f"{reason} inside <function={name}>: {rest[:30]!r}"
+        return name, args
