@@ -219,11 +219,11 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
 
     def build_group(self, rollouts: list[Rollout]):
         group = super().build_group(rollouts)
-        for override, r in zip(group["overrides"], rollouts):
+        for info, r in zip(group["rollout_info"], rollouts):  # type: ignore[typeddict-item]
             assert r.result is not None
-            override["task_id"] = r.item["task_id"]
-            override["correct"] = self.is_correct(r.item, r.result)
-            override["model_answer"] = extract_final_answer(r.result.final_response)
+            info["task_id"] = r.item["task_id"]
+            info["correct"] = self.is_correct(r.item, r.result)
+            info["model_answer"] = extract_final_answer(r.result.final_response)
         return group
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:

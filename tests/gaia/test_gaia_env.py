@@ -1,0 +1,145 @@
+"""The GAIA env end to end: real rollouts (workspace, attachment upload, web server, tools,
+scoring) driven by the scripted solver, and `process` on the embedded llama.cpp model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from atroposlib.envs.base import APIServerConfig
+
+from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
+from environments.gaia_agent_env import GaiaAgentEnv, GaiaAgentEnvConfig
+from environments.gaia_solver import SOLVED_TASKS, GaiaScriptedSolver
+from environments.model_client import ModelTurn
+from tests.support.scripted_openai import ScriptedOpenAIServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir() -> str:
+    cfg = EmbeddedLLMConfig()
+    return str(ensure_gguf_tokenizer(cfg.model_path, chat_template=cfg.resolved_chat_template()))
+
+
+def make_env(tokenizer_dir: str, base_url: str, tmp_path: Path, **overrides: Any) -> GaiaAgentEnv:
+    config = GaiaAgentEnvConfig(
+        tokenizer_name=tokenizer_dir, use_wandb=False, data_path_to_save_groups=None,
+        workspace_root=str(tmp_path / "ws"), **overrides,
+    )
+    server = APIServerConfig(base_url=base_url, model_name="scripted", api_key="local", server_type="openai")
+    return GaiaAgentEnv(config, [server])
+
+
+class AnswerAfterSearches:
+    """Searches `searches` times, then answers: a deterministic agent for reward-shape tests."""
+
+    def __init__(self, answer: str, searches: int) -> None:
+        self.answer, self.left = answer, searches
+
+    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+        if self.left:
+            self.left -= 1
+            call = {"id": f"c{uuid.uuid4().hex[:6]}", "type": "function",
+                    "function": {"name": "web_search", "arguments": json.dumps({"query": "lighthouse"})}}
+            return ModelTurn(content=None, tool_calls=[call])
+        return ModelTurn(content=f"FINAL ANSWER: {self.answer}")
+
+
+async def test_scripted_solver_scores_one_on_every_offline_task(tokenizer_dir: str, tmp_path: Path) -> None:
+    async with ScriptedOpenAIServer([]) as model_server:  # only answers the runtime's GET /models
+        env = make_env(tokenizer_dir, model_server.base_url, tmp_path)
+        await env.setup()
+        assert {t["task_id"] for t in env.tasks} == set(SOLVED_TASKS)
+        async with env.runtime():
+            page_server = env.web_backend.base_url
+            assert page_server.startswith("http://127.0.0.1:")
+            solvers = {t["task_id"]: GaiaScriptedSolver(t) for t in env.tasks}
+            rollouts = await asyncio.gather(*(env.rollout(t, model=solvers[t["task_id"]]) for t in env.tasks))
+            group = env.build_group(list(rollouts[:2]))
+        for r in rollouts:
+            assert r.error is None and not r.infrastructure_failure, (r.item["task_id"], r.error)
+            assert r.score == 1.0, (r.item["task_id"], r.result.final_response, r.result.messages[-3:])
+            assert r.result.tool_errors == []
+        # The solvers really used every toolset the env offers.
+        used = {name for s in solvers.values() for name in s.calls}
+        assert used >= {"python", "read_file", "terminal", "web_search", "web_extract"}
+        assert [i["correct"] for i in group["rollout_info"]] == [True, True]
+        assert group["rollout_info"][0]["task_id"] == rollouts[0].item["task_id"]
+    # The page server stopped with the env.
+    async with httpx.AsyncClient(trust_env=False) as client:
+        with pytest.raises(httpx.ConnectError):
+            await client.get(page_server + "wiki/lunsby.html")
+
+
+async def test_attachment_is_in_the_workspace_and_named_in_the_prompt(tokenizer_dir: str, tmp_path: Path) -> None:
+    async with ScriptedOpenAIServer([]) as model_server:
+        env = make_env(tokenizer_dir, model_server.base_url, tmp_path, levels=[2])
+        await env.setup()
+        assert {t["Level"] for t in env.tasks} == {2}
+        task = next(t for t in env.tasks if t["file_name"] == "colour_grid.png")
+        assert "`colour_grid.png`" in env.format_prompt(task)
+        assert "FINAL ANSWER" in env.initial_messages(task)[0]["content"]
+        tools = {t["function"]["name"] for t in env.tool_schemas()}
+        assert tools == {"web_search", "web_extract", "read_file", "write_file", "patch", "search_files", "python", "terminal"}
+        async with env.runtime():
+            # Wrong answer after reading nothing: 0, whatever the efficiency.
+            wrong = await env.rollout(task, model=AnswerAfterSearches("15", 0))
+            assert wrong.score == 0.0
+            r = await env.rollout(task, model=GaiaScriptedSolver(task))
+            assert r.score == 1.0
+            ws = Path(tmp_path / "ws")
+            assert not any(ws.iterdir())  # workspaces are released after each rollout
+
+
+async def test_reward_trades_correctness_against_tool_calls(tokenizer_dir: str, tmp_path: Path) -> None:
+    async with ScriptedOpenAIServer([]) as model_server:
+        env = make_env(tokenizer_dir, model_server.base_url, tmp_path, max_agent_turns=20)
+        await env.setup()
+        task = next(t for t in env.tasks if t["task_id"] == "offline-web-lighthouse-year")
+        async with env.runtime():
+            frugal = await env.rollout(task, model=AnswerAfterSearches("1887", 2))
+            wasteful = await env.rollout(task, model=AnswerAfterSearches("1887", 12))
+            wrong = await env.rollout(task, model=AnswerAfterSearches("1888", 2))
+    assert frugal.score == 1.0
+    assert wasteful.score == pytest.approx(0.9 + 0.1 * (1 - (12 - 4) / (20 - 4)))
+    assert wrong.score == 0.0
+
+
+def test_reward_weights_must_sum_to_one() -> None:
+    with pytest.raises(ValueError, match="must be 1.0"):
+        GaiaAgentEnvConfig(correctness_weight=0.5, efficiency_weight=0.1)
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path) -> None:
+    out = tmp_path / "gaia.jsonl"
+    proc = subprocess.run(
+        [sys.executable, "-m", "environments.gaia_agent_env", "process",
+         "--openai.base_url", embedded_llm.base_url,
+         "--openai.model_name", embedded_llm.model_name,
+         "--openai.api_key", "local",
+         "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
+         "--env.total_steps", "2", "--env.group_size", "2",
+         "--env.max_agent_turns", "2", "--env.agent_max_tokens", "48",
+         "--env.data_path_to_save_groups", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    groups = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(groups) == 2
+    for group in groups:
+        assert len(group["scores"]) == 2 and all(0.0 <= s <= 1.0 for s in group["scores"])
+        infos = group["rollout_info"]
+        assert all(i["task_id"].startswith("offline-") and isinstance(i["correct"], bool) for i in infos)
+        # The model saw the GAIA system prompt and the web tools.
+        assert "FINAL ANSWER" in group["messages"][0][0]["content"]
