@@ -138,7 +138,8 @@ def coerce_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
     With the parameter's JSON schema: convert to the declared type, falling back to the
     untyped rule when the text does not fit (the model's mistake stays visible).
     """
-    types = _declared_types(schema)
+    # Strings last: with ["string", "null"], `None` written by a template means null.
+    types = sorted(_declared_types(schema), key=lambda t: t == "string")
     if types:
         for t in types:
             ok, value = _convert(raw, t)
@@ -244,7 +245,9 @@ class ToolCallParser:
             return ParseResult(content=None)
         schemas = tool_schemas(tools) if tools is not None else self._schemas
         try:
-            return self._parse(text, schemas)
+            result = self._parse(text, schemas)
+            self._unique_ids(result.tool_calls)
+            return result
         except Exception as exc:  # the never-raise contract; the fuzz tests keep this path empty
             return ParseResult(
                 content=text.strip() or None,
@@ -253,3 +256,14 @@ class ToolCallParser:
 
     def _parse(self, text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParseResult:
         raise NotImplementedError
+
+    def new_call_id(self) -> str:
+        return new_call_id()
+
+    def _unique_ids(self, calls: list[dict[str, Any]]) -> None:
+        # Ids the model wrote may repeat; tool results are matched by id, so they must not.
+        seen: set[str] = set()
+        for call in calls:
+            while call["id"] in seen:
+                call["id"] = self.new_call_id()
+            seen.add(call["id"])

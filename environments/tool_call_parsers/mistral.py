@@ -46,6 +46,9 @@ def mistral_call_id() -> str:
 
 @register_parser("mistral", "mistral_v11", "magistral", "devstral")
 class MistralParser(ToolCallParser):
+    def new_call_id(self) -> str:
+        return mistral_call_id()
+
     def _parse(self, text: str, schemas: Mapping[str, Any]) -> ParseResult:
         pieces: list[str] = []
         calls: list[dict[str, Any]] = []

@@ -19,7 +19,11 @@ from . import _conformance
 from ._conformance import ParserConformance
 
 # Names users pass to vLLM / SGLang today; removing one is a breaking change.
-PUBLIC_NAMES = {"hermes", "qwen25"}
+PUBLIC_NAMES = {
+    "hermes", "qwen25", "qwen3_coder", "llama3_json", "llama4_json", "llama3", "mistral",
+    "deepseek_v3", "deepseekv3", "deepseek_v31", "deepseek_v3_1", "kimi_k2", "glm45", "glm47",
+    "longcat", "pythonic", "gpt_oss", "gpt-oss", "openai",
+}
 
 
 def test_public_names_are_registered():
@@ -71,6 +75,11 @@ def test_every_registered_name_has_conformance_tests():
     for info in pkgutil.iter_modules(package.__path__):
         if info.name.startswith("test_"):
             importlib.import_module(f"{package.__name__}.{info.name}")
-    covered = {name for cls in ParserConformance.__subclasses__() for name in cls.names}
+    classes, todo = [], [ParserConformance]
+    while todo:
+        subs = todo.pop().__subclasses__()
+        classes += subs
+        todo += subs
+    covered = {name for cls in classes for name in cls.names}
     missing = set(list_parsers()) - covered
     assert not missing, f"registered names without a conformance test class: {sorted(missing)}"

