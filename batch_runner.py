@@ -1,0 +1,474 @@
+"""Run the agent over a prompt file with any OpenAI-compatible model, for SFT data at scale.
+
+    python batch_runner.py --dataset_file prompts.jsonl --run_name NAME \
+        --model M --base_url http://127.0.0.1:8000/v1 [--concurrency 8] [--distribution default]
+    python batch_runner.py ... --run_name NAME --resume          # continue a killed run
+
+Each line of the dataset is `{"prompt": "...", "id": "...", "toolsets": [...]}` (`id` and
+`toolsets` optional; without an id a prompt is known by its line number). Toolsets per
+prompt are sampled from a named distribution, seeded by the run seed and the prompt id,
+so a resumed run offers a prompt the same tools.
+
+Output, in runs/NAME/: `trajectories.jsonl` (one line per prompt, written as it finishes),
+`stats.json` (per-tool call counts and error rates, turns, tokens, wall time),
+`run_config.json`, and `infra_failures.jsonl` (prompts whose model server or workspace
+failed on every attempt; they are not in the output, so `--resume` runs them again).
+
+Exactly once: a line is appended with a single write() and ends in a newline; `--resume`
+cuts a torn last line (a kill in the middle of a write), skips every prompt already in
+the output and runs the rest.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import random
+import signal
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from pydantic import BaseModel, Field, SecretStr
+
+from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
+from environments.openai_chat import OpenAIChatConfig, OpenAIChatModel
+from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig
+from model_tools import builtin_tools
+from tools.context import ToolContext, ToolLimits
+from tools.registry import ToolRegistry
+from tools.web import WebConfig, make_web_backend, web_tools
+
+__all__ = ["BatchConfig", "DISTRIBUTIONS", "sample_toolsets", "load_prompts", "run_batch", "main"]
+
+# Probability that each toolset is offered to a prompt. Names are public API (--distribution).
+DISTRIBUTIONS: MappingProxyType[str, MappingProxyType[str, float]] = MappingProxyType({
+    name: MappingProxyType(dist)
+    for name, dist in {
+        "default": {"terminal": 1.0, "file": 1.0, "python": 1.0, "web": 1.0},
+        "research": {"web": 1.0, "python": 0.6, "file": 0.4},
+        "coding": {"terminal": 1.0, "file": 1.0, "python": 0.8},
+        "math": {"python": 1.0},
+        "mixed": {"terminal": 0.5, "file": 0.5, "python": 0.5, "web": 0.5},
+    }.items()
+})
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant that can use tools. Call a tool when it helps; when you are done, "
+    "answer the user directly."
+)
+
+
+class BatchConfig(BaseModel):
+    dataset_file: Path
+    run_name: str = Field(min_length=1)
+    model: str
+    base_url: str
+    api_key: SecretStr | None = Field(None, description="Model server key (default: $OPENAI_API_KEY, else a placeholder)")
+    output_dir: Path = Path("runs")
+    resume: bool = False
+    concurrency: int = Field(8, ge=1)
+    distribution: str = "default"
+    seed: int = 0
+    max_turns: int = Field(8, ge=1)
+    max_tokens: int | None = Field(512, ge=1)
+    temperature: float = Field(0.7, ge=0)
+    time_budget_s: float = Field(300.0, gt=0)
+    max_attempts: int = Field(3, ge=1, description="Tries per prompt when the infrastructure fails")
+    retry_backoff_s: float = Field(1.0, ge=0)
+    request_timeout_s: float = Field(120.0, gt=0)
+    request_retries: int = Field(2, ge=0, description="Retries of one HTTP request inside the client")
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    tool_call_parser: str | None = "hermes"
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    tool_limits: ToolLimits = Field(default_factory=ToolLimits)
+    workspace: LocalToolBackendConfig = Field(default_factory=LocalToolBackendConfig)
+    web: WebConfig = Field(default_factory=WebConfig)
+    progress_interval_s: float = Field(0.5, gt=0)
+
+    @property
+    def run_dir(self) -> Path:
+        return self.output_dir / self.run_name
+
+    def resolved_api_key(self) -> str:
+        if self.api_key is not None:
+            return self.api_key.get_secret_value()
+        return os.environ.get("OPENAI_API_KEY") or "not-needed-for-local-servers"
+
+
+class BatchError(RuntimeError):
+    """A problem the user must fix; printed without a traceback."""
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    text: str
+    toolsets: list[str] | None
+    extra: dict[str, Any]
+
+
+def load_prompts(path: Path) -> list[Prompt]:
+    if not path.is_file():
+        raise BatchError(f"--dataset_file {str(path)!r} does not exist")
+    prompts, seen = [], set()
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BatchError(f"{path}:{n} is not JSON ({exc.msg}); each line must be an object with a 'prompt'") from exc
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
+            raise BatchError(f"{path}:{n} has no non-empty string 'prompt'")
+        pid = str(row.get("id", f"line-{n}"))
+        if pid in seen:
+            raise BatchError(f"{path}:{n} repeats id {pid!r}; ids must be unique for --resume to work")
+        seen.add(pid)
+        toolsets = row.get("toolsets")
+        if toolsets is not None and not (isinstance(toolsets, list) and all(isinstance(t, str) for t in toolsets)):
+            raise BatchError(f"{path}:{n}: 'toolsets' must be a list of toolset names")
+        extra = {k: v for k, v in row.items() if k not in ("prompt", "id", "toolsets")}
+        prompts.append(Prompt(pid, row["prompt"], toolsets, extra))
+    return prompts
+
+
+def sample_toolsets(distribution: str, prompt_id: str, seed: int) -> list[str]:
+    """Each toolset independently with its probability; never none (the likeliest is kept)."""
+    dist = DISTRIBUTIONS.get(distribution)
+    if dist is None:
+        raise BatchError(f"unknown --distribution {distribution!r}; known: {sorted(DISTRIBUTIONS)}")
+    rng = random.Random(f"{seed}:{prompt_id}")
+    chosen = [name for name, p in sorted(dist.items()) if rng.random() < p]
+    return chosen or [max(dist, key=dist.__getitem__)]
+
+
+# ---- the output file ---------------------------------------------------------------------
+
+def recover_output(path: Path) -> set[str]:
+    """Ids already recorded; a torn last line (killed mid-write) is cut off."""
+    if not path.exists():
+        return set()
+    data = path.read_bytes()
+    keep = data.rfind(b"\n") + 1
+    if keep != len(data):
+        with open(path, "r+b") as f:
+            f.truncate(keep)
+            f.flush()
+            os.fsync(f.fileno())
+    done: set[str] = set()
+    for n, line in enumerate(data[:keep].splitlines(), 1):
+        try:
+            pid = json.loads(line)["prompt_id"]
+        except (json.JSONDecodeError, KeyError, TypeError) as exc:
+            raise BatchError(f"{path}:{n} is not a result line ({exc}); move the file away or pick another --run_name") from exc
+        if pid in done:
+            raise BatchError(f"{path}:{n} records {pid!r} twice; the output was edited by hand")
+        done.add(pid)
+    return done
+
+
+class LineWriter:
+    """Appends whole lines: one write() of one complete line on an O_APPEND descriptor."""
+
+    def __init__(self, path: Path) -> None:
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+    def write(self, record: dict[str, Any]) -> None:
+        data = (json.dumps(record, ensure_ascii=False) + "\n").encode()
+        written = os.write(self._fd, data)
+        while written < len(data):  # regular files write fully; this is for the odd filesystem
+            written += os.write(self._fd, data[written:])
+
+    def close(self) -> None:
+        os.fsync(self._fd)
+        os.close(self._fd)
+
+
+# ---- one prompt ----------------------------------------------------------------------------
+
+def result_record(prompt: Prompt, toolsets: list[str], tools: list[dict[str, Any]], result: AgentResult,
+                  attempts: int, model: str) -> dict[str, Any]:
+    usage = Counter()
+    for turn in result.turns:
+        for key, value in (turn.usage or {}).items():
+            usage[key] += value
+    calls = Counter(name for turn in result.turns for name in turn.tool_calls)
+    return {
+        "prompt_id": prompt.id,
+        "prompt": prompt.text,
+        "toolsets": toolsets,
+        "tools": tools,
+        "messages": result.messages,
+        "final_response": result.final_response,
+        "stop_reason": result.stop_reason,
+        "completed": result.finished_naturally,
+        "turns": result.turns_used,
+        "tool_calls": dict(calls),
+        "tool_errors": [{"turn": e.turn, "tool": e.tool, "error": e.error} for e in result.tool_errors],
+        "format_errors": sum(len(t.parse_errors) for t in result.turns),
+        "usage": dict(usage),
+        "duration_s": round(result.duration_s, 3),
+        "attempts": attempts,
+        "model": model,
+        "metadata": prompt.extra,
+    }
+
+
+@dataclass
+class Progress:
+    total: int
+    already: int
+    done: int = 0
+    failed: int = 0
+    retries: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def line(self) -> str:
+        elapsed = time.monotonic() - self.started
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        left = self.total - self.already - self.done - self.failed
+        eta = f"{left / rate:.0f}s" if rate > 0 else "?"
+        return (f"[{self.already + self.done}/{self.total}] done {self.done} failed {self.failed} "
+                f"retries {self.retries} | {rate:.2f}/s | ETA {eta}")
+
+
+class Runner:
+    def __init__(self, config: BatchConfig, registry: ToolRegistry, backend: LocalToolBackend, client: Any) -> None:
+        self.config = config
+        self.registry = registry
+        self.backend = backend
+        self.client = client
+
+    def model(self) -> OpenAIChatModel:
+        c = self.config
+        return OpenAIChatModel(
+            OpenAIChatConfig(base_url=c.base_url, model=c.model, api_key=c.resolved_api_key(), timeout_s=c.request_timeout_s,
+                             max_retries=c.request_retries, text_tool_parser=c.tool_call_parser, extra_body=c.extra_body),
+            client=self.client,
+        )
+
+    async def run_prompt(self, prompt: Prompt, progress: Progress) -> tuple[dict[str, Any] | None, str | None, int]:
+        """(record, None, attempts) on an outcome of the model's; (None, error, attempts) when infrastructure failed every try."""
+        c = self.config
+        toolsets = prompt.toolsets if prompt.toolsets is not None else sample_toolsets(c.distribution, prompt.id, c.seed)
+        tools = self.registry.definitions(toolsets)
+        loop_config = AgentLoopConfig(max_turns=c.max_turns, time_budget_s=c.time_budget_s,
+                                      temperature=c.temperature, max_tokens=c.max_tokens)
+        messages = [{"role": "system", "content": c.system_prompt}, {"role": "user", "content": prompt.text}]
+        error = "no attempt made"
+        for attempt in range(1, c.max_attempts + 1):
+            if attempt > 1:
+                progress.retries += 1
+                await asyncio.sleep(c.retry_backoff_s * 2 ** (attempt - 2))
+            try:
+                async with self.backend.trajectory(prompt.id) as executor:
+                    ctx = ToolContext(executor=executor, limits=c.tool_limits, task_id=prompt.id)
+                    result = await HermesAgentLoop(self.model(), tools, ctx, loop_config, self.registry).run(messages)
+            except Exception as exc:  # the workspace broke: infrastructure, not the model
+                error = f"workspace: {type(exc).__name__}: {exc}"
+                continue
+            if result.infrastructure_failure:
+                error = result.error or result.stop_reason
+                continue
+            return result_record(prompt, toolsets, tools, result, attempt, c.model), None, attempt
+        return None, error, c.max_attempts
+
+
+async def _progress_loop(progress: Progress, interval: float, stream: Any) -> None:
+    tty = stream.isatty()
+    last = 0.0
+    while True:
+        await asyncio.sleep(interval)
+        if tty:
+            stream.write("\r" + progress.line() + "\x1b[K")
+            stream.flush()
+        elif time.monotonic() - last >= 10 * interval:  # logs: a line now and then, not a flood
+            last = time.monotonic()
+            print(progress.line(), file=stream, flush=True)
+
+
+async def _check_server(base_url: str) -> None:
+    from environments.hermes_base_env import HermesEnvError, check_server
+
+    try:
+        await check_server(base_url)
+    except HermesEnvError as exc:
+        raise BatchError(str(exc).replace("--openai.base_url", "--base_url")) from exc
+
+
+async def run_batch(config: BatchConfig, stream: Any = sys.stderr) -> dict[str, Any]:
+    """Run every prompt not yet in the output; return the statistics (also written to stats.json)."""
+    prompts = load_prompts(config.dataset_file)
+    run_dir = config.run_dir
+    out_path = run_dir / "trajectories.jsonl"
+    if out_path.exists() and out_path.stat().st_size and not config.resume:
+        raise BatchError(f"{out_path} already has results; pass --resume to continue that run or choose another --run_name")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    done_ids = recover_output(out_path)
+    known = {p.id for p in prompts}
+    if done_ids - known:
+        raise BatchError(f"{out_path} has results for {len(done_ids - known)} ids not in {config.dataset_file}; "
+                         "is this the same dataset?")
+    (run_dir / "run_config.json").write_text(config.model_dump_json(indent=2, exclude={"api_key"}))
+    pending = [p for p in prompts if p.id not in done_ids]
+    for p in pending:  # unknown distributions / toolsets fail now, not in a worker
+        ts = p.toolsets if p.toolsets is not None else sample_toolsets(config.distribution, p.id, config.seed)
+        unknown = set(ts) - {"terminal", "file", "python", "web"}
+        if unknown:
+            raise BatchError(f"prompt {p.id!r} asks for unknown toolsets {sorted(unknown)}")
+    await _check_server(config.base_url)
+
+    progress = Progress(total=len(prompts), already=len(done_ids))
+    wall_started = time.monotonic()
+    writer = LineWriter(out_path)
+    failures = LineWriter(run_dir / "infra_failures.jsonl")
+    web = make_web_backend(config.web)
+    backend = LocalToolBackend(config.workspace)
+    client = OpenAIChatModel.make_client(config.base_url, config.resolved_api_key(), config.request_timeout_s, config.request_retries)
+    queue: asyncio.Queue[Prompt] = asyncio.Queue()
+    for p in pending:
+        queue.put_nowait(p)
+    ticker = asyncio.create_task(_progress_loop(progress, config.progress_interval_s, stream))
+    try:
+        await web.start()
+        await backend.start()
+        runner = Runner(config, ToolRegistry([*builtin_tools(), *web_tools(web)]), backend, client)
+
+        async def worker() -> None:
+            while not queue.empty():
+                prompt = queue.get_nowait()
+                record, error, attempts = await runner.run_prompt(prompt, progress)
+                if record is not None:
+                    writer.write(record)
+                    progress.done += 1
+                else:
+                    failures.write({"prompt_id": prompt.id, "error": error, "attempts": attempts, "time": time.time()})
+                    progress.failed += 1
+
+        await asyncio.gather(*(worker() for _ in range(min(config.concurrency, max(len(pending), 1)))))
+    finally:
+        ticker.cancel()
+        writer.close()
+        failures.close()
+        await client.close()
+        await backend.stop()
+        await web.stop()
+        if stream.isatty():
+            stream.write("\n")
+        print(progress.line(), file=stream, flush=True)
+    stats = compute_stats(out_path, total_prompts=len(prompts))
+    stats["session"] = {"wall_time_s": round(time.monotonic() - wall_started, 3), "ran": len(pending),
+                        "recorded": progress.done, "infra_failed": progress.failed, "retries": progress.retries}
+    (run_dir / "stats.json").write_text(json.dumps(stats, indent=2))
+    return stats
+
+
+def compute_stats(out_path: Path, total_prompts: int) -> dict[str, Any]:
+    """Statistics over every recorded trajectory of the run (all sessions)."""
+    records = [json.loads(line) for line in out_path.read_text(encoding="utf-8").splitlines()] if out_path.exists() else []
+    calls: Counter[str] = Counter()
+    errors: Counter[str] = Counter()
+    stops: Counter[str] = Counter()
+    toolsets: Counter[str] = Counter()
+    tokens: Counter[str] = Counter()
+    turns = []
+    durations = []
+    for r in records:
+        calls.update(r["tool_calls"])
+        errors.update(e["tool"] for e in r["tool_errors"])
+        stops[r["stop_reason"]] += 1
+        toolsets.update(r["toolsets"])
+        tokens.update(r.get("usage") or {})
+        turns.append(r["turns"])
+        durations.append(r["duration_s"])
+    n = len(records)
+    return {
+        "prompts": total_prompts,
+        "recorded": n,
+        "missing": total_prompts - n,
+        "completed": sum(1 for r in records if r["completed"]),
+        "stop_reasons": dict(stops),
+        "tools": {name: {"calls": calls[name], "errors": errors[name],
+                         "error_rate": round(errors[name] / calls[name], 4) if calls[name] else 0.0}
+                  for name in sorted(calls | errors)},
+        "toolsets_offered": dict(toolsets),
+        "turns": {"total": sum(turns), "mean": round(sum(turns) / n, 3) if n else 0.0, "max": max(turns, default=0)},
+        "tokens": {**dict(tokens), "mean_completion": round(tokens["completion_tokens"] / n, 1) if n else 0.0},
+        "trajectory_time_s": {"total": round(math.fsum(durations), 3), "mean": round(math.fsum(durations) / n, 3) if n else 0.0},
+        "format_errors": sum(r.get("format_errors", 0) for r in records),
+    }
+
+
+def parse_args(argv: list[str] | None = None) -> BatchConfig:
+    p = argparse.ArgumentParser(prog="batch_runner.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--dataset_file", type=Path, required=True)
+    p.add_argument("--run_name", required=True)
+    p.add_argument("--model", required=True)
+    p.add_argument("--base_url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--api_key", default=None, help="default: $OPENAI_API_KEY")
+    p.add_argument("--output_dir", type=Path, default=Path("runs"))
+    p.add_argument("--resume", action="store_true", help="continue a killed run: run only prompts not yet in the output")
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--distribution", default="default", help=f"toolset distribution: {', '.join(DISTRIBUTIONS)}")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max_turns", type=int, default=8)
+    p.add_argument("--max_tokens", type=int, default=512)
+    p.add_argument("--temperature", type=float, default=0.7)
+    p.add_argument("--time_budget_s", type=float, default=300.0)
+    p.add_argument("--max_attempts", type=int, default=3, help="tries per prompt when the server/workspace fails")
+    p.add_argument("--retry_backoff_s", type=float, default=1.0)
+    p.add_argument("--request_retries", type=int, default=2)
+    p.add_argument("--system_prompt", default=DEFAULT_SYSTEM_PROMPT)
+    p.add_argument("--tool_call_parser", default="hermes", help="parser for tool calls returned as text ('none' disables)")
+    p.add_argument("--extra_body", default="{}", help="JSON object merged into every chat request")
+    p.add_argument("--web_backend", choices=["auto", "offline", "tavily"], default="auto")
+    a = p.parse_args(argv)
+    try:
+        extra_body = json.loads(a.extra_body)
+    except json.JSONDecodeError as exc:
+        p.error(f"--extra_body is not JSON: {exc}")
+    values = {k: v for k, v in vars(a).items() if k not in ("extra_body", "web_backend", "tool_call_parser")}
+    try:
+        return BatchConfig(
+            **values, extra_body=extra_body, web=WebConfig(backend=a.web_backend),
+            tool_call_parser=None if a.tool_call_parser == "none" else a.tool_call_parser,
+        )
+    except ValueError as exc:
+        p.error(str(exc))
+        raise  # unreachable: p.error exits
+
+
+def main(argv: list[str] | None = None) -> int:
+    config = parse_args(argv)
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(run_batch(config))
+    for sig in (signal.SIGINT, signal.SIGTERM):  # stop cleanly: workspaces removed, lines whole
+        loop.add_signal_handler(sig, task.cancel)
+    try:
+        stats = loop.run_until_complete(task)
+    except BatchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except asyncio.CancelledError:
+        print(f"interrupted; continue with --resume --run_name {config.run_name}", file=sys.stderr)
+        return 130
+    finally:
+        loop.close()
+    print(f"wrote {config.run_dir / 'trajectories.jsonl'} and {config.run_dir / 'stats.json'}")
+    if stats["missing"]:
+        print(f"{stats['missing']} prompts have no result (infrastructure failures, see infra_failures.jsonl); "
+              f"rerun with --resume to retry them", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,181 @@
+"""batch_runner against real servers: a scripted OpenAI-compatible server for exact behaviour,
+and the embedded llama.cpp model for the SIGKILL/resume exactly-once test."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import batch_runner
+from batch_runner import BatchConfig, BatchError, load_prompts, recover_output, run_batch, sample_toolsets
+from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def write_prompts(path: Path, prompts: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(p) + "\n" for p in prompts))
+    return path
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def agent_policy(failures: dict[str, int] | None = None):
+    """Per request: first a python call that prints the prompt's length, then a final answer.
+
+    `failures[prompt]` makes the server answer HTTP 500 that many times for that prompt
+    (-1: always), like a server that is down for it.
+    """
+    failures = failures if failures is not None else {}
+
+    def reply(body: dict[str, Any]):
+        messages = body["messages"]
+        prompt = next(m["content"] for m in messages if m["role"] == "user")
+        left = failures.get(prompt, 0)
+        if left:
+            failures[prompt] = left - 1 if left > 0 else -1
+            return 500
+        if messages[-1]["role"] == "user":
+            return {"content": None, "tool_calls": [tool_call("python", {"code": f"print(len({prompt!r}))"})]}
+        return {"content": f"The answer is {json.loads(messages[-1]['content'])['output'].strip()}"}
+
+    return reply
+
+
+def config(tmp_path: Path, dataset: Path, base_url: str, **kw: Any) -> BatchConfig:
+    return BatchConfig(dataset_file=dataset, run_name="t", model="scripted", base_url=base_url,
+                       output_dir=tmp_path / "runs", distribution="math", retry_backoff_s=0.01,
+                       request_retries=0, **kw)
+
+
+def test_toolset_sampling_is_deterministic_and_never_empty() -> None:
+    draws = [sample_toolsets("mixed", f"p{i}", 7) for i in range(200)]
+    assert draws == [sample_toolsets("mixed", f"p{i}", 7) for i in range(200)]
+    assert all(d and set(d) <= {"terminal", "file", "python", "web"} for d in draws)
+    assert len({tuple(d) for d in draws}) > 8  # really sampled
+    assert sample_toolsets("math", "x", 0) == ["python"]
+    with pytest.raises(BatchError, match="known: .*research"):
+        sample_toolsets("nope", "x", 0)
+
+
+def test_prompt_file_errors_name_the_line(tmp_path: Path) -> None:
+    with pytest.raises(BatchError, match=":2 repeats id 'a'"):
+        load_prompts(write_prompts(tmp_path / "d.jsonl", [{"id": "a", "prompt": "x"}, {"id": "a", "prompt": "y"}]))
+    with pytest.raises(BatchError, match=":1 has no non-empty string 'prompt'"):
+        load_prompts(write_prompts(tmp_path / "e.jsonl", [{"text": "x"}]))
+
+
+async def test_run_records_every_prompt_once_with_stats(tmp_path: Path) -> None:
+    prompts = [{"prompt": f"question number {i}" + "?" * i} for i in range(6)]
+    dataset = write_prompts(tmp_path / "p.jsonl", prompts)
+    async with ScriptedOpenAIServer([agent_policy()] * 12) as server:
+        stats = await run_batch(config(tmp_path, dataset, server.base_url, concurrency=3))
+    out = lines(tmp_path / "runs/t/trajectories.jsonl")
+    assert sorted(r["prompt_id"] for r in out) == [f"line-{i}" for i in range(1, 7)]
+    for r in out:
+        assert r["completed"] and r["tool_calls"] == {"python": 1} and r["toolsets"] == ["python"]
+        assert r["final_response"] == f"The answer is {len(r['prompt'])}"  # the tool really ran
+        assert r["messages"][0]["role"] == "system" and r["messages"][2]["tool_calls"]
+        assert [t["function"]["name"] for t in r["tools"]] == ["python"]
+    assert stats == json.loads((tmp_path / "runs/t/stats.json").read_text())
+    assert stats["recorded"] == 6 and stats["missing"] == 0
+    assert stats["tools"] == {"python": {"calls": 6, "errors": 0, "error_rate": 0.0}}
+    assert stats["turns"]["total"] == 12
+    assert stats["tokens"]["prompt_tokens"] == 120 and stats["tokens"]["completion_tokens"] == 60
+    assert stats["session"]["recorded"] == 6
+
+
+async def test_infrastructure_failures_are_retried_never_recorded(tmp_path: Path) -> None:
+    dataset = write_prompts(tmp_path / "p.jsonl", [{"id": "ok", "prompt": "fine"}, {"id": "flaky", "prompt": "flaky"},
+                                                   {"id": "down", "prompt": "down"}])
+    failures = {"flaky": 1, "down": -1}
+    async with ScriptedOpenAIServer([agent_policy(failures)] * 50) as server:
+        cfg = config(tmp_path, dataset, server.base_url, concurrency=1, max_attempts=3)
+        stats = await run_batch(cfg)
+        out = {r["prompt_id"]: r for r in lines(tmp_path / "runs/t/trajectories.jsonl")}
+        assert set(out) == {"ok", "flaky"} and out["flaky"]["attempts"] == 2 and out["ok"]["attempts"] == 1
+        (failed,) = lines(tmp_path / "runs/t/infra_failures.jsonl")
+        assert failed["prompt_id"] == "down" and failed["attempts"] == 3 and "500" in failed["error"]
+        assert stats["missing"] == 1 and stats["session"]["retries"] == 3
+        # Without --resume an existing run is refused; with it, only the missing prompt runs.
+        with pytest.raises(BatchError, match="--resume"):
+            await run_batch(cfg)
+        failures["down"] = 0  # the server is back
+        stats = await run_batch(cfg.model_copy(update={"resume": True}))
+    out = lines(tmp_path / "runs/t/trajectories.jsonl")
+    assert sorted(r["prompt_id"] for r in out) == ["down", "flaky", "ok"]
+    assert stats["missing"] == 0 and stats["session"]["ran"] == 1
+
+
+async def test_resume_cuts_a_torn_line_and_reruns_that_prompt(tmp_path: Path) -> None:
+    dataset = write_prompts(tmp_path / "p.jsonl", [{"id": f"p{i}", "prompt": f"prompt {i}"} for i in range(4)])
+    async with ScriptedOpenAIServer([agent_policy()] * 8) as server:
+        await run_batch(config(tmp_path, dataset, server.base_url, concurrency=2))
+    out_path = tmp_path / "runs/t/trajectories.jsonl"
+    whole = out_path.read_bytes().splitlines(keepends=True)
+    torn_id = json.loads(whole[2])["prompt_id"]
+    out_path.write_bytes(b"".join(whole[:2]) + whole[2][: len(whole[2]) // 2])  # killed mid-write
+    assert recover_output(out_path) == {json.loads(w)["prompt_id"] for w in whole[:2]}
+    assert out_path.read_bytes() == b"".join(whole[:2])
+    async with ScriptedOpenAIServer([agent_policy()] * 4) as server:
+        stats = await run_batch(config(tmp_path, dataset, server.base_url, resume=True))
+    ids = [r["prompt_id"] for r in lines(out_path)]
+    assert sorted(ids) == ["p0", "p1", "p2", "p3"] and torn_id in ids[2:]
+    assert stats["session"]["ran"] == 2
+
+
+def test_unreachable_server_fails_fast_with_the_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dataset = write_prompts(tmp_path / "p.jsonl", [{"prompt": "x"}])
+    code = batch_runner.main(["--dataset_file", str(dataset), "--run_name", "r", "--model", "m",
+                              "--base_url", "http://127.0.0.1:9/v1", "--output_dir", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert code == 2 and "cannot reach the model server at http://127.0.0.1:9/v1" in err and "--base_url" in err
+    assert not (tmp_path / "r" / "trajectories.jsonl").exists() or not (tmp_path / "r" / "trajectories.jsonl").read_bytes()
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_sigkill_midway_then_resume_gives_each_prompt_exactly_once(embedded_llm, tmp_path: Path) -> None:
+    n = 20
+    dataset = write_prompts(tmp_path / "p.jsonl", [{"id": f"q{i:02d}", "prompt": f"What is {i} plus {i}?"} for i in range(n)])
+    args = [sys.executable, "batch_runner.py", "--dataset_file", str(dataset), "--run_name", "kill",
+            "--model", embedded_llm.model_name, "--base_url", embedded_llm.base_url, "--api_key", "local",
+            "--output_dir", str(tmp_path / "runs"), "--distribution", "math", "--concurrency", "2",
+            "--max_turns", "2", "--max_tokens", "24", "--temperature", "0"]
+    out_path = tmp_path / "runs/kill/trajectories.jsonl"
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if out_path.exists() and out_path.read_bytes().count(b"\n") >= 4:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"run ended before it could be killed: {proc.communicate()[1][-2000:]!r}"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    first = out_path.read_bytes()
+    first_whole = first[: first.rfind(b"\n") + 1]
+    killed_at = first_whole.count(b"\n")
+    assert 4 <= killed_at < n
+
+    resumed = subprocess.run([*args, "--resume"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    final = out_path.read_bytes()
+    assert final.startswith(first_whole)  # what was recorded before the kill is kept as it was
+    records = [json.loads(line) for line in final.splitlines()]
+    ids = [r["prompt_id"] for r in records]
+    assert sorted(ids) == [f"q{i:02d}" for i in range(n)] and len(ids) == n
+    assert all(r["model"] == embedded_llm.model_name and r["messages"][1]["role"] == "user" for r in records)
+    assert f"[{n}/{n}] done {n - killed_at}" in resumed.stderr  # the progress line
+    stats = json.loads((tmp_path / "runs/kill/stats.json").read_text())
+    assert stats["recorded"] == n and stats["session"]["ran"] == n - killed_at
+    assert stats["tokens"]["completion_tokens"] > 0
