@@ -1,0 +1,121 @@
+"""Phase 2 model client: a `ChatModel` that talks to a token server and keeps exact ids.
+
+The agent loop sees an ordinary chat model (messages in, an assistant turn with tool calls
+out). Underneath, one `TokenSession` per trajectory holds the ids the model saw and
+produced; tool calls are recovered from the generated text with the parser registry
+(`--env.tool_call_parser`). `token_trace()` hands the env the tokens, masks and logprobs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from environments.model_client import ModelError, ModelTurn
+from environments.tool_call_parsers import get_parser
+
+from .servers import TokenServer
+from .session import TokenSession, TokenTrace
+from .template import ChatRenderer
+
+__all__ = ["TokenChatConfig", "TokenChatModel"]
+
+
+class TokenChatConfig(BaseModel):
+    tool_call_parser: str = Field("hermes", description="Parser registry name for tool calls in the generated text")
+    max_context_tokens: int | None = Field(None, ge=1, description="Prompt + generation cap (None: the server decides)")
+    default_max_tokens: int = Field(1024, ge=1, description="Generation cap when the loop sets none")
+    split_reasoning: bool = Field(True, description="Move a leading <think>...</think> block into reasoning_content")
+    seed: int | None = None
+
+
+class TokenChatModel:
+    """One trajectory's model: create a new one per rollout (it holds that rollout's ids)."""
+
+    def __init__(self, server: TokenServer, renderer: ChatRenderer, config: TokenChatConfig | None = None) -> None:
+        self.server = server
+        self.renderer = renderer
+        self.config = config or TokenChatConfig()
+        self._parser = get_parser(self.config.tool_call_parser)
+        self._session: TokenSession | None = None
+        self._seen = 0  # messages of the conversation the session already holds
+        self._last: dict[str, Any] | None = None  # the assistant message returned last
+        close_ids = list(renderer.close.ids)
+        # Stop on the template's end-of-turn token as well as the model's EOS.
+        self._stop_ids = close_ids if len(close_ids) == 1 else None
+
+    def token_trace(self) -> TokenTrace | None:
+        return self._session.trace() if self._session is not None else None
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        temperature: float,
+        max_tokens: int | None,
+    ) -> ModelTurn:
+        prompt = self._prompt(messages, tools)
+        budget = max_tokens or self.config.default_max_tokens
+        if self.config.max_context_tokens is not None:
+            room = self.config.max_context_tokens - len(prompt)
+            if room <= 0:
+                # The loop reads this as context_full: the model's conversation, not a broken server.
+                raise ModelError(
+                    f"context length exceeded: the prompt holds {len(prompt)} tokens, max_context_tokens is "
+                    f"{self.config.max_context_tokens}",
+                    retryable=False,
+                )
+            budget = min(budget, room)
+        generation = await self.server.generate(
+            prompt, max_tokens=budget, temperature=temperature, stop_token_ids=self._stop_ids, seed=self.config.seed
+        )
+        turn = self._turn(generation.token_ids, generation.finish_reason, tools)
+        turn.usage = {
+            "prompt_tokens": len(prompt),
+            "completion_tokens": len(generation.token_ids),
+            "total_tokens": len(prompt) + len(generation.token_ids),
+        }
+        assert self._session is not None
+        message = turn.as_message()
+        self._session.add_generation(generation.token_ids, generation.logprobs, message)
+        self._seen = len(messages) + 1
+        self._last = message
+        return turn
+
+    def _prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        if self._session is None:
+            self._session = TokenSession(self.renderer, tools)
+            self._seen = len(messages)
+            return list(self._session.start(messages))
+        if len(messages) <= self._seen or messages[self._seen - 1] != self._last:
+            raise RuntimeError(
+                "TokenChatModel: the conversation was not continued from the last assistant turn "
+                "(earlier messages changed); use one TokenChatModel per trajectory and only append messages"
+            )
+        new = messages[self._seen :]
+        return list(self._session.extend(new))
+
+    def _turn(self, ids: list[int], finish_reason: str, tools: list[dict[str, Any]]) -> ModelTurn:
+        text = self.renderer.decode(ids)
+        close = self.renderer.close.text
+        if text.endswith(close):
+            text = text[: -len(close)]
+        eos = getattr(self.renderer.tokenizer, "eos_token", None)
+        if eos and text.endswith(eos):
+            text = text[: -len(eos)]
+        reasoning = None
+        if self.config.split_reasoning and "</think>" in text:
+            head, _, text = text.partition("</think>")
+            reasoning = head.split("<think>", 1)[-1].strip("\n")
+            text = text.lstrip("\n")
+        result = self._parser.parse_detailed(text, tools)
+        return ModelTurn(
+            content=result.content or "",
+            tool_calls=list(result.tool_calls),
+            reasoning_content=reasoning,
+            finish_reason=finish_reason,
+            parse_errors=[str(e) for e in result.errors],
+            calls_from_text=bool(result.tool_calls),
+        )
