@@ -2,20 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from environments.tool_call_parsers import get_parser
 
+from . import _formats
 from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
-
-
-def harmony_calls(calls: list[Call]) -> str:
-    return "".join(
-        f"<|start|>assistant to=functions.{n}<|channel|>commentary json<|message|>{json.dumps(a, ensure_ascii=False)}<|call|>"
-        for n, a in calls
-    )
 
 
 class TestGptOss(ParserConformance):
@@ -28,7 +20,7 @@ class TestGptOss(ParserConformance):
     trailing_text = False  # the model stops at <|call|>
 
     def render(self, calls: list[Call]) -> str:
-        return harmony_calls(calls)
+        return _formats.gpt_oss(calls)
 
 
 GPT_OSS_CASES = {

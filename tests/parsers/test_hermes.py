@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from environments.tool_call_parsers import get_parser
 
+from . import _formats
 from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
-
-
-def hermes_block(name: str, args: dict, start: str = "<tool_call>", end: str = "</tool_call>") -> str:
-    # Spacing as the Hermes 2 Pro / Qwen2.5 templates write it.
-    return f"{start}\n{json.dumps({'name': name, 'arguments': args}, ensure_ascii=False)}\n{end}"
 
 
 class TestHermes(ParserConformance):
@@ -27,7 +21,7 @@ class TestHermes(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        return "\n".join(hermes_block(n, a) for n, a in calls)
+        return _formats.hermes(calls)
 
 
 class TestLongcat(ParserConformance):
@@ -35,7 +29,7 @@ class TestLongcat(ParserConformance):
     malformed = ("<longcat_tool_call>{\"name\": </longcat_tool_call>",)
 
     def render(self, calls: list[Call]) -> str:
-        return "\n".join(hermes_block(n, a, "<longcat_tool_call>", "</longcat_tool_call>") for n, a in calls)
+        return _formats.longcat(calls)
 
 
 WEATHER_JSON = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'

@@ -8,11 +8,8 @@ import pytest
 
 from environments.tool_call_parsers import get_parser
 
+from . import _formats
 from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
-
-
-def dumps(obj) -> str:
-    return json.dumps(obj, ensure_ascii=False)
 
 
 class TestLlama3Json(ParserConformance):
@@ -25,8 +22,7 @@ class TestLlama3Json(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        # The Llama 3.1 template's shape; several calls separated by `;` as vLLM documents.
-        return "; ".join(dumps({"name": n, "parameters": a}) for n, a in calls)
+        return _formats.llama3_json(calls)
 
 
 class TestLlama4Json(ParserConformance):
@@ -36,7 +32,7 @@ class TestLlama4Json(ParserConformance):
     malformed = ('<|python_start|>{"name": "get_weather", "parameters": {"city": "Paris"<|python_end|>',)
 
     def render(self, calls: list[Call]) -> str:
-        return "<|python_start|>" + "; ".join(dumps({"name": n, "parameters": a}) for n, a in calls) + "<|python_end|>"
+        return _formats.llama4_json(calls)
 
 
 class TestMistral(ParserConformance):
@@ -49,20 +45,15 @@ class TestMistral(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        # Mistral Small 3.2 / Devstral templates: one [TOOL_CALLS] per call.
-        return "".join(f"[TOOL_CALLS]{n}[ARGS]{dumps(a)}" for n, a in calls)
+        return _formats.mistral(calls)
 
 
 class TestMistralListForm(TestMistral):
     names = ("mistral",)
 
     def render(self, calls: list[Call]) -> str:
-        # Mistral 7B v0.3 template: one JSON list after the token.
-        return "[TOOL_CALLS] " + dumps([{"name": n, "arguments": a, "id": "abcDEF123"} for n, a in calls])
-
-
-def py_literal(v) -> str:
-    return repr(v)
+        # Every call with the same id: the parser must still hand out unique ids.
+        return "[TOOL_CALLS] " + json.dumps([{"name": n, "arguments": a, "id": "abcDEF123"} for n, a in calls])
 
 
 class TestPythonic(ParserConformance):
@@ -75,8 +66,7 @@ class TestPythonic(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        inner = ", ".join(f"{n}({', '.join(f'{k}={py_literal(v)}' for k, v in a.items())})" for n, a in calls)
-        return f"[{inner}]"
+        return _formats.pythonic(calls)
 
 
 MISTRAL_QUIRKS = {

@@ -2,36 +2,27 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from environments.tool_call_parsers import get_parser
 
 from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
 
-DS_BEGIN, DS_END = "<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>"
-DS_CALL, DS_CALL_END, DS_SEP = "<｜tool▁call▁begin｜>", "<｜tool▁call▁end｜>", "<｜tool▁sep｜>"
-K_BEGIN, K_END = "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>"
-K_CALL, K_ARGS, K_CALL_END = "<|tool_call_begin|>", "<|tool_call_argument_begin|>", "<|tool_call_end|>"
-
-
-def dumps(args: dict) -> str:
-    return json.dumps(args, ensure_ascii=False)
-
-
-def deepseek_v3(calls: list[Call]) -> str:
-    body = "\n".join(f"{DS_CALL}function{DS_SEP}{n}\n```json\n{dumps(a)}\n```{DS_CALL_END}" for n, a in calls)
-    return DS_BEGIN + body + DS_END
-
-
-def deepseek_v31(calls: list[Call]) -> str:
-    return DS_BEGIN + "".join(f"{DS_CALL}{n}{DS_SEP}{dumps(a)}{DS_CALL_END}" for n, a in calls) + DS_END
-
-
-def kimi_k2(calls: list[Call]) -> str:
-    body = "".join(f"{K_CALL}functions.{n}:{i}{K_ARGS}{dumps(a)}{K_CALL_END}" for i, (n, a) in enumerate(calls))
-    return K_BEGIN + body + K_END
+from ._formats import (
+    DS_BEGIN,
+    DS_CALL,
+    DS_CALL_END,
+    DS_END,
+    DS_SEP,
+    K_ARGS,
+    K_BEGIN,
+    K_CALL,
+    K_CALL_END,
+    K_END,
+    deepseek_v3,
+    deepseek_v31,
+    kimi_k2,
+)
 
 
 class TestDeepSeekV3(ParserConformance):

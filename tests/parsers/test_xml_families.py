@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from environments.tool_call_parsers import get_parser
 
+from . import _formats
 from ._conformance import TOOLS, TYPED, WEATHER, Call, ParserConformance, calls_of
 
 
-def template_value(v) -> str:
-    # What the Qwen3-Coder template does: JSON for mappings/sequences, Python str() otherwise.
-    return json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else str(v)
-
-
 def qwen3_coder_block(name: str, args: dict) -> str:
-    params = "".join(f"<parameter={k}>\n{template_value(v)}\n</parameter>\n" for k, v in args.items())
-    return f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>"
+    return _formats.qwen3_coder([(name, args)])
 
 
-def glm_block(name: str, args: dict, newlines: bool = True) -> str:
-    nl = "\n" if newlines else ""
-    pairs = "".join(
-        f"{nl}<arg_key>{k}</arg_key>{nl}<arg_value>{v if isinstance(v, str) else json.dumps(v, ensure_ascii=False)}</arg_value>"
-        for k, v in args.items()
-    )
-    return f"<tool_call>{name}{pairs}{nl}</tool_call>"
+def glm_block(name: str, args: dict) -> str:
+    return _formats.glm([(name, args)])
 
 
 class TestQwen3Coder(ParserConformance):
@@ -40,7 +28,7 @@ class TestQwen3Coder(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        return "\n".join(qwen3_coder_block(n, a) for n, a in calls)
+        return _formats.qwen3_coder(calls)
 
 
 class TestGlm45(ParserConformance):
@@ -53,14 +41,14 @@ class TestGlm45(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        return "\n".join(glm_block(n, a) for n, a in calls)
+        return _formats.glm(calls)
 
 
 class TestGlm47(TestGlm45):
     names = ("glm47",)
 
     def render(self, calls: list[Call]) -> str:
-        return "".join(glm_block(n, a, newlines=False) for n, a in calls)
+        return _formats.glm47(calls)
 
 
 QWEN3_CODER_QUIRKS = {
