@@ -319,12 +319,18 @@ class EmbeddedLLM:
         self._server_url = url
 
     def _fail(self, what: str) -> None:
-        tail = "\n".join(self.stderr_tail()[-15:]) or "(no output)"
-        raise EmbeddedLLMError(
+        lines = self.stderr_tail()
+        # llama.cpp marks errors with an " E " level column; they say what went wrong, the rest is context.
+        errors = list(dict.fromkeys(line for line in lines if " E " in line[:20]))[-8:]
+        parts = [
             f"embedded llama.cpp server for {self.config.model_path} {what}. "
-            f"Check the model path and settings (ctx_size, n_parallel) or raise startup_timeout.\n"
-            f"Last server output:\n{tail}"
-        )
+            "Check the model path and settings (ctx_size, n_parallel) or raise startup_timeout."
+        ]
+        if errors:
+            parts.append("Server errors:\n" + "\n".join(errors))
+        rest = [line for line in lines if line not in errors][-10:]
+        parts.append("Last server output:\n" + ("\n".join(rest) or "(no output)"))
+        raise EmbeddedLLMError("\n".join(parts))
 
     def stop(self) -> None:
         """Stop the server's process group: SIGTERM, then SIGKILL after stop_timeout. Idempotent."""
@@ -401,7 +407,12 @@ def _run_child() -> None:
     params.cache_ram_mib = config.cache_ram_mib
     params.warmup = False
     params.ui = False
-    server = xllamacpp.Server(params)  # loads the model and starts listening
+    try:
+        server = xllamacpp.Server(params)  # loads the model and starts listening
+    except RuntimeError as exc:  # the reason is in llama.cpp's log above; the parent reports it
+        sys.stderr.write(f"embedded_llm: {exc}\n")
+        sys.stderr.flush()
+        os._exit(1)
     sys.stdout.write(_READY_PREFIX + server.listening_address + "\n")
     sys.stdout.flush()
     sys.stdin.buffer.read()  # returns at EOF: the parent stopped us or died
