@@ -224,6 +224,8 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
             info["task_id"] = r.item["task_id"]
             info["correct"] = self.is_correct(r.item, r.result)
             info["model_answer"] = extract_final_answer(r.result.final_response)
+        # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
+        group["tools"] = self.tool_schemas()  # type: ignore[typeddict-unknown-key]
         return group
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:

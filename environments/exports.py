@@ -1,0 +1,328 @@
+"""Exports of agent conversations for SFT: ShareGPT, OpenAI messages+tools, unified trajectories.
+
+    python -m environments.exports sharegpt   runs/NAME/trajectories.jsonl out.jsonl
+    python -m environments.exports openai     out/gaia_agent.jsonl out.jsonl
+    python -m environments.exports trajectory runs/NAME/trajectories.jsonl out.jsonl
+    python -m environments.exports sft        runs/NAME/trajectories.jsonl sft_dir/ [--val_fraction 0.1]
+
+Input is either batch_runner output (one conversation per line) or an env's `process`
+JSONL (one scored group per line, conversations under `messages`). Every format has an
+inverse back to OpenAI messages, so each export round-trips (tool-call ids are renumbered).
+
+ShareGPT turns are `{"from": system|human|gpt|tool, "value": ...}`; a gpt turn carries its
+calls as `<tool_call>{"name", "arguments"}</tool_call>` blocks and a tool turn its result
+as `<tool_response>{"name", "content"}</tool_response>`. The unified trajectory is
+`{task_id, domain, question, actions: [{step, turn, tool, arguments, result, error, thought}],
+final_answer, metadata}`; `build_tool_sft` cuts trajectories into per-tool SFT sets,
+split into train/val by task so no task lands in both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "Conversation",
+    "read_conversations",
+    "to_sharegpt",
+    "sharegpt_to_messages",
+    "to_openai",
+    "to_trajectory",
+    "trajectory_to_messages",
+    "build_tool_sft",
+    "canonical_messages",
+]
+
+_OPENAI_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+
+@dataclass
+class Conversation:
+    id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    source: str = ""  # "batch_runner" | "process"
+    score: float | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def read_conversations(path: Path) -> Iterator[Conversation]:
+    """Conversations of a batch_runner output or of an env's `process` JSONL."""
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            if "prompt_id" in row and "messages" in row:
+                meta = {k: row[k] for k in ("stop_reason", "completed", "toolsets", "model", "turns", "usage", "tool_calls") if k in row}
+                meta.update(row.get("metadata") or {})
+                yield Conversation(str(row["prompt_id"]), row["messages"], row.get("tools") or [], "batch_runner", None, meta)
+            elif "scores" in row and isinstance(row.get("messages"), list):
+                infos = row.get("rollout_info") or [{} for _ in row["messages"]]
+                for i, (messages, score) in enumerate(zip(row["messages"], row["scores"])):
+                    info = dict(infos[i]) if i < len(infos) else {}
+                    task = info.get("task_id", "item")
+                    yield Conversation(f"{task}#{n}.{i}", messages, row.get("tools") or [], "process", float(score), info)
+            else:
+                raise ValueError(f"{path}:{n} is neither a batch_runner result (prompt_id, messages) "
+                                 "nor a process group (messages, scores)")
+
+
+def _arguments(raw: Any) -> Any:
+    """Arguments as an object when they are JSON (they usually are), else the raw string."""
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError:
+            return raw
+    return raw
+
+
+def _arguments_str(args: Any) -> str:
+    return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+
+
+def canonical_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI keys only, call ids renumbered in order, arguments parsed: what a round trip must keep."""
+    ids: dict[str, str] = {}
+    out = []
+    for m in messages:
+        c: dict[str, Any] = {k: m[k] for k in _OPENAI_KEYS if k in m and m[k] is not None}
+        if m.get("role") == "assistant":
+            c.setdefault("content", None)
+            c["content"] = c["content"] or None
+        if c.get("tool_calls"):
+            calls = []
+            for call in c["tool_calls"]:
+                ids[call.get("id", "")] = f"call_{len(ids)}"
+                calls.append({"id": ids[call.get("id", "")], "type": "function",
+                              "function": {"name": call["function"]["name"], "arguments": _arguments(call["function"].get("arguments"))}})
+            c["tool_calls"] = calls
+        elif "tool_calls" in c:
+            del c["tool_calls"]
+        if c.get("role") == "tool":
+            c["tool_call_id"] = ids.get(m.get("tool_call_id", ""), m.get("tool_call_id"))
+        out.append(c)
+    return out
+
+
+# ---- ShareGPT -----------------------------------------------------------------------------
+
+_ROLE_TO_FROM = {"system": "system", "user": "human", "assistant": "gpt", "tool": "tool"}
+_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
+_RESPONSE = re.compile(r"^<tool_response>\n(.*)\n</tool_response>$", re.DOTALL)
+
+
+def to_sharegpt(conv: Conversation) -> dict[str, Any]:
+    turns = []
+    for m in conv.messages:
+        role = m.get("role")
+        if role not in _ROLE_TO_FROM:
+            raise ValueError(f"conversation {conv.id}: role {role!r} has no ShareGPT equivalent")
+        if role == "assistant":
+            parts = [m["content"]] if m.get("content") else []
+            for call in m.get("tool_calls") or []:
+                body = {"name": call["function"]["name"], "arguments": _arguments(call["function"].get("arguments"))}
+                parts.append(f"<tool_call>\n{json.dumps(body, ensure_ascii=False)}\n</tool_call>")
+            value = "\n".join(parts)
+        elif role == "tool":
+            body = {"name": m.get("name"), "content": m.get("content")}
+            value = f"<tool_response>\n{json.dumps(body, ensure_ascii=False)}\n</tool_response>"
+        else:
+            value = m.get("content") or ""
+        turns.append({"from": _ROLE_TO_FROM[role], "value": value})
+    return {"id": conv.id, "conversations": turns, "tools": json.dumps(conv.tools, ensure_ascii=False)}
+
+
+def sharegpt_to_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    pending: list[str] = []  # call ids waiting for their tool turn
+    count = 0
+    for turn in record["conversations"]:
+        kind, value = turn["from"], turn["value"]
+        if kind == "gpt":
+            calls = []
+            for block in _CALL.findall(value):
+                body = json.loads(block)
+                call_id = f"call_{count}"
+                count += 1
+                pending.append(call_id)
+                calls.append({"id": call_id, "type": "function",
+                              "function": {"name": body["name"], "arguments": _arguments_str(body["arguments"])}})
+            start = value.find("<tool_call>\n") if calls else -1
+            # to_sharegpt joins the content and the call blocks with one newline
+            content = (value if start < 0 else value[: max(start - 1, 0)]) or None
+            msg: dict[str, Any] = {"role": "assistant", "content": content}
+            if calls:
+                msg["tool_calls"] = calls
+            messages.append(msg)
+        elif kind == "tool":
+            match = _RESPONSE.match(value)
+            if match is None:
+                raise ValueError(f"tool turn is not a <tool_response> block: {value[:80]!r}")
+            body = json.loads(match.group(1))
+            messages.append({"role": "tool", "tool_call_id": pending.pop(0) if pending else None,
+                             "name": body["name"], "content": body["content"]})
+        else:
+            messages.append({"role": {"system": "system", "human": "user"}[kind], "content": value})
+    return messages
+
+
+# ---- OpenAI messages + tools --------------------------------------------------------------
+
+def to_openai(conv: Conversation) -> dict[str, Any]:
+    messages = [{k: m[k] for k in _OPENAI_KEYS if k in m} for m in conv.messages]
+    return {"messages": messages, "tools": conv.tools}
+
+
+# ---- unified trajectory -------------------------------------------------------------------
+
+def to_trajectory(conv: Conversation, domain: str | None = None) -> dict[str, Any]:
+    msgs = conv.messages
+    system = next((m["content"] for m in msgs if m.get("role") == "system"), None)
+    users = [m for m in msgs if m.get("role") == "user"]
+    if len(users) != 1:
+        raise ValueError(f"conversation {conv.id}: a trajectory has exactly one user question, found {len(users)}")
+    results = {m.get("tool_call_id"): m for m in msgs if m.get("role") == "tool"}
+    actions: list[dict[str, Any]] = []
+    final_answer = None
+    turn = 0
+    for m in msgs:
+        if m.get("role") != "assistant":
+            continue
+        calls = m.get("tool_calls") or []
+        if not calls:
+            final_answer = m.get("content")
+            continue
+        for call in calls:
+            result = results.get(call.get("id"), {})
+            content = result.get("content")
+            error = None
+            if isinstance(content, str) and content.startswith('{"error"'):
+                error = _arguments(content).get("error") if isinstance(_arguments(content), dict) else None
+            actions.append({
+                "step": len(actions) + 1,
+                "turn": turn,
+                "tool": call["function"]["name"],
+                "arguments": _arguments(call["function"].get("arguments")),
+                "result": content,
+                "error": error,
+                "thought": m.get("content"),
+            })
+        turn += 1
+    metadata = {**conv.metadata, "system": system, "tools": conv.tools, "source": conv.source, "score": conv.score}
+    return {
+        "task_id": conv.id,
+        "domain": domain or conv.metadata.get("domain") or conv.source or "general",
+        "question": users[0]["content"],
+        "actions": actions,
+        "final_answer": final_answer,
+        "metadata": metadata,
+    }
+
+
+def trajectory_to_messages(traj: dict[str, Any]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if traj["metadata"].get("system") is not None:
+        messages.append({"role": "system", "content": traj["metadata"]["system"]})
+    messages.append({"role": "user", "content": traj["question"]})
+    by_turn: dict[int, list[dict[str, Any]]] = {}
+    for action in traj["actions"]:
+        by_turn.setdefault(action["turn"], []).append(action)
+    for turn in sorted(by_turn):
+        actions = by_turn[turn]
+        calls = [{"id": f"call_{a['step'] - 1}", "type": "function",
+                  "function": {"name": a["tool"], "arguments": _arguments_str(a["arguments"])}} for a in actions]
+        messages.append({"role": "assistant", "content": actions[0]["thought"], "tool_calls": calls})
+        for a, call in zip(actions, calls):
+            if a["result"] is not None:
+                messages.append({"role": "tool", "tool_call_id": call["id"], "name": a["tool"], "content": a["result"]})
+    if traj["final_answer"] is not None:
+        messages.append({"role": "assistant", "content": traj["final_answer"]})
+    return messages
+
+
+def _split_of(task_id: str, val_fraction: float, seed: int) -> str:
+    digest = hashlib.sha256(f"{seed}:{task_id}".encode()).digest()
+    return "val" if int.from_bytes(digest[:8], "big") / 2**64 < val_fraction else "train"
+
+
+def build_tool_sft(
+    trajectories: Iterable[dict[str, Any]],
+    out_dir: Path,
+    *,
+    val_fraction: float = 0.1,
+    seed: int = 0,
+    min_score: float | None = None,
+    skip_failed_calls: bool = True,
+) -> dict[str, dict[str, int]]:
+    """Per tool: examples whose last message is an assistant turn calling that tool.
+
+    Each example is the conversation up to and including that turn, with the tools
+    offered. A task goes wholly to train or to val (by a hash of its id), so val never
+    sees a task train saw. Returns (and writes to manifest.json) the counts.
+    """
+    if not 0.0 <= val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
+    sets: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for traj in trajectories:
+        score = traj["metadata"].get("score")
+        if min_score is not None and (score is None or score < min_score):
+            continue
+        messages = trajectory_to_messages(traj)
+        split = _split_of(traj["task_id"], val_fraction, seed)
+        # index of each turn's assistant message in `messages`
+        turn_at = [i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("tool_calls")]
+        for turn_index, position in enumerate(turn_at):
+            actions = [a for a in traj["actions"] if a["turn"] == turn_index]
+            for tool in dict.fromkeys(a["tool"] for a in actions):
+                if skip_failed_calls and any(a["error"] for a in actions if a["tool"] == tool):
+                    continue
+                example = {"task_id": traj["task_id"], "tool": tool, "messages": messages[: position + 1],
+                           "tools": traj["metadata"].get("tools") or []}
+                sets.setdefault(tool, {"train": [], "val": []})[split].append(example)
+    manifest = {tool: {s: len(rows) for s, rows in parts.items()} for tool, parts in sorted(sets.items())}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for tool, parts in sets.items():
+        (out_dir / tool).mkdir(exist_ok=True)
+        for split, rows in parts.items():
+            (out_dir / tool / f"{split}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+    (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    return manifest
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m environments.exports", description=__doc__.split("\n\n")[0])
+    parser.add_argument("format", choices=["sharegpt", "openai", "trajectory", "sft"])
+    parser.add_argument("input", type=Path, help="batch_runner trajectories.jsonl or a process JSONL")
+    parser.add_argument("output", type=Path, help="output JSONL (a directory for sft)")
+    parser.add_argument("--val_fraction", type=float, default=0.1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--min_score", type=float, default=None, help="sft: only trajectories scoring at least this")
+    args = parser.parse_args(argv)
+    conversations = read_conversations(args.input)
+    if args.format == "sft":
+        manifest = build_tool_sft((to_trajectory(c) for c in conversations), args.output,
+                                  val_fraction=args.val_fraction, seed=args.seed, min_score=args.min_score)
+        print(json.dumps(manifest))
+        return 0
+    convert = {"sharegpt": to_sharegpt, "openai": to_openai, "trajectory": to_trajectory}[args.format]
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    count = 0
+    with open(args.output, "w", encoding="utf-8") as f:
+        for conv in conversations:
+            f.write(json.dumps(convert(conv), ensure_ascii=False) + "\n")
+            count += 1
+    print(f"wrote {count} {args.format} records to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
