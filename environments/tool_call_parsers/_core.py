@@ -180,12 +180,16 @@ def _convert(raw: str, t: str) -> tuple[bool, Any]:
         return (True, low == "true") if low in ("true", "false") else (False, None)
     if t in ("integer", "number"):
         try:
+            return True, int(s)
+        except ValueError:
+            pass
+        if t == "integer":
+            return False, None
+        try:
             f = float(s)
         except ValueError:
             return False, None
-        if t == "integer":
-            return (True, int(f)) if f.is_integer() and "." not in s and "e" not in s.lower() else (False, None)
-        return True, (int(s) if s.lstrip("-").isdigit() else f)
+        return (True, f) if f == f and f not in (float("inf"), float("-inf")) else (False, None)
     if t in ("object", "array"):
         want = dict if t == "object" else list
         try:
