@@ -26,16 +26,18 @@ import warnings
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, final
+from typing import Any, AsyncIterator, Literal, final
 
 import httpx
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
 from pydantic import Field
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
-from environments.model_client import ChatModel
+from environments.model_client import ChatModel, ModelError
 from environments.openai_chat import PLACEHOLDER_API_KEY, OpenAIChatConfig, OpenAIChatModel
 from environments.phase1_tokens import tokenize_conversation
+from environments.tokens.chat_model import TokenChatConfig
+from environments.tokens.phase2 import PHASE1_NOTE, TokenLevelModels, TokenServerChoice, resolve_token_server, trace_items
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
 from model_tools import default_registry
 from tools.context import ToolContext, ToolLimits
@@ -66,8 +68,19 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     tool_max_output_chars: int = Field(20_000, gt=0, description="Cap on a tool's output")
     python_timeout_s: float = Field(30.0, gt=0, description="Timeout of one python tool call")
     tool_call_parser: str = Field("hermes", description="Parser for tool calls a server returns as text")
+    token_server: TokenServerChoice = Field(
+        "auto",
+        description="Exact tokens (Phase 2): the model server's token protocol, vllm | vllm_openai | sglang | llamacpp; "
+        "auto = from --openai.server_type (vllm, sglang); off = Phase 1 chat (re-rendered tokens, no logprobs)",
+    )
+    chat_template_path: str | None = Field(
+        None, description="Phase 2: the model's chat template (.jinja) when the tokenizer has none or another one"
+    )
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="Extra fields for every chat request (e.g. a llama.cpp 'grammar')"
+    )
+    tools_in: Literal["request", "system_prompt"] = Field(
+        "request", description="How tools reach the model: tools= in the request, or Hermes text in the system prompt"
     )
     workspace_root: str | None = Field(None, description="Where per-trajectory workspaces go (default: a temp dir)")
     max_consecutive_infra_failures: int = Field(
@@ -158,6 +171,7 @@ class HermesAgentBaseEnv(BaseEnv):
         self._tool_backend: ToolBackend | None = None
         self._consecutive_infra_failures = 0
         self.rollouts_done = 0
+        self._token_models: TokenLevelModels | None = None  # Phase 2, while the runtime is up
 
     @staticmethod
     def _resolve_tokenizer(name: str, server_configs: list[APIServerConfig]) -> str:
@@ -209,6 +223,8 @@ class HermesAgentBaseEnv(BaseEnv):
         """A model client for one trajectory (servers are used round-robin)."""
         index = next(self._server_cycle)
         cfg = self.server_configs[index]
+        if self._token_models is not None:
+            return self._token_models.make_model(index)
         return OpenAIChatModel(
             OpenAIChatConfig(
                 base_url=self._base_urls[index],
@@ -217,6 +233,7 @@ class HermesAgentBaseEnv(BaseEnv):
                 timeout_s=float(cfg.timeout),
                 text_tool_parser=self.config.tool_call_parser,
                 extra_body=self.config.extra_body,
+                tools_in=self.config.tools_in,
             ),
             client=self._clients[index] if self._clients else None,
         )
@@ -312,28 +329,34 @@ class HermesAgentBaseEnv(BaseEnv):
         for r in rollouts:
             assert r.result is not None and r.score is not None
             trace = r.extras.get("token_trace")
-            if trace is not None:
-                tokens, masks = list(trace.tokens), list(trace.masks)
-                logprobs.append(list(trace.logprobs))
+            if trace is not None:  # Phase 2: exact ids; one item per token sequence
+                items = trace_items(trace)
             else:
-                tokens, masks = tokenize_conversation(self.tokenizer, r.result.messages, tools)
-            group["tokens"].append(tokens)
-            group["masks"].append(masks)
-            group["scores"].append(r.score)
-            group["messages"].append(r.result.messages)
-            info.append(
-                {
-                    "stop_reason": r.result.stop_reason,
-                    "turns": r.result.turns_used,
-                    "tool_calls": r.result.tool_call_count,
-                    "tool_errors": len(r.result.tool_errors),
-                    "duration_s": round(r.duration_s, 3),
-                }
-            )
+                items = [(*tokenize_conversation(self.tokenizer, r.result.messages, tools), None)]
+            for tokens, masks, item_logprobs in items:
+                if item_logprobs is not None:
+                    logprobs.append(item_logprobs)
+                group["tokens"].append(tokens)
+                group["masks"].append(masks)
+                group["scores"].append(r.score)
+                group["messages"].append(r.result.messages)
+                info.append(
+                    {
+                        "stop_reason": r.result.stop_reason,
+                        "turns": r.result.turns_used,
+                        "tool_calls": r.result.tool_call_count,
+                        "tool_errors": len(r.result.tool_errors),
+                        "duration_s": round(r.duration_s, 3),
+                        "token_sequences": len(items),
+                    }
+                )
         # Not `overrides`: trainers read that key as per-item training overrides.
         group["rollout_info"] = info  # type: ignore[typeddict-unknown-key]
-        if logprobs and len(logprobs) == len(rollouts):
+        if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs
+        if len(rollouts) == self.config.group_size != len(group["tokens"]):
+            # A non-append-only template split a rollout into sequences: tell atroposlib the size.
+            group["group_overrides"] = {"group_size": len(group["tokens"])}
         return group
 
     # ---- runtime: model server, tool backend, clean shutdown -------------------------------
@@ -353,8 +376,13 @@ class HermesAgentBaseEnv(BaseEnv):
                     await stack.enter_async_context(llm)
                     self._base_urls[i] = llm.base_url
                     print(f"[hermes-rl] embedded model server at {llm.base_url}", file=sys.stderr)
+            kind = resolve_token_server(self.config.token_server, self.server_configs[0].server_type)
+            if kind is not None:
+                self._token_models = await self._start_token_models(kind, stack)
             for url in self._base_urls:
-                await check_server(url)
+                if kind is None:
+                    await check_server(url)
+                    logger.warning(PHASE1_NOTE.format(url=url))
             self._clients = [
                 OpenAIChatModel.make_client(url, cfg.api_key, float(cfg.timeout))
                 for url, cfg in zip(self._base_urls, self.server_configs)
@@ -369,6 +397,31 @@ class HermesAgentBaseEnv(BaseEnv):
                 yield self
             finally:
                 self._tool_backend = None
+                self._token_models = None
+
+    async def _start_token_models(self, kind: str, stack: AsyncExitStack) -> TokenLevelModels:
+        """Phase 2: token-server clients + the chat template, checked before any rollout."""
+        try:
+            models = TokenLevelModels(
+                kind,  # type: ignore[arg-type]
+                list(zip(self._base_urls, self.server_configs)),
+                self.tokenizer,
+                self.config.chat_template_path,
+                TokenChatConfig(
+                    tool_call_parser=self.config.tool_call_parser,
+                    # Stay under the trainer's length: longer groups would be dropped by atroposlib.
+                    max_context_tokens=self.config.max_token_length - 1 if self.config.max_token_length > 1 else None,
+                ),
+            )
+        except (ValueError, OSError) as exc:  # TemplateError, a missing template file
+            raise HermesEnvError(f"Phase 2 ({kind}) cannot render this model's chat template: {exc}") from exc
+        stack.push_async_callback(models.aclose)
+        try:
+            await models.check()
+        except ModelError as exc:
+            raise HermesEnvError(str(exc)) from exc
+        print(f"[hermes-rl] Phase 2: exact tokens from {kind} token server(s) {', '.join(self._base_urls)}", file=sys.stderr)
+        return models
 
     async def process_manager(self):
         ok = False

@@ -9,8 +9,9 @@ This client cannot give the exact tokens the model sampled: use a token server
 
 from __future__ import annotations
 
+import json
 import uuid
-from typing import Any
+from typing import Any, Literal
 
 import openai
 from pydantic import BaseModel, Field
@@ -33,11 +34,36 @@ class OpenAIChatConfig(BaseModel):
         "hermes", description="Parser for tool calls a server returns as text; None disables recovery"
     )
     extra_body: dict[str, Any] = Field(default_factory=dict, description="Extra request fields, e.g. a llama.cpp grammar")
+    tools_in: Literal["request", "system_prompt"] = Field(
+        "request",
+        description="'request': send tools= (the server's template renders them); 'system_prompt': describe "
+        "them in Hermes format in the system message, for servers that cannot take tools= (llama.cpp "
+        "refuses tools= together with a custom grammar)",
+    )
 
 
 def _strip_for_request(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     # reasoning_content is ours to keep in the trajectory; servers reject or re-render it.
     return [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+
+
+def hermes_tools_system_prompt(tools: list[dict[str, Any]]) -> str:
+    """The Hermes function-calling instructions, as Hermes 2 Pro's template writes them."""
+    listing = "\n".join(json.dumps(t, ensure_ascii=False) for t in tools)
+    return (
+        "You are a function calling AI model. You are provided with function signatures within "
+        f"<tools></tools> XML tags.\n<tools>\n{listing}\n</tools>\nFor each function call, return a json "
+        "object with function name and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+        '{"name": <function-name>, "arguments": <args-dict>}\n</tool_call>'
+    )
+
+
+def _with_tools_in_system(messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    block = hermes_tools_system_prompt(tools)
+    if messages and messages[0].get("role") == "system":
+        first = dict(messages[0], content=f"{messages[0].get('content') or ''}\n\n{block}")
+        return [first, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
 
 
 class OpenAIChatModel:
@@ -68,12 +94,15 @@ class OpenAIChatModel:
         temperature: float,
         max_tokens: int | None,
     ) -> ModelTurn:
+        request_messages = _strip_for_request(messages)
+        if tools and self.config.tools_in == "system_prompt":
+            request_messages = _with_tools_in_system(request_messages, tools)
         kwargs: dict[str, Any] = {
             "model": self.config.model,
-            "messages": _strip_for_request(messages),
+            "messages": request_messages,
             "temperature": temperature,
         }
-        if tools:
+        if tools and self.config.tools_in == "request":
             kwargs["tools"] = tools
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens

@@ -1,0 +1,140 @@
+"""The GSM8k agent env end to end: the real `process` command against the embedded
+llama.cpp server, and the command's behaviour on bad input."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from environments.gsm8k_agent_env import is_correct
+from environments.gsm8k_data import gold_answer, synthetic_gsm8k
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# llama.cpp grammar: the model must write one hermes-format python call computing a product.
+TOOL_CALL_GRAMMAR = r'''root ::= "<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"print(" num " * " num ")\"}}\n</tool_call>"
+num ::= [1-9] [0-9]?'''
+
+
+def run_env(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "environments.gsm8k_agent_env", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def read_groups(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_synthetic_problems_are_gsm8k_format_and_deterministic():
+    a, b = synthetic_gsm8k(20, seed=3), synthetic_gsm8k(20, seed=3)
+    assert a == b and a != synthetic_gsm8k(20, seed=4)
+    for item in a:
+        gold = gold_answer(item["answer"])
+        assert item["answer"].splitlines()[-1] == f"#### {gold}"
+        assert int(gold) >= 0
+        # the worked steps' <<a*b=c>> annotations are arithmetically true
+        for expr in __import__("re").findall(r"<<([^=]+)=([^>]+)>>", item["answer"]):
+            assert eval(expr[0]) == int(expr[1])
+
+
+def test_math_verify_scoring():
+    assert is_correct("So the answer is \\boxed{42}.", "42")
+    assert is_correct("The change is $1,234", "1234")
+    assert not is_correct("\\boxed{41}", "42")
+    assert not is_correct("", "42") and not is_correct(None, "42")
+    assert gold_answer("blah\n#### 1,000") == "1000"
+
+
+@pytest.mark.llm
+def test_process_runs_against_embedded_llama_cpp_and_executes_model_tool_calls(embedded_llm, tmp_path):
+    out = tmp_path / "groups.jsonl"
+    config = tmp_path / "config.yaml"
+    # Grammar-constrained decoding makes the tiny model emit a tool call (it rarely does on its own).
+    # llama.cpp refuses tools= together with a grammar, so the tools go into the system prompt.
+    config.write_text(
+        yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}, "tools_in": "system_prompt"}})
+    )
+    proc = run_env(
+        "process",
+        "--config", str(config),
+        "--openai.base_url", embedded_llm.base_url,
+        "--openai.model_name", embedded_llm.model_name,
+        "--openai.api_key", "local",
+        "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
+        "--env.total_steps", "2",
+        "--env.group_size", "2",
+        "--env.max_agent_turns", "2",
+        "--env.agent_max_tokens", "64",
+        "--env.data_path_to_save_groups", str(out),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert str(out.resolve()) in proc.stdout and str(out.with_suffix(".html").resolve()) in proc.stdout
+    groups = read_groups(out)
+    assert len(groups) == 2 and out.with_suffix(".html").exists()
+    executed = 0
+    for group in groups:
+        assert len(group["messages"]) == len(group["tokens"]) == len(group["masks"]) == len(group["scores"]) == 2
+        assert all(0.0 <= s <= 1.0 for s in group["scores"])
+        for messages, tokens, masks in zip(group["messages"], group["tokens"], group["masks"]):
+            assert len(tokens) == len(masks)
+            assert any(m != -100 for m in masks) and any(m == -100 for m in masks)
+            calls = [c for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+            results = {m["tool_call_id"]: m["content"] for m in messages if m["role"] == "tool"}
+            assert calls, "the grammar forces a tool call every turn"
+            for call in calls:
+                assert call["function"]["name"] == "python"
+                code = json.loads(call["function"]["arguments"])["code"]
+                a, b = (int(x) for x in code.removeprefix("print(").removesuffix(")").split(" * "))
+                # the call really ran: its output is the product the model asked for
+                assert json.loads(results[call["id"]])["output"] == f"{a * b}\n"
+                executed += 1
+    assert executed >= 4
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_base_url_fails_fast_and_writes_nothing(tmp_path):
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    out = tmp_path / "never.jsonl"
+    proc = run_env(
+        "process", "--openai.base_url", url, "--openai.model_name", "m", "--env.tokenizer_name",
+        "embedded", "--env.data_path_to_save_groups", str(out), timeout=120,
+    )
+    assert proc.returncode != 0
+    assert url in proc.stderr and "cannot reach the model server" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not out.exists()
+
+
+def test_base_url_that_is_not_a_url_is_refused(tmp_path):
+    proc = run_env("process", "--openai.base_url", "localhost:8000", "--env.data_path_to_save_groups",
+                   str(tmp_path / "x.jsonl"), timeout=120)
+    assert proc.returncode == 2
+    assert "'localhost:8000' is not an http(s) URL" in proc.stderr
+
+
+def test_unknown_env_flag_is_reported(tmp_path):
+    proc = run_env("process", "--env.no_such_flag", "3", timeout=120)
+    assert proc.returncode != 0
+    assert "--env.no_such_flag" in proc.stderr
+
+
+def test_wrong_flag_type_is_reported(tmp_path):
+    proc = run_env("process", "--env.group_size", "many", timeout=120)
+    assert proc.returncode != 0
+    assert "group_size" in proc.stderr and "many" in proc.stderr
