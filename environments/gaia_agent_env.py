@@ -3,7 +3,10 @@
     python -m environments.gaia_agent_env process --env.total_steps 12 --env.group_size 2
     python -m environments.gaia_data download --dest data/GAIA      # the gated real set
     python -m environments.gaia_agent_env process --env.data_dir data/GAIA/2023/validation \
-        --env.web.backend tavily --openai.base_url URL --openai.model_name M
+        --config gaia.yaml --openai.base_url URL --openai.model_name M
+
+(nested settings go in the YAML file, e.g. `env: {web: {backend: tavily}}`; the key is
+read from $TAVILY_API_KEY unless `env.web.tavily.api_key` is set.)
 
 Offline by default: a dozen GAIA-format tasks bundled in environments/data/gaia/offline,
 and the embedded offline web (tools/web) that answers `web_search`/`web_extract`.
@@ -153,6 +156,7 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
         self._registry = ToolRegistry([*builtin_tools(), *web_tools(self.web_backend)])
         self.tasks: list[dict[str, Any]] = []
         self.iter = 0
+        self._correct_since_log: list[bool] = []
 
     @classmethod
     def config_init(cls):
@@ -224,9 +228,18 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
             info["task_id"] = r.item["task_id"]
             info["correct"] = self.is_correct(r.item, r.result)
             info["model_answer"] = extract_final_answer(r.result.final_response)
+            self._correct_since_log.append(info["correct"])
         # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
         group["tools"] = self.tool_schemas()  # type: ignore[typeddict-unknown-key]
         return group
+
+    async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
+        # The reward mixes in efficiency; log the pure correctness beside it.
+        metrics = dict(wandb_metrics or {})
+        if self._correct_since_log:
+            metrics["train/accuracy"] = sum(self._correct_since_log) / len(self._correct_since_log)
+            self._correct_since_log = []
+        await super().wandb_log(metrics)
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         tasks = self.tasks[: self.config.eval_size] if self.config.eval_size else self.tasks
