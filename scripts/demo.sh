@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Set everything up, then run the main job: the GSM8k agent env's `process` command on the
+# embedded llama.cpp model (no API key, no network). Extra arguments go to `process`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+exec .venv/bin/python -m environments.gsm8k_agent_env process "$@"
