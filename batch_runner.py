@@ -83,6 +83,9 @@ class BatchConfig(BaseModel):
     time_budget_s: float = Field(300.0, gt=0)
     max_attempts: int = Field(3, ge=1, description="Tries per prompt when the infrastructure fails")
     retry_backoff_s: float = Field(1.0, ge=0)
+    max_consecutive_failures: int = Field(
+        10, ge=1, description="Prompts in a row lost to infrastructure errors before the run stops (server down)"
+    )
     request_timeout_s: float = Field(120.0, gt=0)
     request_retries: int = Field(2, ge=0, description="Retries of one HTTP request inside the client")
     system_prompt: str = DEFAULT_SYSTEM_PROMPT
@@ -229,6 +232,7 @@ class Progress:
     done: int = 0
     failed: int = 0
     retries: int = 0
+    consecutive_failures: int = 0
     started: float = field(default_factory=time.monotonic)
 
     def line(self) -> str:
@@ -336,6 +340,7 @@ async def run_batch(config: BatchConfig, stream: Any = sys.stderr) -> dict[str, 
     queue: asyncio.Queue[Prompt] = asyncio.Queue()
     for p in pending:
         queue.put_nowait(p)
+    last_error: list[str] = []
     ticker = asyncio.create_task(_progress_loop(progress, config.progress_interval_s, stream))
     try:
         await web.start()
@@ -343,15 +348,18 @@ async def run_batch(config: BatchConfig, stream: Any = sys.stderr) -> dict[str, 
         runner = Runner(config, ToolRegistry([*builtin_tools(), *web_tools(web)]), backend, client)
 
         async def worker() -> None:
-            while not queue.empty():
+            while not queue.empty() and progress.consecutive_failures < config.max_consecutive_failures:
                 prompt = queue.get_nowait()
                 record, error, attempts = await runner.run_prompt(prompt, progress)
                 if record is not None:
                     writer.write(record)
                     progress.done += 1
+                    progress.consecutive_failures = 0
                 else:
                     failures.write({"prompt_id": prompt.id, "error": error, "attempts": attempts, "time": time.time()})
                     progress.failed += 1
+                    progress.consecutive_failures += 1
+                    last_error[:] = [str(error)]
 
         await asyncio.gather(*(worker() for _ in range(min(config.concurrency, max(len(pending), 1)))))
     finally:
@@ -368,6 +376,11 @@ async def run_batch(config: BatchConfig, stream: Any = sys.stderr) -> dict[str, 
     stats["session"] = {"wall_time_s": round(time.monotonic() - wall_started, 3), "ran": len(pending),
                         "recorded": progress.done, "infra_failed": progress.failed, "retries": progress.retries}
     (run_dir / "stats.json").write_text(json.dumps(stats, indent=2))
+    if progress.consecutive_failures >= config.max_consecutive_failures and not queue.empty():
+        raise BatchError(
+            f"stopped after {progress.consecutive_failures} prompts in a row failed on infrastructure errors "
+            f"(last: {last_error[0] if last_error else '?'}); fix the server, then rerun with --resume"
+        )
     return stats
 
 

@@ -179,3 +179,16 @@ def test_sigkill_midway_then_resume_gives_each_prompt_exactly_once(embedded_llm,
     stats = json.loads((tmp_path / "runs/kill/stats.json").read_text())
     assert stats["recorded"] == n and stats["session"]["ran"] == n - killed_at
     assert stats["tokens"]["completion_tokens"] > 0
+
+
+async def test_a_server_that_stays_down_stops_the_run(tmp_path: Path) -> None:
+    dataset = write_prompts(tmp_path / "p.jsonl", [{"prompt": f"p{i}"} for i in range(30)])
+    async with ScriptedOpenAIServer([500] * 100) as server:
+        cfg = config(tmp_path, dataset, server.base_url, concurrency=1, max_attempts=2, max_consecutive_failures=3)
+        with pytest.raises(BatchError, match="3 prompts in a row .*HTTP 500.*--resume"):
+            await run_batch(cfg)
+    assert len(lines(tmp_path / "runs/t/infra_failures.jsonl")) == 3
+    assert not (tmp_path / "runs/t/trajectories.jsonl").read_bytes()
+    async with ScriptedOpenAIServer([agent_policy()] * 60) as server:
+        stats = await run_batch(config(tmp_path, dataset, server.base_url, resume=True, concurrency=4))
+    assert stats["recorded"] == 30 and stats["missing"] == 0
