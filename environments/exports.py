@@ -306,14 +306,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val_fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min_score", type=float, default=None, help="sft: only trajectories scoring at least this")
+    parser.add_argument("--domain", default=None, help="trajectory/sft: domain of every record (default: from metadata)")
     args = parser.parse_args(argv)
     conversations = read_conversations(args.input)
     if args.format == "sft":
-        manifest = build_tool_sft((to_trajectory(c) for c in conversations), args.output,
+        manifest = build_tool_sft((to_trajectory(c, args.domain) for c in conversations), args.output,
                                   val_fraction=args.val_fraction, seed=args.seed, min_score=args.min_score)
         print(json.dumps(manifest))
         return 0
-    convert = {"sharegpt": to_sharegpt, "openai": to_openai, "trajectory": to_trajectory}[args.format]
+    convert = {"sharegpt": to_sharegpt, "openai": to_openai,
+               "trajectory": lambda c: to_trajectory(c, args.domain)}[args.format]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     count = 0
     with open(args.output, "w", encoding="utf-8") as f:

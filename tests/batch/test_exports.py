@@ -127,6 +127,8 @@ def test_per_tool_sft_sets(process_output: Path, tmp_path: Path) -> None:
 def test_cli(batch_output: Path, tmp_path: Path) -> None:
     assert exports.main(["sharegpt", str(batch_output), str(tmp_path / "s.jsonl")]) == 0
     assert len((tmp_path / "s.jsonl").read_text().splitlines()) == 5
+    assert exports.main(["trajectory", str(batch_output), str(tmp_path / "t.jsonl"), "--domain", "arith"]) == 0
+    assert {json.loads(x)["domain"] for x in (tmp_path / "t.jsonl").read_text().splitlines()} == {"arith"}
     assert exports.main(["sft", str(batch_output), str(tmp_path / "sft"), "--val_fraction", "0"]) == 0
     assert json.loads((tmp_path / "sft/manifest.json").read_text()) == {"python": {"train": 5, "val": 0}}
 
