@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any, Literal
 
 from math_verify import parse, verify
@@ -63,6 +64,7 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
             max_agent_turns=4,
             agent_max_tokens=256,
             data_path_to_save_groups="out/gsm8k_agent.jsonl",
+            data_dir_to_save_evals="out/gsm8k_agent_eval",
         )
         return config, embedded_server_configs()
 
@@ -91,6 +93,7 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
+        start = time.time()
         rollouts = await asyncio.gather(*(self.rollout(item, loop_config=loop_config) for item in self.test))
         scored = [r.score for r in rollouts if r.score is not None]
         metrics = {
@@ -100,7 +103,25 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
         }
         logger.info("evaluation: %s", metrics)
         print(f"[hermes-rl] evaluation: {metrics}")
-        await self.evaluate_log(metrics=metrics)
+        samples = [
+            {
+                "question": r.item["question"],
+                "gold": gold_answer(r.item["answer"]),
+                "response": r.result.final_response if r.result else None,
+                "score": r.score,
+                "stop_reason": r.result.stop_reason if r.result else None,
+                "error": r.error,
+                "messages": r.result.messages if r.result else None,
+            }
+            for r in rollouts
+        ]
+        await self.evaluate_log(
+            metrics=metrics,
+            samples=samples,
+            start_time=start,
+            end_time=time.time(),
+            generation_parameters={"temperature": 0.0, "max_tokens": loop_config.max_tokens},
+        )
 
 
 if __name__ == "__main__":

@@ -19,10 +19,11 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import netrc
+import os
 import sys
 import time
 import uuid
-import warnings
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -119,16 +120,14 @@ class Rollout:
 
 
 def _wandb_logged_in() -> bool:
+    """Whether wandb has credentials, checked the way wandb finds them (key or netrc), without prompting."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_MODE") in ("offline", "disabled"):
+        return True
     try:
-        import wandb
-    except ImportError:
+        auth = netrc.netrc().authenticators("api.wandb.ai")
+    except (FileNotFoundError, netrc.NetrcParseError, OSError):
         return False
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # wandb deprecates wandb.api but has no quiet check
-            return bool(wandb.api.api_key)
-    except Exception:  # wandb raises a variety of errors when no settings exist
-        return False
+    return bool(auth and auth[2])
 
 
 class HermesAgentBaseEnv(BaseEnv):
@@ -412,6 +411,7 @@ class HermesAgentBaseEnv(BaseEnv):
                     # Stay under the trainer's length: longer groups would be dropped by atroposlib.
                     max_context_tokens=self.config.max_token_length - 1 if self.config.max_token_length > 1 else None,
                 ),
+                extra_body=self.config.extra_body,
             )
         except (ValueError, OSError) as exc:  # TemplateError, a missing template file
             raise HermesEnvError(f"Phase 2 ({kind}) cannot render this model's chat template: {exc}") from exc
