@@ -6,14 +6,31 @@ Standard library only (this package is meant to be vendored by other projects).
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-__all__ = ["ParseIssue", "ParseResult", "ToolCallParser", "make_call", "coerce_value"]
+__all__ = ["ParseIssue", "ParseResult", "ToolCallParser", "make_call", "coerce_value", "NAME_PATTERN"]
 
 _DECODER = json.JSONDecoder()
 _SNIPPET = 80
+
+# What a function name may look like in any family: OpenAI's `[A-Za-z0-9_-]` plus the
+# dots, colons and slashes of namespaced (MCP-style) tools. Anything else (quotes,
+# spaces, control characters) is a format error rather than a call to a tool that
+# cannot exist.
+NAME_PATTERN = r"[A-Za-z0-9_][A-Za-z0-9_.:/\-]{0,127}"
+_NAME = re.compile(NAME_PATTERN)
+
+
+def valid_name(name: str) -> bool:
+    return _NAME.fullmatch(name) is not None
+
+
+def valid_key(key: str) -> bool:
+    """A parameter name written in markup: not empty, no tag characters or line breaks."""
+    return bool(key) and not any(c in key for c in "<>\n\r")
 
 
 @dataclass(frozen=True)
@@ -119,6 +136,8 @@ def call_from_object(
     name = next((obj[k] for k in name_keys if k in obj), None)
     if not isinstance(name, str) or not name.strip():
         return "tool call has no function name"
+    if not valid_name(name.strip()):
+        return f"invalid function name {name.strip()[:40]!r}"
     raw_args = next((obj[k] for k in arg_keys if k in obj), None)
     args = arguments_object(raw_args)
     if isinstance(args, str):

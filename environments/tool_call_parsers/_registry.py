@@ -72,8 +72,10 @@ class ParserRegistry:
 
     def _load_builtins(self) -> None:
         while self._pending:
-            module = self._pending.pop(0)
-            importlib.import_module(f"{__package__}.{module}")
+            # Dropped from the list only once imported: a broken module keeps raising its
+            # own error instead of turning into "unknown parser" on the next lookup.
+            importlib.import_module(f"{__package__}.{self._pending[0]}")
+            self._pending.pop(0)
 
     def get_class(self, name: str) -> type[ToolCallParser]:
         self._load_builtins()

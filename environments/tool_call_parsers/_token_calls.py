@@ -20,11 +20,11 @@ from ._core import (
     join_content,
     make_call,
     strip_code_fence,
+    valid_name,
 )
 
 __all__ = ["TokenCallSpec", "TokenCallParser"]
 
-_NAME = re.compile(r"[A-Za-z0-9_.:\-/]+")
 
 
 @dataclass(frozen=True)
@@ -122,7 +122,7 @@ class TokenCallParser(ToolCallParser):
                 call_id = header.strip()
                 name = _name_from_id(call_id)
         name = name.strip()
-        if not _NAME.fullmatch(name):
+        if not valid_name(name):
             return f"invalid function name {name[:40]!r}"
         value, reason = decode_json_exact(raw)
         if reason is not None:
@@ -133,10 +133,10 @@ class TokenCallParser(ToolCallParser):
         return name, args, call_id
 
 
+_KIMI_ID = re.compile(r"functions\.([^:]+):\d+")
+
+
 def _name_from_id(call_id: str) -> str:
-    # Kimi ids are `functions.NAME:INDEX`; the name is what sits between.
-    name = call_id
-    if name.startswith("functions."):
-        name = name[len("functions.") :]
-    head, colon, idx = name.rpartition(":")
-    return head if colon and idx.isdigit() else name
+    """Kimi ids are `functions.NAME:INDEX`; "" when the header is not one."""
+    m = _KIMI_ID.fullmatch(call_id)
+    return m.group(1) if m else ""

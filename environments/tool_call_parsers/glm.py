@@ -17,12 +17,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ._core import ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call
+from ._core import ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call, valid_key, valid_name
 from ._registry import register_parser
 
 __all__ = ["GlmSpec", "GlmParser", "GLM"]
 
-_NAME = re.compile(r"[A-Za-z0-9_.:\-/]+")
 
 
 @dataclass(frozen=True)
@@ -66,6 +65,10 @@ class GlmParser(ToolCallParser):
             else:
                 body_end = block_end = nxt if nxt != -1 else len(text)
             parsed = self._call(text, body_start, body_end, schemas)
+            if block_end == body_end and not isinstance(parsed, str) and not text[body_start:body_end].rstrip().endswith(spec.value[1]):
+                # Without its closing tag a call must end on a complete value: `<tool_call>get_wea`
+                # is a truncated name, not a call to `get_wea`.
+                parsed = f"unterminated tool call (no {spec.end})"
             if isinstance(parsed, str):
                 errors.append(issue(text, s, block_end, parsed))
             else:
@@ -84,7 +87,7 @@ class GlmParser(ToolCallParser):
         name = text[start : first if first != -1 else end].strip()
         if not name:
             return "tool call without a function name"
-        if not _NAME.fullmatch(name):
+        if not valid_name(name):
             return f"invalid function name {name[:40]!r}"
         props = schemas.get(name, {})
         args: dict[str, Any] = {}
@@ -97,8 +100,11 @@ class GlmParser(ToolCallParser):
                     break
                 return f"malformed <arg_key>/<arg_value> pair in {name}: {rest[:30]!r}"
             key = m.group(1).strip()
-            if not key:
-                return f"empty <arg_key> in {name}"
+            if not valid_key(key):
+                return f"invalid <arg_key> {key[:30]!r} in {name}"
+            if self.spec.key[0] in key + m.group(2) or self.spec.value[0] in key + m.group(2):
+                # A damaged closing tag made the pair swallow the next one.
+                return f"broken <arg_key>/<arg_value> tags in {name}"
             args[key] = coerce_value(m.group(2), props.get(key))
             pos = m.end()
         return name, args

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from ._core import ParseIssue, ParseResult, ToolCallParser, arguments_object, decode_json_exact, issue, make_call
+from ._core import NAME_PATTERN, ParseIssue, ParseResult, ToolCallParser, arguments_object, decode_json_exact, issue, make_call
 from ._registry import register_parser
 
 __all__ = ["GptOssParser"]
@@ -24,7 +24,7 @@ __all__ = ["GptOssParser"]
 _START = "<|start|>"
 _MESSAGE = "<|message|>"
 _ENDS = ("<|end|>", "<|call|>", "<|return|>")
-_RECIPIENT = re.compile(r"to=functions\.([A-Za-z0-9_.:\-/]+)")
+_RECIPIENT = re.compile(rf"to=functions\.({NAME_PATTERN})(?![^\s<])")
 _CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
 
 
@@ -56,7 +56,12 @@ class GptOssParser(ToolCallParser):
             body = text[body_start:end]
             channel = _CHANNEL.search(header)
             recipient = _RECIPIENT.search(header)
-            if recipient:
+            if header.count("to=") > 1 or any(tok in header for tok in _ENDS):
+                # The previous message lost its <|message|> or this one its <|start|>:
+                # two headers ran together and neither can be trusted.
+                errors.append(issue(text, header_start, end + end_len, "damaged harmony message header"))
+                content.append(text[header_start : end + end_len])
+            elif recipient:
                 value, reason = decode_json_exact(body)
                 args = arguments_object(value) if reason is None else reason
                 if isinstance(args, str):

@@ -20,6 +20,7 @@ import string
 from typing import Any, Mapping
 
 from ._core import (
+    NAME_PATTERN,
     ParseIssue,
     ParseResult,
     ToolCallParser,
@@ -35,7 +36,7 @@ __all__ = ["MistralParser"]
 
 _DECODER = json.JSONDecoder()
 _TOKEN = "[TOOL_CALLS]"
-_NAMED = re.compile(r"\s*([A-Za-z0-9_.\-]+)(?:\[CALL_ID\]\s*([A-Za-z0-9]+))?\s*(\[ARGS\])?\s*(?=\{)")
+_NAMED = re.compile(rf"\s*({NAME_PATTERN})(?:\[CALL_ID\]\s*([A-Za-z0-9]+))?\s*(\[ARGS\])?\s*(?=\{{)")
 _BARE_LIST = re.compile(r'\s*\[\s*\{\s*"name"\s*:')
 _ID_ALPHABET = string.ascii_letters + string.digits
 

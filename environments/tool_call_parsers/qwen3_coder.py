@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from ._core import ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call
+from ._core import ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call, valid_key, valid_name
 from ._registry import register_parser
 
 __all__ = ["Qwen3CoderParser"]
@@ -34,7 +34,6 @@ _FUNCTION_END = "</function>"
 _PARAM = re.compile(r"<parameter=([^>\n]*)>(.*?)</parameter>", re.DOTALL)
 _WRAP_OPEN = re.compile(r"<tool_call>\s*$")
 _WRAP_CLOSE = re.compile(r"\s*</tool_call>")  # used with .match(text, pos)
-_NAME = re.compile(r"[A-Za-z0-9_.:\-/]+")
 
 
 def strip_one_newline(value: str) -> str:
@@ -85,7 +84,7 @@ class Qwen3CoderParser(ToolCallParser):
         if name_end == -1 or name_end > body_end:
             return "unterminated <function=...> tag"
         name = text[s + len(_FUNCTION) : name_end].strip()
-        if not _NAME.fullmatch(name):
+        if not valid_name(name):
             return f"invalid function name {name!r}"
         props = schemas.get(name, {})
         args: dict[str, Any] = {}
@@ -94,8 +93,11 @@ class Qwen3CoderParser(ToolCallParser):
             if text[pos : m.start()].strip():
                 return f"unexpected text inside <function={name}>: {text[pos:m.start()].strip()[:30]!r}"
             key = m.group(1).strip()
-            if not key:
-                return "parameter without a name"
+            if not valid_key(key):
+                return f"invalid parameter name {key[:30]!r} in {name}"
+            if "<parameter=" in m.group(2):
+                # A damaged </parameter> made this value swallow the next parameter.
+                return f"unterminated <parameter={key}> in {name}"
             args[key] = coerce_value(strip_one_newline(m.group(2)), props.get(key))
             pos = m.end()
         rest = text[pos:body_end].strip()
