@@ -43,6 +43,9 @@ class TokenServerConfig(BaseModel):
     api_key: str | None = Field(None, description="Bearer token, if the server wants one")
     timeout_s: float = Field(600.0, gt=0)
     max_connections: int = Field(64, ge=1)
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Extra request fields, merged at the top level (e.g. a llama.cpp 'grammar')"
+    )
 
 
 @dataclass
@@ -116,6 +119,7 @@ class HTTPTokenServer:
         seed: int | None = None,
     ) -> Generation:
         path, body = _REQUESTS[self.config.kind](self.config, list(prompt_ids), max_tokens, temperature, stop_token_ids, seed)
+        body.update(self.config.extra_body)
         url = self._root + path
         try:
             response = await self._client.post(url, json=body)

@@ -1,0 +1,89 @@
+"""Phase 2 wiring for the base env: which servers are token servers, and their models.
+
+Phase 1 (an OpenAI chat endpoint) cannot say which token ids the model sampled; the env
+then re-renders finished conversations and sends no inference logprobs. Phase 2 talks to a
+token server (`--env.token_server`, or `--openai.server_type vllm|sglang`) through
+`TokenChatModel`, and each rollout's groups carry the exact ids, masks and logprobs.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any, Literal
+
+from .chat_model import TokenChatConfig, TokenChatModel
+from .servers import HTTPTokenServer, TokenServerConfig, TokenServerKind, make_token_server
+from .session import TokenTrace
+from .template import ChatRenderer
+
+__all__ = ["TokenServerChoice", "PHASE1_NOTE", "resolve_token_server", "TokenLevelModels", "trace_items"]
+
+logger = logging.getLogger(__name__)
+
+TokenServerChoice = Literal["auto", "off", "vllm", "vllm_openai", "sglang", "llamacpp"]
+
+PHASE1_NOTE = (
+    "Phase 1: {url} is used as an OpenAI chat endpoint, which cannot give the exact token ids the "
+    "model sampled; tokens and masks are re-rendered from the messages and no inference_logprobs "
+    "are sent. For exact tokens point at a token server with --env.token_server "
+    "vllm|vllm_openai|sglang|llamacpp."
+)
+
+
+def resolve_token_server(choice: str, server_type: str) -> TokenServerKind | None:
+    """`auto`: atroposlib's `vllm`/`sglang` server types speak token protocols; `openai` does not."""
+    if choice == "off":
+        return None
+    if choice == "auto":
+        return {"vllm": "vllm", "sglang": "sglang"}.get(server_type)  # type: ignore[return-value]
+    return choice  # type: ignore[return-value]
+
+
+class TokenLevelModels:
+    """One token-server client per model server, one renderer; a fresh model per trajectory."""
+
+    def __init__(
+        self,
+        kind: TokenServerKind,
+        servers: list[tuple[str, Any]],  # (base URL, atroposlib APIServerConfig)
+        tokenizer: Any,
+        chat_template_path: str | None,
+        chat_config: TokenChatConfig,
+        extra_body: dict[str, Any] | None = None,
+    ) -> None:
+        template = Path(chat_template_path).read_text() if chat_template_path else None
+        self.renderer = ChatRenderer(tokenizer, template)
+        self.chat_config = chat_config
+        self.clients: list[HTTPTokenServer] = [
+            make_token_server(
+                TokenServerConfig(
+                    kind=kind,
+                    base_url=url,
+                    model=cfg.model_name,
+                    api_key=cfg.api_key or None,
+                    timeout_s=float(cfg.timeout),
+                    extra_body=extra_body or {},
+                )
+            )
+            for url, cfg in servers
+        ]
+
+    async def check(self) -> None:
+        for client in self.clients:
+            await client.check()
+
+    async def aclose(self) -> None:
+        for client in self.clients:
+            await client.aclose()
+
+    def make_model(self, index: int) -> TokenChatModel:
+        return TokenChatModel(self.clients[index], self.renderer, self.chat_config)
+
+
+def trace_items(trace: TokenTrace) -> list[tuple[list[int], list[int], list[float]]]:
+    """(tokens, masks, inference_logprobs) per sequence. A trace has more than one sequence
+    only when the template was not append-only somewhere; each is a valid training item."""
+    if trace.restarts:
+        logger.info("rollout split into %d token sequences: %s", len(trace.sequences), "; ".join(trace.restart_reasons))
+    return [(list(s.tokens), s.masks, s.inference_logprobs) for s in trace.sequences]
