@@ -5,9 +5,11 @@ Standard library only (this package is meant to be vendored by other projects).
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 import uuid
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
@@ -219,14 +221,23 @@ def _convert(raw: str, t: str) -> tuple[bool, Any]:
     return False, None
 
 
+def parse_python(source: str, mode: str = "eval") -> ast.AST:
+    """`ast.parse` without the warnings that invalid escapes in model text would print.
+
+    Raises SyntaxError, ValueError, MemoryError or RecursionError like `ast.parse`.
+    (`catch_warnings` swaps process-wide filters; parsing runs on one thread.)
+    """
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ast.parse(source, mode=mode)
+
+
 def _python_literal(s: str) -> Any:
     # Templates that render values with Jinja's `string` filter write Python reprs
-    # (`{'a': True}`); ast.literal_eval reads them without executing anything.
-    import ast
-
+    # (`{'a': True}`); literal_eval reads them without executing anything.
     try:
-        return ast.literal_eval(s)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        return ast.literal_eval(parse_python(s))
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
 
 

@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import ast
 import re
-import warnings
 from typing import Any, Mapping
 
-from ._core import ParseIssue, ParseResult, ToolCallParser, issue, join_content, make_call
+from ._core import ParseIssue, ParseResult, ToolCallParser, issue, join_content, make_call, parse_python
 from ._registry import register_parser
 
 __all__ = ["PythonicParser"]
@@ -93,11 +92,7 @@ def _matching_bracket(text: str, j: int) -> int:
 
 def _calls(source: str) -> list[tuple[str, dict[str, Any]]]:
     try:
-        # Model text may hold invalid escapes ("\d"); compiling it warns. The warning is about
-        # the model's text, not this code, so it is silenced here (single-threaded use).
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            tree = ast.parse(source, mode="eval")
+        tree = parse_python(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         raise _NotACall(f"not a valid Python list of calls: {type(exc).__name__}") from None
     if not isinstance(tree.body, ast.List):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from typing import Any
 
 import pytest
@@ -46,7 +47,7 @@ def mutate(rng: random.Random, text: str, family: str, blocks: list[str]) -> tup
         tokens = [t for t in MARKUP[family] if t in text]
         if tokens:
             tok = rng.choice(tokens)
-            starts = [i for i in range(n) if text.startswith(tok, i)]
+            starts = [m.start() for m in re.finditer(re.escape(tok), text)]
             # Inside the token: changing its first or last character can legitimately
             # change the neighbouring value instead (`Paris<</parameter>`).
             inner = range(1, len(tok) - 1) if len(tok) > 2 else range(len(tok))
@@ -89,9 +90,6 @@ def check(parser, text: str, originals, structural: bool) -> None:
     if structural:
         for call in parsed:
             assert is_part_of(call, originals), f"invented {call}"
-    # `parse` agrees with `parse_detailed` and never raises either.
-    content, tool_calls = parser.parse(text)
-    assert content == result.content and len(tool_calls) == len(parsed)
 
 
 @pytest.mark.parametrize("family", sorted(WRITERS))
