@@ -85,17 +85,18 @@ class TokenChatModel:
         return turn
 
     def _prompt(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        """The held ids to send (the session's own list: not copied, so a turn costs the same late as early)."""
         if self._session is None:
             self._session = TokenSession(self.renderer, tools)
             self._seen = len(messages)
-            return list(self._session.start(messages))
+            return self._session.start(messages)
         if len(messages) <= self._seen or messages[self._seen - 1] != self._last:
             raise RuntimeError(
                 "TokenChatModel: the conversation was not continued from the last assistant turn "
                 "(earlier messages changed); use one TokenChatModel per trajectory and only append messages"
             )
         new = messages[self._seen :]
-        return list(self._session.extend(new))
+        return self._session.extend(new)
 
     def _turn(self, ids: list[int], finish_reason: str, tools: list[dict[str, Any]]) -> ModelTurn:
         text = self.renderer.decode(ids)
