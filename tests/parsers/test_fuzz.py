@@ -24,7 +24,7 @@ import pytest
 from environments.tool_call_parsers import get_parser
 
 from ._conformance import ESCAPES, PING, TOOLS, TYPED, WEATHER, calls_of
-from ._formats import MARKUP, WRITERS
+from environments.tool_call_parsers.testing import MARKUP, WRITERS
 
 MUTANTS_PER_FAMILY = 10_000
 BASE_CALL_SETS = [[WEATHER], [TYPED], [ESCAPES], [WEATHER, PING], [PING, ESCAPES, WEATHER]]

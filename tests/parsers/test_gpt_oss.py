@@ -6,7 +6,7 @@ import pytest
 
 from environments.tool_call_parsers import get_parser
 
-from . import _formats
+from environments.tool_call_parsers import testing as writers
 from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
 
 
@@ -20,7 +20,7 @@ class TestGptOss(ParserConformance):
     trailing_text = False  # the model stops at <|call|>
 
     def render(self, calls: list[Call]) -> str:
-        return _formats.gpt_oss(calls)
+        return writers.gpt_oss(calls)
 
 
 GPT_OSS_CASES = {

@@ -6,7 +6,7 @@ import pytest
 
 from environments.tool_call_parsers import get_parser
 
-from . import _formats
+from environments.tool_call_parsers import testing as writers
 from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
 
 
@@ -21,7 +21,7 @@ class TestHermes(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        return _formats.hermes(calls)
+        return writers.hermes(calls)
 
 
 class TestLongcat(ParserConformance):
@@ -29,7 +29,7 @@ class TestLongcat(ParserConformance):
     malformed = ("<longcat_tool_call>{\"name\": </longcat_tool_call>",)
 
     def render(self, calls: list[Call]) -> str:
-        return _formats.longcat(calls)
+        return writers.longcat(calls)
 
 
 WEATHER_JSON = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'

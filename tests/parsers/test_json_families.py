@@ -8,7 +8,7 @@ import pytest
 
 from environments.tool_call_parsers import get_parser
 
-from . import _formats
+from environments.tool_call_parsers import testing as writers
 from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
 
 
@@ -22,7 +22,7 @@ class TestLlama3Json(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        return _formats.llama3_json(calls)
+        return writers.llama3_json(calls)
 
 
 class TestLlama4Json(ParserConformance):
@@ -32,7 +32,7 @@ class TestLlama4Json(ParserConformance):
     malformed = ('<|python_start|>{"name": "get_weather", "parameters": {"city": "Paris"<|python_end|>',)
 
     def render(self, calls: list[Call]) -> str:
-        return _formats.llama4_json(calls)
+        return writers.llama4_json(calls)
 
 
 class TestMistral(ParserConformance):
@@ -45,7 +45,7 @@ class TestMistral(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        return _formats.mistral(calls)
+        return writers.mistral(calls)
 
 
 class TestMistralListForm(TestMistral):
@@ -66,7 +66,7 @@ class TestPythonic(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        return _formats.pythonic(calls)
+        return writers.pythonic(calls)
 
 
 MISTRAL_QUIRKS = {

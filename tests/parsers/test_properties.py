@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from environments.tool_call_parsers import get_parser
 
 from ._conformance import calls_of
-from ._formats import WRITERS
+from environments.tool_call_parsers.testing import WRITERS
 
 # Deterministic and no example database in the shared checkout.
 SETTINGS = settings(

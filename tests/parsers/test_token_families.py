@@ -8,7 +8,7 @@ from environments.tool_call_parsers import get_parser
 
 from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
 
-from ._formats import (
+from environments.tool_call_parsers.testing import (
     DS_BEGIN,
     DS_CALL,
     DS_CALL_END,

@@ -6,16 +6,16 @@ import pytest
 
 from environments.tool_call_parsers import get_parser
 
-from . import _formats
+from environments.tool_call_parsers import testing as writers
 from ._conformance import TOOLS, TYPED, WEATHER, Call, ParserConformance, calls_of
 
 
 def qwen3_coder_block(name: str, args: dict) -> str:
-    return _formats.qwen3_coder([(name, args)])
+    return writers.qwen3_coder([(name, args)])
 
 
 def glm_block(name: str, args: dict) -> str:
-    return _formats.glm([(name, args)])
+    return writers.glm([(name, args)])
 
 
 class TestQwen3Coder(ParserConformance):
@@ -28,7 +28,7 @@ class TestQwen3Coder(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        return _formats.qwen3_coder(calls)
+        return writers.qwen3_coder(calls)
 
 
 class TestGlm45(ParserConformance):
@@ -41,14 +41,14 @@ class TestGlm45(ParserConformance):
     )
 
     def render(self, calls: list[Call]) -> str:
-        return _formats.glm(calls)
+        return writers.glm(calls)
 
 
 class TestGlm47(TestGlm45):
     names = ("glm47",)
 
     def render(self, calls: list[Call]) -> str:
-        return _formats.glm47(calls)
+        return writers.glm47(calls)
 
 
 QWEN3_CODER_QUIRKS = {

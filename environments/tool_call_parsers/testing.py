@@ -1,13 +1,17 @@
-"""Writers: tool calls in each family's markup, as the family's template or docs write them.
+"""Writers for tests and benchmarks: tool calls in each family's markup, as the family's
+chat template (or, without one offline, its documentation) writes them.
 
-Shared by the conformance classes, the property tests, the fuzzing tests and the bench.
-Each writer takes [(name, arguments)] and returns the completion text.
+Each writer takes [(name, arguments)] and returns the completion text a model of that
+family would produce. Used by this project's conformance, property and fuzzing tests and
+by bench/parsers.py; other projects can use them to test their own parsers.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any, Callable
+
+__all__ = ["WRITERS", "MARKUP", "Call"]
 
 Call = tuple[str, dict[str, Any]]
 
@@ -86,11 +90,6 @@ def llama4_json(calls: list[Call]) -> str:
 def mistral(calls: list[Call]) -> str:
     # Mistral Small 3.2 / Devstral / Ministral 3 templates: one [TOOL_CALLS] per call.
     return "".join(f"[TOOL_CALLS]{n}[ARGS]{_json(a)}" for n, a in calls)
-
-
-def mistral_list(calls: list[Call]) -> str:
-    # Mistral 7B v0.3 template: one JSON list after the token.
-    return "[TOOL_CALLS] " + _json([{"name": n, "arguments": a, "id": f"abcDEF{i:03d}"} for i, (n, a) in enumerate(calls)])
 
 
 def pythonic(calls: list[Call]) -> str:
