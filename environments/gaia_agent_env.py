@@ -30,11 +30,17 @@ from pydantic import Field, model_validator
 
 from environments.agent_loop import AgentResult
 from environments.gaia_data import OFFLINE_DIR, load_tasks
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, Rollout, embedded_server_configs
+from environments.hermes_base_env import (
+    HermesAgentBaseEnv,
+    HermesAgentEnvConfig,
+    HermesEnvError,
+    Rollout,
+    embedded_server_configs,
+)
 from model_tools import builtin_tools
 from tools.context import ToolContext
 from tools.registry import ToolRegistry
-from tools.web import WebConfig, make_web_backend, web_tools
+from tools.web import WebBackendError, WebConfig, make_web_backend, web_tools
 
 __all__ = [
     "GaiaAgentEnv",
@@ -178,12 +184,17 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
     @asynccontextmanager
     async def runtime(self) -> AsyncIterator["GaiaAgentEnv"]:
         """The base runtime plus the web backend (the offline page server or the Tavily client)."""
-        async with super().runtime():
+        # Started first: a missing key or corpus fails before the model server is started.
+        try:
             await self.web_backend.start()
-            try:
+        except (WebBackendError, OSError) as exc:
+            await self.web_backend.stop()
+            raise HermesEnvError(f"the web backend could not start: {exc}") from exc
+        try:
+            async with super().runtime():
                 yield self
-            finally:
-                await self.web_backend.stop()
+        finally:
+            await self.web_backend.stop()
 
     async def setup(self) -> None:
         tasks = await asyncio.to_thread(load_tasks, Path(self.config.data_dir))

@@ -143,3 +143,35 @@ def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path
         assert all(i["task_id"].startswith("offline-") and isinstance(i["correct"], bool) for i in infos)
         # The model saw the GAIA system prompt and the web tools.
         assert "FINAL ANSWER" in group["messages"][0][0]["content"]
+
+
+async def test_web_backend_follows_config_tavily_double(tokenizer_dir: str, tmp_path: Path) -> None:
+    from pydantic import SecretStr
+
+    from tools.web import TavilyConfig, WebConfig
+    from tools.web.tavily_double import FakePage, FakeTavilyServer
+
+    page = FakePage("https://example.org/lighthouse", "Halvorsen Point Lighthouse", "It was first lit in 1887.")
+    async with FakeTavilyServer([page]) as tavily, ScriptedOpenAIServer([]) as model_server:
+        web = WebConfig(backend="tavily", tavily=TavilyConfig(api_key=SecretStr(tavily.api_key), base_url=tavily.base_url))
+        env = make_env(tokenizer_dir, model_server.base_url, tmp_path, web=web)
+        await env.setup()
+        task = next(t for t in env.tasks if t["task_id"] == "offline-web-lighthouse-year")
+        async with env.runtime():
+            r = await env.rollout(task, model=AnswerAfterSearches("1887", 1))
+    assert r.score == 1.0
+    tool_msg = next(m for m in r.result.messages if m["role"] == "tool")
+    assert json.loads(tool_msg["content"])["results"][0]["url"] == page.url
+    assert tavily.requests[0][0] == "/search" and tavily.requests[0][1]["query"] == "lighthouse"
+
+
+async def test_a_web_backend_that_cannot_start_is_a_clear_error(tokenizer_dir: str, tmp_path: Path) -> None:
+    from environments.hermes_base_env import HermesEnvError
+    from tools.web import OfflineWebConfig, WebConfig
+
+    (tmp_path / "empty").mkdir()
+    web = WebConfig(backend="offline", offline=OfflineWebConfig(corpus_dir=str(tmp_path / "empty")))
+    env = make_env(tokenizer_dir, "http://127.0.0.1:9/v1", tmp_path, web=web)
+    with pytest.raises(HermesEnvError, match="web backend could not start: .*no \\*.html pages"):
+        async with env.runtime():
+            pass
