@@ -27,7 +27,7 @@ from environments.exports import (
 )
 from environments.gaia_agent_env import GaiaAgentEnv, GaiaAgentEnvConfig
 from environments.gaia_solver import GaiaScriptedSolver
-from tests.batch.test_batch_runner import agent_policy, write_prompts
+from tests.batch.batch_helpers import agent_policy, write_prompts
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
 
