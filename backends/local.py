@@ -1,0 +1,88 @@
+"""Local backend: K sandbox_server processes on 127.0.0.1 (the embedded default)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from backends.base import SlotBackend
+from backends.process import SandboxProcess, start_sandbox_process
+from slots.client import SandboxAddress
+from slots.pool import SlotPoolConfig
+
+__all__ = ["LocalBackendConfig", "LocalSandboxProvider", "local_backend"]
+
+
+class LocalBackendConfig(BaseModel):
+    kind: Literal["local"] = "local"
+    pool: SlotPoolConfig = Field(default_factory=SlotPoolConfig)
+    data_root: str | None = Field(None, description="Where the servers keep workspaces (default: a temp dir)")
+    python: str | None = Field(None, description="Interpreter that runs sandbox_server (default: this one)")
+    bwrap: str = "bwrap"
+
+
+class LocalSandboxProvider:
+    def __init__(self, config: LocalBackendConfig) -> None:
+        self.config = config
+        self._procs: dict[str, SandboxProcess] = {}
+        self._root: Path | None = None
+        self._own_root = False
+
+    async def start(self) -> None:
+        if self.config.data_root:
+            self._root = Path(self.config.data_root)
+            self._root.mkdir(parents=True, exist_ok=True)
+        else:
+            self._root = Path(tempfile.mkdtemp(prefix="hermes-sandboxes-"))
+            self._own_root = True
+
+    async def launch(self, count: int) -> list[SandboxAddress]:
+        assert self._root is not None, "start() first"
+        root = self._root
+
+        async def one() -> SandboxAddress:
+            proc = await start_sandbox_process(
+                data_dir=root / f"sb-{uuid.uuid4().hex[:8]}",
+                slots=self.config.pool.slots_per_sandbox,
+                python=self.config.python,
+                bwrap=self.config.bwrap,
+            )
+            address = SandboxAddress(f"local-{proc.pid}", proc.url, proc.token)
+            self._procs[address.name] = proc
+            return address
+
+        results = await asyncio.gather(*(one() for _ in range(count)), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+        return list(results)  # type: ignore[arg-type]
+
+    async def alive(self, address: SandboxAddress) -> bool:
+        proc = self._procs.get(address.name)
+        return proc is not None and proc.proc.returncode is None
+
+    def pid(self, address: SandboxAddress) -> int:
+        return self._procs[address.name].pid
+
+    async def terminate(self, address: SandboxAddress) -> None:
+        proc = self._procs.pop(address.name, None)
+        if proc is not None:
+            await proc.stop()
+            await asyncio.to_thread(shutil.rmtree, proc.data_dir, True)
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(self.terminate(SandboxAddress(n, "", "")) for n in list(self._procs)))
+        if self._root is not None and self._own_root:
+            await asyncio.to_thread(shutil.rmtree, self._root, True)
+        self._root = None
+
+
+def local_backend(config: LocalBackendConfig | None = None) -> SlotBackend:
+    config = config or LocalBackendConfig()
+    return SlotBackend(LocalSandboxProvider(config), config.pool)

@@ -1,0 +1,240 @@
+"""Modal backend: a pool of `modal.Sandbox`es, each running sandbox_server with N slots.
+
+SDK calls (extra `modal`) live in `ModalSDKAdapter`; the provider adds what the pool
+needs on top: named sandboxes (a restart finds and removes orphans by tag), a creation
+rate limit, a cap on sandboxes starting at once, idle timeout and lifetime.
+`backends.testing.ModalTestDouble` implements `ModalAPI` with local processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, Field
+
+from backends.base import SlotBackend
+from slots.client import SandboxAddress
+from slots.pool import SlotPoolConfig
+
+__all__ = ["ModalBackendConfig", "ModalSandboxSpec", "ModalAPI", "ModalSDKAdapter", "ModalSandboxProvider", "modal_backend"]
+
+TOKEN_ENV = "SANDBOX_SERVER_TOKEN"
+SERVER_PORT = 8080
+POOL_TAG = "hermes_rl_pool"
+
+
+class ModalBackendConfig(BaseModel):
+    kind: Literal["modal"] = "modal"
+    pool: SlotPoolConfig = Field(default_factory=SlotPoolConfig)
+    app_name: str = "hermes-rl-sandboxes"
+    pool_name: str = Field("default", description="Tags and names this pool's sandboxes, to find orphans")
+    image: str = Field("hermes-rl-sandbox:latest", description="Registry image built from the Dockerfile")
+    python: str = "python3"
+    cpu: float = Field(2.0, gt=0)
+    memory_mb: int = Field(4096, gt=0)
+    lifetime_s: int = Field(3600, gt=0, description="Modal `timeout`: the sandbox is stopped after this long")
+    idle_timeout_s: int | None = Field(None, gt=0, description="Modal `idle_timeout`")
+    create_rate_per_s: float = Field(2.0, gt=0, description="At most this many Sandbox.create calls per second")
+    max_starting: int = Field(4, ge=1, description="Sandboxes starting at the same time")
+    startup_timeout_s: float = Field(300.0, gt=0)
+
+
+@dataclass(frozen=True)
+class ModalSandboxSpec:
+    """Arguments of one `modal.Sandbox.create` call, in the SDK's own names."""
+
+    args: tuple[str, ...]
+    name: str
+    image: str
+    secrets: dict[str, str]
+    timeout: int
+    idle_timeout: int | None
+    cpu: float
+    memory: int
+    encrypted_ports: tuple[int, ...]
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+class ModalAPI(Protocol):
+    async def lookup_app(self, name: str) -> str:
+        """`modal.App.lookup(name, create_if_missing=True)`; returns the app id."""
+        ...
+
+    async def create_sandbox(self, app_id: str, spec: ModalSandboxSpec) -> str:
+        """`modal.Sandbox.create(*args, app=..., name=..., ...)`; returns the sandbox's object id."""
+        ...
+
+    async def tunnel_url(self, sandbox_id: str, port: int, timeout: float) -> str: ...
+
+    async def poll(self, sandbox_id: str) -> int | None:
+        """`Sandbox.poll()`: None while running, else the exit code."""
+        ...
+
+    async def terminate(self, sandbox_id: str) -> None: ...
+
+    async def list_sandboxes(self, app_id: str, tags: dict[str, str]) -> list[str]:
+        """`modal.Sandbox.list(app_id=..., tags=...)`: ids of the app's running sandboxes with these tags."""
+        ...
+
+
+class ModalSDKAdapter:
+    """`ModalAPI` over the `modal` SDK's async (`.aio`) interface."""
+
+    def __init__(self) -> None:
+        try:
+            import modal  # noqa: PLC0415 - optional extra, imported only when Modal is chosen
+        except ImportError as exc:
+            raise ImportError("the Modal backend needs the modal SDK: pip install 'hermes-rl[modal]'") from exc
+        self._modal = modal
+        self._apps: dict[str, Any] = {}
+        self._sandboxes: dict[str, Any] = {}
+
+    @staticmethod
+    def create_kwargs(spec: ModalSandboxSpec) -> dict[str, Any]:
+        """The keyword arguments given to `modal.Sandbox.create` (besides app, image, secrets objects)."""
+        return {
+            "name": spec.name,
+            "timeout": spec.timeout,
+            "idle_timeout": spec.idle_timeout,
+            "cpu": spec.cpu,
+            "memory": spec.memory,
+            "encrypted_ports": list(spec.encrypted_ports),
+        }
+
+    async def lookup_app(self, name):
+        app = await self._modal.App.lookup.aio(name, create_if_missing=True)
+        self._apps[app.app_id] = app
+        return app.app_id
+
+    async def create_sandbox(self, app_id, spec):
+        m = self._modal
+        sb = await m.Sandbox.create.aio(
+            *spec.args,
+            app=self._apps[app_id],
+            image=m.Image.from_registry(spec.image),
+            secrets=[m.Secret.from_dict(spec.secrets)],
+            **self.create_kwargs(spec),
+        )
+        if spec.tags:
+            await sb.set_tags.aio(spec.tags)
+        self._sandboxes[sb.object_id] = sb
+        return sb.object_id
+
+    async def _get(self, sandbox_id):
+        sb = self._sandboxes.get(sandbox_id)
+        if sb is None:
+            sb = await self._modal.Sandbox.from_id.aio(sandbox_id)
+            self._sandboxes[sandbox_id] = sb
+        return sb
+
+    async def tunnel_url(self, sandbox_id, port, timeout):
+        tunnels = await (await self._get(sandbox_id)).tunnels.aio(timeout=int(timeout))
+        return tunnels[port].url
+
+    async def poll(self, sandbox_id):
+        return await (await self._get(sandbox_id)).poll.aio()
+
+    async def terminate(self, sandbox_id):
+        await (await self._get(sandbox_id)).terminate.aio()
+        self._sandboxes.pop(sandbox_id, None)
+
+    async def list_sandboxes(self, app_id, tags):
+        return [sb.object_id async for sb in self._modal.Sandbox.list.aio(app_id=app_id, tags=tags)]
+
+
+class _RateLimiter:
+    """At most `rate` acquisitions per second, spaced evenly."""
+
+    def __init__(self, rate: float) -> None:
+        self._interval = 1.0 / rate
+        self._next = 0.0
+        self._lock = asyncio.Lock()
+
+    async def wait(self) -> None:
+        async with self._lock:
+            now = time.monotonic()
+            if self._next > now:
+                await asyncio.sleep(self._next - now)
+            self._next = max(now, self._next) + self._interval
+
+
+class ModalSandboxProvider:
+    def __init__(self, config: ModalBackendConfig, api: ModalAPI) -> None:
+        self.config = config
+        self.api = api
+        self._token = secrets.token_urlsafe(24)
+        self._app_id: str | None = None
+        self._ids: dict[str, str] = {}  # sandbox name -> Modal object id
+        self._starting = asyncio.Semaphore(config.max_starting)
+        self._rate = _RateLimiter(config.create_rate_per_s)
+        self.orphans_removed = 0
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {POOL_TAG: self.config.pool_name}
+
+    def spec(self, name: str) -> ModalSandboxSpec:
+        return ModalSandboxSpec(
+            args=(self.config.python, "-m", "sandbox_server", "--host", "0.0.0.0", "--port", str(SERVER_PORT),
+                  "--slots", str(self.config.pool.slots_per_sandbox), "--data-dir", "/var/lib/hermes-sandbox"),
+            name=name,
+            image=self.config.image,
+            secrets={TOKEN_ENV: self._token},
+            timeout=self.config.lifetime_s,
+            idle_timeout=self.config.idle_timeout_s,
+            cpu=self.config.cpu,
+            memory=self.config.memory_mb,
+            encrypted_ports=(SERVER_PORT,),
+            tags=self.tags,
+        )  # fmt: skip
+
+    async def start(self) -> None:
+        self._app_id = await self.api.lookup_app(self.config.app_name)
+        await self._remove_orphans()
+
+    async def _remove_orphans(self) -> None:
+        assert self._app_id is not None
+        for sandbox_id in await self.api.list_sandboxes(self._app_id, self.tags):
+            await self.api.terminate(sandbox_id)
+            self.orphans_removed += 1
+
+    async def _one(self) -> SandboxAddress:
+        assert self._app_id is not None, "start() first"
+        name = f"{self.config.pool_name}-{uuid.uuid4().hex[:10]}"
+        async with self._starting:
+            await self._rate.wait()
+            sandbox_id = await self.api.create_sandbox(self._app_id, self.spec(name))
+            self._ids[name] = sandbox_id
+            url = await self.api.tunnel_url(sandbox_id, SERVER_PORT, self.config.startup_timeout_s)
+        return SandboxAddress(name, url.rstrip("/"), self._token)
+
+    async def launch(self, count: int) -> list[SandboxAddress]:
+        results = await asyncio.gather(*(self._one() for _ in range(count)), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+        return list(results)  # type: ignore[arg-type]
+
+    async def alive(self, address: SandboxAddress) -> bool:
+        sandbox_id = self._ids.get(address.name)
+        return sandbox_id is not None and await self.api.poll(sandbox_id) is None
+
+    async def terminate(self, address: SandboxAddress) -> None:
+        sandbox_id = self._ids.pop(address.name, None)
+        if sandbox_id is not None:
+            await self.api.terminate(sandbox_id)
+
+    async def stop(self) -> None:
+        await asyncio.gather(*(self.api.terminate(i) for i in self._ids.values()), return_exceptions=True)
+        self._ids.clear()
+        if self._app_id is not None:
+            await self._remove_orphans()  # anything a cancelled launch left behind
+
+
+def modal_backend(config: ModalBackendConfig, api: ModalAPI | None = None) -> SlotBackend:
+    return SlotBackend(ModalSandboxProvider(config, api or ModalSDKAdapter()), config.pool)

@@ -1,0 +1,362 @@
+"""Test doubles of the Nomad and Modal APIs that run sandbox_server as local processes.
+
+They implement `backends.nomad.NomadAPI` and `backends.modal.ModalAPI` following the
+services' documented behaviour closely enough that the whole path job/sandbox -> slot
+-> command runs for real: Nomad's job JSON is validated and its task's command line is
+started (with the interpreter of this machine in place of the image's), allocations go
+pending -> running -> failed/complete; Modal sandboxes get names unique within their
+app, tags, a lifetime after which they are stopped, and a tunnel URL per port.
+What they cannot show: scheduling on real nodes, docker, TLS tunnels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from backends.modal import ModalSandboxSpec
+
+__all__ = ["NomadTestDouble", "ModalTestDouble", "check_job_spec", "MODAL_SANDBOX_CREATE_PARAMS"]
+
+# Keyword parameters of `modal.Sandbox.create` as documented in the Modal SDK reference.
+MODAL_SANDBOX_CREATE_PARAMS = frozenset(
+    "app name tags image env secrets network_file_systems timeout idle_timeout workdir gpu cloud region cpu "
+    "memory runtime block_network outbound_cidr_allowlist outbound_domain_allowlist inbound_cidr_allowlist "
+    "volumes pty encrypted_ports h2_ports unencrypted_ports custom_domain proxy readiness_probe verbose "
+    "experimental_options client environment_name cidr_allowlist".split()
+)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class _Proc:
+    proc: asyncio.subprocess.Process | None = None
+    port: int = 0
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    failed: str | None = None
+    workdir: Path | None = None
+
+
+async def _spawn(argv: list[str], env: dict[str, str], workdir: Path, state: _Proc) -> None:
+    """Start a sandbox_server command line and wait for its 'listening' line."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    state.workdir = workdir
+    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONUNBUFFERED": "1", **env}
+    with open(workdir / "task.log", "ab") as log:
+        state.proc = await asyncio.create_subprocess_exec(
+            *argv, env=full_env, stdout=asyncio.subprocess.PIPE, stderr=log,
+            stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    try:
+        line = await asyncio.wait_for(state.proc.stdout.readline(), 30)
+        json.loads(line)
+    except (asyncio.TimeoutError, ValueError):
+        state.failed = (workdir / "task.log").read_text(errors="replace")[-1000:]
+        if state.proc.returncode is None:
+            state.proc.kill()
+        await state.proc.wait()
+    state.ready.set()
+
+
+async def _kill(state: _Proc) -> None:
+    if state.proc is not None and state.proc.returncode is None:
+        try:
+            state.proc.send_signal(signal.SIGTERM)
+            await asyncio.wait_for(state.proc.wait(), 5)
+        except ProcessLookupError:
+            pass
+        except asyncio.TimeoutError:
+            state.proc.kill()
+            await state.proc.wait()
+
+
+def _local_argv(args: list[str], port: int, data_dir: Path) -> list[str]:
+    """The task's `-m sandbox_server ...` arguments, run by this interpreter on 127.0.0.1."""
+    out = list(args)
+    for i, a in enumerate(out):
+        if i and out[i - 1] == "--host":
+            out[i] = "127.0.0.1"  # a double listens on loopback only
+        elif i and out[i - 1] == "--port":
+            out[i] = str(port)
+        elif i and out[i - 1] == "--data-dir":
+            out[i] = str(data_dir)
+    return [sys.executable, *out]
+
+
+# -- Nomad -------------------------------------------------------------------------------------
+
+
+def check_job_spec(job: dict[str, Any]) -> None:
+    """Refuse a job the way Nomad's job validation would (the fields we rely on)."""
+    problems = []
+    for key, typ in (("ID", str), ("Name", str), ("Type", str), ("Datacenters", list), ("TaskGroups", list)):
+        if not isinstance(job.get(key), typ):
+            problems.append(f"Job.{key} must be a {typ.__name__}")
+    if job.get("Type") not in ("service", "batch", "system", "sysbatch"):
+        problems.append("Job.Type must be service, batch, system or sysbatch")
+    for group in job.get("TaskGroups") or []:
+        if not isinstance(group.get("Name"), str) or not isinstance(group.get("Count"), int) or group["Count"] < 0:
+            problems.append("TaskGroup needs a Name and a Count >= 0")
+        labels = {p.get("Label") for n in group.get("Networks") or [] for p in n.get("DynamicPorts") or []}
+        for task in group.get("Tasks") or []:
+            if task.get("Driver") not in ("docker", "raw_exec", "exec", "singularity"):
+                problems.append(f"Task {task.get('Name')!r}: unknown driver {task.get('Driver')!r}")
+            config = task.get("Config") or {}
+            if task.get("Driver") in ("docker", "singularity") and not config.get("image"):
+                problems.append(f"Task {task.get('Name')!r}: the {task['Driver']} driver needs Config.image")
+            if not config.get("command") and task.get("Driver") != "docker":
+                problems.append(f"Task {task.get('Name')!r}: Config.command is required")
+            for port in config.get("ports") or []:
+                if port not in labels:
+                    problems.append(f"Task {task.get('Name')!r}: port {port!r} is not declared in the group network")
+            res = task.get("Resources") or {}
+            if not isinstance(res.get("CPU"), int) or not isinstance(res.get("MemoryMB"), int):
+                problems.append(f"Task {task.get('Name')!r}: Resources.CPU and Resources.MemoryMB must be integers")
+        if not group.get("Tasks"):
+            problems.append(f"TaskGroup {group.get('Name')!r} has no tasks")
+    if problems:
+        raise ValueError("invalid Nomad job: " + "; ".join(problems))
+
+
+@dataclass
+class _Alloc:
+    id: str
+    job_id: str
+    group: str
+    state: _Proc
+    desired: str = "run"
+    create_index: int = 0
+
+    def client_status(self) -> str:
+        if self.desired != "run":
+            return "complete"
+        if self.state.failed or (self.state.proc is not None and self.state.proc.returncode is not None):
+            return "failed"
+        return "running" if self.state.ready.is_set() else "pending"
+
+
+class NomadTestDouble:
+    """`NomadAPI` that schedules each task group's allocations as local processes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.allocs: dict[str, _Alloc] = {}
+        self.calls: list[tuple[str, Any]] = []
+        self._index = 0
+        self._tasks: set[asyncio.Task] = set()
+
+    async def register_job(self, job):
+        self.calls.append(("register_job", job))
+        check_job_spec(job)
+        self.jobs[job["ID"]] = job
+        await self._reconcile(job["ID"])
+        self._index += 1
+        return {"EvalID": uuid.uuid4().hex, "JobModifyIndex": self._index}
+
+    async def _reconcile(self, job_id: str) -> None:
+        job = self.jobs[job_id]
+        for group in job["TaskGroups"]:
+            live = sorted(
+                (a for a in self.allocs.values() if a.job_id == job_id and a.group == group["Name"] and a.desired == "run"),
+                key=lambda a: a.create_index,
+            )
+            for extra in live[group["Count"]:][::-1]:
+                await self._stop(extra)
+            for _ in range(group["Count"] - len(live)):
+                self._start(job, group)
+
+    def _start(self, job: dict, group: dict) -> None:
+        task = group["Tasks"][0]
+        self._index += 1
+        alloc = _Alloc(uuid.uuid4().hex, job["ID"], group["Name"], _Proc(port=_free_port()), create_index=self._index)
+        task_dir = self.root / alloc.id
+        config = task["Config"]
+        args = [a.replace("${NOMAD_PORT_http}", str(alloc.state.port)).replace("${NOMAD_TASK_DIR}", str(task_dir)) for a in config["args"]]
+        argv = _local_argv(args, alloc.state.port, task_dir / "sandbox")
+        self.allocs[alloc.id] = alloc
+        t = asyncio.create_task(_spawn(argv, dict(task.get("Env") or {}), task_dir, alloc.state))
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _stop(self, alloc: _Alloc) -> None:
+        alloc.desired = "stop"
+        await alloc.state.ready.wait()
+        await _kill(alloc.state)
+
+    def _stub(self, a: _Alloc) -> dict[str, Any]:
+        return {"ID": a.id, "JobID": a.job_id, "TaskGroup": a.group, "ClientStatus": a.client_status(),
+                "DesiredStatus": a.desired, "CreateIndex": a.create_index}  # fmt: skip
+
+    async def job_allocations(self, job_id):
+        self.calls.append(("job_allocations", job_id))
+        return [self._stub(a) for a in self.allocs.values() if a.job_id == job_id]
+
+    async def allocation(self, alloc_id):
+        a = self.allocs[alloc_id]
+        port = {"Label": "http", "Value": a.state.port, "To": 0, "HostIP": "127.0.0.1"}
+        return {**self._stub(a), "AllocatedResources": {"Shared": {
+            "Ports": [port], "Networks": [{"IP": "127.0.0.1", "DynamicPorts": [{"Label": "http", "Value": a.state.port}]}]}}}  # fmt: skip
+
+    async def stop_allocation(self, alloc_id):
+        self.calls.append(("stop_allocation", alloc_id))
+        alloc = self.allocs[alloc_id]
+        await self._stop(alloc)
+        if alloc.job_id in self.jobs:
+            await self._reconcile(alloc.job_id)  # Nomad replaces a stopped allocation to keep Count
+
+    async def deregister_job(self, job_id, *, purge):
+        self.calls.append(("deregister_job", {"job_id": job_id, "purge": purge}))
+        for a in [a for a in self.allocs.values() if a.job_id == job_id]:
+            await self._stop(a)
+            if purge:
+                del self.allocs[a.id]
+        if purge:
+            self.jobs.pop(job_id, None)
+
+    def pid(self, name_prefix: str) -> int:
+        """pid of the allocation whose id starts with `name_prefix` (test helper)."""
+        for a in self.allocs.values():
+            if a.id.startswith(name_prefix.removeprefix("nomad-")):
+                return a.state.proc.pid
+        raise KeyError(name_prefix)
+
+    def running(self) -> int:
+        return sum(a.state.proc is not None and a.state.proc.returncode is None for a in self.allocs.values())
+
+    async def close(self) -> None:
+        for a in list(self.allocs.values()):
+            await _kill(a.state)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+# -- Modal ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class _ModalSandbox:
+    id: str
+    app_id: str
+    spec: ModalSandboxSpec
+    state: _Proc
+    created_at: float
+    terminated: bool = False
+    lifetime: asyncio.TimerHandle | None = None
+
+
+class ModalTestDouble:
+    """`ModalAPI` whose sandboxes are local sandbox_server processes."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self.apps: dict[str, str] = {}  # name -> app id
+        self.sandboxes: dict[str, _ModalSandbox] = {}
+        self.calls: list[tuple[str, Any]] = []
+        self.starting = 0
+        self.max_starting_seen = 0
+        self._tasks: set[asyncio.Task] = set()
+
+    async def lookup_app(self, name):
+        self.calls.append(("lookup_app", name))
+        return self.apps.setdefault(name, f"ap-{uuid.uuid4().hex[:12]}")
+
+    async def create_sandbox(self, app_id, spec):
+        from backends.modal import ModalSDKAdapter  # noqa: PLC0415 - the kwargs the real adapter would send
+
+        kwargs = ModalSDKAdapter.create_kwargs(spec)
+        unknown = set(kwargs) - MODAL_SANDBOX_CREATE_PARAMS
+        if unknown:
+            raise TypeError(f"Sandbox.create() got unexpected keyword arguments {sorted(unknown)}")
+        if any(s.spec.name == spec.name and s.app_id == app_id and not s.terminated for s in self.sandboxes.values()):
+            raise ValueError(f"a running sandbox named {spec.name!r} already exists in this app")  # Modal: names are unique
+        self.calls.append(("create_sandbox", {"app_id": app_id, **kwargs, "args": spec.args, "tags": spec.tags}))
+        sb = _ModalSandbox(f"sb-{uuid.uuid4().hex[:12]}", app_id, spec, _Proc(port=_free_port()), time.monotonic())
+        self.sandboxes[sb.id] = sb
+        workdir = self.root / sb.id
+        argv = _local_argv(list(spec.args[1:]), sb.state.port, workdir / "data")
+        self.starting += 1
+        self.max_starting_seen = max(self.max_starting_seen, self.starting)
+
+        async def boot() -> None:
+            try:
+                await asyncio.sleep(0.05)  # containers take a moment to be scheduled
+                await _spawn(argv, dict(spec.secrets), workdir, sb.state)
+            finally:
+                self.starting -= 1
+
+        t = asyncio.create_task(boot())
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+        # `timeout` is the sandbox's maximum lifetime.
+        sb.lifetime = asyncio.get_running_loop().call_later(spec.timeout, lambda: self._spawn_task(self.terminate(sb.id)))
+        return sb.id
+
+    def _spawn_task(self, coro) -> None:
+        t = asyncio.create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def tunnel_url(self, sandbox_id, port, timeout):
+        sb = self.sandboxes[sandbox_id]
+        if port not in sb.spec.encrypted_ports:
+            raise KeyError(f"port {port} was not given in encrypted_ports")
+        await asyncio.wait_for(sb.state.ready.wait(), timeout)
+        if sb.state.failed:
+            raise RuntimeError(f"sandbox {sandbox_id} exited while starting: {sb.state.failed}")
+        return f"http://127.0.0.1:{sb.state.port}"
+
+    async def poll(self, sandbox_id):
+        sb = self.sandboxes[sandbox_id]
+        if sb.terminated:
+            return -1
+        proc = sb.state.proc
+        return None if proc is None or proc.returncode is None else proc.returncode
+
+    async def terminate(self, sandbox_id):
+        self.calls.append(("terminate", sandbox_id))
+        sb = self.sandboxes[sandbox_id]
+        sb.terminated = True
+        if sb.lifetime is not None:
+            sb.lifetime.cancel()
+        await sb.state.ready.wait()
+        await _kill(sb.state)
+
+    async def list_sandboxes(self, app_id, tags):
+        self.calls.append(("list_sandboxes", {"app_id": app_id, "tags": tags}))
+        return [
+            s.id for s in self.sandboxes.values()
+            if s.app_id == app_id and not s.terminated and all(s.spec.tags.get(k) == v for k, v in tags.items())
+        ]  # fmt: skip
+
+    def pid(self, name: str) -> int:
+        for s in self.sandboxes.values():
+            if s.spec.name == name:
+                return s.state.proc.pid
+        raise KeyError(name)
+
+    def running(self) -> int:
+        return sum(s.state.proc is not None and s.state.proc.returncode is None for s in self.sandboxes.values())
+
+    async def close(self) -> None:
+        for s in list(self.sandboxes.values()):
+            if s.lifetime is not None:
+                s.lifetime.cancel()
+            await _kill(s.state)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        shutil.rmtree(self.root, ignore_errors=True)

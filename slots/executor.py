@@ -1,0 +1,115 @@
+"""A `ToolExecutor` over one slot, and the batcher that groups calls arriving together."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import TYPE_CHECKING, Any
+
+from slots.client import SandboxClient, SandboxUnavailable, decode_b64, exec_result, raise_for_error
+from tools.executor import ExecResult
+
+if TYPE_CHECKING:
+    from slots.pool import Slot
+
+__all__ = ["SandboxBatcher", "SlotExecutor"]
+
+
+class SandboxBatcher:
+    """Collects the calls made to one sandbox within `window_s` and sends them as one /batch.
+
+    The server answers line by line as calls finish, so a long command in a batch does
+    not delay the quick ones.
+    """
+
+    def __init__(self, client: SandboxClient, *, window_s: float = 0.002) -> None:
+        self.client = client
+        self.window_s = window_s
+        self._pending: list[tuple[dict, asyncio.Future, float]] = []
+        self._flusher: asyncio.Task | None = None
+        self._inflight: set[asyncio.Task] = set()
+        self.batches_sent = 0
+        self.calls_sent = 0
+
+    async def call(self, call: dict, *, timeout: float) -> dict:
+        fut: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._pending.append((call, fut, timeout))
+        if self._flusher is None:
+            self._flusher = asyncio.create_task(self._flush_soon())
+        line = await fut
+        if not line["ok"]:
+            raise_for_error(line.get("status", 0), line.get("kind", ""), line.get("error", ""))
+        return line["result"]
+
+    async def _flush_soon(self) -> None:
+        await asyncio.sleep(self.window_s)
+        batch, self._pending, self._flusher = self._pending, [], None
+        task = asyncio.create_task(self._send(batch))
+        self._inflight.add(task)
+        task.add_done_callback(self._inflight.discard)
+
+    async def _send(self, batch: list[tuple[dict, asyncio.Future, float]]) -> None:
+        self.batches_sent += 1
+        self.calls_sent += len(batch)
+        live = [(c, f, t) for c, f, t in batch if not f.cancelled()]
+        try:
+            async for line in self.client.batch([c for c, _, _ in live], timeout=max((t for _, _, t in live), default=1)):
+                fut = live[line["index"]][1]
+                if not fut.done():
+                    fut.set_result(line)
+        except Exception as exc:  # noqa: BLE001 - handed to every waiting caller below
+            for _, fut, _ in live:
+                if not fut.done():
+                    fut.set_exception(exc)
+        finally:
+            # Also on cancellation (the pool is closing): nobody may wait forever.
+            for _, fut, _ in live:
+                if not fut.done():
+                    fut.set_exception(
+                        SandboxUnavailable(f"sandbox {self.client.address.name} ended a batch without this call's result")
+                    )
+
+    async def close(self) -> None:
+        for task in list(self._inflight) + ([self._flusher] if self._flusher else []):
+            task.cancel()
+        await asyncio.gather(*self._inflight, return_exceptions=True)
+
+
+class SlotExecutor:
+    """Runs a trajectory's tools in its slot; paths and commands see the slot's workspace."""
+
+    def __init__(self, slot: "Slot", batcher: SandboxBatcher, *, python: str = "python -") -> None:
+        self.slot = slot
+        self._batcher = batcher
+        self._python = python
+
+    @property
+    def workspace(self) -> str:
+        return self.slot.workspace
+
+    @property
+    def python(self) -> str:
+        return self._python
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float,
+        max_output_bytes: int,
+        stdin: str | None = None,
+        network: bool = False,
+    ) -> ExecResult:
+        call: dict[str, Any] = {
+            "slot": self.slot.index, "op": "exec", "command": command, "timeout": timeout,
+            "max_output_bytes": max_output_bytes, "stdin": stdin, "network": network,
+        }  # fmt: skip
+        return exec_result(await self._batcher.call(call, timeout=timeout))
+
+    async def read_file(self, path: str) -> bytes:
+        result = await self._batcher.call({"slot": self.slot.index, "op": "read_file", "path": path}, timeout=60)
+        return decode_b64(result)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        call = {"slot": self.slot.index, "op": "write_file", "path": path, "data_b64": base64.b64encode(data).decode()}
+        await self._batcher.call(call, timeout=60)

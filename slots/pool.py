@@ -1,0 +1,264 @@
+"""A pool of slots spread over sandboxes: acquire, release-with-reset, health, replacement, scale-up.
+
+Where sandboxes come from is a `SandboxProvider` (backends/): local processes, Nomad
+allocations or Modal sandboxes. The pool only speaks sandbox_server's HTTP API.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import aiohttp
+from pydantic import BaseModel, Field
+
+from slots.client import SandboxAddress, SandboxClient, SandboxError, SandboxUnavailable
+from slots.executor import SandboxBatcher, SlotExecutor
+
+__all__ = ["SlotPoolConfig", "SlotState", "Slot", "SandboxProvider", "SlotPool", "SlotAcquireTimeout"]
+
+log = logging.getLogger(__name__)
+
+
+class SlotPoolConfig(BaseModel):
+    slots_per_sandbox: int = Field(8, ge=1, le=256)
+    min_sandboxes: int = Field(1, ge=0)
+    max_sandboxes: int = Field(4, ge=1)
+    acquire_timeout_s: float = Field(300.0, gt=0, description="How long acquire() waits for a free slot")
+    health_interval_s: float = Field(5.0, gt=0, description="Seconds between health checks of each sandbox")
+    reset_timeout_s: float = Field(60.0, gt=0)
+    batch_window_s: float = Field(0.002, ge=0, description="Calls to one sandbox within this window go as one request")
+    max_connections: int = Field(256, ge=1, description="HTTP connections to all sandboxes together")
+
+
+class SlotAcquireTimeout(TimeoutError):
+    """No slot became free in time."""
+
+
+class SlotState(enum.Enum):
+    FREE = "free"
+    BUSY = "busy"
+    RESETTING = "resetting"
+    DEAD = "dead"
+
+
+@dataclass(eq=False)
+class Slot:
+    id: str  # "<sandbox name>/<index>"
+    sandbox: SandboxAddress
+    index: str  # the slot's id on its server
+    workspace: str
+    state: SlotState = SlotState.FREE
+
+
+class SandboxProvider(Protocol):
+    """Brings sandbox_server instances up and down on some platform."""
+
+    async def start(self) -> None: ...
+
+    async def launch(self, count: int) -> list[SandboxAddress]:
+        """Start `count` more sandboxes, each holding the pool's slots_per_sandbox slots; return when they answer."""
+        ...
+
+    async def alive(self, address: SandboxAddress) -> bool:
+        """The platform's view (process exited, allocation failed, sandbox terminated)."""
+        ...
+
+    async def terminate(self, address: SandboxAddress) -> None: ...
+
+    async def stop(self) -> None:
+        """Remove every sandbox this provider started (and, where the platform allows, orphans)."""
+        ...
+
+
+@dataclass(eq=False)
+class _Sandbox:
+    address: SandboxAddress
+    client: SandboxClient
+    batcher: SandboxBatcher
+    slots: list[Slot] = field(default_factory=list)
+    python: str = "python -"
+    dead: bool = False
+
+
+class SlotPool:
+    def __init__(self, provider: SandboxProvider, config: SlotPoolConfig | None = None) -> None:
+        self.provider = provider
+        self.config = config or SlotPoolConfig()
+        if self.config.min_sandboxes > self.config.max_sandboxes:
+            raise ValueError("min_sandboxes must not exceed max_sandboxes")
+        self._sandboxes: dict[str, _Sandbox] = {}
+        self._free: list[Slot] = []
+        self._cond = asyncio.Condition()
+        self._session: aiohttp.ClientSession | None = None
+        self._health: asyncio.Task | None = None
+        self._scaling: asyncio.Task | None = None
+        self._launching = 0
+        self.replaced = 0  # sandboxes replaced after they died (a counter for tests/metrics)
+
+    # -- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.config.max_connections))
+        await self.provider.start()
+        if self.config.min_sandboxes:
+            await self._add(self.config.min_sandboxes)
+        self._health = asyncio.create_task(self._health_loop())
+
+    async def stop(self) -> None:
+        for task in (self._health, self._scaling):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        for sb in self._sandboxes.values():
+            await sb.batcher.close()
+        self._sandboxes.clear()
+        self._free.clear()
+        try:
+            await self.provider.stop()
+        finally:
+            if self._session is not None:
+                await self._session.close()
+                self._session = None
+
+    # -- slots -----------------------------------------------------------------------------
+    @property
+    def sandboxes(self) -> list[SandboxAddress]:
+        return [sb.address for sb in self._sandboxes.values() if not sb.dead]
+
+    def slots(self) -> list[Slot]:
+        return [s for sb in self._sandboxes.values() for s in sb.slots]
+
+    async def acquire(self, timeout: float | None = None) -> Slot:
+        timeout = self.config.acquire_timeout_s if timeout is None else timeout
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._cond:
+                    while not self._free:
+                        self._maybe_scale_up()
+                        await self._cond.wait()
+                    slot = self._free.pop(0)
+                    slot.state = SlotState.BUSY
+                    return slot
+        except TimeoutError:
+            busy = sum(s.state is SlotState.BUSY for s in self.slots())
+            raise SlotAcquireTimeout(
+                f"no free sandbox slot within {timeout}s ({busy} busy, {len(self.sandboxes)} sandboxes of "
+                f"max {self.config.max_sandboxes}); raise max_sandboxes or acquire_timeout_s, or run fewer trajectories at once"
+            ) from None
+
+    async def release(self, slot: Slot) -> None:
+        """Reset the slot's workspace and make it available again (a dead sandbox's slot is dropped)."""
+        sb = self._sandboxes.get(slot.sandbox.name)
+        if sb is None or sb.dead or slot.state is SlotState.DEAD:
+            slot.state = SlotState.DEAD
+            return
+        slot.state = SlotState.RESETTING
+        try:
+            await sb.client.reset(slot.index, timeout=self.config.reset_timeout_s)
+        except SandboxError as exc:
+            log.warning("reset of slot %s failed (%s); checking its sandbox", slot.id, exc)
+            slot.state = SlotState.DEAD
+            await self._check(sb)
+            return
+        async with self._cond:
+            if slot.state is SlotState.RESETTING and not sb.dead:
+                slot.state = SlotState.FREE
+                self._free.append(slot)
+                self._cond.notify()
+
+    def executor(self, slot: Slot) -> SlotExecutor:
+        sb = self._sandboxes.get(slot.sandbox.name)
+        if sb is None:
+            raise SandboxUnavailable(f"slot {slot.id} belongs to a sandbox that is gone")
+        return SlotExecutor(slot, sb.batcher, python=sb.python)
+
+    def client(self, slot: Slot) -> SandboxClient:
+        sb = self._sandboxes.get(slot.sandbox.name)
+        if sb is None:
+            raise SandboxUnavailable(f"slot {slot.id} belongs to a sandbox that is gone")
+        return sb.client
+
+    # -- growing, checking, replacing ---------------------------------------------------------
+    def _maybe_scale_up(self) -> None:
+        live = len(self.sandboxes) + self._launching
+        if self._scaling is None and live < self.config.max_sandboxes:
+            self._scaling = asyncio.create_task(self._scale_up())
+
+    async def _scale_up(self) -> None:
+        try:
+            await self._add(1)
+        except Exception as exc:  # noqa: BLE001 - waiting acquirers time out with the pool's message
+            log.error("could not start another sandbox: %s", exc)
+        finally:
+            self._scaling = None
+            async with self._cond:
+                self._cond.notify_all()
+
+    async def _add(self, count: int) -> None:
+        assert self._session is not None, "SlotPool.start() first"
+        self._launching += count
+        try:
+            addresses = await self.provider.launch(count)
+        finally:
+            self._launching -= count
+        for address in addresses:
+            client = SandboxClient(address, self._session)
+            health = await client.health()
+            if not health["isolation"]["available"]:
+                await self.provider.terminate(address)
+                raise SandboxError(
+                    f"sandbox {address.name} cannot isolate commands: {health['isolation']['reason']}",
+                    kind="isolation_unavailable",
+                )
+            sb = _Sandbox(address, client, SandboxBatcher(client, window_s=self.config.batch_window_s))
+            sb.python = f"{health['python']} -"
+            sb.slots = [Slot(f"{address.name}/{s['id']}", address, s["id"], health["workspace"]) for s in health["slots"]]
+            async with self._cond:
+                self._sandboxes[address.name] = sb
+                self._free.extend(sb.slots)
+                self._cond.notify_all()
+
+    async def _health_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.health_interval_s)
+            await asyncio.gather(*(self._check(sb) for sb in list(self._sandboxes.values()) if not sb.dead))
+
+    async def _check(self, sb: _Sandbox) -> bool:
+        ok = await self.provider.alive(sb.address)
+        if ok:
+            try:
+                await sb.client.health(timeout=min(10.0, self.config.health_interval_s * 2))
+            except SandboxError:
+                ok = False
+        if not ok and not sb.dead:
+            await self._replace(sb)
+        return ok
+
+    async def check_now(self) -> int:
+        """Check every sandbox at once; returns how many were found dead (and replaced)."""
+        results = await asyncio.gather(*(self._check(sb) for sb in list(self._sandboxes.values()) if not sb.dead))
+        return sum(not ok for ok in results)
+
+    async def _replace(self, sb: _Sandbox) -> None:
+        log.warning("sandbox %s is gone; replacing its %d slots", sb.address.name, len(sb.slots))
+        sb.dead = True
+        async with self._cond:
+            for slot in sb.slots:
+                slot.state = SlotState.DEAD
+            self._free = [s for s in self._free if s.sandbox.name != sb.address.name]
+            del self._sandboxes[sb.address.name]
+        await sb.batcher.close()
+        try:
+            await self.provider.terminate(sb.address)
+        except Exception as exc:  # noqa: BLE001 - the sandbox is already unusable; log and go on
+            log.warning("terminating dead sandbox %s failed: %s", sb.address.name, exc)
+        self.replaced += 1
+        await self._add(1)
+
+
+def free_count(slots: Sequence[Slot]) -> int:
+    return sum(s.state is SlotState.FREE for s in slots)

@@ -1,0 +1,226 @@
+"""One suite, three backends: local processes, Nomad (test double) and Modal (test double).
+
+Each double runs the job's/sandbox's sandbox_server command line as a local process, so
+the path platform -> sandbox -> slot -> bubblewrapped command is real in all three.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from dataclasses import dataclass
+from typing import Callable
+
+import pytest
+
+from backends.base import ExecCall, SlotBackend
+from backends.local import LocalBackendConfig, local_backend
+from backends.modal import ModalBackendConfig, ModalSDKAdapter, modal_backend
+from backends.nomad import NomadBackendConfig, build_job_spec, nomad_backend
+from backends.testing import MODAL_SANDBOX_CREATE_PARAMS, ModalTestDouble, NomadTestDouble, check_job_spec
+from slots.client import SandboxUnavailable
+from slots.pool import SlotAcquireTimeout, SlotPoolConfig, SlotState
+
+
+@dataclass
+class Harness:
+    backend: SlotBackend
+    pid_of: Callable[[str], int]
+    marker: str  # a path every process of this backend has on its command line
+    double: object | None = None
+
+
+def _pool(**kw) -> SlotPoolConfig:
+    base = dict(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=2, acquire_timeout_s=20, health_interval_s=30)
+    return SlotPoolConfig(**(base | kw))
+
+
+def make_harness(kind: str, tmp_path, **pool) -> Harness:
+    if kind == "local":
+        backend = local_backend(LocalBackendConfig(pool=_pool(**pool), data_root=str(tmp_path / "local")))
+        return Harness(backend, lambda name: backend.provider.pid(next(a for a in backend.pool.sandboxes if a.name == name)), str(tmp_path))
+    if kind == "nomad":
+        double = NomadTestDouble(tmp_path / "nomad")
+        config = NomadBackendConfig(pool=_pool(**pool), driver="raw_exec", poll_interval_s=0.05, startup_timeout_s=30)
+        return Harness(nomad_backend(config, double), double.pid, str(tmp_path), double)
+    double = ModalTestDouble(tmp_path / "modal")
+    config = ModalBackendConfig(pool=_pool(**pool), create_rate_per_s=50, startup_timeout_s=30)
+    return Harness(modal_backend(config, double), double.pid, str(tmp_path), double)
+
+
+def count_processes(marker: str) -> int:
+    out = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    return len([p for p in out if int(p) != os.getpid()])
+
+
+@pytest.fixture(params=["local", "nomad", "modal"])
+async def harness(request, tmp_path):
+    h = make_harness(request.param, tmp_path)
+    await h.backend.start()
+    try:
+        yield h
+    finally:
+        await h.backend.stop()
+        if h.double is not None:
+            await h.double.close()
+
+
+async def test_execute_in_a_slot_and_release_resets_it(harness):
+    backend = harness.backend
+    slot = await backend.acquire()
+    assert slot.state is SlotState.BUSY and slot.workspace == "/workspace"
+    result = await backend.execute(slot, ExecCall("echo data > f.txt && cat f.txt && pwd"))
+    assert result.exit_code == 0 and result.output == "data\n/workspace\n"
+    assert [f["path"] for f in await backend.artifacts(slot)] == ["f.txt"]
+    await backend.release(slot)
+    assert slot.state is SlotState.FREE
+    again = [await backend.acquire() for _ in range(2)]
+    assert slot in again  # the same slot, handed out again, is empty
+    assert (await backend.execute(slot, ExecCall("ls -A"))).output == ""
+
+
+async def test_scales_up_to_max_then_acquire_times_out(harness):
+    backend = harness.backend
+    assert len(backend.pool.sandboxes) == 1
+    slots = [await backend.acquire() for _ in range(4)]
+    assert len(backend.pool.sandboxes) == 2
+    assert len({s.sandbox.name for s in slots}) == 2
+    with pytest.raises(SlotAcquireTimeout, match="max_sandboxes"):
+        await backend.acquire(timeout=0.5)
+    results = await backend.execute_batch([(s, ExecCall(f"echo {i}; echo {i} > mine")) for i, s in enumerate(slots)])
+    assert [r.output for r in results] == [f"{i}\n" for i in range(4)]
+    # each slot saw only its own file
+    listing = await backend.execute_batch([(s, ExecCall("cat mine; ls -A | wc -l")) for s in slots])
+    assert [r.output.split() for r in listing] == [[str(i), "1"] for i in range(4)]
+    for s in slots:
+        await backend.release(s)
+
+
+async def test_killed_sandbox_is_detected_and_its_slots_replaced(harness):
+    backend = harness.backend
+    slot = await backend.acquire()
+    doomed = slot.sandbox.name
+    os.kill(harness.pid_of(doomed), signal.SIGKILL)
+    with pytest.raises(SandboxUnavailable):
+        await backend.execute(slot, ExecCall("true"))
+    assert await backend.pool.check_now() == 1
+    assert backend.pool.replaced == 1
+    assert doomed not in [a.name for a in backend.pool.sandboxes]
+    assert slot.state is SlotState.DEAD
+    await backend.release(slot)  # releasing a dead slot drops it quietly
+    fresh = await backend.acquire()
+    assert fresh.sandbox.name != doomed
+    assert (await backend.execute(fresh, ExecCall("echo alive"))).output == "alive\n"
+
+
+async def test_stop_leaves_no_sandbox_server_or_bwrap_process(tmp_path, request):
+    for kind in ("local", "nomad", "modal"):
+        h = make_harness(kind, tmp_path / kind)
+        await h.backend.start()
+        slots = [await h.backend.acquire() for _ in range(3)]
+        # a long command is running in a slot while we shut down
+        running = asyncio.create_task(h.backend.execute(slots[0], ExecCall("sleep 336.5", timeout=60)))
+        await asyncio.sleep(0.5)
+        assert count_processes(h.marker) >= 2  # 2 servers (+ bwrap of the running command)
+        assert count_processes("bwrap.*sleep 336.5") + count_processes("sleep 336.5") >= 1
+        await h.backend.stop()
+        with pytest.raises((SandboxUnavailable, asyncio.CancelledError)):
+            await running
+        if h.double is not None:
+            await h.double.close()
+        await asyncio.sleep(0.2)
+        assert count_processes(h.marker) == 0, kind
+        assert count_processes("sleep 336.5") == 0, kind
+
+
+# -- platform specifics -------------------------------------------------------------------------
+
+
+def test_nomad_job_spec_follows_the_documented_shape():
+    for driver in ("docker", "raw_exec", "singularity"):
+        job = build_job_spec(NomadBackendConfig(driver=driver, image="reg/img:1"), count=3, token="t")
+        check_job_spec(job)
+        group = job["TaskGroups"][0]
+        task = group["Tasks"][0]
+        assert job["Type"] == "service" and group["Count"] == 3 and task["Driver"] == driver
+        assert "${NOMAD_PORT_http}" in task["Config"]["args"]
+        assert task["Env"]["SANDBOX_SERVER_TOKEN"] == "t"
+        assert "t" not in task["Config"]["args"]  # the token is not on the command line
+    docker = build_job_spec(NomadBackendConfig(driver="docker", image="reg/img:1"), count=1, token="t")
+    assert docker["TaskGroups"][0]["Tasks"][0]["Config"]["ports"] == ["http"]
+    broken = build_job_spec(NomadBackendConfig(), count=1, token="t")
+    broken["TaskGroups"][0]["Tasks"][0]["Config"].pop("image")
+    with pytest.raises(ValueError, match="needs Config.image"):
+        check_job_spec(broken)
+
+
+async def test_nomad_scales_the_job_count_and_purges_on_stop(tmp_path):
+    h = make_harness("nomad", tmp_path)
+    double: NomadTestDouble = h.double
+    await h.backend.start()
+    try:
+        assert double.calls[0] == ("deregister_job", {"job_id": "hermes-rl-sandboxes", "purge": True})
+        [await h.backend.acquire() for _ in range(3)]
+        counts = [c[1]["TaskGroups"][0]["Count"] for c in double.calls if c[0] == "register_job"]
+        assert counts == [1, 2]
+        await h.backend.stop()
+        assert double.calls[-1] == ("deregister_job", {"job_id": "hermes-rl-sandboxes", "purge": True})
+        assert double.jobs == {} and double.running() == 0
+    finally:
+        await double.close()
+
+
+async def test_modal_removes_orphans_caps_starts_and_uses_documented_arguments(tmp_path):
+    double = ModalTestDouble(tmp_path / "modal")
+    config = ModalBackendConfig(pool=_pool(min_sandboxes=3, max_sandboxes=3), max_starting=1, create_rate_per_s=50)
+    # An earlier run of the same pool crashed and left a sandbox behind.
+    crashed = modal_backend(config, double)
+    await crashed.provider.start()
+    await crashed.provider.launch(1)
+    assert double.running() == 1
+    backend = modal_backend(config, double)
+    await backend.start()
+    try:
+        assert backend.provider.orphans_removed == 1
+        assert double.running() == 3
+        assert double.max_starting_seen == 1
+        creates = [c[1] for c in double.calls if c[0] == "create_sandbox"]
+        for kw in creates:
+            assert set(kw) - {"app_id", "args", "tags"} <= MODAL_SANDBOX_CREATE_PARAMS
+            assert kw["timeout"] == config.lifetime_s and kw["encrypted_ports"] == [8080]
+            assert kw["tags"] == {"hermes_rl_pool": "default"}
+        assert len({kw["name"] for kw in creates}) == len(creates)
+        assert set(ModalSDKAdapter.create_kwargs(backend.provider.spec("x"))) <= MODAL_SANDBOX_CREATE_PARAMS
+    finally:
+        await backend.stop()
+        await double.close()
+    assert double.running() == 0
+
+
+async def test_modal_creation_rate_is_limited(tmp_path):
+    double = ModalTestDouble(tmp_path / "modal")
+    backend = modal_backend(ModalBackendConfig(pool=_pool(min_sandboxes=3, max_sandboxes=3), create_rate_per_s=4), double)
+    await backend.start()
+    try:
+        times = sorted(s.created_at for s in double.sandboxes.values())
+        gaps = [b - a for a, b in zip(times, times[1:])]
+        assert all(g >= 0.2 for g in gaps), gaps  # 4/s -> at least 0.25 s apart (less a little scheduling slack)
+    finally:
+        await backend.stop()
+        await double.close()
+
+
+async def test_modal_sandbox_past_its_lifetime_is_replaced(tmp_path):
+    double = ModalTestDouble(tmp_path / "modal")
+    backend = modal_backend(ModalBackendConfig(pool=_pool(), lifetime_s=1, create_rate_per_s=50), double)
+    await backend.start()
+    try:
+        first = backend.pool.sandboxes[0].name
+        await asyncio.sleep(1.5)
+        assert await backend.pool.check_now() == 1
+        assert backend.pool.sandboxes[0].name != first
+    finally:
+        await backend.stop()
+        await double.close()
