@@ -40,6 +40,7 @@ from environments.phase1_tokens import tokenize_conversation
 from environments.tokens.chat_model import TokenChatConfig
 from environments.tokens.phase2 import PHASE1_NOTE, TokenLevelModels, TokenServerChoice, resolve_token_server, trace_items
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
+from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
 from model_tools import default_registry
 from tools.context import ToolContext, ToolLimits
 from tools.registry import ToolRegistry
@@ -84,6 +85,12 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         "request", description="How tools reach the model: tools= in the request, or Hermes text in the system prompt"
     )
     workspace_root: str | None = Field(None, description="Where per-trajectory workspaces go (default: a temp dir)")
+    tool_backend: Literal["local", "sandbox"] = Field(
+        "local", description="Where tools run: local processes (trusted tasks), or isolated sandbox slots"
+    )
+    sandbox: SandboxToolBackendConfig = Field(
+        default_factory=SandboxToolBackendConfig, description="Sandbox slots: backend (local | nomad | modal) and pool"
+    )
     max_consecutive_infra_failures: int = Field(
         3, ge=1, description="Groups in a row lost to infrastructure errors before the command stops"
     )
@@ -216,6 +223,8 @@ class HermesAgentBaseEnv(BaseEnv):
         return default_registry()
 
     def make_tool_backend(self) -> ToolBackend:
+        if self.config.tool_backend == "sandbox":
+            return SandboxToolBackend(self.config.sandbox)
         return LocalToolBackend(LocalToolBackendConfig(workspace_root=self.config.workspace_root))
 
     def make_model(self) -> ChatModel:
