@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import re
-import uuid
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
@@ -65,7 +65,7 @@ def issue(text: str, start: int, end: int, reason: str) -> ParseIssue:
 
 
 def new_call_id() -> str:
-    return "call_" + uuid.uuid4().hex[:24]
+    return "call_" + os.urandom(12).hex()
 
 
 def make_call(name: str, arguments: Mapping[str, Any], call_id: str | None = None) -> dict[str, Any]:
@@ -149,7 +149,7 @@ def call_from_object(
 
 # --- typed parameter values (XML families) -------------------------------------------
 
-_PY_LITERALS = {"True": True, "False": False, "None": None}
+_JSON_STARTS = frozenset('{["-0123456789tfn')
 
 
 def coerce_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
@@ -166,6 +166,9 @@ def coerce_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
             ok, value = _convert(raw, t)
             if ok:
                 return value
+    head = raw.lstrip()[:1]
+    if not head or head not in _JSON_STARTS:
+        return raw  # cannot be JSON; skips the cost of a failed decode for plain text
     try:
         return json.loads(raw)
     except ValueError:

@@ -62,6 +62,10 @@ def calls_in_json(body: str, spec: JsonTagSpec) -> tuple[list[tuple[str, dict[st
         values.extend(value if isinstance(value, list) else [value])
         while pos < len(s) and s[pos] in " \t\r\n,;":
             pos += 1
+    return calls_in_values(values, spec)
+
+
+def calls_in_values(values: list[Any], spec: JsonTagSpec) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
     if not values:
         return [], "empty list of tool calls"
     out = []
@@ -101,13 +105,20 @@ class JsonTagParser(ToolCallParser):
             if s == -1:
                 break
             body_start = s + len(spec.start)
-            e = self._end_after_json(text, body_start, e)
-            nxt = text.find(spec.start, body_start)
-            if e != -1 and (nxt == -1 or e < nxt):
-                body_end, block_end = e, e + len(spec.end)
-            else:  # closing tag missing: the body runs to the next block or the end
-                body_end = block_end = nxt if nxt != -1 else len(text)
-            parsed, reason = calls_in_json(text[body_start:body_end], spec)
+            found = self._plain_body(text, body_start)
+            if found is not None:
+                # One JSON value right after the tag (the usual case): decoded once, and a
+                # closing tag quoted inside an argument string cannot end the block early.
+                body_end, value = found
+                block_end = body_end + len(spec.end) if text.startswith(spec.end, body_end) else body_end
+                parsed, reason = calls_in_values(value if isinstance(value, list) else [value], spec)
+            else:
+                nxt = text.find(spec.start, body_start)
+                if e != -1 and (nxt == -1 or e < nxt):
+                    body_end, block_end = e, e + len(spec.end)
+                else:  # closing tag missing: the body runs to the next block or the end
+                    body_end = block_end = nxt if nxt != -1 else len(text)
+                parsed, reason = calls_in_json(text[body_start:body_end], spec)
             if reason is None:
                 pieces.append(text[copied:s])
                 calls.extend(make_call(n, a) for n, a in parsed)
@@ -118,22 +129,20 @@ class JsonTagParser(ToolCallParser):
         pieces.append(text[copied:])
         return ParseResult(join_content(pieces), calls, errors)
 
-    def _end_after_json(self, text: str, body_start: int, first_end: int) -> int:
-        """The closing tag that ends this block, skipping tags quoted inside JSON strings.
-
-        A call writing a file may carry `</tool_call>` in an argument; the first closing
-        tag after the decoded JSON value is the real one.
-        """
+    def _plain_body(self, text: str, body_start: int) -> tuple[int, Any] | None:
+        """(where the body ends, its value) when the body is exactly one JSON value, else None."""
         j = body_start
         while j < len(text) and text[j] in " \t\r\n":
             j += 1
-        if first_end == -1 or j >= len(text) or text[j] not in "{[":
-            return first_end
+        if j >= len(text) or text[j] not in "{[":
+            return None
         try:
-            _, stop = _DECODER.raw_decode(text, j)
+            value, stop = _DECODER.raw_decode(text, j)
         except ValueError:
-            return first_end
-        return text.find(self.spec.end, stop) if stop > first_end else first_end
+            return None
+        ends = [p for p in (text.find(self.spec.end, stop), text.find(self.spec.start, stop)) if p != -1]
+        boundary = min(ends) if ends else len(text)
+        return (boundary, value) if not text[stop:boundary].strip() else None
 
     def _orphan_body(self, text: str, lo: int, end_tag: int) -> tuple[int, list[tuple[str, dict[str, Any]]]] | None:
         segment = text[lo:end_tag].rstrip()

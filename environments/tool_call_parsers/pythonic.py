@@ -63,30 +63,32 @@ class PythonicParser(ToolCallParser):
         return ParseResult(join_content(pieces), calls, errors)
 
 
+# Brackets and string literals (which may hold brackets); the scanner jumps over whole strings.
+_LEXEME = re.compile(
+    "|".join(
+        (
+            r"'''(?:[^\\]|\\.)*?'''",
+            r'"""(?:[^\\]|\\.)*?"""',
+            r"'(?:[^'\\\n]|\\.)*'",
+            r'"(?:[^"\\\n]|\\.)*"',
+            r"[\[\](){}]",
+        )
+    ),
+    re.DOTALL,
+)
+
+
 def _matching_bracket(text: str, j: int) -> int:
-    """Index after the `]` closing the `[` at j (quotes respected), or -1."""
+    """Index after the `]` closing the `[` at j (string literals respected), or -1."""
     depth = 0
-    quote = ""
-    k = j
-    end = min(len(text), j + _MAX_LIST)
-    while k < end:
-        ch = text[k]
-        if quote:
-            if ch == "\\":
-                k += 1
-            elif text.startswith(quote, k):
-                k += len(quote) - 1
-                quote = ""
-        elif ch in "'\"":
-            quote = ch * 3 if text.startswith(ch * 3, k) else ch
-            k += len(quote) - 1
-        elif ch in "[({":
+    for m in _LEXEME.finditer(text, j, min(len(text), j + _MAX_LIST)):
+        ch = m.group()
+        if ch in "[({":
             depth += 1
         elif ch in "])}":
             depth -= 1
             if depth == 0:
-                return k + 1
-        k += 1
+                return m.end()
     return -1
 
 
