@@ -11,7 +11,7 @@ and metrics can see format errors. Names are the ones vLLM and SGLang use (see
 Standard library only: other projects may vendor this directory as it is.
 """
 
-from ._core import ParseIssue, ParseResult, ToolCallParser
+from ._core import ParseIssue, ParseResult, ToolCallParser, make_call
 from ._registry import UnknownParserError, get_parser, list_parsers, register_parser
 
 __all__ = [
@@ -21,5 +21,6 @@ __all__ = [
     "UnknownParserError",
     "get_parser",
     "list_parsers",
+    "make_call",
     "register_parser",
 ]

@@ -13,10 +13,32 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-__all__ = ["ParseIssue", "ParseResult", "ToolCallParser", "make_call", "coerce_value", "NAME_PATTERN"]
+__all__ = ["ParseIssue", "ParseResult", "ToolCallParser", "make_call", "coerce_value", "NAME_PATTERN", "JSON_DECODER"]
 
-_DECODER = json.JSONDecoder()
 _SNIPPET = 80
+
+
+def _no_constants(name: str) -> Any:
+    raise json.JSONDecodeError(f"{name} is not valid JSON", name, 0)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise json.JSONDecodeError(f"{text[:20]} does not fit a float", text, 0)
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:  # more digits than Python converts (sys.get_int_max_str_digits)
+        raise json.JSONDecodeError(f"integer with {len(text)} digits", text, 0) from None
+
+
+# Python's json accepts NaN/Infinity and overflows 1e999 to inf; arguments must be JSON
+# that any consumer can read back, so those are decoding errors here.
+JSON_DECODER = json.JSONDecoder(parse_constant=_no_constants, parse_float=_finite, parse_int=_int)
 
 # What a function name may look like in any family: OpenAI's `[A-Za-z0-9_-]` plus the
 # dots, colons and slashes of namespaced (MCP-style) tools. Anything else (quotes,
@@ -90,7 +112,7 @@ def arguments_object(raw: Any) -> dict[str, Any] | str:
         if not stripped:
             return {}
         try:
-            raw = json.loads(stripped)
+            raw = JSON_DECODER.decode(stripped)
         except ValueError:
             return "arguments are a string that is not JSON"
     if not isinstance(raw, dict):
@@ -119,7 +141,7 @@ def decode_json_exact(body: str) -> tuple[Any, str | None]:
     if not s:
         return None, "empty tool call body"
     try:
-        value, end = _DECODER.raw_decode(s)
+        value, end = JSON_DECODER.raw_decode(s)
     except ValueError as exc:
         return None, f"invalid JSON: {exc.msg} at position {exc.pos}"
     if s[end:].strip():
@@ -170,7 +192,7 @@ def coerce_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
     if not head or head not in _JSON_STARTS:
         return raw  # cannot be JSON; skips the cost of a failed decode for plain text
     try:
-        return json.loads(raw)
+        return JSON_DECODER.decode(raw)
     except ValueError:
         return raw
 
@@ -217,7 +239,7 @@ def _convert(raw: str, t: str) -> tuple[bool, Any]:
     if t in ("object", "array"):
         want = dict if t == "object" else list
         try:
-            v = json.loads(s)
+            v = JSON_DECODER.decode(s)
         except ValueError:
             v = _python_literal(s)
         return (True, v) if isinstance(v, want) else (False, None)

@@ -12,11 +12,11 @@ twice as a JSON string, and a list of calls inside one block.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
 from ._core import (
+    JSON_DECODER,
     ParseIssue,
     ParseResult,
     ToolCallParser,
@@ -30,7 +30,6 @@ from ._registry import register_parser
 
 __all__ = ["JsonTagSpec", "JsonTagParser", "HermesParser", "LongcatParser", "HERMES", "LONGCAT"]
 
-_DECODER = json.JSONDecoder()
 # Bounds the search for a body whose opening tag is missing (keeps fuzzed input linear).
 _MAX_ORPHAN_CANDIDATES = 64
 
@@ -56,7 +55,7 @@ def calls_in_json(body: str, spec: JsonTagSpec) -> tuple[list[tuple[str, dict[st
     pos = 0
     while pos < len(s):
         try:
-            value, pos = _DECODER.raw_decode(s, pos)
+            value, pos = JSON_DECODER.raw_decode(s, pos)
         except ValueError as exc:
             return [], f"invalid JSON: {exc.msg} at position {exc.pos}"
         values.extend(value if isinstance(value, list) else [value])
@@ -137,7 +136,7 @@ class JsonTagParser(ToolCallParser):
         if j >= len(text) or text[j] not in "{[":
             return None
         try:
-            value, stop = _DECODER.raw_decode(text, j)
+            value, stop = JSON_DECODER.raw_decode(text, j)
         except ValueError:
             return None
         ends = [p for p in (text.find(self.spec.end, stop), text.find(self.spec.start, stop)) if p != -1]
@@ -156,7 +155,7 @@ class JsonTagParser(ToolCallParser):
                 return None
             tried += 1
             try:
-                _, stop = _DECODER.raw_decode(segment, j - lo)
+                _, stop = JSON_DECODER.raw_decode(segment, j - lo)
             except ValueError:
                 continue
             if stop != len(segment):

@@ -11,17 +11,14 @@ prose is left alone. After an announcing token, JSON that does not decode is rep
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from ._core import ParseIssue, ParseResult, ToolCallParser, call_from_object, issue, join_content, make_call
+from ._core import JSON_DECODER, ParseIssue, ParseResult, ToolCallParser, call_from_object, issue, join_content, make_call
 from ._registry import register_parser
 
 __all__ = ["BareJsonSpec", "Llama3JsonParser", "Llama4JsonParser", "LLAMA3_JSON", "LLAMA4_JSON"]
-
-_DECODER = json.JSONDecoder()
 
 
 @dataclass(frozen=True)
@@ -56,7 +53,7 @@ class BareJsonParser(ToolCallParser):
                 continue
             start, announced = lead
             try:
-                obj, stop = _DECODER.raw_decode(text, j)
+                obj, stop = JSON_DECODER.raw_decode(text, j)
             except ValueError as exc:
                 if announced or _LOOKS_LIKE_CALL.match(text, j):
                     errors.append(issue(text, start, min(len(text), j + 200), f"invalid JSON: {exc.msg}"))

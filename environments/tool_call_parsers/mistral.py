@@ -13,13 +13,13 @@ token (servers that drop special tokens from the text).
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 import string
 from typing import Any, Mapping
 
 from ._core import (
+    JSON_DECODER,
     NAME_PATTERN,
     ParseIssue,
     ParseResult,
@@ -34,7 +34,6 @@ from ._registry import register_parser
 
 __all__ = ["MistralParser"]
 
-_DECODER = json.JSONDecoder()
 _TOKEN = "[TOOL_CALLS]"
 _NAMED = re.compile(rf"\s*({NAME_PATTERN})(?:\[CALL_ID\]\s*([A-Za-z0-9]+))?\s*(\[ARGS\])?\s*(?=\{{)")
 _BARE_LIST = re.compile(r'\s*\[\s*\{\s*"name"\s*:')
@@ -80,7 +79,7 @@ class MistralParser(ToolCallParser):
             k += 1
         if text.startswith(("[", "{"), k):
             try:
-                value, stop = _DECODER.raw_decode(text, k)
+                value, stop = JSON_DECODER.raw_decode(text, k)
             except ValueError as exc:
                 return [], pos, f"invalid JSON after [TOOL_CALLS]: {exc.msg}"
             out = []
@@ -101,7 +100,7 @@ class MistralParser(ToolCallParser):
                     return out, k, None
                 return [], pos, "[TOOL_CALLS] not followed by a JSON list or NAME[ARGS]{...}"
             try:
-                value, stop = _DECODER.raw_decode(text, m.end())
+                value, stop = JSON_DECODER.raw_decode(text, m.end())
             except ValueError as exc:
                 return [], pos, f"invalid JSON arguments for {m.group(1)}: {exc.msg}"
             args = arguments_object(value)

@@ -122,3 +122,15 @@ def test_empty_and_odd_inputs_never_raise():
             result = parser.parse_detailed(text)
             assert result.tool_calls == []
             assert all("internal parser error" not in e.reason for e in result.errors), (family, text[:20], result.errors)
+
+
+@pytest.mark.parametrize("value", ["NaN", "-Infinity", "1e999", "9" * 5000])
+@pytest.mark.parametrize("family", ["hermes", "llama3_json", "mistral", "deepseek_v31", "kimi_k2", "gpt_oss"])
+def test_arguments_are_strict_json(family, value):
+    # Python's json would accept these (or overflow to inf) and json.dumps would then write
+    # arguments no other JSON reader accepts.
+    text = WRITERS[family]([("f", {"x": 0})]).replace('{"x": 0}', '{"x": ' + value + "}")
+    assert '{"x": ' + value in text
+    result = get_parser(family).parse_detailed(text)
+    assert result.tool_calls == [] and result.errors
+    assert all("internal parser error" not in e.reason for e in result.errors)
