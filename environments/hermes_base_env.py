@@ -21,6 +21,7 @@ import itertools
 import logging
 import netrc
 import os
+import re
 import sys
 import time
 import uuid
@@ -91,6 +92,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     sandbox: SandboxToolBackendConfig = Field(
         default_factory=SandboxToolBackendConfig, description="Sandbox slots: backend (local | nomad | modal) and pool"
     )
+    model_max_retries: int = Field(2, ge=0, description="Retries of a failed model request (5xx, 429, connection)")
     max_consecutive_infra_failures: int = Field(
         3, ge=1, description="Groups in a row lost to infrastructure errors before the command stops"
     )
@@ -188,7 +190,12 @@ class HermesAgentBaseEnv(BaseEnv):
             # Another server with the default tokenizer: prefer that model's own tokenizer.
             cfg = next(c for c in server_configs if c.base_url != EMBEDDED)
             candidate = cfg.tokenizer_name if cfg.tokenizer_name not in ("", "none") else cfg.model_name
+            # Only names that can be a hub repo ("org/name") or a local directory are worth a lookup;
+            # an API model name such as "gpt-4o" would only stall on the hub's retries.
+            looks_loadable = Path(candidate).is_dir() or re.fullmatch(r"[\w.-]+/[\w.-]+", candidate)
             try:
+                if not looks_loadable:
+                    raise LookupError(f"{candidate!r} names no tokenizer repository")
                 from transformers import AutoTokenizer
 
                 AutoTokenizer.from_pretrained(candidate)
@@ -392,7 +399,7 @@ class HermesAgentBaseEnv(BaseEnv):
                     await check_server(url)
                     logger.warning(PHASE1_NOTE.format(url=url))
             self._clients = [
-                OpenAIChatModel.make_client(url, cfg.api_key, float(cfg.timeout))
+                OpenAIChatModel.make_client(url, cfg.api_key, float(cfg.timeout), self.config.model_max_retries)
                 for url, cfg in zip(self._base_urls, self.server_configs)
             ]
             for client in self._clients:

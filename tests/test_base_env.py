@@ -1,0 +1,108 @@
+"""HermesAgentBaseEnv in-process: rollouts, scoring through the workspace, groups, failures."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from atroposlib.envs.base import APIServerConfig
+
+from environments.hermes_base_env import HermesAgentEnvConfig, HermesEnvError
+from environments.phase1_tokens import tokenize_conversation
+from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
+from tests.support.tiny_env import WriteWordEnv
+
+
+def make_env(base_url: str, tmp_path, **overrides) -> WriteWordEnv:
+    config = HermesAgentEnvConfig(
+        tokenizer_name="embedded",
+        use_wandb=False,
+        group_size=2,
+        total_steps=2,
+        data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
+        include_messages=True,
+        ensure_scores_are_not_same=False,
+        **overrides,
+    )
+    env = WriteWordEnv(config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="")])
+    env.process_mode = True
+    env.n_groups_to_process = config.total_steps
+    env.group_size_to_process = config.group_size
+    return env
+
+
+def writer(word: str):
+    """A scripted turn that writes `word` only when the prompt asks for it (so scores differ)."""
+
+    def reply(request):
+        asked = request["messages"][1]["content"].split()[3]
+        return {"content": None, "tool_calls": [tool_call("write_file", {"path": "answer.txt", "content": word if asked == word else "wrong"})]}
+
+    return reply
+
+
+async def test_process_writes_scored_groups_with_workspace_rewards(tmp_path):
+    script = [writer("apple"), writer("apple"), {"content": "done"}, {"content": "done"}] * 2
+    async with ScriptedOpenAIServer(script) as server:
+        env = make_env(server.base_url, tmp_path)
+        await env.process_manager()
+    groups = [json.loads(line) for line in (tmp_path / "groups.jsonl").read_text().splitlines()]
+    assert len(groups) == 2
+    assert groups[0]["scores"] == [1.0, 1.0]  # "apple" asked and written
+    assert groups[1]["scores"] == [0.0, 0.0]  # "river" asked, "wrong" written
+    info = groups[0]["rollout_info"][0]
+    assert info["stop_reason"] == "finished" and info["tool_calls"] == 1 and info["turns"] == 2
+    assert (tmp_path / "groups.html").exists()
+    # each request carried only the env's toolset
+    assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {"read_file", "write_file", "patch", "search_files"}
+
+
+async def test_infrastructure_failures_are_not_scored_and_stop_the_command(tmp_path):
+    async with ScriptedOpenAIServer([500] * 50) as server:
+        env = make_env(server.base_url, tmp_path, max_consecutive_infra_failures=2, model_max_retries=0)
+        with pytest.raises(HermesEnvError, match="groups in a row failed on infrastructure errors"):
+            await env.process_manager()
+    assert not (tmp_path / "groups.jsonl").exists(), "no empty/partial output may be left behind"
+
+
+async def test_partially_failed_group_keeps_only_usable_rollouts(tmp_path):
+    script = [writer("apple"), 503, {"content": "done"}]
+    async with ScriptedOpenAIServer(script) as server:
+        env = make_env(server.base_url, tmp_path, model_max_retries=0)
+        async with env.runtime():
+            await env.setup()
+            item = await env.get_next_item()
+            group, backlog = await env.collect_trajectories(item)
+    assert backlog == []
+    assert group["scores"] == [1.0] and len(group["messages"]) == 1
+
+
+async def test_unreachable_server_fails_before_any_rollout(tmp_path):
+    env = make_env("http://127.0.0.1:9/v1", tmp_path)
+    with pytest.raises(HermesEnvError, match="cannot reach the model server at http://127.0.0.1:9/v1"):
+        await env.process_manager()
+    assert not (tmp_path / "groups.jsonl").exists()
+
+
+def test_bad_server_list_and_unknown_toolsets_are_errors(tmp_path):
+    with pytest.raises(HermesEnvError, match="non-empty list of APIServerConfig"):
+        WriteWordEnv(HermesAgentEnvConfig(tokenizer_name="embedded", use_wandb=False), APIServerConfig())
+    env = make_env("http://127.0.0.1:9/v1", tmp_path, enabled_toolsets=["nope"])
+    with pytest.raises(HermesEnvError, match="known toolsets"):
+        env.tool_schemas()
+
+
+def test_phase1_masks_cover_exactly_the_assistant_turns(tmp_path):
+    env = make_env("http://127.0.0.1:9/v1", tmp_path)
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": "write apple"},
+        {"role": "assistant", "content": None, "tool_calls": [tool_call("write_file", {"path": "a", "content": "apple"})]},
+        {"role": "tool", "tool_call_id": "x", "name": "write_file", "content": '{"bytes_written": 5}'},
+        {"role": "assistant", "content": "All done."},
+    ]
+    ids, masks = tokenize_conversation(env.tokenizer, messages, env.tool_schemas())
+    assert len(ids) == len(masks)
+    trained = env.tokenizer.decode([t for t, m in zip(ids, masks) if m != -100])
+    assert "All done." in trained and '"name": "write_file"' in trained
+    assert "write apple" not in trained and "bytes_written" not in trained and "sys" not in trained
