@@ -334,6 +334,12 @@ class HermesAgentBaseEnv(BaseEnv):
                 )
             return None, [item]  # retried later, never scored as the model's failure
         self._consecutive_infra_failures = 0
+        if getattr(self, "process_mode", False):
+            # atroposlib logs progress at INFO, which is off by default; long runs must show life.
+            total = getattr(self, "n_groups_to_process", "?")
+            scores = ", ".join(f"{r.score:.2f}" for r in usable)
+            slowest = max(r.duration_s for r in usable)
+            print(f"[hermes-rl] group {self.curr_step + 1}/{total}: scores [{scores}] ({slowest:.1f}s)", file=sys.stderr)
         return self.build_group(usable), []
 
     def build_group(self, rollouts: list[Rollout]) -> ScoredDataGroup:
