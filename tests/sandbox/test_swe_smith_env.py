@@ -1,0 +1,119 @@
+"""The SWE-smith env on sandbox slots: oracle fixes score 1.0, doing nothing scores 0.0."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from atroposlib.envs.base import APIServerConfig
+
+from backends import LocalBackendConfig
+from environments.model_client import ModelTurn
+from environments.sandbox_backend import SandboxToolBackendConfig
+from environments.swe_smith_oracle_env import NoOpAgent, OracleAgent, SweSmithOracleEnv, SweSmithOracleEnvConfig, load_offline_instances
+from slots.pool import SlotPoolConfig
+from tests.support.scripted_openai import ScriptedOpenAIServer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def make_env(base_url: str, tmp_path, **overrides) -> SweSmithOracleEnv:
+    pool = SlotPoolConfig(slots_per_sandbox=4, min_sandboxes=2, max_sandboxes=2, health_interval_s=30)
+    settings = dict(tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1) | overrides
+    config = SweSmithOracleEnvConfig(
+        tool_backend="sandbox",
+        sandbox=SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sandboxes"))),
+        data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
+        ensure_scores_are_not_same=False,
+        **settings,
+    )
+    return SweSmithOracleEnv(config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="")])
+
+
+def test_offline_instances_are_in_swe_smith_format():
+    instances = load_offline_instances()
+    assert len(instances) >= 5 and len({i.repo for i in instances}) >= 4
+    for inst in instances:
+        assert inst.instance_id.startswith(inst.repo.replace("/", "__") + ".")
+        assert inst.patch.startswith("diff --git a/") and inst.FAIL_TO_PASS and inst.PASS_TO_PASS
+        assert Path(inst.repo_url).is_dir()
+        assert set(inst.FAIL_TO_PASS).isdisjoint(inst.PASS_TO_PASS)
+
+
+class EditsTheTests:
+    """Reward hacking: makes the failing test expect the buggy behaviour instead of fixing the code."""
+
+    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+        if any(m.get("role") == "tool" for m in messages):
+            return ModelTurn(content="done")
+        command = "cd tinycalc && sed -i 's/== 3.5/== 3/' tests/test_calc.py && python -m pytest -q tests/test_calc.py::test_div"
+        call = {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": json.dumps({"command": command})}}
+        return ModelTurn(content=None, tool_calls=[call])
+
+
+@pytest.mark.slow
+async def test_oracle_resolves_every_instance_and_noop_none(tmp_path):
+    async with ScriptedOpenAIServer([]) as server:
+        env = make_env(server.base_url, tmp_path)
+        async with env.runtime():
+            await env.setup()
+            oracle = OracleAgent(env.by_id)
+            rollouts = await __import__("asyncio").gather(
+                *(env.rollout(item, model=oracle) for item in env.instances),
+                *(env.rollout(item, model=NoOpAgent()) for item in env.instances),
+            )
+            n = len(env.instances)
+            assert [r.error for r in rollouts] == [None] * 2 * n
+            assert [r.score for r in rollouts[:n]] == [1.0] * n
+            assert [r.score for r in rollouts[n:]] == [0.0] * n
+            # the oracle really went through the terminal tool in the slot
+            tool_out = json.loads(next(m for m in rollouts[0].result.messages if m["role"] == "tool")["content"])
+            assert tool_out["exit_code"] == 0
+            hack = await env.rollout(env.instances[0], model=EditsTheTests())
+            assert "1 passed" in json.loads(next(m for m in hack.result.messages if m["role"] == "tool")["content"])["output"]
+            assert hack.score == 0.0  # the tests are restored before scoring
+            pool = env._tool_backend.backend.pool
+            assert all(s.state.value == "free" for s in pool.slots())
+    leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
+    assert leftover == []
+
+
+@pytest.mark.slow
+async def test_process_with_the_oracle_writes_groups_scored_one(tmp_path):
+    async with ScriptedOpenAIServer([]) as server:
+        env = make_env(server.base_url, tmp_path, agent="oracle", total_steps=2, include_messages=True)
+        env.process_mode = True
+        env.n_groups_to_process = 2
+        env.group_size_to_process = 2
+        await env.process_manager()
+    groups = [json.loads(line) for line in (tmp_path / "groups.jsonl").read_text().splitlines()]
+    assert len(groups) == 2 and all(g["scores"] == [1.0, 1.0] for g in groups)
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_process_cli_runs_on_the_local_sandbox_backend_against_the_embedded_model(embedded_llm, tmp_path):
+    out = tmp_path / "groups.jsonl"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "environments.swe_smith_oracle_env", "process",
+            "--openai.base_url", embedded_llm.base_url,
+            "--openai.model_name", embedded_llm.model_name,
+            "--openai.api_key", "local",
+            "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
+            "--env.total_steps", "1", "--env.group_size", "2",
+            "--env.max_agent_turns", "2", "--env.agent_max_tokens", "96",
+            "--env.ensure_scores_are_not_same", "False",
+            "--env.data_path_to_save_groups", str(out),
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    groups = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(groups) == 1 and len(groups[0]["scores"]) == 2
+    assert all(s in (0.0, 1.0) for s in groups[0]["scores"])
+    first_user = next(m for m in groups[0]["messages"][0] if m["role"] == "user")["content"]
+    assert "Repository path:" in first_user
