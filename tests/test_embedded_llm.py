@@ -273,6 +273,11 @@ async def test_chat_completion_with_tools_in_prompt(embedded_llm, tokenizer):
         ids = ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids
         assert response.usage.prompt_tokens == len(ids)
     assert with_tools.usage.prompt_tokens > plain.usage.prompt_tokens + 50
+    # atroposlib asks for a whole group in one request (n=group_size).
+    group = await client.chat.completions.create(
+        model=embedded_llm.model_name, messages=messages, max_tokens=4, temperature=1.0, n=3
+    )
+    assert sorted(c.index for c in group.choices) == [0, 1, 2]
 
 
 async def test_completion_with_token_ids_returns_ids_and_logprobs(embedded_llm, tokenizer):
