@@ -11,9 +11,9 @@ import os
 import re
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, ClassVar, Iterable, Mapping
 
-__all__ = ["ParseIssue", "ParseResult", "ToolCallParser", "make_call", "coerce_value", "NAME_PATTERN", "JSON_DECODER"]
+__all__ = ["ParseIssue", "ParseResult", "ToolCallParser", "ToolCallStream", "make_call", "coerce_value", "NAME_PATTERN", "JSON_DECODER"]
 
 _SNIPPET = 80
 
@@ -292,8 +292,18 @@ class ToolCallParser:
     parameter values to the declared types.
     """
 
+    # Strings at which this family's markup can begin. A stream shows content up to the
+    # first of them and holds the rest until the end; None holds everything (the content
+    # is not known before the whole text is).
+    stream_markers: ClassVar[tuple[str, ...] | None] = None
+
     def __init__(self, tools: Iterable[Mapping[str, Any]] | None = None) -> None:
+        self._tools = tools
         self._schemas = tool_schemas(tools)
+
+    def stream(self, tools: Iterable[Mapping[str, Any]] | None = None) -> ToolCallStream:
+        """A fresh per-request stream: `feed(delta) -> content to show now`, then `finish()`."""
+        return ToolCallStream(self, tools if tools is not None else self._tools)
 
     def parse(self, text: str | None, tools: Iterable[Mapping[str, Any]] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
         result = self.parse_detailed(text, tools)
@@ -326,3 +336,49 @@ class ToolCallParser:
             while call["id"] in seen:
                 call["id"] = self.new_call_id()
             seen.add(call["id"])
+
+
+class ToolCallStream:
+    """Incremental parsing of one completion; all state lives here, not on the parser.
+
+    `feed(delta)` returns the content that is safe to show now (text before any markup;
+    never text that could still turn out to be part of a call). `finish()` returns the
+    full `ParseResult` of everything fed, exactly what `parse_detailed` gives for it; the
+    content still to show is `result.content[len(stream.shown):]`.
+    """
+
+    def __init__(self, parser: ToolCallParser, tools: Iterable[Mapping[str, Any]] | None) -> None:
+        self._parser = parser
+        self._tools = tools
+        self._chunks: list[str] = []
+        self._scanned = ""  # text already searched for markers
+        self._held = parser.stream_markers is None
+        self.shown = ""
+
+    def feed(self, delta: str) -> str:
+        self._chunks.append(delta)
+        if self._held or not delta:
+            return ""
+        markers = self._parser.stream_markers or ()
+        text = self._scanned + delta
+        longest = max((len(m) for m in markers), default=1)
+        cut = len(text)
+        for m in markers:
+            p = text.find(m, max(0, len(self._scanned) - len(m) + 1))
+            if p != -1 and p < cut:
+                cut, self._held = p, True
+        if not self._held:
+            # A marker may be arriving split across deltas: keep a possible prefix back.
+            for k in range(min(longest - 1, len(text)), 0, -1):
+                if any(m.startswith(text[-k:]) for m in markers):
+                    cut = len(text) - k
+                    break
+        self._scanned = text
+        # Leading and trailing whitespace wait: the full parse strips them from content.
+        show = text[:cut].strip()
+        delta_out = show[len(self.shown) :]
+        self.shown = show
+        return delta_out
+
+    def finish(self) -> ParseResult:
+        return self._parser.parse_detailed("".join(self._chunks), self._tools)

@@ -53,6 +53,10 @@ def _find_any(text: str, tokens: tuple[str, ...], start: int, stop: int | None =
 class TokenCallParser(ToolCallParser):
     spec: TokenCallSpec
 
+    @property
+    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]
+        return (*self.spec.section_begin, self.spec.call_begin)
+
     def _parse(self, text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParseResult:
         spec = self.spec
         pieces: list[str] = []

@@ -44,6 +44,7 @@ GLM = GlmSpec()
 @register_parser("glm45", "glm47", "glm", "glm4_moe", "glm46")
 class GlmParser(ToolCallParser):
     spec: GlmSpec = GLM
+    stream_markers = (GLM.start,)
 
     def __init__(self, tools=None) -> None:
         super().__init__(tools)

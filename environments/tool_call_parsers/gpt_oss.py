@@ -30,6 +30,10 @@ _CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
 
 @register_parser("gpt_oss", "gpt-oss", "openai", "harmony")
 class GptOssParser(ToolCallParser):
+    # Which channel text belongs to is known only from headers that may come later:
+    # a stream holds everything until finish().
+    stream_markers = None
+
     def _parse(self, text: str, schemas: Mapping[str, Any]) -> ParseResult:
         if _MESSAGE not in text and "<|channel|>" not in text:
             return ParseResult(text.strip() or None)

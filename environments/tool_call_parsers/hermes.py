@@ -79,6 +79,11 @@ def calls_in_values(values: list[Any], spec: JsonTagSpec) -> tuple[list[tuple[st
 class JsonTagParser(ToolCallParser):
     spec: JsonTagSpec = HERMES
 
+    @property
+    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]
+        # `{`/`[`: a body whose opening tag is missing starts there.
+        return (self.spec.start, self.spec.end, "{", "[")
+
     def _parse(self, text: str, schemas: Mapping[str, Any]) -> ParseResult:
         spec = self.spec
         pieces: list[str] = []

@@ -39,6 +39,10 @@ _LOOKS_LIKE_CALL = re.compile(r'\{\s*"(?:name|function)"\s*:')
 class BareJsonParser(ToolCallParser):
     spec: BareJsonSpec = LLAMA3_JSON
 
+    @property
+    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]
+        return (*self.spec.announce, "{", "```")
+
     def _parse(self, text: str, schemas: Mapping[str, Any]) -> ParseResult:
         spec = self.spec
         pieces: list[str] = []
@@ -83,8 +87,6 @@ class BareJsonParser(ToolCallParser):
         for tok in self.spec.announce:
             if text.startswith(tok, k - len(tok)) and k - len(tok) >= lo:
                 return k - len(tok), True
-        if k > lo and text[k - 1] == ";":
-            return k - 1, False  # `a; b`: the separator goes with the second call
         fence = _FENCE_OPEN.search(text, max(lo, j - 16), j)
         if fence:
             return fence.start(), False

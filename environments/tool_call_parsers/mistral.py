@@ -46,6 +46,8 @@ def mistral_call_id() -> str:
 
 @register_parser("mistral", "mistral_v11", "magistral", "devstral")
 class MistralParser(ToolCallParser):
+    stream_markers = (_TOKEN, "[")  # `[`: a list of calls written without the token
+
     def new_call_id(self) -> str:
         return mistral_call_id()
 

@@ -32,6 +32,8 @@ class _NotACall(Exception):
 
 @register_parser("pythonic", "llama4_pythonic", "olmo3")
 class PythonicParser(ToolCallParser):
+    stream_markers = ("[", "<|python_start|>", "<|python_tag|>")
+
     def _parse(self, text: str, schemas: Mapping[str, Any]) -> ParseResult:
         pieces: list[str] = []
         calls: list[dict[str, Any]] = []

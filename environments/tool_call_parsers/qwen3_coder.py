@@ -46,6 +46,8 @@ def strip_one_newline(value: str) -> str:
 
 @register_parser("qwen3_coder", "qwen3_xml", "qwen35_coder")
 class Qwen3CoderParser(ToolCallParser):
+    stream_markers = ("<tool_call>", _FUNCTION)
+
     def _parse(self, text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParseResult:
         pieces: list[str] = []
         calls: list[dict[str, Any]] = []

@@ -10,6 +10,7 @@ name is covered by some subclass.
 from __future__ import annotations
 
 import json
+import random
 from typing import Any, ClassVar
 
 from environments.tool_call_parsers import get_parser
@@ -195,3 +196,36 @@ class ParserConformance:
         content, tool_calls = self.parser.parse(text)
         assert content == detailed.content
         assert calls_of(tool_calls) == calls_of(detailed.tool_calls)
+
+    def test_streaming_equals_full(self):
+        rng = random.Random(0)
+        texts = [
+            "Plain answer, no tools.",
+            self.render([WEATHER]),
+            "Let me check.\n\n" + self.render([WEATHER, TYPED, ESCAPES]),
+            self.render([PING]) + "\n\nDone." if self.trailing_text else self.render([PING]),
+            *self.malformed,
+        ]
+        for text in texts:
+            for sizes in ([1], [3, 7], [len(text)]):
+                stream = self.parser.stream()
+                shown, pos = "", 0
+                while pos < len(text):
+                    step = rng.choice(sizes)
+                    shown += stream.feed(text[pos : pos + step])
+                    pos += step
+                result = stream.finish()
+                full = self.parser.parse_detailed(text)
+                assert (result.content, calls_of(result.tool_calls)) == (full.content, calls_of(full.tool_calls))
+                assert shown == stream.shown
+                assert (full.content or "").startswith(shown), (text, shown)
+
+    def test_streaming_shows_text_before_the_first_call(self):
+        if type(self.parser).stream_markers is None:
+            return  # this family holds everything until finish() (see its stream_markers)
+        stream = self.parser.stream()
+        assert stream.feed("Let me check the weather.\n") == "Let me check the weather."
+        markup = self.render([WEATHER])
+        assert stream.feed(markup[:-3]) == ""
+        stream.feed(markup[-3:])
+        assert calls_of(stream.finish().tool_calls) == [WEATHER]

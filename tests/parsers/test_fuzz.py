@@ -92,6 +92,19 @@ def check(parser, text: str, originals, structural: bool) -> None:
             assert is_part_of(call, originals), f"invented {call}"
 
 
+def check_stream(parser, text: str, rng: random.Random) -> None:
+    """Streaming never shows text that the full parse does not keep as content."""
+    stream = parser.stream()
+    shown, pos = "", 0
+    while pos < len(text):
+        step = rng.randrange(1, 12)
+        shown += stream.feed(text[pos : pos + step])
+        pos += step
+    full = parser.parse_detailed(text)
+    assert (full.content or "").startswith(shown), shown
+    assert stream.finish().content == full.content
+
+
 @pytest.mark.parametrize("family", sorted(WRITERS))
 def test_fuzz(family):
     write = WRITERS[family]
@@ -110,6 +123,8 @@ def test_fuzz(family):
             structural = structural and again
         try:
             check(parser, mutated, originals, structural)
+            if i % 25 == 0:  # 400 streamed mutants per family
+                check_stream(parser, mutated, rng)
         except AssertionError as exc:
             raise AssertionError(f"{family} mutant #{i} (seed {seed}): {json.dumps(mutated, ensure_ascii=False)}\n{exc}") from None
 

@@ -16,7 +16,7 @@ from environments.tool_call_parsers.testing import WRITERS
 
 # Deterministic and no example database in the shared checkout.
 SETTINGS = settings(
-    max_examples=30,
+    max_examples=25,
     derandomize=True,
     database=None,
     deadline=None,
