@@ -30,7 +30,7 @@ DEEPSEEK_V3 = TokenCallSpec(
 DEEPSEEK_V31 = replace(DEEPSEEK_V3, layout="name_args")
 
 
-@register_parser("deepseek_v3", "deepseekv3", "deepseek_r1")
+@register_parser("deepseek_v3", "deepseekv3")
 class DeepSeekV3Parser(TokenCallParser):
     spec = DEEPSEEK_V3
 

@@ -41,7 +41,7 @@ GLM = GlmSpec()
 
 # GLM-4.7 writes the 4.5 format without newlines; whitespace between tags is optional
 # here, so one parser carries both names.
-@register_parser("glm45", "glm47", "glm", "glm4_moe", "glm46")
+@register_parser("glm45", "glm47")
 class GlmParser(ToolCallParser):
     spec: GlmSpec = GLM
     stream_markers = (GLM.start,)

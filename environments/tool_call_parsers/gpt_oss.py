@@ -28,7 +28,7 @@ _RECIPIENT = re.compile(rf"to=functions\.({NAME_PATTERN})(?![^\s<])")
 _CHANNEL = re.compile(r"<\|channel\|>\s*([A-Za-z_]+)")
 
 
-@register_parser("gpt_oss", "gpt-oss", "openai", "harmony")
+@register_parser("gpt_oss", "gpt-oss", "openai")
 class GptOssParser(ToolCallParser):
     # Which channel text belongs to is known only from headers that may come later:
     # a stream holds everything until finish().

@@ -181,7 +181,7 @@ def _next_open(text: str, start: int, stop: int) -> int:
     return min(a, b)
 
 
-@register_parser("hermes", "qwen", "qwen25", "qwen2_5", "qwen3", "smollm", "nous")
+@register_parser("hermes", "qwen", "qwen25")
 class HermesParser(JsonTagParser):
     spec = HERMES
 

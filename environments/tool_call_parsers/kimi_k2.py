@@ -24,6 +24,6 @@ KIMI_K2 = TokenCallSpec(
 )
 
 
-@register_parser("kimi_k2", "kimi-k2", "kimik2")
+@register_parser("kimi_k2")
 class KimiK2Parser(TokenCallParser):
     spec = KIMI_K2

@@ -105,11 +105,11 @@ class BareJsonParser(ToolCallParser):
         return k + 1 if text.startswith(";", k) else stop
 
 
-@register_parser("llama3_json", "llama3", "llama")
+@register_parser("llama3_json", "llama3")
 class Llama3JsonParser(BareJsonParser):
     spec = LLAMA3_JSON
 
 
-@register_parser("llama4_json", "llama4")
+@register_parser("llama4_json")
 class Llama4JsonParser(BareJsonParser):
     spec = LLAMA4_JSON

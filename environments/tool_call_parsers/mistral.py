@@ -44,7 +44,7 @@ def mistral_call_id() -> str:
     return "".join(secrets.choice(_ID_ALPHABET) for _ in range(9))
 
 
-@register_parser("mistral", "mistral_v11", "magistral", "devstral")
+@register_parser("mistral")
 class MistralParser(ToolCallParser):
     stream_markers = (_TOKEN, "[")  # `[`: a list of calls written without the token
 

@@ -30,7 +30,7 @@ class _NotACall(Exception):
     pass
 
 
-@register_parser("pythonic", "llama4_pythonic", "olmo3")
+@register_parser("pythonic", "llama4_pythonic")
 class PythonicParser(ToolCallParser):
     stream_markers = ("[", "<|python_start|>", "<|python_tag|>")
 

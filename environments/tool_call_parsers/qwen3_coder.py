@@ -44,7 +44,7 @@ def strip_one_newline(value: str) -> str:
     return value
 
 
-@register_parser("qwen3_coder", "qwen3_xml", "qwen35_coder")
+@register_parser("qwen3_coder", "qwen3_xml")
 class Qwen3CoderParser(ToolCallParser):
     stream_markers = ("<tool_call>", _FUNCTION)
 

@@ -11,7 +11,7 @@ from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
 
 
 class TestGptOss(ParserConformance):
-    names = ("gpt_oss", "gpt-oss", "openai", "harmony")
+    names = ("gpt_oss", "gpt-oss", "openai")
     malformed = (
         '<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>{"city": <|call|>',
         "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>[1]<|call|>",

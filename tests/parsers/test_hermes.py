@@ -11,7 +11,7 @@ from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
 
 
 class TestHermes(ParserConformance):
-    names = ("hermes", "qwen", "qwen25", "qwen2_5", "qwen3", "smollm", "nous")
+    names = ("hermes", "qwen", "qwen25")
     malformed = (
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"\n</tool_call>',
         "<tool_call>\nnot json at all\n</tool_call>",

