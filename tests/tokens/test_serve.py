@@ -1,0 +1,134 @@
+"""`serve` into a real Atropos rollout API: atroposlib's `run-api` runs as a process, the GSM8k
+env serves into it in Phase 2 (exact tokens from the embedded llama.cpp server), and a small
+trainer-like client registers, pulls `/batch` and checks the groups it receives."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from .test_phase2_env import TOOL_CALL_GRAMMAR, trained_spans
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN_API = Path(sys.executable).with_name("run-api")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
+    # Own process group, so the test stops the command and everything it started.
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(15)
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_serve_feeds_run_api_and_a_trainer_pulls_exact_token_groups(embedded_llm, tmp_path):
+    from transformers import AutoTokenizer
+
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}"
+    api = _start([str(RUN_API), "--host", "127.0.0.1", "--port", str(port)], tmp_path / "run-api.log")
+    env = None
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(api_url + "/", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and api.poll() is None, (tmp_path / "run-api.log").read_text()[-2000:]
+            time.sleep(0.5)
+
+        # The trainer registers first; the env waits for it.
+        reg = httpx.post(
+            api_url + "/register",
+            json={
+                "wandb_group": "test",
+                "wandb_project": "hermes-rl",
+                "batch_size": 2,
+                "max_token_len": 4096,
+                "checkpoint_dir": str(tmp_path / "ckpt"),
+                "save_checkpoint_interval": 100,
+                "starting_step": 0,
+                "num_steps": 10,
+            },
+            timeout=10,
+        )
+        assert reg.status_code == 200 and "uuid" in reg.json()
+
+        config = tmp_path / "config.yaml"
+        # The grammar's products rarely answer the question: equal scores must not be dropped here.
+        config.write_text(
+            yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}, "ensure_scores_are_not_same": False}})
+        )
+        env = _start(
+            [
+                sys.executable, "-m", "environments.gsm8k_agent_env", "serve",
+                "--config", str(config),
+                "--env.rollout_server_url", api_url,
+                "--env.wandb_name", "gsm8k-phase2-test",
+                "--openai.base_url", embedded_llm.base_url,
+                "--openai.model_name", embedded_llm.model_name,
+                "--openai.api_key", "local",
+                "--env.token_server", "llamacpp",
+                "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
+                "--env.group_size", "2",
+                "--env.max_agent_turns", "2",
+                "--env.agent_max_tokens", "48",
+                "--env.max_num_workers", "1",
+            ],
+            tmp_path / "env.log",
+        )
+        batch = None
+        deadline = time.monotonic() + 600
+        while batch is None:
+            assert env.poll() is None, (tmp_path / "env.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (tmp_path / "env.log").read_text()[-3000:]
+            batch = httpx.get(api_url + "/batch", timeout=10).json().get("batch")
+            if batch is None:
+                time.sleep(1)
+    finally:
+        if env is not None:
+            _stop(env)
+        _stop(api)
+
+    tokenizer = AutoTokenizer.from_pretrained(str(embedded_llm.tokenizer_dir))
+    assert sum(len(g["tokens"]) for g in batch) == 2
+    for group in batch:
+        assert len(group["tokens"]) == len(group["masks"]) == len(group["scores"]) == len(group["inference_logprobs"]) == len(group["messages"])
+        assert all(0.0 <= s <= 1.0 for s in group["scores"])
+        for tokens, masks, logprobs, messages in zip(group["tokens"], group["masks"], group["inference_logprobs"], group["messages"]):
+            assert len(tokens) == len(masks) == len(logprobs) < 4096
+            assert all((lp <= 0.0) == (m != -100) for m, lp in zip(masks, logprobs))
+            assistants = [m for m in messages if m["role"] == "assistant"]
+            spans = trained_spans(masks)
+            assert len(spans) == len(assistants) >= 1
+            for (start, end), msg in zip(spans, assistants):
+                text = tokenizer.decode(tokens[start:end])
+                assert text.startswith("<tool_call>\n") and text.endswith("</tool_call><|im_end|>")
+                assert msg["tool_calls"][0]["function"]["name"] == "python"
