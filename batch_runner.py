@@ -287,15 +287,18 @@ class Runner:
 
 
 async def _progress_loop(progress: Progress, interval: float, stream: Any) -> None:
+    """A live line on a terminal; in a log, a line when something finished (or every 60 s)."""
     tty = stream.isatty()
-    last = 0.0
+    last_time, last_counts = time.monotonic(), (0, 0)
     while True:
         await asyncio.sleep(interval)
         if tty:
             stream.write("\r" + progress.line() + "\x1b[K")
             stream.flush()
-        elif time.monotonic() - last >= 10 * interval:  # logs: a line now and then, not a flood
-            last = time.monotonic()
+            continue
+        counts = (progress.done, progress.failed)
+        if counts != last_counts or time.monotonic() - last_time >= 60:
+            last_time, last_counts = time.monotonic(), counts
             print(progress.line(), file=stream, flush=True)
 
 

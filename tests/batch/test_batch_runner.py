@@ -162,3 +162,27 @@ async def test_a_server_that_stays_down_stops_the_run(tmp_path: Path) -> None:
     async with ScriptedOpenAIServer([agent_policy()] * 60) as server:
         stats = await run_batch(config(tmp_path, dataset, server.base_url, resume=True, concurrency=4))
     assert stats["recorded"] == 30 and stats["missing"] == 0
+
+
+async def test_progress_is_live_on_a_terminal_and_quiet_in_logs() -> None:
+    import asyncio
+    import io
+
+    from batch_runner import Progress, _progress_loop
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    for stream in (Terminal(), io.StringIO()):
+        progress = Progress(total=10, already=2)
+        ticker = asyncio.create_task(_progress_loop(progress, 0.02, stream))
+        await asyncio.sleep(0.2)
+        progress.done, progress.failed = 3, 1
+        await asyncio.sleep(0.3)
+        ticker.cancel()
+        out = stream.getvalue()
+        if isinstance(stream, Terminal):
+            assert out.startswith("\r[2/10] done 0 failed 0") and "\r[5/10] done 3 failed 1 retries 0 |" in out
+        else:
+            assert out.count("\n") == 1 and out.startswith("[5/10] done 3 failed 1 retries 0 |") and "ETA" in out
