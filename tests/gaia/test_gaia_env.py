@@ -141,8 +141,10 @@ def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path
         assert len(group["scores"]) == 2 and all(0.0 <= s <= 1.0 for s in group["scores"])
         infos = group["rollout_info"]
         assert all(i["task_id"].startswith("offline-") and isinstance(i["correct"], bool) for i in infos)
-        # The model saw the GAIA system prompt and the web tools.
+        # The model saw the GAIA system prompt and the web tools; the group says which tools it had.
         assert "FINAL ANSWER" in group["messages"][0][0]["content"]
+        assert {"web_search", "web_extract", "python"} <= {t["function"]["name"] for t in group["tools"]}
+        assert all(i["stop_reason"] != "context_full" for i in infos)  # the prompt with all tools fits
 
 
 async def test_web_backend_follows_config_tavily_double(tokenizer_dir: str, tmp_path: Path) -> None:
