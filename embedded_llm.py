@@ -21,6 +21,7 @@ import argparse
 import asyncio
 import atexit
 import collections
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -348,8 +349,16 @@ class EmbeddedLLM:
             self._output = None
 
     async def __aenter__(self) -> EmbeddedLLM:
-        # Startup blocks for about a second (model load + health polling); keep the loop free.
-        await asyncio.to_thread(self.start)
+        # Startup blocks for a second or more (model load + health polling); keep the loop free.
+        starting = asyncio.ensure_future(asyncio.to_thread(self.start))
+        try:
+            await asyncio.shield(starting)
+        except asyncio.CancelledError:
+            # The thread cannot be interrupted: let it finish, then stop what it started.
+            with contextlib.suppress(BaseException):
+                await starting
+            await asyncio.to_thread(self.stop)
+            raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
