@@ -170,7 +170,7 @@ class _ProcessOutput:
         self.ready = threading.Event()
         self._tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
         self._lock = threading.Lock()
-        self._log = open(log_file, "a", encoding="utf-8") if log_file else None  # noqa: SIM115 - closed in close()
+        self._log = open(log_file, "a", encoding="utf-8") if log_file else None  # closed in close()
         assert proc.stdout is not None and proc.stderr is not None
         self._threads = [
             threading.Thread(target=self._read_stdout, args=(proc.stdout,), daemon=True),
