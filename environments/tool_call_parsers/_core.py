@@ -6,9 +6,11 @@ Standard library only (this package is meant to be vendored by other projects).
 from __future__ import annotations
 
 import ast
+import io
 import json
 import os
 import re
+import tokenize
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Iterable, Mapping
@@ -241,7 +243,7 @@ def _convert(raw: str, t: str) -> tuple[bool, Any]:
         try:
             v = JSON_DECODER.decode(s)
         except ValueError:
-            v = _python_literal(s)
+            v = python_literal(s)
         return (True, v) if isinstance(v, want) else (False, None)
     return False, None
 
@@ -249,21 +251,62 @@ def _convert(raw: str, t: str) -> tuple[bool, Any]:
 def parse_python(source: str, mode: str = "eval") -> ast.AST:
     """`ast.parse` without the warnings that invalid escapes in model text would print.
 
-    Raises SyntaxError, ValueError, MemoryError or RecursionError like `ast.parse`.
+    Raises SyntaxError, ValueError, MemoryError or RecursionError like `ast.parse`, and
+    SyntaxError for adjacent string literals.
     (`catch_warnings` swaps process-wide filters; parsing runs on one thread.)
     """
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ast.parse(source, mode=mode)
+        tree = ast.parse(source, mode=mode)
+    if _adjacent_strings(source):
+        # `"get_" "weather"` is one string to Python; in a model's call it is damage.
+        raise SyntaxError("adjacent string literals")
+    return tree
 
 
-def _python_literal(s: str) -> Any:
-    # Templates that render values with Jinja's `string` filter write Python reprs
-    # (`{'a': True}`); literal_eval reads them without executing anything.
+def _adjacent_strings(source: str) -> bool:
+    previous = None
     try:
-        return ast.literal_eval(parse_python(s))
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type in (tokenize.NL, tokenize.NEWLINE, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT):
+                continue
+            if tok.type == tokenize.STRING and previous == tokenize.STRING:
+                return True
+            previous = tok.type
+    except (tokenize.TokenError, SyntaxError):
+        return True  # not reachable for source ast accepted; refuse rather than guess
+    return False
+
+
+def python_literal(s: str) -> Any:
+    """A Python literal (`{'a': True, 'b': None}`) as a JSON value, or None when it is not one.
+
+    Templates that render values with Jinja's `string` filter, and small models imitating
+    them, write Python reprs. `ast.literal_eval` reads them without executing anything;
+    values JSON cannot hold (sets, bytes, complex, NaN, non-string keys) are refused.
+    """
+    try:
+        value = ast.literal_eval(parse_python(s.strip()))
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return None
+    try:
+        return _as_json(value)
+    except ValueError:
+        return None
+
+
+def _as_json(value: Any) -> Any:
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError("not finite")
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_as_json(v) for v in value]
+    if isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return {k: _as_json(v) for k, v in value.items()}
+    raise ValueError(f"{type(value).__name__} is not JSON")
 
 
 def tool_schemas(tools: Iterable[Mapping[str, Any]] | None) -> dict[str, Mapping[str, Any]]:

@@ -7,7 +7,8 @@
 Leniency for what real models write: a missing closing tag (at the end of the text or
 before the next opening tag), a code-fenced body, a missing opening tag right before a
 valid body (`{...}</tool_call>`), `parameters` instead of `arguments`, arguments encoded
-twice as a JSON string, and a list of calls inside one block.
+twice as a JSON string, a list of calls inside one block, and a Python dict literal
+(single quotes, True/None) instead of JSON.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from ._core import (
     issue,
     join_content,
     make_call,
+    python_literal,
     strip_code_fence,
 )
 from ._registry import register_parser
@@ -57,7 +59,11 @@ def calls_in_json(body: str, spec: JsonTagSpec) -> tuple[list[tuple[str, dict[st
         try:
             value, pos = JSON_DECODER.raw_decode(s, pos)
         except ValueError as exc:
-            return [], f"invalid JSON: {exc.msg} at position {exc.pos}"
+            # Small models imitate Python reprs: {'name': 'f', 'arguments': {'x': True}}.
+            literal = python_literal(s) if pos == 0 else None
+            if literal is None:
+                return [], f"invalid JSON: {exc.msg} at position {exc.pos}"
+            value, pos = literal, len(s)
         values.extend(value if isinstance(value, list) else [value])
         while pos < len(s) and s[pos] in " \t\r\n,;":
             pos += 1

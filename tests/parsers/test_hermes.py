@@ -68,6 +68,12 @@ QUIRKS = {
         None,
         [("write_file", {"path": "a.md", "content": "see </tool_call>"})],
     ),
+    "python dict literal": (
+        "<tool_call>{'name': 'configure', 'arguments': {'flag': True, 'nothing': None, 'tags': ('a',)}}</tool_call>",
+        None,
+        [("configure", {"flag": True, "nothing": None, "tags": ["a"]})],
+    ),
+    "python literal that is not JSON stays text": ("<tool_call>{'name': 'f', 'arguments': {1: 2}}</tool_call>", "<tool_call>{'name': 'f', 'arguments': {1: 2}}</tool_call>", []),
     "stray closing tag stays text": ("done </tool_call>", "done </tool_call>", []),
     "think block stays content": (f"<think>hmm</think>\n<tool_call>{WEATHER_JSON}</tool_call>", "<think>hmm</think>", [WEATHER]),
 }
