@@ -276,8 +276,8 @@ class Runner:
                 async with self.backend.trajectory(prompt.id) as executor:
                     ctx = ToolContext(executor=executor, limits=c.tool_limits, task_id=prompt.id)
                     result = await HermesAgentLoop(self.model(), tools, ctx, loop_config, self.registry).run(messages)
-            except Exception as exc:  # the workspace broke: infrastructure, not the model
-                error = f"workspace: {type(exc).__name__}: {exc}"
+            except Exception as exc:  # the workspace (or our code) broke: not the model's failure
+                error = f"{type(exc).__name__}: {exc}"
                 continue
             if result.infrastructure_failure:
                 error = result.error or result.stop_reason
@@ -326,18 +326,19 @@ async def run_batch(config: BatchConfig, stream: Any = sys.stderr) -> dict[str, 
                          "is this the same dataset?")
     (run_dir / "run_config.json").write_text(config.model_dump_json(indent=2, exclude={"api_key"}))
     pending = [p for p in prompts if p.id not in done_ids]
+    web = make_web_backend(config.web)
+    registry = ToolRegistry([*builtin_tools(), *web_tools(web)])
     for p in pending:  # unknown distributions / toolsets fail now, not in a worker
         ts = p.toolsets if p.toolsets is not None else sample_toolsets(config.distribution, p.id, config.seed)
-        unknown = set(ts) - {"terminal", "file", "python", "web"}
+        unknown = set(ts) - registry.toolsets
         if unknown:
-            raise BatchError(f"prompt {p.id!r} asks for unknown toolsets {sorted(unknown)}")
+            raise BatchError(f"prompt {p.id!r} asks for unknown toolsets {sorted(unknown)}; known: {sorted(registry.toolsets)}")
     await _check_server(config.base_url)
 
     progress = Progress(total=len(prompts), already=len(done_ids))
     wall_started = time.monotonic()
     writer = LineWriter(out_path)
     failures = LineWriter(run_dir / "infra_failures.jsonl")
-    web = make_web_backend(config.web)
     backend = LocalToolBackend(config.workspace)
     client = OpenAIChatModel.make_client(config.base_url, config.resolved_api_key(), config.request_timeout_s, config.request_retries)
     queue: asyncio.Queue[Prompt] = asyncio.Queue()
@@ -348,7 +349,7 @@ async def run_batch(config: BatchConfig, stream: Any = sys.stderr) -> dict[str, 
     try:
         await web.start()
         await backend.start()
-        runner = Runner(config, ToolRegistry([*builtin_tools(), *web_tools(web)]), backend, client)
+        runner = Runner(config, registry, backend, client)
 
         async def worker() -> None:
             while not queue.empty() and progress.consecutive_failures < config.max_consecutive_failures:

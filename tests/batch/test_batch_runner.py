@@ -186,3 +186,9 @@ async def test_progress_is_live_on_a_terminal_and_quiet_in_logs() -> None:
             assert out.startswith("\r[2/10] done 0 failed 0") and "\r[5/10] done 3 failed 1 retries 0 |" in out
         else:
             assert out.count("\n") == 1 and out.startswith("[5/10] done 3 failed 1 retries 0 |") and "ETA" in out
+
+
+async def test_unknown_toolsets_in_the_dataset_fail_before_running(tmp_path: Path) -> None:
+    dataset = write_prompts(tmp_path / "p.jsonl", [{"prompt": "x", "toolsets": ["python", "browser"]}])
+    with pytest.raises(BatchError, match=r"unknown toolsets \['browser'\]; known: \['file', 'python', 'terminal', 'web'\]"):
+        await run_batch(config(tmp_path, dataset, "http://127.0.0.1:9/v1"))
