@@ -121,3 +121,24 @@ async def test_real_llamacpp_turns_keep_exact_ids(embedded_llm):
         if span.kind == "template":
             model_closed = renderer.decode(seq.tokens[prev.start:prev.end]).endswith("<|im_end|>")
             assert renderer.decode(seq.tokens[span.start:span.end]).startswith("<|im_end|>") != model_closed
+
+
+async def test_agent_loop_on_token_model_tells_server_failure_from_context_full(qwen_tokenizer, tmp_path):
+    from environments.agent_loop import AgentLoopConfig, HermesAgentLoop
+    from tools.context import ToolContext, ToolLimits
+    from tools.executor import LocalWorkspace
+
+    renderer = ChatRenderer(qwen_tokenizer, template_text("Qwen-Qwen2.5-7B-Instruct"))
+    ctx = ToolContext(executor=LocalWorkspace(tmp_path / "ws"), limits=ToolLimits(), task_id="t")
+    opening = [{"role": "user", "content": "hello"}]
+    async with ScriptedTokenServerDouble([], status=503) as double:
+        server = make_token_server(TokenServerConfig(kind="vllm", base_url=double.url))
+        try:
+            loop = HermesAgentLoop(TokenChatModel(server, renderer), TOOLS, ctx, AgentLoopConfig(max_turns=2))
+            broken = await loop.run(opening)
+            small = TokenChatModel(server, renderer, TokenChatConfig(max_context_tokens=20))
+            full = await HermesAgentLoop(small, TOOLS, ctx, AgentLoopConfig(max_turns=2)).run(opening)
+        finally:
+            await server.aclose()
+    assert broken.stop_reason == "model_error" and broken.infrastructure_failure and "HTTP 503" in broken.error
+    assert full.stop_reason == "context_full" and not full.infrastructure_failure

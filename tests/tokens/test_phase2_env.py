@@ -87,3 +87,26 @@ def test_gsm8k_phase2_groups_carry_exact_tokens_masks_logprobs(embedded_llm, tmp
         result = next(m for m in messages if m["role"] == "tool")["content"]
         assert between.startswith("\n<|im_start|>") and result in between and between.endswith("<|im_start|>assistant\n")
         assert tokenizer.decode(tokens).count("<|im_end|><|im_end|>") == 0
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_gsm8k_phase2_evaluate_runs_on_the_token_server(embedded_llm, tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}))
+    proc = run_env(
+        "evaluate",
+        "--config", str(config),
+        "--openai.base_url", embedded_llm.base_url,
+        "--openai.model_name", embedded_llm.model_name,
+        "--openai.api_key", "local",
+        "--env.token_server", "llamacpp",
+        "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
+        "--env.eval_size", "2",
+        "--env.max_agent_turns", "1",
+        "--env.agent_max_tokens", "48",
+        "--env.data_dir_to_save_evals", str(tmp_path / "evals"),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Phase 2: exact tokens from llamacpp" in proc.stderr
+    assert "'eval/infrastructure_failures': 0" in proc.stdout and "'eval/n': 2" in proc.stdout
