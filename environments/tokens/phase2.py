@@ -82,8 +82,20 @@ class TokenLevelModels:
 
 
 def trace_items(trace: TokenTrace) -> list[tuple[list[int], list[int], list[float]]]:
-    """(tokens, masks, inference_logprobs) per sequence. A trace has more than one sequence
-    only when the template was not append-only somewhere; each is a valid training item."""
+    """(tokens, masks, inference_logprobs) per sequence, for a ScoredDataGroup.
+
+    A trace has more than one sequence only where the template was not append-only; each is
+    a valid training item. Template tokens after a sequence's last sampled token (a turn that
+    never ran because the context was full) carry no signal and would only push the item
+    over the trainer's length, so they are cut; a sequence without sampled tokens is skipped.
+    """
     if trace.restarts:
         logger.info("rollout split into %d token sequences: %s", len(trace.sequences), "; ".join(trace.restart_reasons))
-    return [(list(s.tokens), s.masks, s.inference_logprobs) for s in trace.sequences]
+    items = []
+    for seq in trace.sequences:
+        model_spans = [s for s in seq.spans if s.kind == "model" and s.end > s.start]
+        if not model_spans:
+            continue
+        end = model_spans[-1].end
+        items.append((seq.tokens[:end], seq.masks[:end], seq.inference_logprobs[:end]))
+    return items

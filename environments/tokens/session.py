@@ -64,10 +64,11 @@ class TokenSequence:
         self.pieces.append(piece)
         # The per-turn invariant, in O(new tokens): pieces tile the sequence in order.
         prev_end = self.spans[-2].end if len(self.spans) > 1 else 0
-        assert start == prev_end and len(self.tokens) == self.spans[-1].end == len(self.trained) == len(self.logprobs), (
-            "token sequence lost alignment: pieces no longer tile the held ids"
-        )
-        assert self.tokens[start:] == piece
+        # (Raised, not `assert`ed: the check must also run under `python -O`.)
+        if not (start == prev_end and len(self.tokens) == self.spans[-1].end == len(self.trained) == len(self.logprobs)):
+            raise AssertionError("token sequence lost alignment: pieces no longer tile the held ids")
+        if self.tokens[start:] != piece:
+            raise AssertionError("appended ids differ from the piece that was appended")
 
     def verify(self) -> None:
         """Full check: the held ids are exactly the concatenation of the appended pieces."""
@@ -197,21 +198,21 @@ class TokenSession:
         self.sequences.append(seq)
         self._awaiting_generation = True
 
-    def _stand_in(self, a_idx: int, prev_assistant: int, last_user: int) -> tuple[list[dict[str, Any]], int]:
-        """The last few messages ending with assistant turn `a_idx`; returns them and A's position."""
+    def _stand_in(self, a_idx: int, prev_assistant: int, last_user: int) -> list[dict[str, Any]]:
+        """The last few messages ending with assistant turn `a_idx`: the system message, the last
+        user message, the previous assistant turn with its results, and turn `a_idx`."""
         head: list[dict[str, Any]] = []
         if self.messages and self.messages[0].get("role") == "system":
             head.append(self.messages[0])
         start = max(prev_assistant, last_user + 1, 1 if head else 0)
         if 0 <= last_user < start:
             head.append(self.messages[last_user])
-        window = head + self.messages[start : a_idx + 1]
-        return window, len(window) - 1
+        return head + self.messages[start : a_idx + 1]
 
     def _suffix(
         self, a_idx: int, new: list[dict[str, Any]], gen: list[int], prev_assistant: int, last_user: int
     ) -> tuple[str | None, str]:
-        window, _ = self._stand_in(a_idx, prev_assistant, last_user)
+        window = self._stand_in(a_idx, prev_assistant, last_user)
         try:
             before = self.renderer.render(window, self.tools, add_generation_prompt=False)
             after = self.renderer.render(window + new, self.tools, add_generation_prompt=True)
