@@ -105,7 +105,7 @@ def test_process_cli_runs_on_the_local_sandbox_backend_against_the_embedded_mode
             "--openai.api_key", "local",
             "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
             "--env.total_steps", "1", "--env.group_size", "2",
-            "--env.max_agent_turns", "2", "--env.agent_max_tokens", "96",
+            "--env.max_agent_turns", "1", "--env.agent_max_tokens", "32",
             "--env.ensure_scores_are_not_same", "False",
             "--env.data_path_to_save_groups", str(out),
         ],
