@@ -1,0 +1,28 @@
+# The sandbox image the Nomad and Modal backends run: sandbox_server + bubblewrap + git +
+# python + pytest. Only sandbox_server/ is copied in; it imports nothing else of the project.
+#
+#   docker build -t hermes-rl-sandbox:latest .
+#   docker run --rm --privileged -p 8080:8080 -e SANDBOX_SERVER_TOKEN=secret hermes-rl-sandbox:latest
+#
+# bubblewrap needs to create namespaces inside the container: run it privileged (Nomad
+# docker driver `privileged = true`, which the client must allow), or with
+# `--security-opt seccomp=unconfined --security-opt apparmor=unconfined --cap-add SYS_ADMIN`.
+# Without that the server still starts, reports isolation unavailable in /health, and
+# refuses commands; the slot pool then refuses the sandbox.
+FROM python:3.11-slim-bookworm
+
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap git util-linux ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+
+COPY sandbox_server/requirements.txt /opt/hermes/sandbox_server/requirements.txt
+RUN pip install --no-cache-dir -r /opt/hermes/sandbox_server/requirements.txt pytest
+
+COPY sandbox_server /opt/hermes/sandbox_server
+ENV PYTHONPATH=/opt/hermes PYTHONUNBUFFERED=1
+WORKDIR /opt/hermes
+EXPOSE 8080
+
+# The token comes from the SANDBOX_SERVER_TOKEN environment variable (a Nomad task env or a
+# Modal secret); the data directory holds the slots' workspaces and the shared /cache.
+CMD ["python", "-m", "sandbox_server", "--host", "0.0.0.0", "--port", "8080", "--slots", "8", "--data-dir", "/var/lib/hermes-sandbox"]
