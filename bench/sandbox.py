@@ -1,0 +1,132 @@
+"""Sandbox slot timings, all measured in one run (by hand: `python bench/sandbox.py`).
+
+Prints
+- slot exec round trip (p50/p95) of a trivial command, vs the same command as a plain
+  local subprocess (no HTTP, no bubblewrap) measured here as the baseline;
+- execs/s with 32 slots (4 sandbox_server processes x 8 slots) busy at once, vs 32
+  concurrent plain subprocesses;
+- slot acquire+release(reset) vs starting (and stopping) a fresh sandbox_server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from backends.base import ExecCall
+from backends.local import LocalBackendConfig, local_backend
+from backends.process import start_sandbox_process
+from slots.client import SandboxAddress, SandboxClient
+from slots.pool import SlotPoolConfig
+from tools.executor import LocalWorkspace
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+def ms(x: float) -> str:
+    return f"{x * 1000:8.1f} ms"
+
+
+async def timed(coro) -> float:
+    t = time.perf_counter()
+    await coro
+    return time.perf_counter() - t
+
+
+async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
+    root = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
+    pool = SlotPoolConfig(slots_per_sandbox=8, min_sandboxes=4, max_sandboxes=4, health_interval_s=60)
+    backend = local_backend(LocalBackendConfig(pool=pool, data_root=str(root / "pool")))
+    await backend.start()
+    local = LocalWorkspace(root / "plain")
+    call = ExecCall("true", timeout=30, max_output_bytes=1000)
+    try:
+        # 1. round trip, one slot, sequential
+        slot = await backend.acquire()
+        for _ in range(5):
+            await backend.execute(slot, call)  # warm up connections
+        slot_rt = [await timed(backend.execute(slot, call)) for _ in range(n_round_trips)]
+        plain_rt = [await timed(local.exec("true", timeout=30, max_output_bytes=1000)) for _ in range(n_round_trips)]
+        await backend.release(slot)
+
+        # 2. throughput, 32 slots busy at once
+        slots = [await backend.acquire() for _ in range(32)]
+
+        async def worker(s) -> None:
+            for _ in range(per_slot):
+                r = await backend.execute(s, call)
+                assert r.exit_code == 0, r
+
+        t = time.perf_counter()
+        await asyncio.gather(*(worker(s) for s in slots))
+        slot_tput = 32 * per_slot / (time.perf_counter() - t)
+
+        async def plain_worker() -> None:
+            for _ in range(per_slot):
+                await local.exec("true", timeout=30, max_output_bytes=1000)
+
+        t = time.perf_counter()
+        await asyncio.gather(*(plain_worker() for _ in range(32)))
+        plain_tput = 32 * per_slot / (time.perf_counter() - t)
+        batches = sum(sb.batcher.batches_sent for sb in backend.pool._sandboxes.values())
+        calls = sum(sb.batcher.calls_sent for sb in backend.pool._sandboxes.values())
+        for s in slots:
+            await backend.release(s)
+
+        # 3. acquire + reset (release) vs a fresh sandbox_server
+        async def cycle() -> None:
+            s = await backend.acquire()
+            await backend.execute(s, ExecCall("mkdir -p a/b && echo x > a/b/f"))
+            t0 = time.perf_counter()
+            await backend.release(s)
+            s = await backend.acquire()
+            cycle_times.append(time.perf_counter() - t0)
+            await backend.release(s)
+
+        cycle_times: list[float] = []
+        for _ in range(20):
+            await cycle()
+
+        fresh: list[float] = []
+        import aiohttp
+
+        async with aiohttp.ClientSession() as http:
+            for i in range(fresh_runs):
+                t0 = time.perf_counter()
+                proc = await start_sandbox_process(data_dir=root / f"fresh-{i}", slots=8)
+                client = SandboxClient(SandboxAddress("fresh", proc.url, proc.token), http)
+                await client.health()
+                fresh.append(time.perf_counter() - t0)
+                await proc.stop()
+    finally:
+        await backend.stop()
+
+    print("sandbox slots, local backend (4 sandbox_server x 8 slots, bubblewrap per command)")
+    print(f"  exec round trip, 1 slot ({n_round_trips}x `true`)")
+    print(f"    slot  p50 {ms(statistics.median(slot_rt))}   p95 {ms(pct(slot_rt, 0.95))}")
+    print(f"    plain p50 {ms(statistics.median(plain_rt))}   p95 {ms(pct(plain_rt, 0.95))}   (local subprocess, baseline)")
+    print(f"    ratio slot/plain p50: {statistics.median(slot_rt) / statistics.median(plain_rt):.2f}x")
+    print(f"  throughput, 32 slots busy ({32 * per_slot} execs)")
+    print(f"    slot  {slot_tput:8.1f} execs/s   ({calls} calls in {batches} batch requests)")
+    print(f"    plain {plain_tput:8.1f} execs/s   (32 concurrent local subprocesses, baseline)")
+    print(f"    ratio slot/plain: {slot_tput / plain_tput:.2f}x")
+    print("  getting a clean workspace")
+    print(f"    slot release(reset)+acquire p50 {ms(statistics.median(cycle_times))}  p95 {ms(pct(cycle_times, 0.95))}")
+    print(f"    fresh sandbox_server start  p50 {ms(statistics.median(fresh))}  ({fresh_runs} runs)")
+    print(f"    ratio fresh/slot: {statistics.median(fresh) / statistics.median(cycle_times):.1f}x")
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--round-trips", type=int, default=200)
+    ap.add_argument("--per-slot", type=int, default=10)
+    ap.add_argument("--fresh-runs", type=int, default=5)
+    ns = ap.parse_args()
+    asyncio.run(main(ns.round_trips, ns.per_slot, ns.fresh_runs))
