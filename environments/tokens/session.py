@@ -139,7 +139,7 @@ class TokenSession:
             raise RuntimeError("TokenSession.start() called twice; use a new session per conversation")
         for m in messages:
             self._track(m)
-        self._new_sequence(None)
+        self._new_sequence()
         return self.current.tokens
 
     def add_generation(self, ids: list[int], logprobs: list[float | None], message: dict[str, Any]) -> None:
@@ -167,7 +167,7 @@ class TokenSession:
         if suffix is None:
             self.restarts += 1
             self.restart_reasons.append(why)
-            self._new_sequence(why)
+            self._new_sequence()
         else:
             self.current.append("template", self.renderer.encode(suffix))
             self._awaiting_generation = True
@@ -191,7 +191,7 @@ class TokenSession:
             self._prev_assistant = self._newest_assistant
             self._newest_assistant = idx
 
-    def _new_sequence(self, reason: str | None) -> None:
+    def _new_sequence(self) -> None:
         text = self.renderer.render(self.messages, self.tools, add_generation_prompt=True)
         seq = TokenSequence()
         seq.append("prompt", self.renderer.encode(text))
