@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field
@@ -44,7 +43,6 @@ class NomadBackendConfig(BaseModel):
     memory_mb: int = Field(4096, gt=0)
     startup_timeout_s: float = Field(300.0, gt=0)
     poll_interval_s: float = Field(1.0, gt=0)
-    api_threads: int = Field(4, ge=1, description="Threads for the blocking python-nomad calls")
 
 
 def build_job_spec(config: NomadBackendConfig, *, count: int, token: str) -> dict[str, Any]:
@@ -120,11 +118,12 @@ class NomadAPI(Protocol):
 
 
 class PythonNomadAdapter:
-    """`NomadAPI` over python-nomad (blocking, so calls go to a small thread pool)."""
+    """`NomadAPI` over python-nomad (`nomad.Nomad(...).job / .allocation`)."""
 
     def __init__(self, config: NomadBackendConfig, acl_token: str | None = None) -> None:
         try:
             import nomad  # noqa: PLC0415 - optional extra, imported only when Nomad is chosen
+            from nomad.api.exceptions import URLNotFoundNomadException  # noqa: PLC0415
         except ImportError as exc:
             raise ImportError("the Nomad backend needs python-nomad: pip install 'hermes-rl[nomad]'") from exc
         from urllib.parse import urlparse  # noqa: PLC0415
@@ -134,10 +133,11 @@ class PythonNomadAdapter:
             host=url.hostname, port=url.port or 4646, secure=url.scheme == "https",
             token=acl_token, namespace=config.namespace, region=config.region,
         )  # fmt: skip
-        self._pool = ThreadPoolExecutor(max_workers=config.api_threads, thread_name_prefix="nomad-api")
+        self._not_found = URLNotFoundNomadException
 
     async def _call(self, fn, *args, **kw):
-        return await asyncio.get_running_loop().run_in_executor(self._pool, lambda: fn(*args, **kw))
+        # python-nomad is blocking (requests): its calls go to the loop's bounded thread pool.
+        return await asyncio.to_thread(fn, *args, **kw)
 
     async def register_job(self, job):
         return await self._call(self._client.job.register_job, job["ID"], {"Job": job})
@@ -152,8 +152,10 @@ class PythonNomadAdapter:
         await self._call(self._client.allocation.stop_allocation, alloc_id)
 
     async def deregister_job(self, job_id, *, purge):
-        await self._call(self._client.job.deregister_job, job_id, purge=purge)
-        self._pool.shutdown(wait=False)
+        try:
+            await self._call(self._client.job.deregister_job, job_id, purge=purge)
+        except self._not_found:
+            pass  # nothing to remove
 
 
 class NomadSandboxProvider:

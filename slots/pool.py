@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -258,7 +257,3 @@ class SlotPool:
             log.warning("terminating dead sandbox %s failed: %s", sb.address.name, exc)
         self.replaced += 1
         await self._add(1)
-
-
-def free_count(slots: Sequence[Slot]) -> int:
-    return sum(s.state is SlotState.FREE for s in slots)

@@ -224,3 +224,21 @@ async def test_modal_sandbox_past_its_lifetime_is_replaced(tmp_path):
     finally:
         await backend.stop()
         await double.close()
+
+
+async def test_health_loop_replaces_a_dead_sandbox_on_its_own(tmp_path):
+    h = make_harness("local", tmp_path, health_interval_s=0.3)
+    await h.backend.start()
+    try:
+        doomed = h.backend.pool.sandboxes[0].name
+        os.kill(h.pid_of(doomed), signal.SIGKILL)
+        for _ in range(100):
+            if h.backend.pool.replaced:
+                break
+            await asyncio.sleep(0.1)
+        assert h.backend.pool.replaced == 1
+        slot = await h.backend.acquire(timeout=10)
+        assert slot.sandbox.name != doomed
+        assert (await h.backend.execute(slot, ExecCall("echo up"))).output == "up\n"
+    finally:
+        await h.backend.stop()
