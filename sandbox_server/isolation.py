@@ -33,7 +33,7 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
     path = shutil.which(bwrap)
     if path is None:
         return IsolationStatus(False, None, f"bubblewrap executable {bwrap!r} not found; install the 'bubblewrap' package")
-    argv = [path, "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"]
+    argv = [path, "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"]
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
@@ -76,7 +76,9 @@ class Sandboxing:
                 self._ro.append(p)
 
     def argv(self, workspace: Path, command: list[str], *, network: bool) -> list[str]:
-        args = [self.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        # --cap-drop ALL: bwrap started by root otherwise hands root's capabilities to the
+        # command, which could then remount the read-only binds read-write (host escape).
+        args = [self.bwrap, "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
         if network:
             args.append("--share-net")
         covered: list[str] = []

@@ -55,6 +55,18 @@ async def test_command_cannot_write_outside_its_workspace(client, server):
     assert again.output.strip().endswith("gone")
 
 
+async def test_command_has_no_capabilities_to_undo_read_only_mounts(client):
+    result = await run(
+        client,
+        "0",
+        "grep CapEff /proc/self/status; mount -o remount,rw,bind /usr 2>/dev/null && touch /usr/hermes-escape && echo ESCAPED; "
+        "mount -t tmpfs none /mnt 2>/dev/null && echo MOUNTED; echo end",
+    )
+    assert "CapEff:\t0000000000000000" in result.output
+    assert "ESCAPED" not in result.output and "MOUNTED" not in result.output
+    assert result.output.endswith("end\n")
+
+
 async def test_slot_cannot_see_another_slots_files(client, server):
     await client.write_file("1", "secret.txt", b"slot one only")
     host_path = server.data_dir / "slots" / "1" / "secret.txt"
