@@ -224,7 +224,10 @@ class SlotPool:
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self.config.health_interval_s)
-            await asyncio.gather(*(self._check(sb) for sb in list(self._sandboxes.values()) if not sb.dead))
+            try:
+                await self.check_now()
+            except Exception as exc:  # noqa: BLE001 - the loop must outlive one bad round
+                log.error("sandbox health check failed: %s", exc)
 
     async def _check(self, sb: _Sandbox) -> bool:
         ok = await self.provider.alive(sb.address)
@@ -256,4 +259,7 @@ class SlotPool:
         except Exception as exc:  # noqa: BLE001 - the sandbox is already unusable; log and go on
             log.warning("terminating dead sandbox %s failed: %s", sb.address.name, exc)
         self.replaced += 1
-        await self._add(1)
+        try:
+            await self._add(1)
+        except Exception as exc:  # noqa: BLE001 - the pool runs smaller; acquire() scales up again later
+            log.error("could not start a replacement for sandbox %s: %s", sb.address.name, exc)
