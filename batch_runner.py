@@ -34,13 +34,14 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, SecretStr
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
 from environments.openai_chat import OpenAIChatConfig, OpenAIChatModel
-from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig
+from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
+from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
 from model_tools import builtin_tools
 from tools.context import ToolContext, ToolLimits
 from tools.registry import ToolRegistry
@@ -92,7 +93,9 @@ class BatchConfig(BaseModel):
     tool_call_parser: str | None = "hermes"
     extra_body: dict[str, Any] = Field(default_factory=dict)
     tool_limits: ToolLimits = Field(default_factory=ToolLimits)
+    tool_backend: Literal["local", "sandbox"] = Field("local", description="Where tools run: local processes or sandbox slots")
     workspace: LocalToolBackendConfig = Field(default_factory=LocalToolBackendConfig)
+    sandbox: SandboxToolBackendConfig = Field(default_factory=SandboxToolBackendConfig)
     web: WebConfig = Field(default_factory=WebConfig)
     progress_interval_s: float = Field(0.5, gt=0)
 
@@ -245,7 +248,7 @@ class Progress:
 
 
 class Runner:
-    def __init__(self, config: BatchConfig, registry: ToolRegistry, backend: LocalToolBackend, client: Any) -> None:
+    def __init__(self, config: BatchConfig, registry: ToolRegistry, backend: ToolBackend, client: Any) -> None:
         self.config = config
         self.registry = registry
         self.backend = backend
@@ -339,7 +342,9 @@ async def run_batch(config: BatchConfig, stream: Any = sys.stderr) -> dict[str, 
     wall_started = time.monotonic()
     writer = LineWriter(out_path)
     failures = LineWriter(run_dir / "infra_failures.jsonl")
-    backend = LocalToolBackend(config.workspace)
+    backend: ToolBackend = (
+        SandboxToolBackend(config.sandbox) if config.tool_backend == "sandbox" else LocalToolBackend(config.workspace)
+    )
     client = OpenAIChatModel.make_client(config.base_url, config.resolved_api_key(), config.request_timeout_s, config.request_retries)
     queue: asyncio.Queue[Prompt] = asyncio.Queue()
     for p in pending:
@@ -447,6 +452,8 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     p.add_argument("--tool_call_parser", default="hermes", help="parser for tool calls returned as text ('none' disables)")
     p.add_argument("--extra_body", default="{}", help="JSON object merged into every chat request")
     p.add_argument("--web_backend", choices=["auto", "offline", "tavily"], default="auto")
+    p.add_argument("--tool_backend", choices=["local", "sandbox"], default="local",
+                   help="sandbox: each prompt's tools run in an isolated sandbox slot (bubblewrap locally)")
     a = p.parse_args(argv)
     try:
         extra_body = json.loads(a.extra_body)

@@ -192,3 +192,14 @@ async def test_unknown_toolsets_in_the_dataset_fail_before_running(tmp_path: Pat
     dataset = write_prompts(tmp_path / "p.jsonl", [{"prompt": "x", "toolsets": ["python", "browser"]}])
     with pytest.raises(BatchError, match=r"unknown toolsets \['browser'\]; known: \['file', 'python', 'terminal', 'web'\]"):
         await run_batch(config(tmp_path, dataset, "http://127.0.0.1:9/v1"))
+
+
+@pytest.mark.slow
+async def test_tools_can_run_in_sandbox_slots(tmp_path: Path) -> None:
+    dataset = write_prompts(tmp_path / "p.jsonl", [{"id": f"s{i}", "prompt": f"sandboxed {'y' * i}"} for i in range(4)])
+    async with ScriptedOpenAIServer([agent_policy()] * 8) as server:
+        stats = await run_batch(config(tmp_path, dataset, server.base_url, concurrency=4, tool_backend="sandbox"))
+    out = lines(tmp_path / "runs/t/trajectories.jsonl")
+    assert sorted(r["prompt_id"] for r in out) == ["s0", "s1", "s2", "s3"]
+    assert all(r["final_response"] == f"The answer is {len(r['prompt'])}" for r in out)  # python ran in the slots
+    assert stats["tools"]["python"] == {"calls": 4, "errors": 0, "error_rate": 0.0}
