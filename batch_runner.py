@@ -7,7 +7,8 @@
 Each line of the dataset is `{"prompt": "...", "id": "...", "toolsets": [...]}` (`id` and
 `toolsets` optional; without an id a prompt is known by its line number). Toolsets per
 prompt are sampled from a named distribution, seeded by the run seed and the prompt id,
-so a resumed run offers a prompt the same tools.
+so a resumed run offers a prompt the same tools. Tools run in a fresh local workspace per
+prompt, or in a sandbox slot with `--tool_backend sandbox`.
 
 Output, in runs/NAME/: `trajectories.jsonl` (one line per prompt, written as it finishes),
 `stats.json` (per-tool call counts and error rates, turns, tokens, wall time),
