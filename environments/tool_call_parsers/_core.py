@@ -341,8 +341,8 @@ class ToolCallParser:
     stream_markers: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, tools: Iterable[Mapping[str, Any]] | None = None) -> None:
-        self._tools = tools
-        self._schemas = tool_schemas(tools)
+        self._tools = list(tools) if tools is not None else None
+        self._schemas = tool_schemas(self._tools)
 
     def stream(self, tools: Iterable[Mapping[str, Any]] | None = None) -> ToolCallStream:
         """A fresh per-request stream: `feed(delta) -> content to show now`, then `finish()`."""
@@ -355,6 +355,8 @@ class ToolCallParser:
     def parse_detailed(self, text: str | None, tools: Iterable[Mapping[str, Any]] | None = None) -> ParseResult:
         if not text:
             return ParseResult(content=None)
+        if not isinstance(text, str):
+            return ParseResult(content=None, errors=[ParseIssue(0, 0, f"expected the completion text, got {type(text).__name__}", "")])
         schemas = tool_schemas(tools) if tools is not None else self._schemas
         try:
             result = self._parse(text, schemas)

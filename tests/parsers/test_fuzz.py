@@ -137,6 +137,9 @@ def test_empty_and_odd_inputs_never_raise():
             result = parser.parse_detailed(text)
             assert result.tool_calls == []
             assert all("internal parser error" not in e.reason for e in result.errors), (family, text[:20], result.errors)
+        for wrong in (b"<tool_call>", 42, ["<tool_call>"]):
+            assert parser.parse(wrong) == (None, [])
+            assert "expected the completion text" in parser.parse_detailed(wrong).errors[0].reason
 
 
 @pytest.mark.parametrize("value", ["NaN", "-Infinity", "1e999", "9" * 5000])
