@@ -8,7 +8,8 @@
 GLM-4.7 writes the same without the newlines. The templates write string values raw and
 other values as JSON, so a value is JSON when it parses and the string otherwise (the
 tool schema, when given, decides for strings such as `007`). Leniency: a missing
-`</tool_call>` at the end of the text or before the next call.
+`</tool_call>` at the end of the text or before the next call. A stray `</tool_call>`
+is reported.
 """
 
 from __future__ import annotations
@@ -57,7 +58,17 @@ class GlmParser(ToolCallParser):
         errors: list[ParseIssue] = []
         copied = 0
         i = 0
-        while (s := text.find(spec.start, i)) != -1:
+        while True:
+            s = text.find(spec.start, i)
+            e = text.find(spec.end, i)
+            if e != -1 and (s == -1 or e < s):
+                # No lenient reading of a body without its opening tag here: the name would
+                # come before any tag, so a stream could not hold it back (see stream_markers).
+                errors.append(issue(text, e, e + len(spec.end), f"{spec.end} without a tool call before it"))
+                i = e + len(spec.end)
+                continue
+            if s == -1:
+                break
             body_start = s + len(spec.start)
             close = text.find(spec.end, body_start)
             nxt = text.find(spec.start, body_start)

@@ -106,3 +106,10 @@ def test_glm_missing_closing_tag_at_end():
     text = "Checking.\n<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>\n<arg_key>unit</arg_key>\n<arg_value>celsius</arg_value>"
     assert calls_of(get_parser("glm47").parse(text)[1]) == [WEATHER]
     assert get_parser("glm47").parse(text)[0] == "Checking."
+
+
+@pytest.mark.parametrize("family", ["glm45", "glm47"])
+def test_glm_stray_closing_tag_is_reported(family):
+    result = get_parser(family).parse_detailed("no call here </tool_call>")
+    assert result.tool_calls == [] and result.content == "no call here </tool_call>"
+    assert [e.reason for e in result.errors] == ["</tool_call> without a tool call before it"]
