@@ -84,10 +84,13 @@ async def start_sandbox_process(
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), startup_timeout_s)
         info = json.loads(line)
-    except (asyncio.TimeoutError, json.JSONDecodeError, ValueError):
+    except BaseException as exc:
+        # Also on cancellation: a server nobody will ever stop must not be left running.
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
+        if not isinstance(exc, (asyncio.TimeoutError, json.JSONDecodeError, ValueError)):
+            raise
         tail = (data_dir / "server.log").read_text(errors="replace")[-2000:]
         raise SandboxStartError(
             f"sandbox_server did not report its port within {startup_timeout_s}s (exit code {proc.returncode}); "

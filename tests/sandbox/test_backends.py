@@ -214,11 +214,16 @@ async def test_modal_creation_rate_is_limited(tmp_path):
 
 async def test_modal_sandbox_past_its_lifetime_is_replaced(tmp_path):
     double = ModalTestDouble(tmp_path / "modal")
-    backend = modal_backend(ModalBackendConfig(pool=_pool(), lifetime_s=1, create_rate_per_s=50), double)
+    backend = modal_backend(ModalBackendConfig(pool=_pool(), lifetime_s=2, create_rate_per_s=50), double)
     await backend.start()
     try:
         first = backend.pool.sandboxes[0].name
-        await asyncio.sleep(1.5)
+        sandbox = next(s for s in double.sandboxes.values() if s.spec.name == first)
+        for _ in range(100):  # Modal stops it once `timeout` seconds have passed
+            if sandbox.terminated:
+                break
+            await asyncio.sleep(0.1)
+        assert sandbox.terminated
         assert await backend.pool.check_now() == 1
         assert backend.pool.sandboxes[0].name != first
     finally:
@@ -242,3 +247,4 @@ async def test_health_loop_replaces_a_dead_sandbox_on_its_own(tmp_path):
         assert (await h.backend.execute(slot, ExecCall("echo up"))).output == "up\n"
     finally:
         await h.backend.stop()
+    assert count_processes(h.marker) == 0
