@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -83,3 +87,19 @@ def test_every_registered_name_has_conformance_tests():
     covered = {name for cls in classes for name in cls.names}
     missing = set(list_parsers()) - covered
     assert not missing, f"registered names without a conformance test class: {sorted(missing)}"
+
+
+def test_package_is_vendorable_with_the_standard_library_only(tmp_path):
+    # Copy the directory under another name and import it with no site-packages at all (-S):
+    # any third-party or project import would fail here.
+    package_dir = Path(importlib.import_module("environments.tool_call_parsers").__file__).parent
+    shutil.copytree(package_dir, tmp_path / "vendored_parsers", ignore=shutil.ignore_patterns("__pycache__"))
+    script = (
+        "import sys, vendored_parsers as p\n"
+        "content, calls = p.get_parser('hermes').parse('hi <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>')\n"
+        "assert content == 'hi' and calls[0]['function']['name'] == 'f'\n"
+        "assert len(p.list_parsers()) > 10\n"
+        "assert 'environments' not in sys.modules\n"
+    )
+    done = subprocess.run([sys.executable, "-S", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
