@@ -26,8 +26,10 @@ import hashlib
 import json
 import re
 import shlex
+import shutil
 import tempfile
 import time
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -193,7 +195,9 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         self.by_id = {i.instance_id: i for i in instances}
         self.iter = 0
         self._bundles: dict[str, Path] = {}
-        self._bundle_dir = Path(tempfile.mkdtemp(prefix="swe-smith-src-"))
+        # Bundles are keyed by the repository's content, so reruns reuse them and nothing piles up.
+        self._bundle_dir = Path(tempfile.gettempdir()) / "hermes-rl-swe-smith-bundles"
+        self._bundle_dir.mkdir(exist_ok=True)
         self._bundle_lock = asyncio.Lock()
 
     async def get_next_item(self) -> SweSmithInstance:
@@ -306,20 +310,38 @@ git checkout -q "$snap" -- {files}
         await self.evaluate_log(metrics=metrics, samples=samples, start_time=start, end_time=time.time())
 
 
+def _content_key(repo: Path) -> str:
+    h = hashlib.sha1(str(repo).encode())
+    for path in sorted(p for p in repo.rglob("*") if p.is_file() and ".git" not in p.relative_to(repo).parts[:1]):
+        st = path.stat()
+        h.update(f"{path.relative_to(repo)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    if (repo / ".git").exists():
+        h.update((repo / ".git" / "HEAD").read_bytes() if (repo / ".git" / "HEAD").is_file() else b"")
+    return h.hexdigest()[:16]
+
+
 async def _bundle(repo: Path, out_dir: Path) -> Path:
     """`git bundle` of a local repository; a plain directory is committed first (fixed identity and date)."""
+    key = await asyncio.to_thread(_content_key, repo)
+    target = out_dir / f"{repo.name}-{key}.bundle"
+    if target.exists():
+        return target
     work = repo
-    if not (repo / ".git").exists():
-        work = out_dir / f"{repo.name}-{hashlib.sha1(str(repo).encode()).hexdigest()[:8]}"
-        env = {"PATH": "/usr/bin:/bin", "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z"}
-        script = (
-            f"rm -rf {shlex.quote(str(work))} && cp -r {shlex.quote(str(repo))} {shlex.quote(str(work))} && "
-            f"cd {shlex.quote(str(work))} && git init -q -b main && git add -A && "
-            f"git {' '.join(_GIT_ID)} commit -q -m 'initial import'"
-        )
-        await _run(["bash", "-c", script], env)
-    target = out_dir / f"{work.name}.bundle"
-    await _run(["git", "-C", str(work), "bundle", "create", "-q", str(target), "--all"], None)
+    staging = out_dir / f".{repo.name}-{key}-{uuid.uuid4().hex[:6]}"
+    try:
+        if not (repo / ".git").exists():
+            work = staging
+            env = {"PATH": "/usr/bin:/bin", "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z"}
+            script = (
+                f"cp -r {shlex.quote(str(repo))} {shlex.quote(str(work))} && cd {shlex.quote(str(work))} && "
+                f"git init -q -b main && git add -A && git {' '.join(_GIT_ID)} commit -q -m 'initial import'"
+            )
+            await _run(["bash", "-c", script], env)
+        partial = staging.with_suffix(".bundle")
+        await _run(["git", "-C", str(work), "bundle", "create", "-q", str(partial), "--all"], None)
+        partial.replace(target)  # atomic: a concurrent run sees a whole bundle or none
+    finally:
+        await asyncio.to_thread(shutil.rmtree, staging, True)
     return target
 
 
