@@ -1,7 +1,7 @@
 """Modal backend: a pool of `modal.Sandbox`es, each running sandbox_server with N slots.
 
 SDK calls (extra `modal`) live in `ModalSDKAdapter`; the provider adds what the pool
-needs on top: named sandboxes (a restart finds and removes orphans by tag), a creation
+needs on top: sandboxes named "<pool>-<n>" (a restart looks each name up, and the pool tag, and removes orphans), a creation
 rate limit, a cap on sandboxes starting at once, idle timeout and lifetime.
 `backends.testing.ModalTestDouble` implements `ModalAPI` with local processes.
 """
@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -81,6 +80,10 @@ class ModalAPI(Protocol):
         """`modal.Sandbox.list(app_id=..., tags=...)`: ids of the app's running sandboxes with these tags."""
         ...
 
+    async def from_name(self, app_name: str, name: str) -> str | None:
+        """`modal.Sandbox.from_name(app_name, name)`: the running sandbox of that name, None if there is none."""
+        ...
+
 
 class ModalSDKAdapter:
     """`ModalAPI` over the `modal` SDK's async (`.aio`) interface."""
@@ -146,6 +149,14 @@ class ModalSDKAdapter:
     async def list_sandboxes(self, app_id, tags):
         return [sb.object_id async for sb in self._modal.Sandbox.list.aio(app_id=app_id, tags=tags)]
 
+    async def from_name(self, app_name, name):
+        try:
+            sb = await self._modal.Sandbox.from_name.aio(app_name, name)
+        except self._modal.exception.NotFoundError:
+            return None
+        self._sandboxes[sb.object_id] = sb
+        return sb.object_id
+
 
 class _RateLimiter:
     """At most `rate` acquisitions per second, spaced evenly."""
@@ -170,6 +181,9 @@ class ModalSandboxProvider:
         self._token = secrets.token_urlsafe(24)
         self._app_id: str | None = None
         self._ids: dict[str, str] = {}  # sandbox name -> Modal object id
+        # Names are "<pool>-<n>" with n < max_sandboxes, so a restarted pool can look every
+        # one of them up by name and remove what a crashed run left behind.
+        self._free_numbers = list(range(config.pool.max_sandboxes))
         self._starting = asyncio.Semaphore(config.max_starting)
         self._rate = _RateLimiter(config.create_rate_per_s)
         self.orphans_removed = 0
@@ -197,20 +211,38 @@ class ModalSandboxProvider:
         self._app_id = await self.api.lookup_app(self.config.app_name)
         await self._remove_orphans()
 
+    def name(self, number: int) -> str:
+        return f"{self.config.pool_name}-{number}"
+
     async def _remove_orphans(self) -> None:
         assert self._app_id is not None
-        for sandbox_id in await self.api.list_sandboxes(self._app_id, self.tags):
+        found = set()
+        for number in range(self.config.pool.max_sandboxes):
+            sandbox_id = await self.api.from_name(self.config.app_name, self.name(number))
+            if sandbox_id is not None:
+                found.add(sandbox_id)
+        # Tags catch sandboxes of an earlier run with a larger max_sandboxes.
+        found.update(await self.api.list_sandboxes(self._app_id, self.tags))
+        for sandbox_id in found - set(self._ids.values()):
             await self.api.terminate(sandbox_id)
             self.orphans_removed += 1
 
     async def _one(self) -> SandboxAddress:
         assert self._app_id is not None, "start() first"
-        name = f"{self.config.pool_name}-{uuid.uuid4().hex[:10]}"
-        async with self._starting:
-            await self._rate.wait()
-            sandbox_id = await self.api.create_sandbox(self._app_id, self.spec(name))
-            self._ids[name] = sandbox_id
-            url = await self.api.tunnel_url(sandbox_id, SERVER_PORT, self.config.startup_timeout_s)
+        if not self._free_numbers:
+            raise RuntimeError(f"all {self.config.pool.max_sandboxes} sandbox names of pool {self.config.pool_name!r} are in use")
+        number = self._free_numbers.pop(0)
+        name = self.name(number)
+        try:
+            async with self._starting:
+                await self._rate.wait()
+                sandbox_id = await self.api.create_sandbox(self._app_id, self.spec(name))
+                self._ids[name] = sandbox_id
+                url = await self.api.tunnel_url(sandbox_id, SERVER_PORT, self.config.startup_timeout_s)
+        except BaseException:
+            if name not in self._ids:
+                self._free_numbers.append(number)  # never created: the name is free again
+            raise
         return SandboxAddress(name, url.rstrip("/"), self._token)
 
     async def launch(self, count: int) -> list[SandboxAddress]:
@@ -228,10 +260,12 @@ class ModalSandboxProvider:
         sandbox_id = self._ids.pop(address.name, None)
         if sandbox_id is not None:
             await self.api.terminate(sandbox_id)
+            self._free_numbers.append(int(address.name.rsplit("-", 1)[1]))
 
     async def stop(self) -> None:
         await asyncio.gather(*(self.api.terminate(i) for i in self._ids.values()), return_exceptions=True)
         self._ids.clear()
+        self._free_numbers = list(range(self.config.pool.max_sandboxes))
         if self._app_id is not None:
             await self._remove_orphans()  # anything a cancelled launch left behind
 

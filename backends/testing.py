@@ -344,9 +344,17 @@ class ModalTestDouble:
             if s.app_id == app_id and not s.terminated and all(s.spec.tags.get(k) == v for k, v in tags.items())
         ]  # fmt: skip
 
+    async def from_name(self, app_name, name):
+        self.calls.append(("from_name", {"app_name": app_name, "name": name}))
+        app_id = self.apps.get(app_name)
+        for s in self.sandboxes.values():
+            if s.app_id == app_id and s.spec.name == name and not s.terminated:
+                return s.id
+        return None  # the SDK raises NotFoundError; the adapter turns it into None
+
     def pid(self, name: str) -> int:
         for s in self.sandboxes.values():
-            if s.spec.name == name:
+            if s.spec.name == name and not s.terminated:
                 return s.state.proc.pid
         raise KeyError(name)
 

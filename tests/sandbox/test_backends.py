@@ -191,7 +191,11 @@ async def test_modal_removes_orphans_caps_starts_and_uses_documented_arguments(t
             assert set(kw) - {"app_id", "args", "tags"} <= MODAL_SANDBOX_CREATE_PARAMS
             assert kw["timeout"] == config.lifetime_s and kw["encrypted_ports"] == [8080]
             assert kw["tags"] == {"hermes_rl_pool": "default"}
-        assert len({kw["name"] for kw in creates}) == len(creates)
+        assert [kw["name"] for kw in creates] == ["default-0", "default-0", "default-1", "default-2"]
+        lookups = [c[1]["name"] for c in double.calls if c[0] == "from_name"]
+        assert lookups[-3:] == ["default-0", "default-1", "default-2"]  # the restart looked each name up
+        with pytest.raises(ValueError, match="already exists"):  # why orphans must go first
+            await double.create_sandbox(creates[-1]["app_id"], backend.provider.spec("default-1"))
         assert set(ModalSDKAdapter.create_kwargs(backend.provider.spec("x"))) <= MODAL_SANDBOX_CREATE_PARAMS
     finally:
         await backend.stop()
