@@ -1,8 +1,9 @@
 """Modal backend: a pool of `modal.Sandbox`es, each running sandbox_server with N slots.
 
 SDK calls (extra `modal`) live in `ModalSDKAdapter`; the provider adds what the pool
-needs on top: sandboxes named "<pool>-<n>" (a restart looks each name up, and the pool tag, and removes orphans), a creation
-rate limit, a cap on sandboxes starting at once, idle timeout and lifetime.
+needs on top: sandboxes named "<pool>-<n>" (a restart looks each name up, and the pool
+tag, and removes orphans), a creation rate limit, a cap on sandboxes starting at once,
+idle timeout and lifetime.
 `backends.testing.ModalTestDouble` implements `ModalAPI` with local processes.
 """
 
