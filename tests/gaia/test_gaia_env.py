@@ -145,6 +145,13 @@ def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path
         assert "FINAL ANSWER" in group["messages"][0][0]["content"]
         assert {"web_search", "web_extract", "python"} <= {t["function"]["name"] for t in group["tools"]}
         assert all(i["stop_reason"] != "context_full" for i in infos)  # the prompt with all tools fits
+    # The real process output exports and round-trips.
+    from environments.exports import canonical_messages, read_conversations, sharegpt_to_messages, to_sharegpt
+
+    conversations = list(read_conversations(out))
+    assert len(conversations) == 4 and all(c.source == "process" and c.tools for c in conversations)
+    for conv in conversations:
+        assert canonical_messages(sharegpt_to_messages(to_sharegpt(conv))) == canonical_messages(conv.messages)
 
 
 async def test_web_backend_follows_config_tavily_double(tokenizer_dir: str, tmp_path: Path) -> None:
