@@ -7,6 +7,10 @@ in the same run, is `json.loads` of every call's arguments and nothing else: the
 any parser must do. `x json` is how many times that floor a family costs.
 
     .venv/bin/python bench/parsers.py [--repeats 5] [--min-seconds 0.3]
+
+A second table times hostile inputs (thousands of broken or unterminated blocks in one
+long text): the worst case per family, with the plain-corpus time per MB for scale. A
+parser that is quadratic somewhere shows up here as seconds instead of milliseconds.
 """
 
 from __future__ import annotations
@@ -105,6 +109,42 @@ def main() -> None:
             f"{family:<14} {size_mb:>6.2f} {n_calls / sec:>11,.0f} {size_mb / sec:>7.1f} "
             f"{sec / len(texts) * 1e6:>8.1f} {sec / base:>7.1f}"
         )
+    hostile_table()
+
+
+def hostile_inputs() -> dict[str, str]:
+    """~100-300 KB texts made of one broken construct repeated (each family's and others')."""
+    return {
+        "unclosed JSON + closers": ('{"a": [' * 200 + "</tool_call>") * 50,
+        "opening tags only": "<tool_call>" * 20_000,
+        "truncated JSON lines": "[\n" + '  {"name": "x", "parameters": {"k": [1,2,3]},\n' * 2000,
+        "brackets": "[" * 50_000,
+        "deep call list": "[f(a=" + "[" * 3000,
+        "kimi unterminated calls": "<|tool_calls_section_begin|>"
+        + "<|tool_call_begin|>functions.f:0<|tool_call_argument_begin|>{" * 5000,
+        "harmony headers": "<|start|>assistant<|message|>" * 10_000,
+        "mistral broken calls": "[TOOL_CALLS]f[ARGS]{" * 10_000,
+        "qwen3 unterminated params": "<function=f>" + "<parameter=a>x" * 10_000,
+        "glm unterminated values": "<tool_call>f" + "<arg_key>a</arg_key><arg_value>" * 10_000,
+    }
+
+
+def hostile_table() -> None:
+    inputs = hostile_inputs()
+    print()
+    header = f"{'family':<14} {'worst ms':>9} {'worst input':<28} {'ms/MB there':>11}"
+    print(header)
+    print("-" * len(header))
+    for family in sorted(WRITERS):
+        parser = get_parser(family)
+        worst = (0.0, "", 0.0)
+        for name, text in inputs.items():
+            t0 = time.perf_counter()
+            parser.parse_detailed(text)
+            sec = time.perf_counter() - t0
+            if sec > worst[0]:
+                worst = (sec, name, sec / (len(text.encode()) / 1e6))
+        print(f"{family:<14} {worst[0] * 1e3:>9.1f} {worst[1]:<28} {worst[2] * 1e3:>11.1f}")
 
 
 if __name__ == "__main__":

@@ -81,6 +81,53 @@ class ParseResult:
     reasoning: str | None = None
 
 
+class Finder:
+    """`text.find(token, i)` for a scan that moves forward: each occurrence is searched once.
+
+    A tag that occurs late or never, searched again from every position of a long text,
+    would make a scan quadratic.
+    """
+
+    def __init__(self, text: str, token: str) -> None:
+        self._text = text
+        self._token = token
+        self._from: int | None = None
+        self._hit = -1
+
+    def find(self, i: int) -> int:
+        # The last answer (first hit at or after `_from`) still holds for any i in [_from, hit].
+        if self._from is not None and self._from <= i and (self._hit == -1 or self._hit >= i):
+            return self._hit
+        self._from, self._hit = i, self._text.find(self._token, i)
+        return self._hit
+
+
+class DecodeBudget:
+    """How many failed JSON decodes one parse may still spend on the whole text.
+
+    json builds each error message by counting lines from the start of the document, so a
+    failed `raw_decode(text, i)` costs O(i); thousands of broken blocks in one long text
+    would be quadratic. Past the budget, parsers stop trying and leave the rest as text.
+    """
+
+    LIMIT = 64
+
+    def __init__(self) -> None:
+        self.failures = 0
+
+    @property
+    def exhausted(self) -> bool:
+        return self.failures >= self.LIMIT
+
+    def decode(self, text: str, at: int) -> tuple[Any, int]:
+        """`JSON_DECODER.raw_decode(text, at)`, counting failures (raises the same errors)."""
+        try:
+            return JSON_DECODER.raw_decode(text, at)
+        except ValueError:
+            self.failures += 1
+            raise
+
+
 def issue(text: str, start: int, end: int, reason: str) -> ParseIssue:
     snippet = text[start:end]
     if len(snippet) > _SNIPPET:

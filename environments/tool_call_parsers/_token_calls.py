@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping
 
 from ._core import (
+    Finder,
     ParseIssue,
     ParseResult,
     ToolCallParser,
@@ -40,14 +41,20 @@ class TokenCallSpec:
     layout: Literal["name_args", "type_name_fenced", "id_args"]
 
 
-def _find_any(text: str, tokens: tuple[str, ...], start: int, stop: int | None = None) -> tuple[int, int]:
-    """(position, length) of the first of `tokens` in text[start:stop], or (-1, 0)."""
-    best, length = -1, 0
-    for tok in tokens:
-        p = text.find(tok, start, len(text) if stop is None else stop)
-        if p != -1 and (best == -1 or p < best):
-            best, length = p, len(tok)
-    return best, length
+class _AnyOf:
+    """The first of several tokens at or after a position (each token searched once, forward)."""
+
+    def __init__(self, text: str, tokens: tuple[str, ...]) -> None:
+        self._finders = [(Finder(text, tok), len(tok)) for tok in tokens]
+
+    def find(self, start: int, stop: int | None = None) -> tuple[int, int]:
+        """(position, token length) of the first hit in [start, stop), or (-1, 0)."""
+        best, length = -1, 0
+        for finder, n in self._finders:
+            p = finder.find(start)
+            if p != -1 and (stop is None or p + n <= stop) and (best == -1 or p < best):
+                best, length = p, n
+        return best, length
 
 
 class TokenCallParser(ToolCallParser):
@@ -63,31 +70,37 @@ class TokenCallParser(ToolCallParser):
         calls: list[dict[str, Any]] = []
         errors: list[ParseIssue] = []
         copied = 0
+        tokens = {
+            "begin": _AnyOf(text, spec.section_begin),
+            "end": _AnyOf(text, spec.section_end),
+            "call": _AnyOf(text, (spec.call_begin,)),
+            "call_end": _AnyOf(text, (spec.call_end,)),
+        }
         while True:
-            s, slen = _find_any(text, spec.section_begin, copied)
-            c = text.find(spec.call_begin, copied)
+            s, slen = tokens["begin"].find(copied)
+            c, _ = tokens["call"].find(copied)
             if c != -1 and (s == -1 or c < s):
                 s, slen = c, 0  # the section token is missing: the section starts at its first call
             if s == -1:
                 break
             pieces.append(text[copied:s])
             body_start = s + slen
-            e, elen = _find_any(text, spec.section_end, body_start)
-            nxt, _ = _find_any(text, spec.section_begin, body_start)
+            e, elen = tokens["end"].find(body_start)
+            nxt, _ = tokens["begin"].find(body_start)
             if e != -1 and (nxt == -1 or e < nxt):
                 body_end, section_end = e, e + elen
             else:  # section end missing: up to the next section or the end of the text
                 body_end = section_end = nxt if nxt != -1 else len(text)
-            self._section(text, body_start, body_end, calls, errors, pieces)
+            self._section(text, body_start, body_end, tokens, calls, errors, pieces)
             copied = section_end
         pieces.append(text[copied:])
         return ParseResult(join_content(pieces), calls, errors)
 
-    def _section(self, text, start, end, calls, errors, pieces) -> None:
+    def _section(self, text, start, end, tokens, calls, errors, pieces) -> None:
         spec = self.spec
         pos = start
         while pos < end:
-            c = text.find(spec.call_begin, pos, end)
+            c, _ = tokens["call"].find(pos, end)
             if c == -1:
                 c = end
             if text[pos:c].strip():
@@ -96,8 +109,8 @@ class TokenCallParser(ToolCallParser):
             if c == end:
                 return
             head = c + len(spec.call_begin)
-            ce = text.find(spec.call_end, head, end)
-            nxt = text.find(spec.call_begin, head, end)
+            ce, _ = tokens["call_end"].find(head, end)
+            nxt, _ = tokens["call"].find(head, end)
             if ce != -1 and (nxt == -1 or ce < nxt):
                 body_end, call_end = ce, ce + len(spec.call_end)
             else:

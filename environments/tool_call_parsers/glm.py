@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ._core import ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call, valid_key, valid_name
+from ._core import Finder, ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call, valid_key, valid_name
 from ._registry import register_parser
 
 __all__ = ["GlmSpec", "GlmParser", "GLM"]
@@ -34,7 +34,9 @@ class GlmSpec:
 
     def pair_pattern(self) -> re.Pattern[str]:
         (ko, kc), (vo, vc) = self.key, self.value
-        return re.compile(rf"\s*{re.escape(ko)}(.*?){re.escape(kc)}\s*{re.escape(vo)}(.*?){re.escape(vc)}", re.DOTALL)
+        # The key cannot hold a tag (`[^<]`): a lazy `.*?` there would retry every later
+        # </arg_key> when a value is unterminated (quadratic on broken text).
+        return re.compile(rf"\s*{re.escape(ko)}([^<]*){re.escape(kc)}\s*{re.escape(vo)}(.*?){re.escape(vc)}", re.DOTALL)
 
 
 GLM = GlmSpec()
@@ -58,9 +60,10 @@ class GlmParser(ToolCallParser):
         errors: list[ParseIssue] = []
         copied = 0
         i = 0
+        starts, ends = Finder(text, spec.start), Finder(text, spec.end)
         while True:
-            s = text.find(spec.start, i)
-            e = text.find(spec.end, i)
+            s = starts.find(i)
+            e = ends.find(i)
             if e != -1 and (s == -1 or e < s):
                 # No lenient reading of a body without its opening tag here: the name would
                 # come before any tag, so a stream could not hold it back (see stream_markers).
@@ -70,8 +73,8 @@ class GlmParser(ToolCallParser):
             if s == -1:
                 break
             body_start = s + len(spec.start)
-            close = text.find(spec.end, body_start)
-            nxt = text.find(spec.start, body_start)
+            close = ends.find(body_start)
+            nxt = starts.find(body_start)
             if close != -1 and (nxt == -1 or close < nxt):
                 body_end, block_end = close, close + len(spec.end)
             else:

@@ -98,14 +98,12 @@ def _header_offset(header: str) -> int:
     return min(found) if found else 0
 
 
+_BOUNDARY = re.compile("|".join(re.escape(t) for t in (*_ENDS, _START)))
+
+
 def _first_end(text: str, start: int) -> tuple[int, int]:
     """The end of a message body: the first end token, the next <|start|>, or the text's end."""
-    best, length = len(text), 0
-    for tok in _ENDS:
-        p = text.find(tok, start, best)
-        if p != -1 and p < best:
-            best, length = p, len(tok)
-    p = text.find(_START, start, best)
-    if p != -1:
-        return p, 0
-    return best, length
+    m = _BOUNDARY.search(text, start)
+    if m is None:
+        return len(text), 0
+    return (m.start(), 0) if m.group() == _START else (m.start(), len(m.group()))

@@ -18,6 +18,8 @@ from typing import Any, Mapping
 
 from ._core import (
     JSON_DECODER,
+    DecodeBudget,
+    Finder,
     ParseIssue,
     ParseResult,
     ToolCallParser,
@@ -97,12 +99,15 @@ class JsonTagParser(ToolCallParser):
         errors: list[ParseIssue] = []
         copied = 0  # text[:copied] is already in `pieces` or consumed as a call
         i = 0
+        budget = DecodeBudget()
+        starts, ends = Finder(text, spec.start), Finder(text, spec.end)
         while True:
-            s = text.find(spec.start, i)
-            e = text.find(spec.end, i)
+            s = starts.find(i)
+            e = ends.find(i)
             if e != -1 and (s == -1 or e < s):
                 # A closing tag with no opening tag: a body right before it still counts.
-                found = self._orphan_body(text, copied, e)
+                # Only text after the previous tag can be its body (keeps the search linear).
+                found = self._orphan_body(text, i, e)
                 if found is None:
                     errors.append(issue(text, e, e + len(spec.end), f"{spec.end} without a tool call before it"))
                 else:
@@ -115,7 +120,7 @@ class JsonTagParser(ToolCallParser):
             if s == -1:
                 break
             body_start = s + len(spec.start)
-            found = self._plain_body(text, body_start)
+            found = None if budget.exhausted else self._plain_body(text, body_start, budget, starts, ends)
             if found is not None:
                 # One JSON value right after the tag (the usual case): decoded once, and a
                 # closing tag quoted inside an argument string cannot end the block early.
@@ -123,7 +128,7 @@ class JsonTagParser(ToolCallParser):
                 block_end = body_end + len(spec.end) if text.startswith(spec.end, body_end) else body_end
                 parsed, reason = calls_in_values(value if isinstance(value, list) else [value], spec)
             else:
-                nxt = text.find(spec.start, body_start)
+                nxt = starts.find(body_start)
                 if e != -1 and (nxt == -1 or e < nxt):
                     body_end, block_end = e, e + len(spec.end)
                 else:  # closing tag missing: the body runs to the next block or the end
@@ -139,7 +144,9 @@ class JsonTagParser(ToolCallParser):
         pieces.append(text[copied:])
         return ParseResult(join_content(pieces), calls, errors)
 
-    def _plain_body(self, text: str, body_start: int) -> tuple[int, Any] | None:
+    def _plain_body(
+        self, text: str, body_start: int, budget: DecodeBudget, starts: Finder, ends: Finder
+    ) -> tuple[int, Any] | None:
         """(where the body ends, its value) when the body is exactly one JSON value, else None."""
         j = body_start
         while j < len(text) and text[j] in " \t\r\n":
@@ -147,11 +154,11 @@ class JsonTagParser(ToolCallParser):
         if j >= len(text) or text[j] not in "{[":
             return None
         try:
-            value, stop = JSON_DECODER.raw_decode(text, j)
+            value, stop = budget.decode(text, j)
         except ValueError:
             return None
-        ends = [p for p in (text.find(self.spec.end, stop), text.find(self.spec.start, stop)) if p != -1]
-        boundary = min(ends) if ends else len(text)
+        found = [p for p in (ends.find(stop), starts.find(stop)) if p != -1]
+        boundary = min(found) if found else len(text)
         return (boundary, value) if not text[stop:boundary].strip() else None
 
     def _orphan_body(self, text: str, lo: int, end_tag: int) -> tuple[int, list[tuple[str, dict[str, Any]]]] | None:

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from ._core import JSON_DECODER, ParseIssue, ParseResult, ToolCallParser, call_from_object, issue, join_content, make_call
+from ._core import DecodeBudget, ParseIssue, ParseResult, ToolCallParser, call_from_object, issue, join_content, make_call
 from ._registry import register_parser
 
 __all__ = ["BareJsonSpec", "Llama3JsonParser", "Llama4JsonParser", "LLAMA3_JSON", "LLAMA4_JSON"]
@@ -49,6 +49,7 @@ class BareJsonParser(ToolCallParser):
         calls: list[dict[str, Any]] = []
         errors: list[ParseIssue] = []
         copied = 0
+        budget = DecodeBudget()
         j = text.find("{")
         while j != -1:
             lead = self._lead(text, copied, j)
@@ -56,8 +57,11 @@ class BareJsonParser(ToolCallParser):
                 j = text.find("{", j + 1)
                 continue
             start, announced = lead
+            if budget.exhausted:
+                errors.append(issue(text, start, len(text), "too many malformed JSON objects; the rest is left as text"))
+                break
             try:
-                obj, stop = JSON_DECODER.raw_decode(text, j)
+                obj, stop = budget.decode(text, j)
             except ValueError as exc:
                 if announced or _LOOKS_LIKE_CALL.match(text, j):
                     errors.append(issue(text, start, min(len(text), j + 200), f"invalid JSON: {exc.msg}"))

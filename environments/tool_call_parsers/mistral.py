@@ -19,7 +19,7 @@ import string
 from typing import Any, Mapping
 
 from ._core import (
-    JSON_DECODER,
+    DecodeBudget,
     NAME_PATTERN,
     ParseIssue,
     ParseResult,
@@ -56,12 +56,16 @@ class MistralParser(ToolCallParser):
         calls: list[dict[str, Any]] = []
         errors: list[ParseIssue] = []
         copied = 0
+        budget = DecodeBudget()
         tokenless = _TOKEN not in text and _BARE_LIST.match(text) is not None
         s = 0 if tokenless else text.find(_TOKEN)
         while s != -1:
             pos = s if tokenless else s + len(_TOKEN)
             tokenless = False
-            parsed, stop, reason = self._calls_at(text, pos)
+            if budget.exhausted:
+                errors.append(issue(text, s, len(text), "too many malformed calls; the rest is left as text"))
+                break
+            parsed, stop, reason = self._calls_at(text, pos, budget)
             if reason is not None:
                 nxt = text.find(_TOKEN, pos)
                 errors.append(issue(text, s, nxt if nxt != -1 else min(len(text), s + 200), reason))
@@ -74,14 +78,14 @@ class MistralParser(ToolCallParser):
         pieces.append(text[copied:])
         return ParseResult(join_content(pieces), calls, errors)
 
-    def _calls_at(self, text: str, pos: int) -> tuple[list[dict[str, Any]], int, str | None]:
+    def _calls_at(self, text: str, pos: int, budget: DecodeBudget) -> tuple[list[dict[str, Any]], int, str | None]:
         """The calls written right after one [TOOL_CALLS] token, and where they end."""
         k = pos
         while k < len(text) and text[k] in " \t\r\n":
             k += 1
         if text.startswith(("[", "{"), k):
             try:
-                value, stop = JSON_DECODER.raw_decode(text, k)
+                value, stop = budget.decode(text, k)
             except ValueError as exc:
                 return [], pos, f"invalid JSON after [TOOL_CALLS]: {exc.msg}"
             out = []
@@ -102,7 +106,7 @@ class MistralParser(ToolCallParser):
                     return out, k, None
                 return [], pos, "[TOOL_CALLS] not followed by a JSON list or NAME[ARGS]{...}"
             try:
-                value, stop = JSON_DECODER.raw_decode(text, m.end())
+                value, stop = budget.decode(text, m.end())
             except ValueError as exc:
                 return [], pos, f"invalid JSON arguments for {m.group(1)}: {exc.msg}"
             args = arguments_object(value)

@@ -24,15 +24,16 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from ._core import ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call, valid_key, valid_name
+from ._core import Finder, ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call, valid_key, valid_name
 from ._registry import register_parser
 
 __all__ = ["Qwen3CoderParser"]
 
 _FUNCTION = "<function="
 _FUNCTION_END = "</function>"
-_PARAM = re.compile(r"<parameter=([^>\n]*)>(.*?)</parameter>", re.DOTALL)
-_WRAP_OPEN = re.compile(r"<tool_call>\s*$")
+_PARAM = re.compile(r"<parameter=([^>\n]*)>")
+_PARAM_END = "</parameter>"
+_WRAP_START, _WRAP_END = "<tool_call>", "</tool_call>"
 _WRAP_CLOSE = re.compile(r"\s*</tool_call>")  # used with .match(text, pos)
 
 
@@ -54,15 +55,16 @@ class Qwen3CoderParser(ToolCallParser):
         errors: list[ParseIssue] = []
         copied = 0
         i = 0
-        while (s := text.find(_FUNCTION, i)) != -1:
-            name_end = text.find(">", s)
-            nxt = text.find(_FUNCTION, s + 1)
-            close = text.find(_FUNCTION_END, s)
+        starts, ends = Finder(text, _FUNCTION), Finder(text, _FUNCTION_END)
+        while (s := starts.find(i)) != -1:
+            name_end = text.find(">", s, s + len(_FUNCTION) + 130)  # names are at most 128 characters
+            nxt = starts.find(s + 1)
+            close = ends.find(s)
             if close != -1 and (nxt == -1 or close < nxt):
                 body_end, unit_end = close, close + len(_FUNCTION_END)
             else:  # </function> missing: up to the next call, the closing wrapper or the end
                 stop = nxt if nxt != -1 else len(text)
-                wrap = text.rfind("</tool_call>", s, stop)
+                wrap = text.rfind(_WRAP_END, s, stop)
                 body_end = unit_end = wrap if wrap != -1 else stop
             parsed = self._function(text, s, name_end, body_end, schemas)
             if isinstance(parsed, str):
@@ -70,8 +72,7 @@ class Qwen3CoderParser(ToolCallParser):
                 i = s + len(_FUNCTION)
                 continue
             # Remove the <tool_call> wrapper with the call when it is there.
-            before = _WRAP_OPEN.search(text, copied, s)
-            block_start = before.start() if before else s
+            block_start = _wrap_start(text, copied, s)
             after = _WRAP_CLOSE.match(text, unit_end)
             block_end = after.end() if after else unit_end
             pieces.append(text[copied:block_start])
@@ -91,19 +92,32 @@ class Qwen3CoderParser(ToolCallParser):
         props = schemas.get(name, {})
         args: dict[str, Any] = {}
         pos = name_end + 1
-        for m in _PARAM.finditer(text, pos, body_end):
+        while (m := _PARAM.search(text, pos, body_end)) is not None:
             if text[pos : m.start()].strip():
                 return f"unexpected text inside <function={name}>: {text[pos:m.start()].strip()[:30]!r}"
             key = m.group(1).strip()
             if not valid_key(key):
                 return f"invalid parameter name {key[:30]!r} in {name}"
-            if "<parameter=" in m.group(2):
+            close = text.find(_PARAM_END, m.end(), body_end)
+            if close == -1:
+                return f"unterminated <parameter={key}> in {name}"
+            value = text[m.end() : close]
+            if "<parameter=" in value:
                 # A damaged </parameter> made this value swallow the next parameter.
                 return f"unterminated <parameter={key}> in {name}"
-            args[key] = coerce_value(strip_one_newline(m.group(2)), props.get(key))
-            pos = m.end()
+            args[key] = coerce_value(strip_one_newline(value), props.get(key))
+            pos = close + len(_PARAM_END)
         rest = text[pos:body_end].strip()
         if rest:
             reason = "unterminated <parameter=...>" if rest.startswith("<parameter=") else "unexpected text"
             return f"{reason} inside <function={name}>: {rest[:30]!r}"
         return name, args
+
+
+def _wrap_start(text: str, lo: int, s: int) -> int:
+    """Where the `<tool_call>` wrapping the function at `s` starts (s when there is none)."""
+    j = s
+    while j > lo and text[j - 1] in " \t\r\n":
+        j -= 1
+    k = j - len(_WRAP_START)
+    return k if k >= lo and text.startswith(_WRAP_START, k) else s
