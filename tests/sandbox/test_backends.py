@@ -115,6 +115,7 @@ async def test_killed_sandbox_is_detected_and_its_slots_replaced(harness):
     assert (await backend.execute(fresh, ExecCall("echo alive"))).output == "alive\n"
 
 
+@pytest.mark.slow
 async def test_stop_leaves_no_sandbox_server_or_bwrap_process(tmp_path, request):
     for kind in ("local", "nomad", "modal"):
         h = make_harness(kind, tmp_path / kind)
@@ -172,6 +173,7 @@ async def test_nomad_scales_the_job_count_and_purges_on_stop(tmp_path):
         await double.close()
 
 
+@pytest.mark.slow
 async def test_modal_removes_orphans_caps_starts_and_uses_documented_arguments(tmp_path):
     double = ModalTestDouble(tmp_path / "modal")
     config = ModalBackendConfig(pool=_pool(min_sandboxes=3, max_sandboxes=3), max_starting=1, create_rate_per_s=50)
