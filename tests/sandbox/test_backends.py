@@ -116,7 +116,7 @@ async def test_killed_sandbox_is_detected_and_its_slots_replaced(harness):
 
 
 @pytest.mark.slow
-async def test_stop_leaves_no_sandbox_server_or_bwrap_process(tmp_path, request):
+async def test_stop_leaves_no_sandbox_server_or_bwrap_process(tmp_path):
     for kind in ("local", "nomad", "modal"):
         h = make_harness(kind, tmp_path / kind)
         await h.backend.start()
