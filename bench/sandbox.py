@@ -58,6 +58,9 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
 
         # 2. throughput, 32 slots busy at once
         slots = [await backend.acquire() for _ in range(32)]
+        sandboxes = list(backend.pool._sandboxes.values())
+        batches0 = sum(sb.batcher.batches_sent for sb in sandboxes)
+        calls0 = sum(sb.batcher.calls_sent for sb in sandboxes)
 
         async def worker(s) -> None:
             for _ in range(per_slot):
@@ -75,8 +78,8 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
         t = time.perf_counter()
         await asyncio.gather(*(plain_worker() for _ in range(32)))
         plain_tput = 32 * per_slot / (time.perf_counter() - t)
-        batches = sum(sb.batcher.batches_sent for sb in backend.pool._sandboxes.values())
-        calls = sum(sb.batcher.calls_sent for sb in backend.pool._sandboxes.values())
+        batches = sum(sb.batcher.batches_sent for sb in sandboxes) - batches0
+        calls = sum(sb.batcher.calls_sent for sb in sandboxes) - calls0
         for s in slots:
             await backend.release(s)
 
