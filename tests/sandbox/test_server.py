@@ -99,7 +99,8 @@ def _count(pattern: str) -> int:
 
 
 async def test_timeout_kills_the_whole_process_tree(client):
-    result = await run(client, "2", "(sleep 333.25 &); sh -c 'sleep 333.5' & sleep 333.75", timeout=1.0)
+    # setsid leaves the process group; only the pid namespace dying with bwrap takes it down
+    result = await run(client, "2", "(sleep 333.25 &); setsid sleep 333.5 & sh -c 'sleep 333.625' & sleep 333.75", timeout=1.0)
     assert result.timed_out and result.exit_code is None
     await asyncio.sleep(0.3)
     assert _count("sleep 333") == 0
