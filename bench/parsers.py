@@ -23,7 +23,7 @@ import time
 from typing import Callable
 
 from environments.tool_call_parsers import get_parser
-from environments.tool_call_parsers.testing import WRITERS, Call
+from environments.tool_call_parsers.testing import LAYOUTS, Call
 
 
 def corpus_calls(seed: int = 7) -> list[tuple[str, list[Call]]]:
@@ -90,10 +90,10 @@ def main() -> None:
     header = f"{'family':<14} {'MB':>6} {'calls/s':>11} {'MB/s':>7} {'us/turn':>8} {'x json':>7}"
     print(header)
     print("-" * len(header))
-    for family in sorted(WRITERS):
-        write = WRITERS[family]
+    for family in sorted(LAYOUTS):
+        name, write = LAYOUTS[family]
         texts = [(prose + "\n" if prose and calls else prose) + (write(calls) if calls else "") for prose, calls in turns]
-        parser = get_parser(family)
+        parser = get_parser(name)
         # Correctness first: a fast parser that drops calls would be a meaningless row.
         got = sum(len(parser.parse(t)[1]) for t in texts)
         if got != n_calls:
@@ -135,8 +135,8 @@ def hostile_table() -> None:
     header = f"{'family':<14} {'worst ms':>9} {'worst input':<28} {'ms/MB there':>11}"
     print(header)
     print("-" * len(header))
-    for family in sorted(WRITERS):
-        parser = get_parser(family)
+    for family in sorted(LAYOUTS):
+        parser = get_parser(LAYOUTS[family][0])
         worst = (0.0, "", 0.0)
         for name, text in inputs.items():
             t0 = time.perf_counter()

@@ -19,9 +19,11 @@ P = TypeVar("P", bound=type[ToolCallParser])
 # variants of one format).
 _BUILTIN_MODULES = (
     "hermes",
+    "longcat",
     "qwen3_coder",
     "glm",
     "deepseek",
+    "deepseek_v32",
     "kimi_k2",
     "llama",
     "mistral",

@@ -47,7 +47,10 @@ GLM = GlmSpec()
 @register_parser("glm45", "glm47")
 class GlmParser(ToolCallParser):
     spec: GlmSpec = GLM
-    stream_markers = (GLM.start,)
+
+    @property
+    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]
+        return (self.spec.start,)
 
     def __init__(self, tools=None) -> None:
         super().__init__(tools)

@@ -1,4 +1,4 @@
-"""JSON objects between tags: Hermes 2 Pro/3/4, Qwen2.5/Qwen3 (hermes format), SmolLM, LongCat.
+"""JSON objects between tags: Hermes 2 Pro/3/4, Qwen2.5/Qwen3 (hermes format), SmolLM.
 
     <tool_call>
     {"name": "get_weather", "arguments": {"city": "Paris"}}
@@ -13,7 +13,7 @@ twice as a JSON string, a list of calls inside one block, and a Python dict lite
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ._core import (
@@ -32,7 +32,7 @@ from ._core import (
 )
 from ._registry import register_parser
 
-__all__ = ["JsonTagSpec", "JsonTagParser", "HermesParser", "LongcatParser", "HERMES", "LONGCAT"]
+__all__ = ["JsonTagSpec", "JsonTagParser", "HermesParser", "HERMES"]
 
 # Bounds the search for a body whose opening tag is missing (keeps fuzzed input linear).
 _MAX_ORPHAN_CANDIDATES = 64
@@ -47,7 +47,6 @@ class JsonTagSpec:
 
 
 HERMES = JsonTagSpec(start="<tool_call>", end="</tool_call>")
-LONGCAT = replace(HERMES, start="<longcat_tool_call>", end="</longcat_tool_call>")
 
 
 def calls_in_json(body: str, spec: JsonTagSpec) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
@@ -198,7 +197,3 @@ def _next_open(text: str, start: int, stop: int) -> int:
 class HermesParser(JsonTagParser):
     spec = HERMES
 
-
-@register_parser("longcat")
-class LongcatParser(JsonTagParser):
-    spec = LONGCAT

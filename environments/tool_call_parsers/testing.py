@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable
 
-__all__ = ["WRITERS", "MARKUP", "Call"]
+__all__ = ["WRITERS", "LAYOUTS", "MARKUP", "Call"]
 
 Call = tuple[str, dict[str, Any]]
 
@@ -26,7 +26,20 @@ def hermes(calls: list[Call], start: str = "<tool_call>", end: str = "</tool_cal
 
 
 def longcat(calls: list[Call]) -> str:
+    # LongCat-Flash-Chat's template.
     return hermes(calls, "<longcat_tool_call>", "</longcat_tool_call>")
+
+
+def longcat_xml(calls: list[Call]) -> str:
+    # LongCat-Flash-Lite / LongCat 2.0 templates: the GLM layout in longcat tags.
+    out = []
+    for n, a in calls:
+        pairs = "".join(
+            f"\n<longcat_arg_key>{k}</longcat_arg_key>\n<longcat_arg_value>{v if isinstance(v, str) else _json(v)}</longcat_arg_value>"
+            for k, v in a.items()
+        )
+        out.append(f"<longcat_tool_call>{n}{pairs}\n</longcat_tool_call>")
+    return "\n".join(out)
 
 
 def qwen3_coder_value(v: Any) -> str:
@@ -77,6 +90,24 @@ def kimi_k2(calls: list[Call]) -> str:
     return K_BEGIN + body + K_END
 
 
+DSML = "｜DSML｜"
+
+
+def deepseek_v32(calls: list[Call]) -> str:
+    # DeepSeek V3.2's template: strings raw with string="true", everything else JSON.
+    out = [f"<{DSML}function_calls>\n"]
+    for n, a in calls:
+        out.append(f'<{DSML}invoke name="{n}">\n')
+        for k, v in a.items():
+            if isinstance(v, str):
+                out.append(f'<{DSML}parameter name="{k}" string="true">{v}</{DSML}parameter>\n')
+            else:
+                out.append(f'<{DSML}parameter name="{k}" string="false">{_json(v)}</{DSML}parameter>\n')
+        out.append(f"</{DSML}invoke>\n")
+    out.append(f"</{DSML}function_calls>")
+    return "".join(out)
+
+
 def llama3_json(calls: list[Call]) -> str:
     # The Llama 3.1 template's shape; several calls separated by `;` as vLLM documents.
     return "; ".join(_json({"name": n, "parameters": a}) for n, a in calls)
@@ -112,6 +143,7 @@ WRITERS: dict[str, Callable[[list[Call]], str]] = {
     "glm47": glm47,
     "deepseek_v3": deepseek_v3,
     "deepseek_v31": deepseek_v31,
+    "deepseek_v32": deepseek_v32,
     "kimi_k2": kimi_k2,
     "llama3_json": llama3_json,
     "llama4_json": llama4_json,
@@ -120,7 +152,14 @@ WRITERS: dict[str, Callable[[list[Call]], str]] = {
     "gpt_oss": gpt_oss,
 }
 
-# Markup strings of each family (the fuzzer corrupts these).
+# Layouts to test: label -> (parser name, writer). A family with two layouts under one
+# name (LongCat) appears twice; labels are "name" or "name:layout".
+LAYOUTS: dict[str, tuple[str, Callable[[list[Call]], str]]] = {
+    **{name: (name, write) for name, write in WRITERS.items()},
+    "longcat:xml": ("longcat", longcat_xml),
+}
+
+# Markup strings of each layout (the fuzzer corrupts these).
 MARKUP: dict[str, tuple[str, ...]] = {
     "hermes": ("<tool_call>", "</tool_call>", '"name"', '"arguments"'),
     "longcat": ("<longcat_tool_call>", "</longcat_tool_call>", '"name"', '"arguments"'),
@@ -129,6 +168,8 @@ MARKUP: dict[str, tuple[str, ...]] = {
     "glm47": ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
     "deepseek_v3": (DS_BEGIN, DS_END, DS_CALL, DS_CALL_END, DS_SEP, "```json", "```"),
     "deepseek_v31": (DS_BEGIN, DS_END, DS_CALL, DS_CALL_END, DS_SEP),
+    "deepseek_v32": (f"<{DSML}function_calls>", f"</{DSML}function_calls>", f"<{DSML}invoke", f"</{DSML}invoke>", f"<{DSML}parameter", f"</{DSML}parameter>", 'string="'),
+    "longcat:xml": ("<longcat_tool_call>", "</longcat_tool_call>", "<longcat_arg_key>", "</longcat_arg_key>", "<longcat_arg_value>", "</longcat_arg_value>"),
     "kimi_k2": (K_BEGIN, K_END, K_CALL, K_CALL_END, K_ARGS, "functions."),
     "llama3_json": ('"name"', '"parameters"', "; "),
     "llama4_json": ("<|python_start|>", "<|python_end|>", '"name"', '"parameters"'),

@@ -24,7 +24,7 @@ import pytest
 from environments.tool_call_parsers import get_parser
 
 from ._conformance import ESCAPES, PING, TOOLS, TYPED, WEATHER, calls_of
-from environments.tool_call_parsers.testing import MARKUP, WRITERS
+from environments.tool_call_parsers.testing import LAYOUTS, MARKUP, WRITERS
 
 MUTANTS_PER_FAMILY = 10_000
 BASE_CALL_SETS = [[WEATHER], [TYPED], [ESCAPES], [WEATHER, PING], [PING, ESCAPES, WEATHER]]
@@ -105,10 +105,10 @@ def check_stream(parser, text: str, rng: random.Random) -> None:
     assert stream.finish().content == full.content
 
 
-@pytest.mark.parametrize("family", sorted(WRITERS))
+@pytest.mark.parametrize("family", sorted(LAYOUTS))
 def test_fuzz(family):
-    write = WRITERS[family]
-    parser = get_parser(family, tools=TOOLS)
+    name, write = LAYOUTS[family]
+    parser = get_parser(name, tools=TOOLS)
     seed = sum(map(ord, family))
     rng = random.Random(seed)
     bases = []

@@ -32,6 +32,18 @@ class TestLongcat(ParserConformance):
         return writers.longcat(calls)
 
 
+class TestLongcatKeyValueLayout(ParserConformance):
+    # LongCat-Flash-Lite / LongCat 2.0 write the GLM layout; same parser name.
+    names = ("longcat",)
+    malformed = (
+        "<longcat_tool_call>get_weather\n<longcat_arg_key>city</longcat_arg_key>\n<longcat_arg_value>Paris</longcat_tool_call>",
+        "<longcat_tool_call>get weather now</longcat_tool_call>",
+    )
+
+    def render(self, calls: list[Call]) -> str:
+        return writers.longcat_xml(calls)
+
+
 WEATHER_JSON = '{"name": "get_weather", "arguments": {"city": "Paris", "unit": "celsius"}}'
 
 # What real models write besides the textbook format (text, expected content, expected calls).

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from environments.tool_call_parsers import get_parser
 
 from ._conformance import calls_of
-from environments.tool_call_parsers.testing import WRITERS
+from environments.tool_call_parsers.testing import LAYOUTS
 
 # Deterministic and no example database in the shared checkout.
 SETTINGS = settings(
@@ -77,12 +77,12 @@ def consistent(call_list) -> bool:
     return True
 
 
-FAMILIES = sorted(WRITERS)
+FAMILIES = sorted(LAYOUTS)
 
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_random_calls_round_trip(family):
-    write = WRITERS[family]
+    name, write = LAYOUTS[family]
 
     @SETTINGS
     @given(calls.filter(consistent), prose)
@@ -95,7 +95,7 @@ def test_random_calls_round_trip(family):
                     if isinstance(v, str) and ("</parameter>" in v or v.startswith("\n") or v.endswith("\n")):
                         return
         text = (before + "\n" if before.strip() else "") + write(call_list)
-        result = get_parser(family, tools=tools_for(call_list)).parse_detailed(text)
+        result = get_parser(name, tools=tools_for(call_list)).parse_detailed(text)
         assert result.errors == [], text
         assert calls_of(result.tool_calls) == call_list, text
         expected = before.strip() or None

@@ -25,7 +25,7 @@ from ._conformance import ParserConformance
 # Names users pass to vLLM / SGLang today; removing one is a breaking change.
 PUBLIC_NAMES = {
     "hermes", "qwen25", "qwen3_coder", "llama3_json", "llama4_json", "llama3", "mistral",
-    "deepseek_v3", "deepseekv3", "deepseek_v31", "deepseek_v3_1", "kimi_k2", "glm45", "glm47",
+    "deepseek_v3", "deepseekv3", "deepseek_v31", "deepseek_v3_1", "deepseek_v32", "kimi_k2", "glm45", "glm47",
     "longcat", "pythonic", "gpt_oss", "gpt-oss", "openai",
 }
 

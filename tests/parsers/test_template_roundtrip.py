@@ -6,7 +6,9 @@ have generated), parse it, and get the same calls back. Rendering goes through
 `chatlint.render.Template`, which compiles templates the way transformers does
 (sandboxed Jinja, trim/lstrip blocks, `tojson`, `raise_exception`, `strftime_now`).
 
-Families without an offline template that writes their calls faithfully: llama4_json
+Templates that drop tool calls from the rendered history (Hermes 3, SmolLM3, Mistral
+Large 2411, Mistral Small 3.1 in chatlint's copies) cannot be used. Families without an
+offline template that writes their calls faithfully: llama4_json
 (no Llama 4 template in chatlint) and pythonic (the only one, a community Llama 3.2
 template, writes string values unquoted); their tests use the documented formats.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,7 +96,25 @@ CASES = {
         "NousResearch-Hermes-2-Pro-Llama-3-8B-tool_use", "hermes", expect_content=None, template_tools=SIMPLE_TOOLS
     ),
     "hermes / Qwen3": Case("Qwen-Qwen3-0.6B", "hermes"),
+    "hermes / Qwen3-2507 instruct": Case("Qwen-Qwen3-4B-Instruct-2507", "hermes"),
+    "hermes / Qwen3-2507 thinking": Case("Qwen-Qwen3-4B-Thinking-2507", "hermes"),
+    "hermes / Hermes 4": Case("NousResearch-Hermes-4-14B", "hermes"),
+    "hermes / Hermes 4.3": Case("NousResearch-Hermes-4.3-36B", "hermes"),
     "qwen3_coder / Qwen3-Coder": Case("Qwen-Qwen3-Coder-30B-A3B-Instruct", "qwen3_coder"),
+    "qwen3_coder / Qwen3-Coder-Next": Case("Qwen-Qwen3-Coder-Next", "qwen3_coder"),
+    "qwen3_coder / Qwen3.6": Case("Qwen-Qwen3.6-35B-A3B", "qwen3_coder"),
+    "longcat / LongCat-Flash-Lite (key/value layout)": Case("meituan-longcat-LongCat-Flash-Lite", "longcat"),
+    "longcat / LongCat 2.0 (key/value layout)": Case("meituan-longcat-LongCat-2.0", "longcat"),
+    "deepseek_v32 / V3.2 (DSML)": Case("deepseek-ai-DeepSeek-V3.2", "deepseek_v32", marker="<｜Assistant｜>"),
+    "glm47 / GLM-5": Case("zai-org-GLM-5", "glm47", marker="<|assistant|>"),
+    "glm45 / GLM-4.5V": Case("zai-org-GLM-4.5V", "glm45"),
+    "glm45 / GLM-4.6V": Case("zai-org-GLM-4.6V", "glm45"),
+    "kimi_k2 / Kimi K2 Thinking": Case("moonshotai-Kimi-K2-Thinking", "kimi_k2", ids=["functions.tricky:0", "functions.ping:1"]),
+    "kimi_k2 / Kimi K2.5": Case("moonshotai-Kimi-K2.5", "kimi_k2", ids=["functions.tricky:0", "functions.ping:1"]),
+    "mistral / Mistral Nemo (list form)": Case(
+        "mistralai-Mistral-Nemo-Instruct-2407", "mistral", ids=["abcDEF123", "xyzXYZ789"], expect_content=None, marker="[/INST]"
+    ),
+    "mistral / Devstral Small 2507": Case("unsloth-mistral-Devstral-Small-2507", "mistral", ids=["abcDEF123", "xyzXYZ789"]),
     "qwen3_coder / Qwen3.5": Case("Qwen3.5-4B", "qwen3_coder"),
     "longcat / LongCat-Flash": Case("meituan-longcat-LongCat-Flash-Chat", "longcat"),
     "llama3_json / Llama 3.1": Case("meta-llama-Llama-3.1-8B-Instruct", "llama3_json", calls=[TRICKY], expect_content=None),
@@ -121,6 +142,7 @@ CASES = {
     "gpt_oss / gpt-oss-120b": Case(
         "openai-gpt-oss-120b", "gpt_oss", calls=[TRICKY], expect_content=None, expect_reasoning="Sure."
     ),
+    "gpt_oss / gpt-oss-20b (unsloth)": Case("unsloth-gpt-oss-20b", "gpt_oss", calls=[TRICKY], expect_content=None, expect_reasoning="Sure."),
 }
 
 
@@ -163,7 +185,7 @@ def visible(content: str | None) -> str | None:
     # the reasoning parser, not to the tool-call parser.
     if content is None:
         return None
-    return content.rsplit("</think>", 1)[-1].strip() or None
+    return re.split(r"</\w*think>", content)[-1].strip() or None
 
 
 @pytest.mark.parametrize("case", CASES.values(), ids=list(CASES))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from environments.tool_call_parsers import get_parser
+from environments.tool_call_parsers import testing as writers
 
 from ._conformance import PING, WEATHER, Call, ParserConformance, calls_of
 
@@ -57,6 +58,18 @@ class TestKimiK2(ParserConformance):
 
     def render(self, calls: list[Call]) -> str:
         return kimi_k2(calls)
+
+
+class TestDeepSeekV32(ParserConformance):
+    names = ("deepseek_v32", "deepseekv32")
+    malformed = (
+        '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="city" string="true">Paris\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+        '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get_weather">\n<｜DSML｜parameter name="days" string="false">three</｜DSML｜parameter>\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+        '<｜DSML｜function_calls>\n<｜DSML｜invoke name="get weather">\n</｜DSML｜invoke>\n</｜DSML｜function_calls>',
+    )
+
+    def render(self, calls: list[Call]) -> str:
+        return writers.deepseek_v32(calls)
 
 
 def test_kimi_ids_are_kept():

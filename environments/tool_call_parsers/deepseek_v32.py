@@ -1,0 +1,119 @@
+"""DeepSeek V3.2 ("DSML"): XML-like invocations whose parameters say whether they are strings.
+
+    <｜DSML｜function_calls>
+    <｜DSML｜invoke name="get_weather">
+    <｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+    <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
+    </｜DSML｜invoke>
+    </｜DSML｜function_calls>
+
+`string="true"`: the value is the text as written; `string="false"`: it is JSON. Leniency:
+a missing `</｜DSML｜function_calls>` or `</｜DSML｜invoke>` at the end of the text.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+from ._core import (
+    JSON_DECODER,
+    Finder,
+    ParseIssue,
+    ParseResult,
+    ToolCallParser,
+    issue,
+    join_content,
+    make_call,
+    valid_key,
+    valid_name,
+)
+from ._registry import register_parser
+
+__all__ = ["DeepSeekV32Parser"]
+
+_T = "｜DSML｜"
+_BLOCK, _BLOCK_END = f"<{_T}function_calls>", f"</{_T}function_calls>"
+_INVOKE = re.compile(rf'<{_T}invoke name="([^"\n]*)">')
+_INVOKE_END = f"</{_T}invoke>"
+_PARAM = re.compile(rf'<{_T}parameter name="([^"\n]*)" string="(true|false)">')
+_PARAM_END = f"</{_T}parameter>"
+
+
+@register_parser("deepseek_v32", "deepseekv32")
+class DeepSeekV32Parser(ToolCallParser):
+    stream_markers = (_BLOCK, f"<{_T}invoke")
+
+    def _parse(self, text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParseResult:
+        pieces: list[str] = []
+        calls: list[dict[str, Any]] = []
+        errors: list[ParseIssue] = []
+        copied = 0
+        starts, ends = Finder(text, _BLOCK), Finder(text, _BLOCK_END)
+        while (s := starts.find(copied)) != -1:
+            pieces.append(text[copied:s])
+            body_start = s + len(_BLOCK)
+            e, nxt = ends.find(body_start), starts.find(body_start)
+            if e != -1 and (nxt == -1 or e < nxt):
+                body_end, block_end = e, e + len(_BLOCK_END)
+            else:  # closing tag missing: up to the next block or the end
+                body_end = block_end = nxt if nxt != -1 else len(text)
+            self._block(text, body_start, body_end, calls, errors, pieces)
+            copied = block_end
+        pieces.append(text[copied:])
+        return ParseResult(join_content(pieces), calls, errors)
+
+    def _block(self, text, start, end, calls, errors, pieces) -> None:
+        pos = start
+        while True:
+            m = _INVOKE.search(text, pos, end)
+            stop = m.start() if m else end
+            if text[pos:stop].strip():
+                errors.append(issue(text, pos, stop, "text between invocations"))
+                pieces.append(text[pos:stop])
+            if m is None:
+                return
+            nxt = _INVOKE.search(text, m.end(), end)
+            close = text.find(_INVOKE_END, m.end(), nxt.start() if nxt else end)
+            if close != -1 and (nxt is None or close < nxt.start()):
+                body_end, invoke_end = close, close + len(_INVOKE_END)
+            else:
+                body_end = invoke_end = nxt.start() if nxt else end
+            parsed = self._invoke(text, m, body_end)
+            if isinstance(parsed, str):
+                errors.append(issue(text, m.start(), invoke_end, parsed))
+                pieces.append(text[m.start() : invoke_end])
+            else:
+                calls.append(make_call(*parsed))
+            pos = invoke_end
+
+    def _invoke(self, text: str, m: re.Match[str], end: int) -> tuple[str, dict[str, Any]] | str:
+        name = m.group(1).strip()
+        if not valid_name(name):
+            return f"invalid function name {name[:40]!r}"
+        args: dict[str, Any] = {}
+        pos = m.end()
+        while (p := _PARAM.search(text, pos, end)) is not None:
+            if text[pos : p.start()].strip():
+                return f"unexpected text inside invoke {name}: {text[pos:p.start()].strip()[:30]!r}"
+            key = p.group(1).strip()
+            if not valid_key(key):
+                return f"invalid parameter name {key[:30]!r} in {name}"
+            close = text.find(_PARAM_END, p.end(), end)
+            if close == -1:
+                return f"unterminated parameter {key} in {name}"
+            raw = text[p.end() : close]
+            if _PARAM.search(raw):
+                return f"unterminated parameter {key} in {name}"  # it swallowed the next one
+            if p.group(2) == "true":
+                args[key] = raw
+            else:
+                try:
+                    args[key] = JSON_DECODER.decode(raw.strip())
+                except ValueError as exc:
+                    return f"parameter {key} of {name} is marked string=\"false\" but is not JSON: {getattr(exc, 'msg', exc)}"
+            pos = close + len(_PARAM_END)
+        rest = text[pos:end].strip()
+        if rest:
+            return f"unexpected text inside invoke {name}: {rest[:30]!r}"
+        return name, args
