@@ -22,9 +22,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def make_env(base_url: str, tmp_path, **overrides) -> SweSmithOracleEnv:
     pool = SlotPoolConfig(slots_per_sandbox=4, min_sandboxes=2, max_sandboxes=2, health_interval_s=30)
-    settings = dict(tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1) | overrides
+    settings = dict(tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1, tool_backend="sandbox") | overrides
     config = SweSmithOracleEnvConfig(
-        tool_backend="sandbox",
         sandbox=SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sandboxes"))),
         data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
         ensure_scores_are_not_same=False,
@@ -117,3 +116,14 @@ def test_process_cli_runs_on_the_local_sandbox_backend_against_the_embedded_mode
     assert all(s in (0.0, 1.0) for s in groups[0]["scores"])
     first_user = next(m for m in groups[0]["messages"][0] if m["role"] == "user")["content"]
     assert "Repository path:" in first_user
+
+
+async def test_oracle_also_scores_on_the_plain_local_tool_backend(tmp_path):
+    async with ScriptedOpenAIServer([]) as server:
+        env = make_env(server.base_url, tmp_path, tool_backend="local", workspace_root=str(tmp_path / "ws"), limit=1)
+        async with env.runtime():
+            await env.setup()
+            fixed = await env.rollout(env.instances[0], model=OracleAgent(env.by_id))
+            untouched = await env.rollout(env.instances[0], model=NoOpAgent())
+    assert (fixed.error, fixed.score) == (None, 1.0)
+    assert (untouched.error, untouched.score) == (None, 0.0)
