@@ -286,7 +286,13 @@ git reset -q "$snap"
 cd {shlex.quote(path)}
 snap=$(git rev-list --max-parents=0 HEAD | tail -n 1)
 git checkout -q "$snap" -- {files}
-{install}{autoload}{python} -m pytest -q -p no:cacheprovider {tests}
+{install}set +e
+{autoload}{python} -m pytest -q -p no:cacheprovider {tests}
+rc=$?
+# This trajectory's worktree entry in the shared bare repo: removed so the cache does not grow.
+admin=$(git rev-parse --absolute-git-dir)
+case "$admin" in */worktrees/*) rm -rf "$admin" ;; esac
+exit $rc
 """
         run = await ctx.executor.exec(script, timeout=self.config.test_timeout_s, max_output_bytes=50_000)
         return 1.0 if run.exit_code == 0 else 0.0
