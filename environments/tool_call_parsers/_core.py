@@ -305,10 +305,14 @@ def parse_python(source: str, mode: str = "eval") -> ast.AST:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         tree = ast.parse(source, mode=mode)
-    if _adjacent_strings(source):
+    if _MAYBE_ADJACENT.search(source) and _adjacent_strings(source):
         # `"get_" "weather"` is one string to Python; in a model's call it is damage.
         raise SyntaxError("adjacent string literals")
     return tree
+
+
+# A quote, optional space, a quote: the cheap test before tokenizing (which is slow).
+_MAYBE_ADJACENT = re.compile(r"""['"]\s*[rRbBuUfF]{0,2}['"]""")
 
 
 def _adjacent_strings(source: str) -> bool:

@@ -16,7 +16,7 @@ from environments.tool_call_parsers.testing import LAYOUTS
 
 # Deterministic and no example database in the shared checkout.
 SETTINGS = settings(
-    max_examples=25,
+    max_examples=20,
     derandomize=True,
     database=None,
     deadline=None,
