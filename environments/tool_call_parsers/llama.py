@@ -4,9 +4,10 @@
     <|python_tag|>{"name": "a", "parameters": {}}; {"name": "b", "arguments": {}}
     <|python_start|>{"name": "get_weather", "parameters": {"city": "Paris"}}<|python_end|>
 
-An object counts as a call when it starts a line, follows `;` or an announcing token, or
-sits in a code fence, and has a name plus `parameters`/`arguments`; JSON in the middle of
-prose is left alone. After an announcing token, JSON that does not decode is reported.
+An object counts as a call when it starts a line, follows an announcing token or a
+previous call (`;`-separated), or sits in a code fence, and has a name plus
+`parameters`/`arguments`; JSON in the middle of prose is left alone. After an announcing
+token, JSON that does not decode is reported.
 """
 
 from __future__ import annotations
