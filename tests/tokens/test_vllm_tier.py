@@ -16,6 +16,7 @@ with that venv's transformers + torch (offline), and served with
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,13 +31,23 @@ from environments.tokens.testing import TOOLS
 
 pytestmark = pytest.mark.vllm
 
-# Runs in the vLLM venv (it has torch): GGUF -> float32 safetensors checkpoint.
+# Runs in the vLLM venv (it has torch): GGUF -> float32 safetensors checkpoint. transformers
+# will not save a model it loaded from GGUF, so the dequantized weights are written directly.
 CONVERT = """
 import sys
 from pathlib import Path
+from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
-gguf, out = Path(sys.argv[1]), sys.argv[2]
-AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32").save_pretrained(out)
+gguf, out = Path(sys.argv[1]), Path(sys.argv[2])
+model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype="float32")
+state = {k: v.contiguous() for k, v in model.state_dict().items()}
+if model.config.tie_word_embeddings:
+    state.pop("lm_head.weight", None)
+save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+config = model.config
+if hasattr(config, "quantization_config"):
+    del config.quantization_config
+config.save_pretrained(str(out))
 """
 
 
@@ -51,6 +62,9 @@ def vllm_server(tmp_path_factory):
     tokenizer_dir = ensure_gguf_tokenizer(embedded.model_path, chat_template=embedded.resolved_chat_template())
     model_dir = tmp_path_factory.mktemp("smollm2-hf")
     subprocess.run([python, "-c", CONVERT, str(embedded.model_path), str(model_dir)], check=True, timeout=900)
+    for f in Path(tokenizer_dir).iterdir():  # the model's own tokenizer beside its weights (not its config.json)
+        if f.is_file() and f.name != "config.json":
+            shutil.copy(f, model_dir / f.name)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -58,8 +72,10 @@ def vllm_server(tmp_path_factory):
     proc = subprocess.Popen(
         [
             python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model_dir), "--tokenizer", str(tokenizer_dir), "--served-model-name", "smollm2",
+            "--model", str(model_dir), "--served-model-name", "smollm2",
             "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "2048",
+            # On CPU this is the share of RAM reserved for the KV cache; the machine is shared.
+            "--gpu-memory-utilization", "0.2",
         ],
         stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
     )
