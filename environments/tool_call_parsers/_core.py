@@ -447,7 +447,9 @@ class ToolCallStream:
         self._parser = parser
         self._tools = tools
         self._chunks: list[str] = []
-        self._scanned = ""  # text already searched for markers
+        # Text after what was shown: held-back whitespace and a possible partial marker.
+        # Only this short tail is searched again, so feeding stays linear in the text.
+        self._pending = ""
         self._held = parser.stream_markers is None
         self.shown = ""
 
@@ -456,25 +458,27 @@ class ToolCallStream:
         if self._held or not delta:
             return ""
         markers = self._parser.stream_markers or ()
-        text = self._scanned + delta
-        longest = max((len(m) for m in markers), default=1)
-        cut = len(text)
+        buf = self._pending + delta
+        cut = len(buf)
         for m in markers:
-            p = text.find(m, max(0, len(self._scanned) - len(m) + 1))
+            p = buf.find(m)
             if p != -1 and p < cut:
                 cut, self._held = p, True
         if not self._held:
             # A marker may be arriving split across deltas: keep a possible prefix back.
-            for k in range(min(longest - 1, len(text)), 0, -1):
-                if any(m.startswith(text[-k:]) for m in markers):
-                    cut = len(text) - k
+            longest = max((len(m) for m in markers), default=1)
+            for k in range(min(longest - 1, len(buf)), 0, -1):
+                if any(m.startswith(buf[-k:]) for m in markers):
+                    cut = len(buf) - k
                     break
-        self._scanned = text
-        # Leading and trailing whitespace wait: the full parse strips them from content.
-        show = text[:cut].strip()
-        delta_out = show[len(self.shown) :]
-        self.shown = show
-        return delta_out
+        head = buf[:cut]
+        if not self.shown:  # the full parse strips leading whitespace from content
+            stripped = head.lstrip()
+            buf, head = buf[len(head) - len(stripped) :], stripped
+        release = head.rstrip()  # trailing whitespace waits: it may end the content
+        self._pending = buf[len(release) :]
+        self.shown += release
+        return release
 
     def finish(self) -> ParseResult:
         return self._parser.parse_detailed("".join(self._chunks), self._tools)
