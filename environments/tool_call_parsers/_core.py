@@ -451,13 +451,23 @@ class ToolCallStream:
         # Only this short tail is searched again, so feeding stays linear in the text.
         self._pending = ""
         self._held = parser.stream_markers is None
-        self.shown = ""
+        self._markers = parser.stream_markers or ()
+        self._firsts = {m[0] for m in self._markers}
+        self._longest = max((len(m) for m in self._markers), default=1)
+        self._shown: list[str] = []
+
+    @property
+    def shown(self) -> str:
+        """All content returned by `feed` so far."""
+        if len(self._shown) > 1:
+            self._shown[:] = ["".join(self._shown)]
+        return self._shown[0] if self._shown else ""
 
     def feed(self, delta: str) -> str:
         self._chunks.append(delta)
         if self._held or not delta:
             return ""
-        markers = self._parser.stream_markers or ()
+        markers = self._markers
         buf = self._pending + delta
         cut = len(buf)
         for m in markers:
@@ -466,19 +476,29 @@ class ToolCallStream:
                 cut, self._held = p, True
         if not self._held:
             # A marker may be arriving split across deltas: keep a possible prefix back.
-            longest = max((len(m) for m in markers), default=1)
-            for k in range(min(longest - 1, len(buf)), 0, -1):
-                if any(m.startswith(buf[-k:]) for m in markers):
-                    cut = len(buf) - k
-                    break
+            cut = self._partial_marker_start(buf, max(0, len(buf) - self._longest + 1))
         head = buf[:cut]
-        if not self.shown:  # the full parse strips leading whitespace from content
+        if not self._shown:  # the full parse strips leading whitespace from content
             stripped = head.lstrip()
             buf, head = buf[len(head) - len(stripped) :], stripped
         release = head.rstrip()  # trailing whitespace waits: it may end the content
         self._pending = buf[len(release) :]
-        self.shown += release
+        if release:
+            self._shown.append(release)
         return release
+
+    def _partial_marker_start(self, buf: str, lo: int) -> int:
+        """Where the longest suffix of buf (starting at or after lo) that begins a marker starts."""
+        markers = self._markers
+        best = len(buf)
+        for first in self._firsts:
+            i = buf.find(first, lo)
+            while i != -1 and i < best:
+                if any(m.startswith(buf[i:]) for m in markers):
+                    best = i
+                    break
+                i = buf.find(first, i + 1)
+        return best
 
     def finish(self) -> ParseResult:
         return self._parser.parse_detailed("".join(self._chunks), self._tools)
