@@ -247,10 +247,12 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
 exec 9>{bare}.lock
 flock 9
 if [ ! -d {bare} ]; then git clone -q --bare {src_arg} {bare}.tmp && mv {bare}.tmp {bare}; fi
-flock -u 9
 rm -f .src-*.bundle
 mkdir -p .worktrees
+# Under the lock too: `worktree add` reads every registered worktree, which other slots
+# are adding and removing at the same time.
 git -C {bare} worktree add -q --detach "$PWD/{worktree}" {commit}
+flock -u 9
 ln -sfn {worktree} {shlex.quote(item.name)}
 cd {worktree}
 git apply --whitespace=nowarn -
@@ -291,7 +293,9 @@ git checkout -q "$snap" -- {files}
 rc=$?
 # This trajectory's worktree entry in the shared bare repo: removed so the cache does not grow.
 admin=$(git rev-parse --absolute-git-dir)
-case "$admin" in */worktrees/*) rm -rf "$admin" ;; esac
+case "$admin" in
+  */worktrees/*) exec 9>"${{admin%/worktrees/*}}.lock"; flock 9; rm -rf "$admin" ;;
+esac
 exit $rc
 """
         run = await ctx.executor.exec(script, timeout=self.config.test_timeout_s, max_output_bytes=50_000)
