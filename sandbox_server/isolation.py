@@ -81,6 +81,9 @@ class Sandboxing:
         args = [self.bwrap, "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
         if network:
             args.append("--share-net")
+        # The private /tmp goes first: binds made after it stay visible, so an interpreter
+        # that lives under /tmp (a venv in a checkout there) is still reachable.
+        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         covered: list[str] = []
         for p in self._ro:
             if os.path.islink(p):
@@ -88,7 +91,6 @@ class Sandboxing:
             elif os.path.exists(p):
                 args += ["--ro-bind", p, p]
                 covered.append(p)
-        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
         # If the server's own data lives under a visible directory (e.g. /opt in the image),
         # cover it so one slot cannot read another's workspace or the server's token.
         data = str(self.data_dir)
