@@ -19,13 +19,14 @@ from pydantic import BaseModel, Field
 from environments.model_client import ChatModel, ModelError, ModelTurn
 from model_tools import default_registry
 from tools.context import ToolContext
+from tools.executor import ToolInfrastructureError
 from tools.registry import ToolRegistry
 
 __all__ = ["AgentLoopConfig", "AgentResult", "HermesAgentLoop", "ToolErrorRecord", "TurnRecord", "StopReason"]
 
-StopReason = Literal["finished", "max_turns", "time_budget", "context_full", "model_error"]
+StopReason = Literal["finished", "max_turns", "time_budget", "context_full", "model_error", "infrastructure_error"]
 # Reasons that say nothing about the model's ability: such rollouts are not training signal.
-INFRASTRUCTURE_STOPS: frozenset[str] = frozenset({"model_error"})
+INFRASTRUCTURE_STOPS: frozenset[str] = frozenset({"model_error", "infrastructure_error"})
 
 
 class AgentLoopConfig(BaseModel):
@@ -171,7 +172,11 @@ class HermesAgentLoop:
                 return done("finished")
 
             t1 = time.monotonic()
-            results = await self._run_calls(turn.tool_calls, deadline - t1)
+            try:
+                results = await self._run_calls(turn.tool_calls, deadline - t1)
+            except ToolInfrastructureError as exc:
+                record.tools_s = time.monotonic() - t1
+                return done("infrastructure_error", str(exc))
             record.tools_s = time.monotonic() - t1
             out_of_time = results is None
             for i, call in enumerate(turn.tool_calls):

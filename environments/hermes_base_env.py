@@ -93,6 +93,9 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         default_factory=SandboxToolBackendConfig, description="Sandbox slots: backend (local | nomad | modal) and pool"
     )
     model_max_retries: int = Field(2, ge=0, description="Retries of a failed model request (5xx, 429, connection)")
+    rollout_infra_retries: int = Field(
+        1, ge=0, description="Times a rollout lost to an infrastructure error is run again to fill its group"
+    )
     max_consecutive_infra_failures: int = Field(
         3, ge=1, description="Groups in a row lost to infrastructure errors before the command stops"
     )
@@ -321,7 +324,13 @@ class HermesAgentBaseEnv(BaseEnv):
         return rollout
 
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
-        rollouts = await asyncio.gather(*(self.rollout(item) for _ in range(self.config.group_size)))
+        rollouts = list(await asyncio.gather(*(self.rollout(item) for _ in range(self.config.group_size))))
+        for _ in range(self.config.rollout_infra_retries):
+            redo = [i for i, r in enumerate(rollouts) if r.infrastructure_failure]
+            if not redo or len(redo) == len(rollouts):  # all failed: likely down; the group is retried later
+                break
+            for i, r in zip(redo, await asyncio.gather(*(self.rollout(item) for _ in redo))):
+                rollouts[i] = r
         usable = [r for r in rollouts if not r.infrastructure_failure]
         failed = [r for r in rollouts if r.infrastructure_failure]
         if failed:
@@ -375,8 +384,9 @@ class HermesAgentBaseEnv(BaseEnv):
         group["rollout_info"] = info  # type: ignore[typeddict-unknown-key]
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs
-        if len(rollouts) == self.config.group_size != len(group["tokens"]):
-            # A non-append-only template split a rollout into sequences: tell atroposlib the size.
+        if len(group["tokens"]) != self.config.group_size:
+            # Sequences split by a non-append-only template, or rollouts lost to infrastructure:
+            # tell atroposlib the real size, or it drops the group as malformed.
             group["group_overrides"] = {"group_size": len(group["tokens"])}
         return group
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 
-from tools.executor import ExecResult, WorkspaceEscapeError
+from tools.executor import ExecResult, ToolInfrastructureError, WorkspaceEscapeError
 
 __all__ = ["SandboxAddress", "SandboxClient", "SandboxError", "SandboxUnavailable", "exec_result"]
 
@@ -24,7 +24,7 @@ class SandboxError(RuntimeError):
         self.kind = kind
 
 
-class SandboxUnavailable(SandboxError):
+class SandboxUnavailable(SandboxError, ToolInfrastructureError):
     """The sandbox did not answer: it died, or the network between us did. Infrastructure, not the model."""
 
 

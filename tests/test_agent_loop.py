@@ -11,7 +11,7 @@ from environments.openai_chat import OpenAIChatConfig, OpenAIChatModel
 from model_tools import get_tool_definitions
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tools.context import ToolContext
-from tools.executor import LocalWorkspace
+from tools.executor import LocalWorkspace, ToolInfrastructureError
 
 USER = [{"role": "user", "content": "What is 6*7?"}]
 
@@ -134,3 +134,21 @@ async def test_answer_without_tools_finishes_in_one_turn(tmp_path):
     async with ScriptedOpenAIServer([{"content": "42"}]) as server:
         result = await make_loop(server.base_url, tmp_path, max_turns=1).run(USER)
     assert result.stop_reason == "finished" and result.final_response == "42"
+
+
+class _DyingWorkspace(LocalWorkspace):
+    """A workspace whose sandbox dies: every command raises an infrastructure error."""
+
+    async def exec(self, command, **kwargs):
+        raise ToolInfrastructureError("sandbox sb-1 stopped answering")
+
+
+async def test_a_dying_sandbox_voids_the_trajectory_instead_of_telling_the_model(tmp_path):
+    calls = [tool_call("terminal", {"command": "echo hi"}, "t")]
+    async with ScriptedOpenAIServer([{"content": None, "tool_calls": calls}, {"content": "never"}]) as server:
+        model = OpenAIChatModel(OpenAIChatConfig(base_url=server.base_url, model="scripted", max_retries=0))
+        ctx = ToolContext(_DyingWorkspace(tmp_path / "ws"))
+        result = await HermesAgentLoop(model, get_tool_definitions(["terminal"]), ctx).run(USER)
+    assert result.stop_reason == "infrastructure_error" and result.infrastructure_failure
+    assert "sb-1 stopped answering" in result.error
+    assert not any(m["role"] == "tool" for m in result.messages), "the model never sees the breakage"

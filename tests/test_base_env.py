@@ -65,16 +65,28 @@ async def test_infrastructure_failures_are_not_scored_and_stop_the_command(tmp_p
     assert not (tmp_path / "groups.jsonl").exists(), "no empty/partial output may be left behind"
 
 
-async def test_partially_failed_group_keeps_only_usable_rollouts(tmp_path):
-    script = [writer("apple"), 503, {"content": "done"}]
+async def test_a_rollout_lost_to_infrastructure_is_run_again(tmp_path):
+    script = [writer("apple"), 503, {"content": "done"}, writer("apple"), {"content": "done"}]
     async with ScriptedOpenAIServer(script) as server:
         env = make_env(server.base_url, tmp_path, model_max_retries=0)
+        async with env.runtime():
+            await env.setup()
+            group, backlog = await env.collect_trajectories(await env.get_next_item())
+    assert backlog == [] and group["scores"] == [1.0, 1.0]
+    assert "group_overrides" not in group
+
+
+async def test_partially_failed_group_keeps_only_usable_rollouts_and_says_its_size(tmp_path):
+    script = [writer("apple"), 503, {"content": "done"}]
+    async with ScriptedOpenAIServer(script) as server:
+        env = make_env(server.base_url, tmp_path, model_max_retries=0, rollout_infra_retries=0)
         async with env.runtime():
             await env.setup()
             item = await env.get_next_item()
             group, backlog = await env.collect_trajectories(item)
     assert backlog == []
     assert group["scores"] == [1.0] and len(group["messages"]) == 1
+    assert group["group_overrides"] == {"group_size": 1}  # else atroposlib drops it as malformed
 
 
 async def test_unreachable_server_fails_before_any_rollout(tmp_path):

@@ -21,6 +21,7 @@ __all__ = [
     "ExecResult",
     "ToolExecutor",
     "WorkspaceEscapeError",
+    "ToolInfrastructureError",
     "LocalWorkspace",
     "confine",
 ]
@@ -28,6 +29,13 @@ __all__ = [
 
 class WorkspaceEscapeError(PermissionError):
     """A path resolved outside the trajectory's workspace."""
+
+
+class ToolInfrastructureError(RuntimeError):
+    """The place tools run broke (a sandbox died): the trajectory is void, not the model's failure.
+
+    Tool handlers and the registry let it through instead of showing it to the model.
+    """
 
 
 @dataclass(frozen=True)

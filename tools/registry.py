@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tools.context import ToolContext
+from tools.executor import ToolInfrastructureError
 
 __all__ = ["Tool", "ToolRegistry", "tool_error"]
 
@@ -118,6 +119,8 @@ class ToolRegistry:
             return tool_error(f"{name!r} is missing required argument(s) {missing}")
         try:
             result = await tool.handler(arguments, context)
+        except ToolInfrastructureError:
+            raise  # a broken sandbox voids the trajectory; the model must not be blamed for it
         except Exception as exc:  # a tool failure is the model's information, not a crash
             return tool_error(f"{name} failed: {type(exc).__name__}: {exc}")
         return cap_text(result, tool.max_result_chars)
