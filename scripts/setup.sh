@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
+command -v flock >/dev/null 2>&1 || need_apt+=(util-linux)  # the SWE-smith env locks its repo cache
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   echo "[setup] installing system packages: ${need_apt[*]}"
