@@ -74,7 +74,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     token_server: TokenServerChoice = Field(
         "auto",
         description="Exact tokens (Phase 2): the model server's token protocol, vllm | vllm_openai | sglang | llamacpp; "
-        "auto = from --openai.server_type (vllm, sglang); off = Phase 1 chat (re-rendered tokens, no logprobs)",
+        "auto = llamacpp for the embedded model, else from --openai.server_type (vllm, sglang); off = Phase 1 chat (re-rendered tokens, no logprobs)",
     )
     chat_template_path: str | None = Field(
         None, description="Phase 2: the model's chat template (.jinja) when the tokenizer has none or another one"
@@ -396,6 +396,7 @@ class HermesAgentBaseEnv(BaseEnv):
     async def runtime(self) -> AsyncIterator["HermesAgentBaseEnv"]:
         """Start what the env needs (embedded model, tool backend) and always stop it."""
         async with AsyncExitStack() as stack:
+            embedded = all(url == EMBEDDED for url in self._base_urls)
             for i, url in enumerate(self._base_urls):
                 if url == EMBEDDED:
                     from embedded_llm import EmbeddedLLM, EmbeddedLLMConfig
@@ -407,7 +408,7 @@ class HermesAgentBaseEnv(BaseEnv):
                     await stack.enter_async_context(llm)
                     self._base_urls[i] = llm.base_url
                     print(f"[hermes-rl] embedded model server at {llm.base_url}", file=sys.stderr)
-            kind = resolve_token_server(self.config.token_server, self.server_configs[0].server_type)
+            kind = resolve_token_server(self.config.token_server, self.server_configs[0].server_type, embedded)
             if kind is not None:
                 self._token_models = await self._start_token_models(kind, stack)
             for url in self._base_urls:

@@ -118,3 +118,12 @@ def test_phase1_masks_cover_exactly_the_assistant_turns(tmp_path):
     trained = env.tokenizer.decode([t for t, m in zip(ids, masks) if m != -100])
     assert "All done." in trained and '"name": "write_file"' in trained
     assert "write apple" not in trained and "bytes_written" not in trained and "sys" not in trained
+
+
+def test_auto_token_server_is_exact_for_the_embedded_model_only():
+    from environments.tokens.phase2 import resolve_token_server
+
+    assert resolve_token_server("auto", "openai", embedded=True) == "llamacpp"
+    assert resolve_token_server("auto", "openai") is None
+    assert resolve_token_server("auto", "vllm") == "vllm"
+    assert resolve_token_server("off", "vllm", embedded=True) is None

@@ -138,3 +138,22 @@ def test_wrong_flag_type_is_reported(tmp_path):
     proc = run_env("process", "--env.group_size", "many", timeout=120)
     assert proc.returncode != 0
     assert "group_size" in proc.stderr and "many" in proc.stderr
+
+
+@pytest.mark.llm
+def test_default_command_starts_the_embedded_model_and_gives_exact_tokens(tmp_path):
+    """The README's main job, shortened: no --openai flags at all."""
+    out = tmp_path / "default.jsonl"
+    proc = run_env(
+        "process", "--env.total_steps", "1", "--env.group_size", "2", "--env.agent_max_tokens", "48",
+        "--env.data_path_to_save_groups", str(out),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "starting the embedded model server" in proc.stderr and "Phase 2" in proc.stderr
+    assert str(out.resolve()) in proc.stdout and out.with_suffix(".html").exists()
+    (group,) = read_groups(out)
+    assert len(group["tokens"]) == 2 and all(0.0 <= s <= 1.0 for s in group["scores"])
+    for tokens, masks, logprobs in zip(group["tokens"], group["masks"], group["inference_logprobs"]):
+        assert len(tokens) == len(masks) == len(logprobs)
+        sampled = [lp for m, lp in zip(masks, logprobs) if m != -100]
+        assert sampled and all(lp <= 0.0 for lp in sampled)  # real sampling logprobs on the model's tokens

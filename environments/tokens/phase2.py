@@ -31,11 +31,14 @@ PHASE1_NOTE = (
 )
 
 
-def resolve_token_server(choice: str, server_type: str) -> TokenServerKind | None:
-    """`auto`: atroposlib's `vllm`/`sglang` server types speak token protocols; `openai` does not."""
+def resolve_token_server(choice: str, server_type: str, embedded: bool = False) -> TokenServerKind | None:
+    """`auto`: atroposlib's `vllm`/`sglang` server types speak token protocols, and so does the
+    embedded llama.cpp server; another `openai` endpoint does not."""
     if choice == "off":
         return None
     if choice == "auto":
+        if embedded:
+            return "llamacpp"
         return {"vllm": "vllm", "sglang": "sglang"}.get(server_type)  # type: ignore[return-value]
     return choice  # type: ignore[return-value]
 
