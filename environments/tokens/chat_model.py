@@ -115,7 +115,8 @@ class TokenChatModel:
         return ModelTurn(
             content=result.content or "",
             tool_calls=list(result.tool_calls),
-            reasoning_content=reasoning,
+            # gpt-oss (harmony) carries its analysis channel in the raw text; its parser splits it off.
+            reasoning_content=reasoning or result.reasoning,
             finish_reason=finish_reason,
             parse_errors=[str(e) for e in result.errors],
             calls_from_text=bool(result.tool_calls),

@@ -142,3 +142,22 @@ async def test_agent_loop_on_token_model_tells_server_failure_from_context_full(
             await server.aclose()
     assert broken.stop_reason == "model_error" and broken.infrastructure_failure and "HTTP 503" in broken.error
     assert full.stop_reason == "context_full" and not full.infrastructure_failure
+
+
+async def test_harmony_analysis_channel_becomes_reasoning_content(qwen_tokenizer):
+    # The gpt_oss parser splits harmony's analysis channel from the raw text; it must not be lost.
+    renderer = ChatRenderer(qwen_tokenizer, template_text("Qwen-Qwen3-0.6B"))
+    raw = (
+        "<|channel|>analysis<|message|>need python<|end|><|start|>assistant<|channel|>commentary "
+        'to=functions.python <|constrain|>json<|message|>{"code": "print(1)"}<|call|><|im_end|>'
+    )
+    gen = renderer.encode(raw)
+    async with ScriptedTokenServerDouble([Scripted(gen, [-0.1] * len(gen))]) as double:
+        server = make_token_server(TokenServerConfig(kind="sglang", base_url=double.url))
+        model = TokenChatModel(server, renderer, TokenChatConfig(tool_call_parser="gpt_oss", split_reasoning=False))
+        try:
+            turn = await model.chat([{"role": "user", "content": "run"}], TOOLS, temperature=0.0, max_tokens=100)
+        finally:
+            await server.aclose()
+    assert turn.reasoning_content == "need python"
+    assert turn.tool_calls[0]["function"]["name"] == "python"
