@@ -466,23 +466,30 @@ class HermesAgentBaseEnv(BaseEnv):
             self._finish_output(ok)
 
     async def env_manager(self):
-        async with self.runtime():
-            await super().env_manager()
+        try:
+            async with self.runtime():
+                await super().env_manager()
+        finally:
+            self._finish_output(False)
 
     async def _run_evaluate(self):
-        async with self.runtime():
-            await super()._run_evaluate()
+        try:
+            async with self.runtime():
+                await super()._run_evaluate()
+        finally:
+            self._finish_output(False)  # BaseEnv opened the groups file even though evaluate writes none
 
-    def _finish_output(self, ok: bool) -> None:
+    def _finish_output(self, report: bool) -> None:
         path = self.config.data_path_to_save_groups
-        if path is None:
-            return
         if self.jsonl_writer is not None and not getattr(self.jsonl_writer, "closed", False):
             self.jsonl_writer.close()
+        if path is None:
+            return
         jsonl = Path(path)
-        if not ok:
-            if jsonl.exists() and jsonl.stat().st_size == 0:
-                jsonl.unlink()  # never leave an empty output that looks like a result
+        if jsonl.exists() and jsonl.stat().st_size == 0:
+            jsonl.unlink()  # never leave an empty output that looks like a result
+            return
+        if not report:
             return
         html = jsonl.with_suffix(".html")
         print(f"[hermes-rl] wrote {self.curr_step} groups to {jsonl.resolve()}")

@@ -106,7 +106,9 @@ def test_gsm8k_phase2_evaluate_runs_on_the_token_server(embedded_llm, tmp_path):
         "--env.max_agent_turns", "1",
         "--env.agent_max_tokens", "48",
         "--env.data_dir_to_save_evals", str(tmp_path / "evals"),
+        "--env.data_path_to_save_groups", str(tmp_path / "groups.jsonl"),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not (tmp_path / "groups.jsonl").exists(), "evaluate writes no groups, so it leaves no empty groups file"
     assert "Phase 2: exact tokens from llamacpp" in proc.stderr
     assert "'eval/infrastructure_failures': 0" in proc.stdout and "'eval/n': 2" in proc.stdout

@@ -101,6 +101,7 @@ def test_serve_feeds_run_api_and_a_trainer_pulls_exact_token_groups(embedded_llm
                 "--env.max_agent_turns", "2",
                 "--env.agent_max_tokens", "48",
                 "--env.max_num_workers", "1",
+                "--env.data_path_to_save_groups", str(tmp_path / "served.jsonl"),
             ],
             tmp_path / "env.log",
         )
