@@ -456,28 +456,25 @@ class HermesAgentBaseEnv(BaseEnv):
         print(f"[hermes-rl] Phase 2: exact tokens from {kind} token server(s) {', '.join(self._base_urls)}", file=sys.stderr)
         return models
 
+    # atroposlib's three entry points, each inside the runtime. BaseEnv opens the groups file
+    # in every mode (evaluate writes none), so each one closes it and removes it when empty.
     async def process_manager(self):
+        await self._in_runtime(super().process_manager, report=True)
+
+    async def env_manager(self):
+        await self._in_runtime(super().env_manager, report=False)
+
+    async def _run_evaluate(self):
+        await self._in_runtime(super()._run_evaluate, report=False)
+
+    async def _in_runtime(self, entry: Any, *, report: bool) -> None:
         ok = False
         try:
             async with self.runtime():
-                await super().process_manager()
+                await entry()
                 ok = True
         finally:
-            self._finish_output(ok)
-
-    async def env_manager(self):
-        try:
-            async with self.runtime():
-                await super().env_manager()
-        finally:
-            self._finish_output(False)
-
-    async def _run_evaluate(self):
-        try:
-            async with self.runtime():
-                await super()._run_evaluate()
-        finally:
-            self._finish_output(False)  # BaseEnv opened the groups file even though evaluate writes none
+            self._finish_output(report and ok)
 
     def _finish_output(self, report: bool) -> None:
         path = self.config.data_path_to_save_groups

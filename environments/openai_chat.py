@@ -150,14 +150,9 @@ class OpenAIChatModel:
         return turn
 
     def _recover_text_calls(self, turn: ModelTurn) -> None:
-        detailed = getattr(self._parser, "parse_detailed", None)
-        if detailed is not None:
-            result = detailed(turn.content)
-            content, calls = result.content, result.tool_calls
-            turn.parse_errors = [str(e) for e in getattr(result, "errors", [])]
-        else:
-            content, calls = self._parser.parse(turn.content)
-        if calls:
-            turn.content = content
-            turn.tool_calls = calls
+        result = self._parser.parse_detailed(turn.content)
+        turn.parse_errors = [str(e) for e in result.errors]
+        if result.tool_calls:
+            turn.content = result.content
+            turn.tool_calls = list(result.tool_calls)
             turn.calls_from_text = True
