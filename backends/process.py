@@ -11,9 +11,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from sandbox_server.procs import die_with_parent
+
 __all__ = ["SandboxProcess", "SandboxStartError", "start_sandbox_process"]
 
-TOKEN_ENV = "SANDBOX_SERVER_TOKEN"
 
 
 class SandboxStartError(RuntimeError):
@@ -68,18 +69,25 @@ async def start_sandbox_process(
     argv = [
         python or sys.executable, "-m", "sandbox_server",
         "--host", host, "--port", str(port), "--slots", str(slots),
-        "--data-dir", str(data_dir), "--bwrap", bwrap, *(extra_args or []),
+        "--data-dir", str(data_dir), "--bwrap", bwrap, "--remove-data-dir", *(extra_args or []),
     ]  # fmt: skip
-    # The token goes in through the environment so it never shows in `ps`.
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), TOKEN_ENV: token, "PYTHONUNBUFFERED": "1"}
+    # The token goes in through a pipe: never in `ps` (argv) nor in /proc/<pid>/environ.
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONUNBUFFERED": "1"}
+    token_r, token_w = os.pipe()
+    argv += ["--token-fd", str(token_r)]
     log = open(data_dir / "server.log", "ab")
     try:
+        os.write(token_w, token.encode())
+        os.close(token_w)
         proc = await asyncio.create_subprocess_exec(
             *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=True, pass_fds=(token_r,),
+            # If this process dies (even by SIGKILL) the server stops too, and bwrap with it.
+            preexec_fn=die_with_parent(signal.SIGTERM),
         )  # fmt: skip
     finally:
         log.close()
+        os.close(token_r)
     assert proc.stdout is not None
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), startup_timeout_s)

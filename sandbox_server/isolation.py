@@ -1,24 +1,77 @@
-"""Bubblewrap isolation for one command in one slot.
+"""Bubblewrap isolation and per-slot limits for one command in one slot.
 
 Each command gets its own mount, pid, ipc, uts, cgroup and (unless the call allows it)
-network namespace. The filesystem it sees is the system directories read-only, the
-interpreter's prefix read-only, a private /tmp, the slot's workspace read-write at a
-fixed path and, if configured, the shared cache. Nothing else of the host is visible.
+network namespace, and runs as pid 1 of its pid namespace, so every process it starts dies
+when it exits. The filesystem it sees is the system directories read-only, the
+interpreter's prefix read-only, a private size-capped /tmp, the slot's workspace
+read-write at a fixed path and, if configured, the shared cache read-only. Nothing else of
+the host is visible.
+
+Inside, `setpriv` switches to the slot's own unprivileged uid with no capabilities and
+no_new_privs before the command starts. Limits are rlimits set before bwrap starts
+(inherited by every process of the slot); RLIMIT_NPROC counts per uid, so a slot's
+process limit covers all its commands together and a fork bomb stays inside its slot.
+These work without cgroups (Modal, Nomad containers, cgroup v1 without systemd).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["IsolationStatus", "Sandboxing", "probe_bwrap"]
+from pydantic import BaseModel, Field
+
+__all__ = ["IsolationStatus", "Sandboxing", "SlotLimits", "probe_bwrap"]
 
 # System directories every command may read. Merged-/usr systems have /bin -> usr/bin;
 # those links are recreated as links so the same paths resolve inside.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
+# Where a command too long for argv (MAX_ARG_STRLEN is 128 KiB) is shown to bash as a script.
+COMMAND_FILE = "/run/hermes/command.sh"
+_NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
+# setpriv needs these to switch to the slot's uid; it then drops them all (bounding set too).
+_SWITCH_CAPS = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+
+
+class SlotLimits(BaseModel):
+    """Per-slot limits; safe defaults for agent commands on a shared machine."""
+
+    max_processes: int = Field(256, ge=8, description="Processes of one slot at once (RLIMIT_NPROC on its uid)")
+    max_memory_bytes: int = Field(2 * 1024**3, ge=64 * 1024**2, description="Address space of each process (RLIMIT_AS)")
+    max_cpu_s: int = Field(600, ge=1, description="CPU seconds of each process (RLIMIT_CPU)")
+    max_file_bytes: int = Field(1024**3, ge=1024**2, description="Largest file a command may write (RLIMIT_FSIZE)")
+    max_open_files: int = Field(1024, ge=64, description="Open files per process (RLIMIT_NOFILE)")
+    tmp_bytes: int = Field(512 * 1024**2, ge=1024**2, description="Size of each command's private /tmp (tmpfs)")
+    workspace_bytes: int = Field(
+        4 * 1024**3, ge=1024**2, description="Disk a slot's workspace may use; checked after each command"
+    )
+    uid_base: int | None = Field(
+        None, ge=1000, description="First slot's uid (slot i runs as uid_base+i); default derived from the pid"
+    )
+
+    def rlimits(self) -> list[tuple[int, int]]:
+        return [
+            (resource.RLIMIT_NPROC, self.max_processes),
+            (resource.RLIMIT_AS, self.max_memory_bytes),
+            (resource.RLIMIT_CPU, self.max_cpu_s),
+            (resource.RLIMIT_FSIZE, self.max_file_bytes),
+            (resource.RLIMIT_NOFILE, self.max_open_files),
+            (resource.RLIMIT_CORE, 0),
+        ]
+
+    def preexec(self):
+        """The function run in the forked child before it execs bwrap (async-signal-safe calls only)."""
+        limits = self.rlimits()
+
+        def apply() -> None:
+            for which, value in limits:
+                resource.setrlimit(which, (value, value))
+
+        return apply
 
 
 @dataclass(frozen=True)
@@ -26,14 +79,21 @@ class IsolationStatus:
     available: bool
     bwrap: str | None
     reason: str | None = None
+    setpriv: str | None = None
 
 
 async def probe_bwrap(bwrap: str) -> IsolationStatus:
-    """Run a trivial command in a full set of new namespaces; report why it failed if it did."""
+    """Run a trivial command the way slots run theirs; report why it failed if it did."""
     path = shutil.which(bwrap)
     if path is None:
         return IsolationStatus(False, None, f"bubblewrap executable {bwrap!r} not found; install the 'bubblewrap' package")
-    argv = [path, "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"]
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        return IsolationStatus(False, path, "setpriv not found (util-linux); it switches each slot to its own uid")
+    argv = [path, *_NAMESPACES, "--unshare-net", *_SWITCH_CAPS, "--die-with-parent", "--as-pid-1",
+            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+            setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups", "--inh-caps=-all",
+            "--bounding-set=-all", "--no-new-privs", "true"]  # fmt: skip
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
@@ -45,10 +105,10 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
         return IsolationStatus(
             False,
             path,
-            "bubblewrap cannot create namespaces here "
-            f"({err.decode(errors='replace').strip()}); run as root or enable unprivileged user namespaces",
+            "bubblewrap cannot create namespaces or switch uid here "
+            f"({err.decode(errors='replace').strip()}); run the sandbox server as root (or privileged in its container)",
         )
-    return IsolationStatus(True, path)
+    return IsolationStatus(True, path, setpriv=setpriv)
 
 
 class Sandboxing:
@@ -58,32 +118,30 @@ class Sandboxing:
         self,
         *,
         bwrap: str,
+        setpriv: str,
         data_dir: Path,
         workspace_mount: str,
         cache_dir: Path | None,
         cache_mount: str,
         extra_ro: list[str],
+        limits: SlotLimits,
     ) -> None:
         self.bwrap = bwrap
+        self.setpriv = setpriv
         self.data_dir = data_dir
         self.workspace_mount = workspace_mount
         self.cache_dir = cache_dir
         self.cache_mount = cache_mount
+        self.limits = limits
         ro = list(SYSTEM_DIRS) + extra_ro
         self._ro: list[str] = []
         for p in ro:
             if p not in self._ro:
                 self._ro.append(p)
+        self._fixed = self._fixed_binds()
 
-    def argv(self, workspace: Path, command: list[str], *, network: bool) -> list[str]:
-        # --cap-drop ALL: bwrap started by root otherwise hands root's capabilities to the
-        # command, which could then remount the read-only binds read-write (host escape).
-        args = [self.bwrap, "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--hostname", "sandbox"]
-        if network:
-            args.append("--share-net")
-        # The private /tmp goes first: binds made after it stay visible, so an interpreter
-        # that lives under /tmp (a venv in a checkout there) is still reachable.
-        args += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+    def _fixed_binds(self) -> list[str]:
+        args = ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         covered: list[str] = []
         for p in self._ro:
             if os.path.islink(p):
@@ -92,14 +150,27 @@ class Sandboxing:
                 args += ["--ro-bind", p, p]
                 covered.append(p)
         # If the server's own data lives under a visible directory (e.g. /opt in the image),
-        # cover it so one slot cannot read another's workspace or the server's token.
+        # cover it so one slot cannot read another's workspace or the server's files.
         data = str(self.data_dir)
         if any(data == c or data.startswith(c.rstrip("/") + "/") for c in covered):
             args += ["--tmpfs", data]
+        return args
+
+    def argv(self, workspace: Path, uid: int, command: list[str], *, network: bool, command_file: Path | None = None) -> list[str]:
+        args = [self.bwrap, *_NAMESPACES, *_SWITCH_CAPS, "--die-with-parent", "--new-session", "--as-pid-1",
+                "--hostname", "sandbox"]  # fmt: skip
+        if not network:
+            args.append("--unshare-net")
+        args += self._fixed
         args += ["--bind", str(workspace), self.workspace_mount]
         if self.cache_dir is not None:
-            args += ["--bind", str(self.cache_dir), self.cache_mount]
-        # bwrap builds the root as a tmpfs; make it read-only so the workspace, /tmp and the
-        # cache are the only writable places.
+            # Read-only: one trajectory's writes (a git hook in a bare repo) must not reach another's.
+            args += ["--ro-bind", str(self.cache_dir), self.cache_mount]
+        if command_file is not None:
+            args += ["--ro-bind", str(command_file), COMMAND_FILE]
+        # bwrap builds the root as a tmpfs; make it read-only so the workspace and /tmp are
+        # the only writable places.
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
+        args += [self.setpriv, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "--inh-caps=-all",
+                 "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
         return args + command

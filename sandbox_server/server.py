@@ -18,24 +18,32 @@ from __future__ import annotations
 import asyncio
 import base64
 import hmac
-import io
 import json
+import logging
 import os
 import shutil
 import sys
-import tarfile
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from aiohttp import web
 from pydantic import BaseModel, Field
 
-from sandbox_server.isolation import IsolationStatus, Sandboxing, probe_bwrap
-from sandbox_server.procs import run_command
+from sandbox_server.fileops import FileOpError, Workspace
+from sandbox_server.isolation import COMMAND_FILE, IsolationStatus, Sandboxing, SlotLimits, probe_bwrap
+from sandbox_server.procs import kill_process_group, run_command
 
 __all__ = ["ServerConfig", "SandboxServer", "build_app"]
 
-API_VERSION = 1
+log = logging.getLogger("sandbox_server")
+
+API_VERSION = 2
+# Commands longer than this go to bash as a script file instead of argv (MAX_ARG_STRLEN is 128 KiB).
+ARGV_COMMAND_BYTES = 64 * 1024
+_STATUS = {"bad_request": 400, "path_escape": 403, "not_found": 404, "is_directory": 400, "not_regular": 400,
+           "too_large": 413}  # fmt: skip
 
 
 class ServerConfig(BaseModel):
@@ -45,12 +53,15 @@ class ServerConfig(BaseModel):
     workspace_mount: str = Field("/workspace", description="Where a slot's workspace appears inside the sandbox")
     cache_mount: str | None = Field(
         "/cache",
-        description="Where the server-wide shared cache appears (read-write, e.g. bare git repos); None: no cache",
+        description="Where the server-wide shared cache appears (read-only to slots); None: no cache",
     )
     max_output_bytes: int = Field(1_000_000, gt=0, description="Upper bound on one command's captured output")
     max_timeout_s: float = Field(3600.0, gt=0)
     max_file_bytes: int = Field(64 * 1024 * 1024, gt=0)
+    max_command_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Largest command (and stdin) accepted")
+    file_op_timeout_s: float = Field(30.0, gt=0, description="Upper bound on one file operation")
     extra_ro_paths: list[str] = Field(default_factory=list, description="More host paths to show read-only")
+    limits: SlotLimits = Field(default_factory=SlotLimits)
 
 
 class RequestError(Exception):
@@ -64,13 +75,17 @@ class RequestError(Exception):
 class SlotState:
     id: str
     root: Path
+    uid: int
+    workspace: Workspace
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # at most two file operations of one slot at once: a slot cannot take the whole thread pool
+    file_ops: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
     procs: set = field(default_factory=set)
     generation: int = 0  # bumped by reset so a caller can tell it got a fresh workspace
 
 
 def _env_for(python_bin: str, workspace_mount: str) -> dict[str, str]:
-    # A fixed environment: nothing of the server's (its token included) leaks in.
+    # A fixed environment: nothing of the server's leaks in.
     return {
         "PATH": f"{python_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": workspace_mount,
@@ -78,6 +93,24 @@ def _env_for(python_bin: str, workspace_mount: str) -> dict[str, str]:
         "TMPDIR": "/tmp",
         "PYTHONDONTWRITEBYTECODE": "1",
     }
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of `uid` (a slot's processes, wherever they went), from a child running as it."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            for _ in range(3):  # a fork bomb may fork between rounds
+                try:
+                    os.kill(-1, 9)
+                except ProcessLookupError:
+                    break
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
 
 
 class SandboxServer:
@@ -94,29 +127,45 @@ class SandboxServer:
         self.cache_dir = self.data_dir / "cache" if config.cache_mount else None
         self.sandboxing = Sandboxing(
             bwrap=config.bwrap,
+            setpriv="setpriv",
             data_dir=self.data_dir,
             workspace_mount=config.workspace_mount,
             cache_dir=self.cache_dir,
             cache_mount=config.cache_mount or "",
             extra_ro=sorted(python_prefix) + config.extra_ro_paths,
+            limits=config.limits,
         )
+        # Slots run as uids nobody else uses: RLIMIT_NPROC and kill(-1) then act on one slot only.
+        base = config.limits.uid_base
+        self.uid_base = base if base is not None else 1_000_000 + (os.getpid() % 1_000_000) * 256
+        self._preexec = config.limits.preexec()
+        self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * config.slots), thread_name_prefix="fileops")
 
     async def start(self) -> None:
         self.isolation = await probe_bwrap(self.config.bwrap)
         if self.isolation.available:
             self.sandboxing.bwrap = self.isolation.bwrap or self.config.bwrap
+            self.sandboxing.setpriv = self.isolation.setpriv or "setpriv"
         (self.data_dir / "slots").mkdir(parents=True, exist_ok=True)
+        (self.data_dir / "commands").mkdir(mode=0o700, exist_ok=True)
         if self.cache_dir is not None:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
         for i in range(self.config.slots):
             root = self.data_dir / "slots" / str(i)
-            await asyncio.to_thread(shutil.rmtree, root, True)
-            root.mkdir(parents=True)
-            self.slots[str(i)] = SlotState(str(i), root)
+            uid = self.uid_base + i
+            owner = (uid, uid) if self.isolation.available else None
+            ws = Workspace(str(root), self.config.workspace_mount, owner, self.config.max_file_bytes)
+            slot = SlotState(str(i), root, uid, ws)
+            await asyncio.to_thread(self._fresh_workspace, slot)
+            self.slots[str(i)] = slot
 
     async def stop(self) -> None:
         for slot in self.slots.values():
+            slot.generation += 1
             self._kill_slot(slot)
+        if self.isolation.available:
+            await asyncio.gather(*(asyncio.to_thread(_kill_uid, s.uid) for s in self.slots.values()))
+        self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- helpers -------------------------------------------------------------------------
     def _slot(self, slot_id: str) -> SlotState:
@@ -127,38 +176,50 @@ class SandboxServer:
 
     def _kill_slot(self, slot: SlotState) -> None:
         for proc in list(slot.procs):
-            try:
-                os.killpg(proc.pid, 9)
-            except (ProcessLookupError, PermissionError):
-                pass
+            kill_process_group(proc.pid)
 
-    def resolve(self, slot: SlotState, path: str, *, must_exist: bool = False) -> Path:
-        """Map a path as the sandbox sees it to the host, refusing anything outside the workspace."""
-        if not isinstance(path, str) or not path or "\x00" in path:
-            raise RequestError(400, "bad_request", "'path' must be a non-empty string")
-        p = PurePosixPath(path)
-        mount = PurePosixPath(self.config.workspace_mount)
-        if p.is_absolute():
-            if p != mount and mount not in p.parents:
-                raise RequestError(
-                    403, "path_escape", f"path {path!r} is outside the workspace {str(mount)!r}; use a path inside it"
-                )
-            p = p.relative_to(mount)
-        if ".." in p.parts:
-            raise RequestError(403, "path_escape", f"path {path!r} contains '..'; use a path inside the workspace")
-        root = slot.root.resolve()
-        target = (root / p).resolve()  # follows symlinks: one pointing outside is refused below
-        if target != root and not target.is_relative_to(root):
-            raise RequestError(403, "path_escape", f"path {path!r} leads outside the workspace (through a symlink)")
-        if must_exist and not target.exists():
-            raise RequestError(404, "not_found", f"file not found: {path!r}")
-        return target
+    def _fresh_workspace(self, slot: SlotState) -> None:
+        root = slot.root
+        try:
+            shutil.rmtree(root)
+        except FileNotFoundError:
+            pass
+        except OSError:
+            # Something could not be removed: move it aside so the slot still starts clean.
+            root.rename(root.with_name(f"{root.name}.stale-{uuid.uuid4().hex[:8]}"))
+        root.mkdir(mode=0o755)
+        if self.isolation.available:
+            os.chown(root, slot.uid, slot.uid)
+
+    async def _file_op(self, slot: SlotState, fn, *args):
+        """Run a (never blocking) file operation in the server's pool, bounded in time and per slot."""
+        try:
+            async with asyncio.timeout(self.config.file_op_timeout_s):
+                async with slot.file_ops:
+                    return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        except TimeoutError:
+            raise RequestError(
+                504, "timeout", f"file operation took over {self.config.file_op_timeout_s}s; try a smaller file"
+            ) from None
+        except FileOpError as exc:
+            raise RequestError(_STATUS.get(exc.kind, 400), exc.kind, str(exc)) from None
 
     # -- operations ------------------------------------------------------------------------
     async def exec(self, slot: SlotState, body: dict) -> dict:
         command = body.get("command")
         if not isinstance(command, str) or not command:
             raise RequestError(400, "bad_request", "'command' must be a non-empty string")
+        stdin = body.get("stdin")
+        if stdin is not None and not isinstance(stdin, str):
+            raise RequestError(400, "bad_request", "'stdin' must be a string")
+        if "\x00" in command:
+            raise RequestError(400, "bad_command", "the command contains a NUL byte, which bash cannot take; remove it")
+        raw = command.encode("utf-8", errors="surrogateescape")
+        if len(raw) > self.config.max_command_bytes or len(stdin or "") > self.config.max_command_bytes:
+            raise RequestError(
+                413, "too_large",
+                f"the command or its stdin is over {self.config.max_command_bytes} bytes; write large data with write_file",
+            )  # fmt: skip
         try:
             timeout = float(body.get("timeout", 30))
             cap = int(body.get("max_output_bytes", 100_000))
@@ -166,96 +227,69 @@ class SandboxServer:
             raise RequestError(400, "bad_request", "'timeout' and 'max_output_bytes' must be numbers") from None
         timeout = max(0.05, min(timeout, self.config.max_timeout_s))
         cap = max(1, min(cap, self.config.max_output_bytes))
-        stdin = body.get("stdin")
-        if stdin is not None and not isinstance(stdin, str):
-            raise RequestError(400, "bad_request", "'stdin' must be a string")
         network = bool(body.get("network", False))
         require_isolation = body.get("require_isolation", True) is not False
-        if self.isolation.available:
-            argv = self.sandboxing.argv(slot.root, ["bash", "-c", command], network=network)
-            cwd = str(slot.root)
-        elif require_isolation:
+        if not self.isolation.available and require_isolation:
             raise RequestError(
                 503,
                 "isolation_unavailable",
                 f"this sandbox cannot isolate commands ({self.isolation.reason}); refusing to run unsandboxed. "
                 "Fix bubblewrap on the sandbox host, or send require_isolation=false for trusted commands.",
             )
-        else:
-            argv, cwd = ["bash", "-c", command], str(slot.root)
+        generation = slot.generation
         async with slot.lock:
-            outcome = await run_command(
-                argv,
-                cwd=cwd,
-                env=_env_for(self._python_bin, self.config.workspace_mount if self.isolation.available else str(slot.root)),
-                timeout=timeout,
-                max_output_bytes=cap,
-                stdin=stdin.encode() if stdin is not None else None,
-                on_start=slot.procs.add,
-            )
-        slot.procs.difference_update({p for p in slot.procs if p.returncode is not None})
+            if slot.generation != generation:
+                raise RequestError(409, "slot_reset", "the slot was reset while this command waited; it did not run")
+            command_file = None
+            if len(raw) > ARGV_COMMAND_BYTES:
+                command_file = self.data_dir / "commands" / f"{slot.id}-{uuid.uuid4().hex}.sh"
+                command_file.write_bytes(raw)
+            try:
+                if self.isolation.available:
+                    words = ["bash", COMMAND_FILE] if command_file else ["bash", "-c", command]
+                    argv = self.sandboxing.argv(slot.root, slot.uid, words, network=network, command_file=command_file)
+                    env = _env_for(self._python_bin, self.config.workspace_mount)
+                else:
+                    argv = ["bash", str(command_file)] if command_file else ["bash", "-c", command]
+                    env = _env_for(self._python_bin, str(slot.root))
+                outcome = await run_command(
+                    argv,
+                    cwd=str(slot.root),
+                    env=env,
+                    timeout=timeout,
+                    max_output_bytes=cap,
+                    stdin=stdin.encode() if stdin is not None else None,
+                    preexec_fn=self._preexec if self.isolation.available else None,
+                    on_start=slot.procs.add,
+                )
+            finally:
+                if command_file is not None:
+                    command_file.unlink(missing_ok=True)
+                slot.procs.difference_update({p for p in slot.procs if p.returncode is not None})
         return outcome.to_json()
 
     async def reset(self, slot: SlotState) -> dict:
+        """Kill what runs or waits in the slot, then give it an empty workspace."""
+        slot.generation += 1  # commands still queued on the lock see this and do not run
         self._kill_slot(slot)
+        if self.isolation.available:
+            await asyncio.to_thread(_kill_uid, slot.uid)  # also what escaped bwrap's group
         async with slot.lock:
-            await asyncio.to_thread(shutil.rmtree, slot.root, True)
-            slot.root.mkdir(parents=True, exist_ok=True)
-            slot.generation += 1
+            await asyncio.to_thread(self._fresh_workspace, slot)
         return {"slot": slot.id, "generation": slot.generation}
 
     async def read_file(self, slot: SlotState, path: str) -> bytes:
-        target = self.resolve(slot, path, must_exist=True)
-        if target.is_dir():
-            raise RequestError(400, "is_directory", f"{path!r} is a directory; list it with /artifacts")
-        size = target.stat().st_size
-        if size > self.config.max_file_bytes:
-            raise RequestError(413, "too_large", f"{path!r} is {size} bytes; the limit is {self.config.max_file_bytes}")
-        return await asyncio.to_thread(target.read_bytes)
+        return await self._file_op(slot, slot.workspace.read, path)
 
     async def write_file(self, slot: SlotState, path: str, data: bytes) -> dict:
-        if len(data) > self.config.max_file_bytes:
-            raise RequestError(413, "too_large", f"{len(data)} bytes is over the limit of {self.config.max_file_bytes}")
-        target = self.resolve(slot, path)
-        if target == slot.root.resolve() or target.is_dir():
-            raise RequestError(400, "is_directory", f"{path!r} is a directory; give a file path")
+        written = await self._file_op(slot, slot.workspace.write, path, data)
+        return {"path": path, "bytes_written": written}
 
-        def _write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            # Re-check after creating parents: a symlinked parent must not redirect the write.
-            if not target.parent.resolve().is_relative_to(slot.root.resolve()):
-                raise RequestError(403, "path_escape", f"path {path!r} leads outside the workspace")
-            target.write_bytes(data)
+    async def list_artifacts(self, slot: SlotState, path: str) -> dict:
+        return await self._file_op(slot, slot.workspace.list_files, path)
 
-        await asyncio.to_thread(_write)
-        return {"path": path, "bytes_written": len(data)}
-
-    def list_artifacts(self, slot: SlotState, path: str) -> dict:
-        base = self.resolve(slot, path, must_exist=True)
-        root = slot.root.resolve()
-        entries = []
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = [d for d in dirnames if d != ".git"]
-            for name in filenames:
-                full = Path(dirpath) / name
-                if full.is_symlink():
-                    continue
-                entries.append({"path": str(full.relative_to(root)), "size": full.stat().st_size})
-            if len(entries) > 10_000:
-                break
-        entries.sort(key=lambda e: e["path"])
-        return {"files": entries[:10_000], "truncated": len(entries) > 10_000}
-
-    def archive(self, slot: SlotState, path: str) -> bytes:
-        base = self.resolve(slot, path, must_exist=True)
-        root = slot.root.resolve()
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            # Symlinks are stored as links, never followed: an archive cannot carry host files.
-            tar.add(base, arcname=str(base.relative_to(root)) or ".", recursive=True)
-        if buf.tell() > self.config.max_file_bytes:
-            raise RequestError(413, "too_large", f"archive of {path!r} is over {self.config.max_file_bytes} bytes")
-        return buf.getvalue()
+    async def archive(self, slot: SlotState, path: str) -> bytes:
+        return await self._file_op(slot, slot.workspace.archive, path)
 
     async def batch_call(self, call: dict) -> dict:
         slot = self._slot(str(call.get("slot")))
@@ -274,18 +308,34 @@ class SandboxServer:
         raise RequestError(400, "bad_request", f"unknown op {op!r}; use exec, read_file or write_file")
 
     def health(self) -> dict:
+        iso = self.isolation.available
+        lim = self.config.limits
         return {
             "status": "ok",
             "api_version": API_VERSION,
             "pid": os.getpid(),
             "isolation": {
-                "available": self.isolation.available,
+                "available": iso,
                 "bwrap": self.isolation.bwrap,
                 "reason": self.isolation.reason,
             },
+            # What is enforced on each slot's commands, and how (nothing when isolation is unavailable).
+            "enforced": {
+                "namespaces": ["mount", "pid", "ipc", "uts", "cgroup", "net (unless the call asks for network)"] if iso else [],
+                "uid": f"one unprivileged uid per slot ({self.uid_base}+slot), no capabilities, no_new_privs" if iso else None,
+                "max_processes": {"value": lim.max_processes, "how": "RLIMIT_NPROC per slot uid"} if iso else None,
+                "max_memory_bytes": {"value": lim.max_memory_bytes, "how": "RLIMIT_AS per process"} if iso else None,
+                "max_cpu_s": {"value": lim.max_cpu_s, "how": "RLIMIT_CPU per process"} if iso else None,
+                "max_file_bytes": {"value": lim.max_file_bytes, "how": "RLIMIT_FSIZE"} if iso else None,
+                "max_open_files": {"value": lim.max_open_files, "how": "RLIMIT_NOFILE"} if iso else None,
+                "tmp_bytes": {"value": lim.tmp_bytes, "how": "private tmpfs per command"} if iso else None,
+                "cache": "read-only" if iso and self.cache_dir is not None else None,
+                "file_ops": "openat per component, O_NOFOLLOW, O_NONBLOCK, regular files only",
+                "max_command_bytes": self.config.max_command_bytes,
+            },
             "slots": [{"id": s.id, "busy": s.lock.locked(), "generation": s.generation} for s in self.slots.values()],
-            "workspace": self.config.workspace_mount if self.isolation.available else None,
-            "cache": self.config.cache_mount if self.isolation.available else None,
+            "workspace": self.config.workspace_mount if iso else None,
+            "cache": self.config.cache_mount if iso else None,
             "python": os.path.join(self._python_bin, "python"),
         }
 
@@ -345,12 +395,12 @@ def build_app(server: SandboxServer) -> web.Application:
 
     async def artifacts(request):
         slot = server._slot(request.match_info["slot"])
-        listing = await asyncio.to_thread(server.list_artifacts, slot, request.query.get("path", "."))
+        listing = await server.list_artifacts(slot, request.query.get("path", "."))
         return web.json_response(listing)
 
     async def archive(request):
         slot = server._slot(request.match_info["slot"])
-        data = await asyncio.to_thread(server.archive, slot, request.query.get("path", "."))
+        data = await server.archive(slot, request.query.get("path", "."))
         return web.Response(body=data, content_type="application/gzip")
 
     async def batch(request):
@@ -366,8 +416,9 @@ def build_app(server: SandboxServer) -> web.Application:
                 line = {"index": i, "ok": True, "result": await server.batch_call(call)}
             except RequestError as exc:
                 line = {"index": i, "ok": False, "status": exc.status, "kind": exc.kind, "error": str(exc)}
-            except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
-                line = {"index": i, "ok": False, "status": 404, "kind": "not_found", "error": str(exc)}
+            except Exception as exc:  # noqa: BLE001 - one bad call must never break the others' stream
+                log.exception("batch call %d failed", i)
+                line = {"index": i, "ok": False, "status": 500, "kind": "internal", "error": f"{type(exc).__name__}: {exc}"}
             return (json.dumps(line) + "\n").encode()
 
         # Lines go out as calls finish, so a slow command does not hold back quick ones.

@@ -10,7 +10,8 @@ from typing import Any
 
 import aiohttp
 
-from tools.executor import ExecResult, ToolInfrastructureError, WorkspaceEscapeError
+from sandbox_server.fileops import error_for
+from tools.executor import ExecResult, ToolInfrastructureError
 
 __all__ = ["SandboxAddress", "SandboxClient", "SandboxError", "SandboxUnavailable", "exec_result"]
 
@@ -46,12 +47,9 @@ def exec_result(data: dict[str, Any]) -> ExecResult:
 
 
 def raise_for_error(status: int, kind: str, message: str) -> None:
-    if kind == "path_escape":
-        raise WorkspaceEscapeError(message)
-    if kind == "not_found":
-        raise FileNotFoundError(message)
-    if kind == "is_directory":
-        raise IsADirectoryError(message)
+    # File-op refusals come back as the exceptions the local workspace raises for them.
+    if (exc := error_for(kind, message)) is not None:
+        raise exc
     raise SandboxError(message, status=status, kind=kind)
 
 

@@ -9,26 +9,33 @@ same tool calls reach a remote slot without their callers changing.
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
-import signal
+import shutil
+import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from sandbox_server.fileops import FileOpError, PathEscape, Workspace
+from sandbox_server.procs import ExecResult, run_command
+
 __all__ = [
     "ExecResult",
+    "FileOpError",
     "ToolExecutor",
     "WorkspaceEscapeError",
     "ToolInfrastructureError",
     "LocalWorkspace",
-    "confine",
+    "tool_env",
 ]
 
+# A path resolved outside the trajectory's workspace (or through a symlink). One class for
+# both executors: the sandbox client raises the same one for the server's refusals.
+WorkspaceEscapeError = PathEscape
 
-class WorkspaceEscapeError(PermissionError):
-    """A path resolved outside the trajectory's workspace."""
+# What a tool's process may see of ours: nothing else (API keys, tokens) reaches a tool.
+ENV_ALLOWLIST = ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TERM")
 
 
 class ToolInfrastructureError(RuntimeError):
@@ -36,15 +43,6 @@ class ToolInfrastructureError(RuntimeError):
 
     Tool handlers and the registry let it through instead of showing it to the model.
     """
-
-
-@dataclass(frozen=True)
-class ExecResult:
-    exit_code: int | None  # None when the command was killed for running too long
-    output: str  # stdout and stderr interleaved, capped
-    timed_out: bool = False
-    truncated: bool = False
-    duration_s: float = 0.0
 
 
 @runtime_checkable
@@ -74,113 +72,33 @@ class ToolExecutor(Protocol):
     async def write_file(self, path: str, data: bytes) -> None: ...
 
 
-def confine(root: Path, path: str) -> Path:
-    """Resolve `path` (relative to `root`, or absolute) and refuse it if it leaves `root`.
+def tool_env(home: str, environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a local tool process: an allowlist of ours, HOME set to the workspace."""
+    source = os.environ if environ is None else environ
+    env = {k: source[k] for k in ENV_ALLOWLIST if k in source}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.update(HOME=home, PYTHONDONTWRITEBYTECODE="1")
+    return env
 
-    Symlinks are resolved first, so a link pointing outside is refused too.
+
+@functools.cache
+def _pid_namespace_prefix() -> tuple[str, ...]:
+    """`unshare` words that run a command as pid 1 of a new pid namespace, if this machine allows it.
+
+    Everything the command starts (setsid, double forks included) dies when it exits or is
+    killed; without it only the command's process group is killed. Probed once per process.
     """
-    root = root.resolve()
-    candidate = Path(path)
-    target = (candidate if candidate.is_absolute() else root / candidate).resolve()
-    if target != root and not target.is_relative_to(root):
-        raise WorkspaceEscapeError(
-            f"path {path!r} resolves outside the workspace {str(root)!r}; use a path inside it"
-        )
-    return target
-
-
-async def _read_capped(stream: asyncio.StreamReader, cap: int) -> tuple[bytes, bool]:
-    """Read to EOF, keeping the first `cap` bytes; keep draining so the child never blocks."""
-    kept = bytearray()
-    truncated = False
-    while chunk := await stream.read(65536):
-        room = cap - len(kept)
-        if room > 0:
-            kept += chunk[:room]
-        if len(chunk) > max(room, 0):
-            truncated = True
-    return bytes(kept), truncated
-
-
-def kill_process_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-async def run_process_group(
-    argv: list[str],
-    *,
-    cwd: str,
-    timeout: float,
-    max_output_bytes: int,
-    stdin: str | None = None,
-    env: dict[str, str] | None = None,
-) -> ExecResult:
-    """Run argv in a new session; on timeout the whole process group is killed."""
-    started = time.monotonic()
-    # Output goes through a pipe we own rather than asyncio's: asyncio's wait() would also
-    # wait for every holder of the pipe, so a backgrounded child would stall a finished command.
-    read_fd, write_fd = os.pipe()
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=cwd,
-            env=env,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=write_fd,
-            stderr=write_fd,
-            start_new_session=True,  # its own process group, so a timeout kills grandchildren too
-        )
-    except BaseException:
-        os.close(read_fd)
-        raise
-    finally:
-        os.close(write_fd)
-    loop = asyncio.get_running_loop()
-    stream = asyncio.StreamReader(limit=2**20)
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0)
-    )
-    reader = asyncio.create_task(_read_capped(stream, max_output_bytes))
-    timed_out = False
-    try:
-        if stdin is not None:
-            assert proc.stdin is not None
-            try:
-                proc.stdin.write(stdin.encode())
-                await proc.stdin.drain()
-                proc.stdin.close()
-            except (BrokenPipeError, ConnectionResetError):
-                pass
-        await asyncio.wait_for(proc.wait(), timeout)
-    except asyncio.TimeoutError:
-        timed_out = True
-    except BaseException:
-        kill_process_group(proc.pid)
-        reader.cancel()
-        transport.close()
-        await proc.wait()
-        raise
-    # Kill what is left of the group either way: a background child of a finished
-    # command would otherwise hold the output pipe open and outlive the trajectory.
-    kill_process_group(proc.pid)
-    await proc.wait()
-    try:
-        data, truncated = await asyncio.wait_for(reader, 5)
-    except asyncio.TimeoutError:
-        reader.cancel()
-        data, truncated = b"", True
-    finally:
-        transport.close()
-    return ExecResult(
-        exit_code=None if timed_out else proc.returncode,
-        output=data.decode("utf-8", errors="replace"),
-        timed_out=timed_out,
-        truncated=truncated,
-        duration_s=time.monotonic() - started,
-    )
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return ()
+    for prefix in ((unshare, "--pid", "--fork", "--kill-child"), (unshare, "--user", "--map-current-user", "--pid", "--fork", "--kill-child")):
+        try:
+            ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0
+        except (OSError, subprocess.TimeoutExpired):
+            ok = False
+        if ok:
+            return prefix
+    return ()
 
 
 class LocalWorkspace:
@@ -190,10 +108,11 @@ class LocalWorkspace:
     quick path for trusted tasks such as GSM8k's arithmetic snippets.
     """
 
-    def __init__(self, root: Path, *, python: str | None = None) -> None:
+    def __init__(self, root: Path, *, python: str | None = None, max_file_bytes: int = 64 * 1024 * 1024) -> None:
         self._root = Path(root).resolve()
         self._root.mkdir(parents=True, exist_ok=True)
         self._python = python or f"{sys.executable} -"
+        self._files = Workspace(str(self._root), max_file_bytes=max_file_bytes)
 
     @property
     def workspace(self) -> str:
@@ -216,23 +135,21 @@ class LocalWorkspace:
         stdin: str | None = None,
         network: bool = False,
     ) -> ExecResult:
-        return await run_process_group(
-            ["bash", "-c", command],
+        if "\x00" in command:
+            raise FileOpError("the command contains a NUL byte, which bash cannot take; remove it")
+        prefix = await asyncio.to_thread(_pid_namespace_prefix)
+        return await run_command(
+            [*prefix, "bash", "-c", command],
             cwd=str(self._root),
+            env=tool_env(str(self._root)),
             timeout=timeout,
             max_output_bytes=max_output_bytes,
-            stdin=stdin,
+            stdin=stdin.encode() if stdin is not None else None,
         )
 
+    # File operations never block (FIFOs are refused) and never follow a symlink out.
     async def read_file(self, path: str) -> bytes:
-        target = confine(self._root, path)
-        return await asyncio.to_thread(target.read_bytes)
+        return await asyncio.to_thread(self._files.read, path)
 
     async def write_file(self, path: str, data: bytes) -> None:
-        target = confine(self._root, path)
-
-        def _write() -> None:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-
-        await asyncio.to_thread(_write)
+        await asyncio.to_thread(self._files.write, path, data)

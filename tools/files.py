@@ -13,7 +13,7 @@ import shlex
 from typing import Any
 
 from tools.context import ToolContext
-from tools.executor import WorkspaceEscapeError
+from tools.executor import FileOpError, WorkspaceEscapeError
 from tools.registry import Tool, tool_error
 
 __all__ = ["FILE_TOOLS"]
@@ -44,12 +44,12 @@ async def _read_file(args: dict[str, Any], ctx: ToolContext) -> str:
         return tool_error(str(exc))
     try:
         data = await ctx.executor.read_file(path)
-    except WorkspaceEscapeError as exc:
-        return tool_error(str(exc))
-    except FileNotFoundError:
-        return tool_error(f"file not found: {path!r}")
     except IsADirectoryError:
         return tool_error(f"{path!r} is a directory; use search_files with target='files' to list it")
+    except FileNotFoundError:
+        return tool_error(f"file not found: {path!r}")
+    except FileOpError as exc:
+        return tool_error(str(exc))
     if b"\x00" in data[:8192]:
         return tool_error(f"{path!r} is a binary file ({len(data)} bytes); read it with the python or terminal tool")
     lines = data.decode("utf-8", errors="replace").splitlines()
@@ -71,7 +71,7 @@ async def _write_file(args: dict[str, Any], ctx: ToolContext) -> str:
     data = content.encode()
     try:
         await ctx.executor.write_file(path, data)
-    except (WorkspaceEscapeError, IsADirectoryError, NotADirectoryError) as exc:
+    except (FileOpError, IsADirectoryError, NotADirectoryError) as exc:
         return tool_error(str(exc))
     return json.dumps({"path": path, "bytes_written": len(data)})
 
@@ -86,10 +86,10 @@ async def _patch(args: dict[str, Any], ctx: ToolContext) -> str:
     replace_all = bool(args.get("replace_all", False))
     try:
         text = (await ctx.executor.read_file(path)).decode("utf-8")
-    except WorkspaceEscapeError as exc:
-        return tool_error(str(exc))
     except FileNotFoundError:
         return tool_error(f"file not found: {path!r}; create it with write_file")
+    except FileOpError as exc:
+        return tool_error(str(exc))
     except UnicodeDecodeError:
         return tool_error(f"{path!r} is not UTF-8 text and cannot be patched")
     count = text.count(old)
@@ -101,7 +101,10 @@ async def _patch(args: dict[str, Any], ctx: ToolContext) -> str:
             "or pass replace_all=true"
         )
     updated = text.replace(old, new) if replace_all else text.replace(old, new, 1)
-    await ctx.executor.write_file(path, updated.encode())
+    try:
+        await ctx.executor.write_file(path, updated.encode())
+    except FileOpError as exc:
+        return tool_error(str(exc))
     return json.dumps({"path": path, "replacements": count if replace_all else 1})
 
 
@@ -114,7 +117,17 @@ def _search_root(path: str, workspace: str) -> str:
             raise WorkspaceEscapeError(f"path {path!r} is outside the workspace {workspace!r}")
     elif norm == ".." or norm.startswith("../"):
         raise WorkspaceEscapeError(f"path {path!r} leaves the workspace")
-    return norm
+    # find takes a leading '-' as an expression (-delete!): a relative path always starts with ./
+    return norm if posixpath.isabs(norm) or norm == "." else "./" + norm
+
+
+def _inside_workspace(root: str) -> str:
+    """Shell words refusing a search root that resolves (through a symlink) outside the workspace."""
+    q = shlex.quote(root)
+    return (
+        f'r=$(realpath -e -- {q} 2>/dev/null) || {{ echo "search_files: no such path: "{q} >&2; exit 2; }}; '
+        f'case "$r" in "$PWD"|"$PWD"/*) ;; *) echo "search_files: "{q}" leads outside the workspace" >&2; exit 2;; esac; '
+    )
 
 
 async def _search_files(args: dict[str, Any], ctx: ToolContext) -> str:
@@ -138,7 +151,9 @@ async def _search_files(args: dict[str, Any], ctx: ToolContext) -> str:
         )
     else:
         return tool_error(f"'target' must be 'content' or 'files', got {target!r}")
-    result = await ctx.terminal(cmd)
+    result = await ctx.terminal(_inside_workspace(root) + cmd)
+    if "search_files: " in result.output and result.exit_code == 2:
+        return tool_error(result.output.strip().splitlines()[-1].removeprefix("search_files: "))
     if result.timed_out:
         return tool_error("search timed out; narrow the path or the pattern")
     lines = [line for line in result.output.splitlines() if line]

@@ -1,0 +1,75 @@
+"""Attack tests: a scripted model plays the hostile agent through the real agent loop.
+
+Every attack goes through the tool calls an agent can make (terminal, python, read_file,
+write_file, search_files), against real sandbox_server processes under real bubblewrap,
+or against the local workspace backend.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from backends import LocalBackendConfig
+from environments.agent_loop import AgentLoopConfig, HermesAgentLoop
+from environments.openai_chat import OpenAIChatConfig, OpenAIChatModel
+from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
+from model_tools import get_tool_definitions
+from slots.pool import SlotPoolConfig
+from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
+from tools.context import ToolContext, ToolLimits
+
+TOOLSETS = ("terminal", "python", "file")
+
+
+async def play(executor, turns: list[list[tuple[str, dict[str, Any]]]], *, time_budget_s: float = 120.0,
+               limits: ToolLimits | None = None) -> list[dict[str, Any]]:
+    """Run the agent loop with a model that makes `turns` (each a list of tool calls), then stops.
+
+    Returns the tool messages in order, each with its parsed JSON content under "result".
+    """
+    script: list[Any] = [{"content": None, "tool_calls": [tool_call(n, a) for n, a in calls]} for calls in turns]
+    script.append({"content": "done"})
+    async with ScriptedOpenAIServer(script) as server:
+        model = OpenAIChatModel(OpenAIChatConfig(base_url=server.base_url, model="scripted", max_retries=0))
+        ctx = ToolContext(executor, limits=limits or ToolLimits())
+        loop = HermesAgentLoop(
+            model, get_tool_definitions(list(TOOLSETS)), ctx,
+            AgentLoopConfig(max_turns=len(turns) + 1, time_budget_s=time_budget_s),
+        )
+        result = await loop.run([{"role": "user", "content": "do your worst"}])
+    tool_msgs = [m for m in result.messages if m["role"] == "tool"]
+    for m in tool_msgs:
+        try:
+            m["result"] = json.loads(m["content"])
+        except json.JSONDecodeError:
+            m["result"] = {"raw": m["content"]}
+    play.last_result = result  # type: ignore[attr-defined]
+    return tool_msgs
+
+
+def sandbox_backend(tmp_path, *, slots: int = 2, sandboxes: int = 1, **pool) -> SandboxToolBackend:
+    config = SlotPoolConfig(slots_per_sandbox=slots, min_sandboxes=sandboxes, max_sandboxes=sandboxes,
+                            health_interval_s=30, **pool)
+    return SandboxToolBackend(SandboxToolBackendConfig(backend=LocalBackendConfig(pool=config, data_root=str(tmp_path / "sb"))))
+
+
+@pytest.fixture
+async def sandbox(tmp_path):
+    backend = sandbox_backend(tmp_path)
+    await backend.start()
+    try:
+        yield backend
+    finally:
+        await backend.stop()
+
+
+def server_token(backend: SandboxToolBackend) -> str:
+    (sb,) = backend.backend.pool._sandboxes.values()
+    return sb.address.token
+
+
+def all_text(msgs: list[dict[str, Any]]) -> str:
+    return "\n".join(m["content"] for m in msgs)
