@@ -86,7 +86,7 @@ class Workspace:
                 raise PathEscape(f"path {path!r} is outside the workspace {shown!r}; use a path inside it")
         parts = [p for p in path.split("/") if p not in ("", ".")]
         if ".." in parts:
-            raise PathEscape(f"path {path!r} contains '..'; use a path inside the workspace")
+            raise PathEscape(f"path {path!r} contains '..', which may lead outside the workspace; use a path inside it")
         return parts
 
     # -- walking -----------------------------------------------------------------------------
@@ -122,7 +122,8 @@ class Workspace:
             return NotFound(f"file not found: {path!r}")
         if stat.S_ISLNK(st.st_mode):
             return PathEscape(
-                f"{part!r} in path {path!r} is a symbolic link; file tools do not follow links, use the real path"
+                f"{part!r} in path {path!r} is a symbolic link; file tools do not follow links (one may lead outside the "
+                "workspace): use the real path"
             )
         return IsDirectory(f"{part!r} in path {path!r} is not a directory")
 
@@ -141,7 +142,8 @@ class Workspace:
                 # ELOOP: a symlink; ENXIO: a FIFO without a reader (opened for writing)
                 if exc.errno == 40:
                     raise PathEscape(
-                        f"{path!r} is a symbolic link; file tools do not follow links, use the real path"
+                        f"{path!r} is a symbolic link; file tools do not follow links (one may lead outside the workspace): "
+                        "use the real path"
                     ) from None
                 if exc.errno in (6, 21):  # ENXIO, EISDIR
                     st = os.lstat(name, dir_fd=dfd)
@@ -230,7 +232,11 @@ class Workspace:
         """tar.gz of the regular files and directories under `path` (symlinks stored as links, FIFOs skipped)."""
         buf = io.BytesIO()
         with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-            for rel, dirfd, files, dirs in self._walk(path):
+            for i, (rel, dirfd, files, dirs) in enumerate(self._walk(path)):
+                if i == 0 and rel:
+                    info = tarfile.TarInfo(rel)
+                    info.type, info.mode = tarfile.DIRTYPE, 0o755
+                    tar.addfile(info)
                 for name in dirs:
                     info = tarfile.TarInfo(f"{rel}/{name}" if rel else name)
                     info.type, info.mode = tarfile.DIRTYPE, 0o755

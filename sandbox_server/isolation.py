@@ -1,8 +1,8 @@
 """Bubblewrap isolation and per-slot limits for one command in one slot.
 
 Each command gets its own mount, pid, ipc, uts, cgroup and (unless the call allows it)
-network namespace, and runs as pid 1 of its pid namespace, so every process it starts dies
-when it exits. The filesystem it sees is the system directories read-only, the
+network namespace; bwrap's init is pid 1 there, so every process the command starts dies
+when it exits (or when the server dies). The filesystem it sees is the system directories read-only, the
 interpreter's prefix read-only, a private size-capped /tmp, the slot's workspace
 read-write at a fixed path and, if configured, the shared cache read-only. Nothing else of
 the host is visible.
@@ -90,7 +90,7 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
     setpriv = shutil.which("setpriv")
     if setpriv is None:
         return IsolationStatus(False, path, "setpriv not found (util-linux); it switches each slot to its own uid")
-    argv = [path, *_NAMESPACES, "--unshare-net", *_SWITCH_CAPS, "--die-with-parent", "--as-pid-1",
+    argv = [path, *_NAMESPACES, "--unshare-net", *_SWITCH_CAPS, "--die-with-parent",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all", "--no-new-privs", "true"]  # fmt: skip
@@ -143,12 +143,27 @@ class Sandboxing:
     def _fixed_binds(self) -> list[str]:
         args = ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         covered: list[str] = []
+        binds: list[str] = []
         for p in self._ro:
             if os.path.islink(p):
                 args += ["--symlink", os.readlink(p), p]
             elif os.path.exists(p):
-                args += ["--ro-bind", p, p]
+                binds += ["--ro-bind", p, p]
                 covered.append(p)
+
+        def under_bind(d: str) -> bool:
+            return any(d == c or d.startswith(c.rstrip("/") + "/") for c in covered)
+
+        # bwrap makes missing parents of a mount point 0700: the slot's uid could not reach an
+        # interpreter bound at /root/.pyenv/... So create them 0755 first.
+        parents: list[str] = []
+        for p in covered:
+            for d in reversed(Path(p).parents):
+                if str(d) != "/" and str(d) not in parents and not under_bind(str(d)):
+                    parents.append(str(d))
+        for d in parents:
+            args += ["--perms", "0755", "--dir", d]
+        args += binds
         # If the server's own data lives under a visible directory (e.g. /opt in the image),
         # cover it so one slot cannot read another's workspace or the server's files.
         data = str(self.data_dir)
@@ -157,8 +172,10 @@ class Sandboxing:
         return args
 
     def argv(self, workspace: Path, uid: int, command: list[str], *, network: bool, command_file: Path | None = None) -> list[str]:
-        args = [self.bwrap, *_NAMESPACES, *_SWITCH_CAPS, "--die-with-parent", "--new-session", "--as-pid-1",
-                "--hostname", "sandbox"]  # fmt: skip
+        # Not --as-pid-1: bwrap's own init stays pid 1 (as root, so --die-with-parent holds after
+        # setpriv changes uid) and ends the namespace, background children included, when the
+        # command exits.
+        args = [self.bwrap, *_NAMESPACES, *_SWITCH_CAPS, "--die-with-parent", "--new-session", "--hostname", "sandbox"]
         if not network:
             args.append("--unshare-net")
         args += self._fixed

@@ -6,7 +6,7 @@ Used by sandbox_server (argv is a bwrap command line) and by the local workspace
   holds the output pipe (we own the pipe, so nothing waits for its other holders);
 - whatever is left of the process group is killed then, on timeout and on cancellation.
   Escapes from the group (setsid, double fork) are the caller's to contain: a pid
-  namespace (bwrap --as-pid-1, `unshare --pid`) dies with its first process.
+  namespace (bwrap's init, `unshare --pid --fork`) dies with its first process.
 """
 
 from __future__ import annotations

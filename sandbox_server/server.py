@@ -92,6 +92,7 @@ def _env_for(python_bin: str, workspace_mount: str) -> dict[str, str]:
         "LANG": "C.UTF-8",
         "TMPDIR": "/tmp",
         "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONUNBUFFERED": "1",
     }
 
 

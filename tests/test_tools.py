@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -22,14 +23,8 @@ async def call(ctx, name, args):
     return json.loads(await handle_function_call(name, args, ctx))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead for our purpose
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().split()[2] != "Z"
+def _survivors(marker: str) -> list[str]:
+    return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
 
 
 async def test_terminal_runs_in_workspace(ctx):
@@ -39,24 +34,24 @@ async def test_terminal_runs_in_workspace(ctx):
 
 
 async def test_timeout_kills_the_whole_process_tree(ctx, tmp_path):
-    pidfile = tmp_path / "pids"
-    cmd = f"(sleep 300 & echo $! >> {pidfile}; wait) & sleep 300 & echo $! >> {pidfile}; wait"
+    marker = f"hermes-{tmp_path.name}"  # pids inside the command's pid namespace differ from ours: find by name
+    sleeper = f"bash -c 'sleep 300; :' {marker}"
+    cmd = f"({sleeper} & echo $! >> pids; wait) & (setsid {sleeper} &) ; {sleeper} & echo $! >> pids; wait"
     t0 = time.monotonic()
     out = await call(ctx, "terminal", {"command": cmd, "timeout": 1})
     assert time.monotonic() - t0 < 5
     assert out["exit_code"] is None and "timed out" in out["error"]
-    pids = [int(p) for p in pidfile.read_text().split()]
-    assert len(pids) == 2
+    assert len((tmp_path / "ws" / "pids").read_text().split()) == 2
     time.sleep(0.2)
-    assert not any(_alive(p) for p in pids), "a grandchild survived the timeout"
+    assert not _survivors(marker), "a grandchild survived the timeout"
 
 
 async def test_background_child_of_a_finished_command_is_reaped(ctx, tmp_path):
-    pidfile = tmp_path / "bg"
-    out = await call(ctx, "terminal", {"command": f"sleep 300 & echo $! > {pidfile}; echo started"})
+    marker = f"hermes-{tmp_path.name}"
+    out = await call(ctx, "terminal", {"command": f"bash -c 'sleep 300; :' {marker} & echo started"})
     assert out["output"] == "started\n" and out["exit_code"] == 0
     time.sleep(0.2)
-    assert not _alive(int(pidfile.read_text()))
+    assert not _survivors(marker)
 
 
 async def test_output_is_capped_and_says_so(ctx):

@@ -77,7 +77,7 @@ def tool_env(home: str, environ: dict[str, str] | None = None) -> dict[str, str]
     source = os.environ if environ is None else environ
     env = {k: source[k] for k in ENV_ALLOWLIST if k in source}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
-    env.update(HOME=home, PYTHONDONTWRITEBYTECODE="1")
+    env.update(HOME=home, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1")
     return env
 
 
