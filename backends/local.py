@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from backends.base import SlotBackend
 from backends.process import SandboxProcess, start_sandbox_process
+from sandbox_server.isolation import SlotLimits
 from slots.client import SandboxAddress
 from slots.pool import SlotPoolConfig
 
@@ -25,6 +26,11 @@ class LocalBackendConfig(BaseModel):
     data_root: str | None = Field(None, description="Where the servers keep workspaces (default: a temp dir)")
     python: str | None = Field(None, description="Interpreter that runs sandbox_server (default: this one)")
     bwrap: str = "bwrap"
+    limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
+
+
+    def limits_args(self) -> list[str]:
+        return [w for k, v in self.limits.model_dump(exclude_none=True).items() for w in (f"--{k.replace('_', '-')}", str(v))]
 
 
 class LocalSandboxProvider:
@@ -52,6 +58,7 @@ class LocalSandboxProvider:
                 slots=self.config.pool.slots_per_sandbox,
                 python=self.config.python,
                 bwrap=self.config.bwrap,
+                extra_args=self.config.limits_args(),
             )
             address = SandboxAddress(f"local-{proc.pid}", proc.url, proc.token)
             self._procs[address.name] = proc

@@ -53,23 +53,30 @@ class SlotLimits(BaseModel):
         None, ge=1000, description="First slot's uid (slot i runs as uid_base+i); default derived from the pid"
     )
 
-    def rlimits(self) -> list[tuple[int, int]]:
+    def rlimits(self) -> list[tuple[int, int, int]]:
+        """(resource, soft, hard); the CPU hard limit is a little higher so SIGXCPU (a clear exit 152) comes first."""
         return [
-            (resource.RLIMIT_NPROC, self.max_processes),
-            (resource.RLIMIT_AS, self.max_memory_bytes),
-            (resource.RLIMIT_CPU, self.max_cpu_s),
-            (resource.RLIMIT_FSIZE, self.max_file_bytes),
-            (resource.RLIMIT_NOFILE, self.max_open_files),
-            (resource.RLIMIT_CORE, 0),
+            (resource.RLIMIT_NPROC, self.max_processes, self.max_processes),
+            (resource.RLIMIT_AS, self.max_memory_bytes, self.max_memory_bytes),
+            (resource.RLIMIT_CPU, self.max_cpu_s, self.max_cpu_s + 5),
+            (resource.RLIMIT_FSIZE, self.max_file_bytes, self.max_file_bytes),
+            (resource.RLIMIT_NOFILE, self.max_open_files, self.max_open_files),
+            (resource.RLIMIT_CORE, 0, 0),
         ]
 
     def preexec(self):
         """The function run in the forked child before it execs bwrap (async-signal-safe calls only)."""
-        limits = self.rlimits()
+        limits = []
+        for which, soft, hard in self.rlimits():
+            # never above the server's own hard limit: raising it needs CAP_SYS_RESOURCE
+            _, cur_hard = resource.getrlimit(which)
+            if cur_hard != resource.RLIM_INFINITY:
+                soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+            limits.append((which, soft, hard))
 
         def apply() -> None:
-            for which, value in limits:
-                resource.setrlimit(which, (value, value))
+            for which, soft, hard in limits:
+                resource.setrlimit(which, (soft, hard))
 
         return apply
 

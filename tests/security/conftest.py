@@ -7,7 +7,13 @@ or against the local workspace backend.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import resource
+import time
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,10 +56,16 @@ async def play(executor, turns: list[list[tuple[str, dict[str, Any]]]], *, time_
     return tool_msgs
 
 
-def sandbox_backend(tmp_path, *, slots: int = 2, sandboxes: int = 1, **pool) -> SandboxToolBackend:
+def sandbox_backend(tmp_path, *, slots: int = 2, sandboxes: int = 1, limits: dict | None = None, **pool) -> SandboxToolBackend:
     config = SlotPoolConfig(slots_per_sandbox=slots, min_sandboxes=sandboxes, max_sandboxes=sandboxes,
                             health_interval_s=30, **pool)
-    return SandboxToolBackend(SandboxToolBackendConfig(backend=LocalBackendConfig(pool=config, data_root=str(tmp_path / "sb"))))
+    local = LocalBackendConfig(pool=config, data_root=str(tmp_path / "sb"), **({"limits": limits} if limits else {}))
+    return SandboxToolBackend(SandboxToolBackendConfig(backend=local))
+
+
+def server_data_dir(backend: SandboxToolBackend) -> Path:
+    (proc,) = backend.backend.provider._procs.values()
+    return proc.data_dir
 
 
 @pytest.fixture
@@ -73,3 +85,42 @@ def server_token(backend: SandboxToolBackend) -> str:
 
 def all_text(msgs: list[dict[str, Any]]) -> str:
     return "\n".join(m["content"] for m in msgs)
+
+
+@contextlib.contextmanager
+def outer_process_limit(max_pids: int):
+    """Put this test process (and so every process it starts) in a cgroup v1 pids group of `max_pids`.
+
+    A fork bomb that got past the sandbox's own limits then fills this group, not the machine.
+    """
+    base = Path("/sys/fs/cgroup/pids")
+    if not (base / "cgroup.procs").exists() or not os.access(base, os.W_OK):
+        pytest.skip("needs a writable cgroup v1 pids hierarchy to contain the fork bomb safely")
+    group = base / f"hermes-test-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+    group.mkdir()
+    try:
+        (group / "pids.max").write_text(str(max_pids))
+        (group / "cgroup.procs").write_text(str(os.getpid()))
+        yield group
+    finally:
+        (base / "cgroup.procs").write_text(str(os.getpid()))
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), 9)
+        for _ in range(100):
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def outer_memory_limit(max_bytes: int):
+    """Cap the address space of processes started inside (a regression cannot eat the machine's memory)."""
+    old = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (max_bytes, old[1]))  # soft only: raising a hard limit back needs a capability
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, old)
