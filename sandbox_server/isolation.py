@@ -31,7 +31,7 @@ __all__ = ["IsolationStatus", "Sandboxing", "SlotLimits", "probe_bwrap"]
 # those links are recreated as links so the same paths resolve inside.
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc", "/opt")
 # Where a command too long for argv (MAX_ARG_STRLEN is 128 KiB) is shown to bash as a script.
-COMMAND_FILE = "/run/hermes/command.sh"
+COMMAND_FILE = "/.hermes-command.sh"  # in the root: bwrap would make a new parent directory 0700
 _NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
 # setpriv needs these to switch to the slot's uid; it then drops them all (bounding set too).
 _SWITCH_CAPS = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]

@@ -245,6 +245,7 @@ class SandboxServer:
             if len(raw) > ARGV_COMMAND_BYTES:
                 command_file = self.data_dir / "commands" / f"{slot.id}-{uuid.uuid4().hex}.sh"
                 command_file.write_bytes(raw)
+                command_file.chmod(0o644)  # readable by the slot's uid
             try:
                 if self.isolation.available:
                     words = ["bash", COMMAND_FILE] if command_file else ["bash", "-c", command]
