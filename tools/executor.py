@@ -91,7 +91,13 @@ def _pid_namespace_prefix() -> tuple[str, ...]:
     unshare = shutil.which("unshare")
     if unshare is None:
         return ()
-    for prefix in ((unshare, "--pid", "--fork", "--kill-child"), (unshare, "--user", "--map-current-user", "--pid", "--fork", "--kill-child")):
+    # --mount-proc: the command's /proc shows only its own processes, not our environment (API keys)
+    candidates = (
+        (unshare, "--pid", "--fork", "--kill-child", "--mount-proc"),
+        (unshare, "--user", "--map-current-user", "--pid", "--fork", "--kill-child", "--mount-proc"),
+        (unshare, "--pid", "--fork", "--kill-child"),
+    )
+    for prefix in candidates:
         try:
             ok = subprocess.run([*prefix, "true"], capture_output=True, timeout=10).returncode == 0
         except (OSError, subprocess.TimeoutExpired):
