@@ -156,12 +156,21 @@ class SlotPool:
             slot.state = SlotState.DEAD
             return
         slot.state = SlotState.RESETTING
-        try:
-            await sb.client.reset(slot.index, timeout=self.config.reset_timeout_s)
-        except SandboxError as exc:
-            log.warning("reset of slot %s failed (%s); checking its sandbox", slot.id, exc)
+        for attempt in (1, 2):
+            try:
+                await sb.client.reset(slot.index, timeout=self.config.reset_timeout_s)
+                break
+            except SandboxError as exc:
+                log.warning("reset of slot %s failed (%s, attempt %d); checking its sandbox", slot.id, exc, attempt)
+                if not await self._check(sb):
+                    slot.state = SlotState.DEAD  # the sandbox was replaced, with fresh slots
+                    return
+        else:
+            # The sandbox answers but cannot clean this slot: a slot that is not pristine must not be
+            # handed out again, and a pool that only shrinks starves. Replace the whole sandbox.
             slot.state = SlotState.DEAD
-            await self._check(sb)
+            if not sb.dead:
+                await self._replace(sb)
             return
         async with self._cond:
             if slot.state is SlotState.RESETTING and not sb.dead:
