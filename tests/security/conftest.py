@@ -20,7 +20,7 @@ import pytest
 
 from backends import LocalBackendConfig
 from environments.agent_loop import AgentLoopConfig, HermesAgentLoop
-from environments.openai_chat import OpenAIChatConfig, OpenAIChatModel
+from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
 from model_tools import get_tool_definitions
 from slots.pool import SlotPoolConfig
