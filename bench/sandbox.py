@@ -6,6 +6,10 @@ Prints
 - execs/s with 32 slots (4 sandbox_server processes x 8 slots) busy at once, vs 32
   concurrent plain subprocesses;
 - slot acquire+release(reset) vs starting (and stopping) a fresh sandbox_server.
+
+With --attack it measures instead slot B's exec p50 while slot A runs a fork bomb, then a
+memory hog, against B's p50 on an idle server (same run). The fork bomb runs inside an outer
+pids cgroup (needs root and cgroup v1 pids), so a regression cannot take the machine down.
 """
 
 from __future__ import annotations
@@ -126,10 +130,49 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
     print(f"    ratio fresh/slot: {statistics.median(fresh) / statistics.median(cycle_times):.1f}x")
 
 
+async def attack(n: int) -> None:
+    from sandbox_server.isolation import SlotLimits
+    from tests.security.conftest import outer_process_limit
+
+    limits = SlotLimits(max_processes=200, max_memory_bytes=1024 * 1024 * 1024)
+    root = Path(tempfile.mkdtemp(prefix="bench-sandbox-attack-"))
+    pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, health_interval_s=60)
+    results: dict[str, float] = {}
+    attacks = {
+        "fork bomb": "bomb() { bomb | bomb & }; bomb; sleep 120",
+        "memory hog": "python3 -c \"\nwhile True:\n  try: b = b'x' * (900 * 2**20); del b\n  except MemoryError: pass\"",
+    }
+    with outer_process_limit(1500):
+        backend = local_backend(LocalBackendConfig(pool=pool, data_root=str(root), limits=limits))
+        await backend.start()
+        try:
+            a, b = await backend.acquire(), await backend.acquire()
+            call = ExecCall("true", timeout=30, max_output_bytes=1000)
+            for _ in range(5):
+                await backend.execute(b, call)
+            results["idle"] = statistics.median([await timed(backend.execute(b, call)) for _ in range(n)])
+            for name, command in attacks.items():
+                hog = asyncio.create_task(backend.execute(a, ExecCall(command, timeout=120, max_output_bytes=1000)))
+                await asyncio.sleep(3)  # let it fill what it can
+                results[name] = statistics.median([await timed(backend.execute(b, call)) for _ in range(n)])
+                await backend.release(a)  # reset kills it
+                await asyncio.gather(hog, return_exceptions=True)
+                a = await backend.acquire()
+        finally:
+            await backend.stop()
+    print(f"slot B exec p50 while slot A attacks ({n}x `true`; limits: 200 processes, 1 GiB per process)")
+    for name, value in results.items():
+        print(f"  {name:11s} p50 {ms(value)}   ratio to idle: {value / results['idle']:.2f}x")
+
+
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--round-trips", type=int, default=200)
     ap.add_argument("--per-slot", type=int, default=10)
     ap.add_argument("--fresh-runs", type=int, default=5)
+    ap.add_argument("--attack", action="store_true", help="slot B's latency under a fork bomb / memory hog in slot A")
     ns = ap.parse_args()
-    asyncio.run(main(ns.round_trips, ns.per_slot, ns.fresh_runs))
+    if ns.attack:
+        asyncio.run(attack(ns.round_trips))
+    else:
+        asyncio.run(main(ns.round_trips, ns.per_slot, ns.fresh_runs))

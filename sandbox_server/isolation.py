@@ -8,8 +8,8 @@ read-write at a fixed path and, if configured, the shared cache read-only. Nothi
 the host is visible.
 
 Inside, `setpriv` switches to the slot's own unprivileged uid with no capabilities and
-no_new_privs before the command starts. Limits are rlimits set before bwrap starts
-(inherited by every process of the slot); RLIMIT_NPROC counts per uid, so a slot's
+no_new_privs before the command starts. Limits are rlimits set by `prlimit` before bwrap
+starts (inherited by every process of the slot); RLIMIT_NPROC counts per uid, so a slot's
 process limit covers all its commands together and a fork bomb stays inside its slot.
 These work without cgroups (Modal, Nomad containers, cgroup v1 without systemd).
 """
@@ -64,21 +64,22 @@ class SlotLimits(BaseModel):
             (resource.RLIMIT_CORE, 0, 0),
         ]
 
-    def preexec(self):
-        """The function run in the forked child before it execs bwrap (async-signal-safe calls only)."""
-        limits = []
+    def prlimit_args(self) -> list[str]:
+        """`prlimit` options setting these limits on bwrap, hence on every process of the command.
+
+        prlimit in argv rather than a preexec_fn: a preexec_fn makes Python fork the whole server
+        for each command (tens of ms with a big heap) instead of a cheap vfork.
+        """
+        names = {resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_AS: "as", resource.RLIMIT_CPU: "cpu",
+                 resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_CORE: "core"}  # fmt: skip
+        args = []
         for which, soft, hard in self.rlimits():
             # never above the server's own hard limit: raising it needs CAP_SYS_RESOURCE
             _, cur_hard = resource.getrlimit(which)
             if cur_hard != resource.RLIM_INFINITY:
                 soft, hard = min(soft, cur_hard), min(hard, cur_hard)
-            limits.append((which, soft, hard))
-
-        def apply() -> None:
-            for which, soft, hard in limits:
-                resource.setrlimit(which, (soft, hard))
-
-        return apply
+            args.append(f"--{names[which]}={soft}:{hard}")
+        return args
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class IsolationStatus:
     bwrap: str | None
     reason: str | None = None
     setpriv: str | None = None
+    prlimit: str | None = None
 
 
 async def probe_bwrap(bwrap: str) -> IsolationStatus:
@@ -94,10 +96,12 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
     path = shutil.which(bwrap)
     if path is None:
         return IsolationStatus(False, None, f"bubblewrap executable {bwrap!r} not found; install the 'bubblewrap' package")
-    setpriv = shutil.which("setpriv")
-    if setpriv is None:
-        return IsolationStatus(False, path, "setpriv not found (util-linux); it switches each slot to its own uid")
-    argv = [path, *_NAMESPACES, "--unshare-net", *_SWITCH_CAPS, "--die-with-parent",
+    setpriv, prlimit = shutil.which("setpriv"), shutil.which("prlimit")
+    if setpriv is None or prlimit is None:
+        return IsolationStatus(
+            False, path, "setpriv or prlimit not found; install util-linux (they set each slot's uid and limits)"
+        )
+    argv = [prlimit, "--nproc=64:64", path, *_NAMESPACES, "--unshare-net", *_SWITCH_CAPS, "--die-with-parent",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
             setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups", "--inh-caps=-all",
             "--bounding-set=-all", "--no-new-privs", "true"]  # fmt: skip
@@ -115,7 +119,7 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
             "bubblewrap cannot create namespaces or switch uid here "
             f"({err.decode(errors='replace').strip()}); run the sandbox server as root (or privileged in its container)",
         )
-    return IsolationStatus(True, path, setpriv=setpriv)
+    return IsolationStatus(True, path, setpriv=setpriv, prlimit=prlimit)
 
 
 class Sandboxing:
@@ -126,6 +130,7 @@ class Sandboxing:
         *,
         bwrap: str,
         setpriv: str,
+        prlimit: str,
         data_dir: Path,
         workspace_mount: str,
         cache_dir: Path | None,
@@ -135,6 +140,7 @@ class Sandboxing:
     ) -> None:
         self.bwrap = bwrap
         self.setpriv = setpriv
+        self.prlimit = prlimit
         self.data_dir = data_dir
         self.workspace_mount = workspace_mount
         self.cache_dir = cache_dir
@@ -146,6 +152,7 @@ class Sandboxing:
             if p not in self._ro:
                 self._ro.append(p)
         self._fixed = self._fixed_binds()
+        self._limits = limits.prlimit_args()
 
     def _fixed_binds(self) -> list[str]:
         args = ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
@@ -182,7 +189,10 @@ class Sandboxing:
         # Not --as-pid-1: bwrap's own init stays pid 1 (as root, so --die-with-parent holds after
         # setpriv changes uid) and ends the namespace, background children included, when the
         # command exits.
-        args = [self.bwrap, *_NAMESPACES, *_SWITCH_CAPS, "--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        # No bwrap --new-session: the runner already starts bwrap in a session of its own, so the
+        # command has no controlling terminal to inject keystrokes into.
+        args = [self.prlimit, *self._limits, self.bwrap, *_NAMESPACES, *_SWITCH_CAPS, "--die-with-parent",
+                "--hostname", "sandbox"]  # fmt: skip
         if not network:
             args.append("--unshare-net")
         args += self._fixed

@@ -60,7 +60,6 @@ async def run_command(
     timeout: float,
     max_output_bytes: int,
     stdin: bytes | None = None,
-    preexec_fn: Callable[[], None] | None = None,
     on_start: Callable[[asyncio.subprocess.Process], None] | None = None,
 ) -> ExecResult:
     """Run argv in a new session; on timeout (or cancellation) the whole group is killed."""
@@ -75,7 +74,6 @@ async def run_command(
             stdout=write_fd,
             stderr=write_fd,
             start_new_session=True,
-            preexec_fn=preexec_fn,
         )
     except BaseException:
         os.close(read_fd)

@@ -129,6 +129,7 @@ class SandboxServer:
         self.sandboxing = Sandboxing(
             bwrap=config.bwrap,
             setpriv="setpriv",
+            prlimit="prlimit",
             data_dir=self.data_dir,
             workspace_mount=config.workspace_mount,
             cache_dir=self.cache_dir,
@@ -139,7 +140,6 @@ class SandboxServer:
         # Slots run as uids nobody else uses: RLIMIT_NPROC and kill(-1) then act on one slot only.
         base = config.limits.uid_base
         self.uid_base = base if base is not None else 1_000_000 + (os.getpid() % 1_000_000) * 256
-        self._preexec = config.limits.preexec()
         self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * config.slots), thread_name_prefix="fileops")
 
     async def start(self) -> None:
@@ -147,6 +147,7 @@ class SandboxServer:
         if self.isolation.available:
             self.sandboxing.bwrap = self.isolation.bwrap or self.config.bwrap
             self.sandboxing.setpriv = self.isolation.setpriv or "setpriv"
+            self.sandboxing.prlimit = self.isolation.prlimit or "prlimit"
         (self.data_dir / "slots").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "commands").mkdir(mode=0o700, exist_ok=True)
         if self.cache_dir is not None:
@@ -261,7 +262,6 @@ class SandboxServer:
                     timeout=timeout,
                     max_output_bytes=cap,
                     stdin=stdin.encode() if stdin is not None else None,
-                    preexec_fn=self._preexec if self.isolation.available else None,
                     on_start=slot.procs.add,
                 )
             finally:
@@ -273,9 +273,12 @@ class SandboxServer:
     async def reset(self, slot: SlotState) -> dict:
         """Kill what runs or waits in the slot, then give it an empty workspace."""
         slot.generation += 1  # commands still queued on the lock see this and do not run
+        running = bool(slot.procs)
         self._kill_slot(slot)
-        if self.isolation.available:
-            await asyncio.to_thread(_kill_uid, slot.uid)  # also what escaped bwrap's group
+        if running and self.isolation.available:
+            # Killing bwrap ends its pid namespace; this also gets anything of the slot's uid that
+            # got out of it some other way.
+            await asyncio.to_thread(_kill_uid, slot.uid)
         async with slot.lock:
             await asyncio.to_thread(self._fresh_workspace, slot)
         return {"slot": slot.id, "generation": slot.generation}
