@@ -24,5 +24,8 @@ WORKDIR /opt/hermes
 EXPOSE 8080
 
 # The token comes from the SANDBOX_SERVER_TOKEN environment variable (a Nomad task env or a
-# Modal secret); the data directory holds the slots' workspaces and the shared /cache.
+# Modal secret); the server re-execs itself without it so no /proc/*/environ shows it. The data
+# directory holds the slots' workspaces and the shared /cache (read-only to slots). As PID 1
+# the server forks and reaps orphaned children itself; util-linux gives setpriv and prlimit
+# (each slot's uid and limits). /health reports what is enforced.
 CMD ["python", "-m", "sandbox_server", "--host", "0.0.0.0", "--port", "8080", "--slots", "8", "--data-dir", "/var/lib/hermes-sandbox"]

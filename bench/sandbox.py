@@ -26,7 +26,7 @@ from backends.local import LocalBackendConfig, local_backend
 from backends.process import start_sandbox_process
 from slots.client import SandboxAddress, SandboxClient
 from slots.pool import SlotPoolConfig
-from tools.executor import LocalWorkspace
+from sandbox_server.procs import run_command
 
 
 def pct(values: list[float], q: float) -> float:
@@ -49,7 +49,14 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
     pool = SlotPoolConfig(slots_per_sandbox=8, min_sandboxes=4, max_sandboxes=4, health_interval_s=60)
     backend = local_backend(LocalBackendConfig(pool=pool, data_root=str(root / "pool")))
     await backend.start()
-    local = LocalWorkspace(root / "plain")
+    (root / "plain").mkdir()
+
+    class Plain:  # a plain local subprocess through the same runner: no namespaces, no HTTP
+        @staticmethod
+        async def exec(command: str, **kw):
+            return await run_command(["bash", "-c", command], cwd=str(root / "plain"), env={"PATH": "/usr/bin:/bin"}, **kw)
+
+    local = Plain()
     call = ExecCall("true", timeout=30, max_output_bytes=1000)
     try:
         # 1. round trip, one slot, sequential
