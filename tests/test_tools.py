@@ -150,3 +150,11 @@ def test_definitions_and_toolset_selection():
         get_tool_definitions(["nope"])
     with pytest.raises(ValueError, match="already registered"):
         default_registry().register(default_registry().get("python"))
+
+
+async def test_backgrounded_child_does_not_stall_a_finished_command(ctx):
+    # the same case through sandbox_server: tests/sandbox/test_server.py (one runner for both)
+    t0 = time.monotonic()
+    out = await call(ctx, "terminal", {"command": "sleep 20 & echo hi", "timeout": 8})
+    assert out == {"output": "hi\n", "exit_code": 0}
+    assert time.monotonic() - t0 < 4

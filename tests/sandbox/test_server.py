@@ -196,3 +196,10 @@ async def test_without_bubblewrap_isolated_calls_are_refused_and_health_says_why
                 assert (await r.json())["output"] == "trusted\n"
     finally:
         await proc.stop()
+
+
+async def test_backgrounded_child_does_not_stall_a_finished_command(client):
+    # the same case in a local workspace: tests/test_tools.py (one runner for both)
+    result = await run(client, "1", "sleep 20 & echo hi", timeout=8)
+    assert (result.output, result.exit_code, result.timed_out) == ("hi\n", 0, False)
+    assert result.duration_s < 4
