@@ -31,6 +31,7 @@ from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoo
 from environments.models.base import ChatModel, ModelError
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.models.token_mode.chat_model import TokenChatConfig
+from environments.models.token_mode.servers import TokenServerConfig, TokenServerKind
 from environments.models.token_mode.wiring import CHAT_MODE_NOTE, TokenModeModels, TokenServerChoice, resolve_token_server
 from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
@@ -79,7 +80,7 @@ class RuntimeConfig(BaseModel):
     token_server: TokenServerChoice = Field(
         "auto", description="token mode's protocol, or auto (llamacpp for the embedded model) / off (chat mode)"
     )
-    tool_call_parser: str = "hermes"
+    tool_call_parser: str | None = Field("hermes", description="how tool calls written as text are read; None: not read")
     chat_template_path: str | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
     tools_in: Literal["request", "system_prompt"] = "request"
@@ -208,22 +209,28 @@ class AgentRuntime:
         for client in self._chat_clients:
             stack.push_async_callback(client.close)
 
-    async def _start_token_mode(self, kind: str, stack: AsyncExitStack) -> TokenModeModels:
+    async def _start_token_mode(self, kind: TokenServerKind, stack: AsyncExitStack) -> TokenModeModels:
         """Token mode: token-server clients + the chat template, checked before any rollout."""
         c = self.config
+        if c.tool_call_parser is None:
+            raise HermesEnvError("token mode reads tool calls from the generated text: name a --tool_call_parser")
         tokenizer = self._tokenizer
         if tokenizer is None:
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(resolve_tokenizer_name(EMBEDDED, c.servers))
         try:
+            servers = [
+                TokenServerConfig(
+                    kind=kind, base_url=url, model=s.model, api_key=s.api_key, timeout_s=s.timeout_s, extra_body=c.extra_body
+                )
+                for url, s in zip(self._base_urls, c.servers)
+            ]
             models = TokenModeModels(
-                kind,  # type: ignore[arg-type]  # resolve_token_server returned a TokenServerKind
-                list(zip(self._base_urls, c.servers)),
+                servers,
                 tokenizer,
                 c.chat_template_path,
                 TokenChatConfig(tool_call_parser=c.tool_call_parser, max_context_tokens=c.max_context_tokens),
-                extra_body=c.extra_body,
             )
         except (ValueError, OSError) as exc:  # TemplateError, a missing template file
             raise HermesEnvError(f"token mode ({kind}) cannot render this model's chat template: {exc}") from exc

@@ -48,29 +48,15 @@ class TokenModeModels:
 
     def __init__(
         self,
-        kind: TokenServerKind,
-        servers: list[tuple[str, Any]],  # (base URL, atroposlib APIServerConfig)
+        servers: list[TokenServerConfig],
         tokenizer: Any,
         chat_template_path: str | None,
         chat_config: TokenChatConfig,
-        extra_body: dict[str, Any] | None = None,
     ) -> None:
         template = Path(chat_template_path).read_text() if chat_template_path else None
         self.renderer = ChatRenderer(tokenizer, template)
         self.chat_config = chat_config
-        self.clients: list[HTTPTokenServer] = [
-            make_token_server(
-                TokenServerConfig(
-                    kind=kind,
-                    base_url=url,
-                    model=cfg.model_name,
-                    api_key=cfg.api_key or None,
-                    timeout_s=float(cfg.timeout),
-                    extra_body=extra_body or {},
-                )
-            )
-            for url, cfg in servers
-        ]
+        self.clients: list[HTTPTokenServer] = [make_token_server(server) for server in servers]
 
     async def check(self) -> None:
         for client in self.clients:
