@@ -7,7 +7,7 @@ Prints
   concurrent plain subprocesses;
 - slot acquire+release(reset) vs starting (and stopping) a fresh sandbox_server.
 
-With --attack it measures instead slot B's exec p50 while slot A runs a fork bomb, then a
+With --attack (`python -m bench.sandbox --attack`, from the repository root) it measures instead slot B's exec p50 while slot A runs a fork bomb, then a
 memory hog, against B's p50 on an idle server (same run). The fork bomb runs inside an outer
 pids cgroup (needs root and cgroup v1 pids), so a regression cannot take the machine down.
 """
