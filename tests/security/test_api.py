@@ -10,6 +10,9 @@ import sys
 import time
 
 import aiohttp
+import pytest
+
+from slots.client import SandboxUnavailable
 
 from tests.security.conftest import play, sandbox_backend
 
@@ -87,3 +90,25 @@ async def test_server_as_pid_1_leaves_no_zombies(tmp_path):
     finally:
         proc.kill()  # --kill-child takes the namespace's init, and with it the server
         proc.wait(10)
+
+
+async def test_a_slot_whose_reset_fails_is_replaced(tmp_path):
+    backend = sandbox_backend(tmp_path, slots=1, reset_timeout_s=10)
+    await backend.start()
+    stuck = None
+    try:
+        with pytest.raises(SandboxUnavailable):  # its sandbox went away under it: void, run again
+            async with backend.trajectory("t") as ex:
+                await ex.write_file("f.txt", b"x")
+                (proc,) = backend.backend.provider._procs.values()
+                stuck = proc.data_dir / "slots" / "0"
+                # a workspace the server can neither empty nor move aside
+                subprocess.run(["chattr", "+i", str(stuck)], check=True)
+        pool = backend.backend.pool
+        assert pool.replaced == 1
+        async with backend.trajectory("next") as ex:
+            assert (await ex.exec("ls -A; echo ok", timeout=5, max_output_bytes=100)).output == "ok\n"
+    finally:
+        if stuck is not None:
+            subprocess.run(["chattr", "-i", str(stuck)])
+        await backend.stop()
