@@ -10,13 +10,13 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
-from backends.base import ExecCall, SandboxBackend, SlotBackend
+from backends.base import SlotBackend
 from backends.local import LocalBackendConfig, local_backend
 from backends.modal import ModalBackendConfig, modal_backend
 from backends.nomad import NomadBackendConfig, nomad_backend
 
 __all__ = [
-    "ExecCall", "SandboxBackend", "SlotBackend", "BackendConfig", "LocalBackendConfig",
+    "SlotBackend", "BackendConfig", "LocalBackendConfig",
     "NomadBackendConfig", "ModalBackendConfig", "make_backend",
 ]  # fmt: skip
 

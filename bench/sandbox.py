@@ -21,7 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-from backends.base import ExecCall
 from backends.local import LocalBackendConfig, local_backend
 from backends.process import start_sandbox_process
 from slots.client import SandboxAddress, SandboxClient
@@ -36,6 +35,10 @@ def pct(values: list[float], q: float) -> float:
 
 def ms(x: float) -> str:
     return f"{x * 1000:8.1f} ms"
+
+
+async def execute(backend, slot, command: str, timeout: float = 30):
+    return await backend.executor(slot).exec(command, timeout=timeout, max_output_bytes=1000)
 
 
 async def timed(coro) -> float:
@@ -57,13 +60,13 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
             return await run_command(["bash", "-c", command], cwd=str(root / "plain"), env={"PATH": "/usr/bin:/bin"}, **kw)
 
     local = Plain()
-    call = ExecCall("true", timeout=30, max_output_bytes=1000)
+    call = "true"
     try:
         # 1. round trip, one slot, sequential
         slot = await backend.acquire()
         for _ in range(5):
-            await backend.execute(slot, call)  # warm up connections
-        slot_rt = [await timed(backend.execute(slot, call)) for _ in range(n_round_trips)]
+            await execute(backend, slot, call)  # warm up connections
+        slot_rt = [await timed(execute(backend, slot, call)) for _ in range(n_round_trips)]
         plain_rt = [await timed(local.exec("true", timeout=30, max_output_bytes=1000)) for _ in range(n_round_trips)]
         await backend.release(slot)
 
@@ -75,7 +78,7 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
 
         async def worker(s) -> None:
             for _ in range(per_slot):
-                r = await backend.execute(s, call)
+                r = await execute(backend, s, call)
                 assert r.exit_code == 0, r
 
         t = time.perf_counter()
@@ -97,7 +100,7 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
         # 3. acquire + reset (release) vs a fresh sandbox_server
         async def cycle() -> None:
             s = await backend.acquire()
-            await backend.execute(s, ExecCall("mkdir -p a/b && echo x > a/b/f"))
+            await execute(backend, s, "mkdir -p a/b && echo x > a/b/f")
             t0 = time.perf_counter()
             await backend.release(s)
             s = await backend.acquire()
@@ -154,14 +157,14 @@ async def attack(n: int) -> None:
         await backend.start()
         try:
             a, b = await backend.acquire(), await backend.acquire()
-            call = ExecCall("true", timeout=30, max_output_bytes=1000)
+            call = "true"
             for _ in range(5):
-                await backend.execute(b, call)
-            results["idle"] = statistics.median([await timed(backend.execute(b, call)) for _ in range(n)])
+                await execute(backend, b, call)
+            results["idle"] = statistics.median([await timed(execute(backend, b, call)) for _ in range(n)])
             for name, command in attacks.items():
-                hog = asyncio.create_task(backend.execute(a, ExecCall(command, timeout=120, max_output_bytes=1000)))
+                hog = asyncio.create_task(execute(backend, a, command, timeout=120))
                 await asyncio.sleep(3)  # let it fill what it can
-                results[name] = statistics.median([await timed(backend.execute(b, call)) for _ in range(n)])
+                results[name] = statistics.median([await timed(execute(backend, b, call)) for _ in range(n)])
                 await backend.release(a)  # reset kills it
                 await asyncio.gather(hog, return_exceptions=True)
                 a = await backend.acquire()

@@ -15,13 +15,17 @@ from typing import Callable
 
 import pytest
 
-from backends.base import ExecCall, SlotBackend
+from backends.base import SlotBackend
 from backends.local import LocalBackendConfig, local_backend
 from backends.modal import ModalBackendConfig, ModalSDKAdapter, modal_backend
 from backends.nomad import NomadBackendConfig, build_job_spec, nomad_backend
 from backends.testing import MODAL_SANDBOX_CREATE_PARAMS, ModalTestDouble, NomadTestDouble, check_job_spec
 from slots.client import SandboxUnavailable
 from slots.pool import SlotAcquireTimeout, SlotPoolConfig, SlotState
+
+
+async def run(backend: SlotBackend, slot, command: str, timeout: float = 30.0):
+    return await backend.executor(slot).exec(command, timeout=timeout, max_output_bytes=100_000)
 
 
 @dataclass
@@ -71,14 +75,14 @@ async def test_execute_in_a_slot_and_release_resets_it(harness):
     backend = harness.backend
     slot = await backend.acquire()
     assert slot.state is SlotState.BUSY and slot.workspace == "/workspace"
-    result = await backend.execute(slot, ExecCall("echo data > f.txt && cat f.txt && pwd"))
+    result = await run(backend, slot, "echo data > f.txt && cat f.txt && pwd")
     assert result.exit_code == 0 and result.output == "data\n/workspace\n"
     assert [f["path"] for f in await backend.artifacts(slot)] == ["f.txt"]
     await backend.release(slot)
     assert slot.state is SlotState.FREE
     again = [await backend.acquire() for _ in range(2)]
     assert slot in again  # the same slot, handed out again, is empty
-    assert (await backend.execute(slot, ExecCall("ls -A"))).output == ""
+    assert (await run(backend, slot, "ls -A")).output == ""
 
 
 async def test_scales_up_to_max_then_acquire_times_out(harness):
@@ -89,10 +93,10 @@ async def test_scales_up_to_max_then_acquire_times_out(harness):
     assert len({s.sandbox.name for s in slots}) == 2
     with pytest.raises(SlotAcquireTimeout, match="max_sandboxes"):
         await backend.acquire(timeout=0.5)
-    results = await backend.execute_batch([(s, ExecCall(f"echo {i}; echo {i} > mine")) for i, s in enumerate(slots)])
+    results = await asyncio.gather(*(run(backend, s, f"echo {i}; echo {i} > mine") for i, s in enumerate(slots)))
     assert [r.output for r in results] == [f"{i}\n" for i in range(4)]
     # each slot saw only its own file
-    listing = await backend.execute_batch([(s, ExecCall("cat mine; ls -A | wc -l")) for s in slots])
+    listing = await asyncio.gather(*(run(backend, s, "cat mine; ls -A | wc -l") for s in slots))
     assert [r.output.split() for r in listing] == [[str(i), "1"] for i in range(4)]
     for s in slots:
         await backend.release(s)
@@ -104,7 +108,7 @@ async def test_killed_sandbox_is_detected_and_its_slots_replaced(harness):
     doomed = slot.sandbox.name
     os.kill(harness.pid_of(doomed), signal.SIGKILL)
     with pytest.raises(SandboxUnavailable):
-        await backend.execute(slot, ExecCall("true"))
+        await run(backend, slot, "true")
     assert await backend.pool.check_now() == 1
     assert backend.pool.replaced == 1
     assert doomed not in [a.name for a in backend.pool.sandboxes]
@@ -112,7 +116,7 @@ async def test_killed_sandbox_is_detected_and_its_slots_replaced(harness):
     await backend.release(slot)  # releasing a dead slot drops it quietly
     fresh = await backend.acquire()
     assert fresh.sandbox.name != doomed
-    assert (await backend.execute(fresh, ExecCall("echo alive"))).output == "alive\n"
+    assert (await run(backend, fresh, "echo alive")).output == "alive\n"
 
 
 @pytest.mark.slow
@@ -122,7 +126,7 @@ async def test_stop_leaves_no_sandbox_server_or_bwrap_process(tmp_path):
         await h.backend.start()
         slots = [await h.backend.acquire() for _ in range(3)]
         # a long command is running in a slot while we shut down
-        running = asyncio.create_task(h.backend.execute(slots[0], ExecCall("sleep 336.5", timeout=60)))
+        running = asyncio.create_task(run(h.backend, slots[0], "sleep 336.5", timeout=60))
         await asyncio.sleep(0.5)
         assert count_processes(h.marker) >= 2  # 2 servers (+ bwrap of the running command)
         assert count_processes("bwrap.*sleep 336.5") + count_processes("sleep 336.5") >= 1
@@ -250,7 +254,7 @@ async def test_health_loop_replaces_a_dead_sandbox_on_its_own(tmp_path):
         assert h.backend.pool.replaced == 1
         slot = await h.backend.acquire(timeout=10)
         assert slot.sandbox.name != doomed
-        assert (await h.backend.execute(slot, ExecCall("echo up"))).output == "up\n"
+        assert (await run(h.backend, slot, "echo up")).output == "up\n"
     finally:
         await h.backend.stop()
     assert count_processes(h.marker) == 0
