@@ -1,7 +1,7 @@
 """The model seam of the agent loop.
 
-`ChatModel.chat(messages, tools, ...)` returns one assistant turn. Phase 1 talks to an
-OpenAI-compatible chat endpoint (`OpenAIChatModel`); Phase 2 (token level) implements
+`ChatModel.chat(messages, tools, ...)` returns one assistant turn. Chat mode talks to an
+OpenAI-compatible chat endpoint (`OpenAIChatModel`); token mode (`TokenChatModel`) implements
 the same protocol while holding the exact token ids of the conversation.
 """
 

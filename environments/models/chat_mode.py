@@ -1,10 +1,10 @@
-"""Phase 1 model client: any OpenAI-compatible chat-completions endpoint.
+"""Chat-mode model client: any OpenAI-compatible chat-completions endpoint.
 
 Tool calls come back structured when the server parses them; when a server leaves
 them as text in `content` (llama.cpp with small models does), they are recovered
 with the tool-call parser registry, and any markup that fails to parse is reported.
 This client cannot give the exact tokens the model sampled: use a token server
-(Phase 2) for RL on token ids.
+(token mode) for RL on token ids.
 """
 
 from __future__ import annotations
@@ -150,6 +150,7 @@ class OpenAIChatModel:
         return turn
 
     def _recover_text_calls(self, turn: ModelTurn) -> None:
+        assert self._parser is not None and turn.content is not None  # the caller checked both
         result = self._parser.parse_detailed(turn.content)
         turn.parse_errors = [str(e) for e in result.errors]
         if result.tool_calls:

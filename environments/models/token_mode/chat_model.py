@@ -1,4 +1,4 @@
-"""Phase 2 model client: a `ChatModel` that talks to a token server and keeps exact ids.
+"""Token-mode model client: a `ChatModel` that talks to a token server and keeps exact ids.
 
 The agent loop sees an ordinary chat model (messages in, an assistant turn with tool calls
 out). Underneath, one `TokenSession` per trajectory holds the ids the model saw and
