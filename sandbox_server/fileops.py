@@ -127,8 +127,9 @@ class Workspace:
             )
         return IsDirectory(f"{part!r} in path {path!r} is not a directory")
 
-    def _open_file(self, path: str, flags: int, *, create: bool = False) -> int:
+    def _open_file(self, path: object, flags: int, *, create: bool = False) -> int:
         parts = self.parts(path)
+        assert isinstance(path, str)  # parts() refused anything else
         if not parts:
             raise IsDirectory(f"{path!r} is the workspace directory; give a file path")
         dfd = self._open_dir(parts[:-1], path, create=create)
@@ -168,7 +169,7 @@ class Workspace:
         )
 
     # -- operations ---------------------------------------------------------------------------
-    def read(self, path: str) -> bytes:
+    def read(self, path: object) -> bytes:
         fd = self._open_file(path, os.O_RDONLY)
         try:
             # a regular file never blocks: clear O_NONBLOCK's effect by reading to EOF
@@ -186,7 +187,7 @@ class Workspace:
         finally:
             os.close(fd)
 
-    def write(self, path: str, data: bytes) -> int:
+    def write(self, path: object, data: bytes) -> int:
         if len(data) > self.max_file_bytes:
             raise TooLarge(f"{len(data)} bytes is over the limit of {self.max_file_bytes}")
         # no O_TRUNC: the file is truncated only once it is known to be a regular file

@@ -172,9 +172,10 @@ class Sandboxing:
         # interpreter bound at /root/.pyenv/... So create them 0755 first.
         parents: list[str] = []
         for p in covered:
-            for d in reversed(Path(p).parents):
-                if str(d) != "/" and str(d) not in parents and not under_bind(str(d)):
-                    parents.append(str(d))
+            for ancestor in reversed(Path(p).parents):
+                d = str(ancestor)
+                if d != "/" and d not in parents and not under_bind(d):
+                    parents.append(d)
         for d in parents:
             args += ["--perms", "0755", "--dir", d]
         args += binds

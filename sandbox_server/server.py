@@ -283,10 +283,11 @@ class SandboxServer:
             await asyncio.to_thread(self._fresh_workspace, slot)
         return {"slot": slot.id, "generation": slot.generation}
 
-    async def read_file(self, slot: SlotState, path: str) -> bytes:
+    # `path` is whatever the caller sent; Workspace.parts() refuses anything but a non-empty string.
+    async def read_file(self, slot: SlotState, path: object) -> bytes:
         return await self._file_op(slot, slot.workspace.read, path)
 
-    async def write_file(self, slot: SlotState, path: str, data: bytes) -> dict:
+    async def write_file(self, slot: SlotState, path: object, data: bytes) -> dict:
         written = await self._file_op(slot, slot.workspace.write, path, data)
         return {"path": path, "bytes_written": written}
 
