@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from environments.model_client import ChatModel, ModelError, ModelTurn
+from environments.model_client import ChatModel, ModelError, ModelRequestError, ModelTurn
 from model_tools import default_registry
 from tools.context import ToolContext
 from tools.executor import ToolInfrastructureError
@@ -24,9 +24,11 @@ from tools.registry import ToolRegistry
 
 __all__ = ["AgentLoopConfig", "AgentResult", "HermesAgentLoop", "ToolErrorRecord", "TurnRecord", "StopReason"]
 
-StopReason = Literal["finished", "max_turns", "time_budget", "context_full", "model_error", "infrastructure_error"]
+StopReason = Literal[
+    "finished", "max_turns", "time_budget", "context_full", "model_error", "model_timeout", "infrastructure_error"
+]
 # Reasons that say nothing about the model's ability: such rollouts are not training signal.
-INFRASTRUCTURE_STOPS: frozenset[str] = frozenset({"model_error", "infrastructure_error"})
+INFRASTRUCTURE_STOPS: frozenset[str] = frozenset({"model_error", "model_timeout", "infrastructure_error"})
 
 
 class AgentLoopConfig(BaseModel):
@@ -148,10 +150,15 @@ class HermesAgentLoop:
                     remaining,
                 )
             except asyncio.TimeoutError:
+                if not turns:  # the server never answered at all: its failure, not the model's
+                    return done("model_timeout", f"the model server did not answer within {remaining:.0f}s")
                 return done("time_budget", "model call exceeded the trajectory's time budget")
             except ModelError as exc:
-                reason: StopReason = "context_full" if _is_context_overflow(str(exc)) else "model_error"
-                return done(reason, str(exc))
+                if _is_context_overflow(str(exc)):
+                    return done("context_full", str(exc))
+                if isinstance(exc, ModelRequestError):
+                    raise  # a 4xx: the request is wrong for every rollout; the env stops the command
+                return done("model_error", str(exc))
             model_s = time.monotonic() - t0
             for call in turn.tool_calls:
                 call.setdefault("id", f"call_{uuid.uuid4().hex[:12]}")

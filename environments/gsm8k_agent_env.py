@@ -4,7 +4,9 @@
     python -m environments.gsm8k_agent_env process --openai.base_url URL --openai.model_name M ...
 
 The reward is 1.0 when math-verify finds the final answer equal to the number after
-`####`, else 0.0. Offline by default (`--env.dataset synthetic`); `--env.dataset
+`####`. A wrong answer written in the asked-for format, a number in `\\boxed{}`, earns
+`--env.format_reward` (default 0.1; 0 turns it off), else 0.0: even a tiny model then gets
+groups whose scores differ, which atroposlib needs to send them. Offline by default (`--env.dataset synthetic`); `--env.dataset
 openai/gsm8k` loads the real set through `datasets`.
 """
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from typing import Any, Literal
 
@@ -37,6 +40,17 @@ class GSM8kAgentEnvConfig(HermesAgentEnvConfig):
     synthetic_size: int = Field(200, ge=1, description="Problems the offline generator makes")
     eval_size: int = Field(16, ge=1, description="Problems used by evaluate")
     seed: int = Field(0, description="Seed of the generator and of the item order")
+    format_reward: float = Field(
+        0.1, ge=0.0, lt=1.0, description="Reward of a wrong final answer given as a number in \\boxed{} (0: off)"
+    )
+
+
+BOXED_NUMBER = re.compile(r"\\boxed\{\s*-?[\d,]*\.?\d+\s*\}")
+
+
+def is_boxed_number(response: str | None) -> bool:
+    """The answer format the system prompt asks for: a number in \\boxed{}."""
+    return bool(response and BOXED_NUMBER.search(response))
 
 
 def is_correct(response: str | None, gold: str) -> bool:
@@ -89,13 +103,18 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
         return item["question"]
 
     async def compute_reward(self, item: dict[str, str], result: AgentResult, ctx: ToolContext) -> float:
-        return 1.0 if is_correct(result.final_response, gold_answer(item["answer"])) else 0.0
+        if is_correct(result.final_response, gold_answer(item["answer"])):
+            return 1.0
+        return self.config.format_reward if is_boxed_number(result.final_response) else 0.0
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
         start = time.time()
-        rollouts = await asyncio.gather(*(self.rollout(item, loop_config=loop_config) for item in self.test))
-        scored = [r.score for r in rollouts if r.score is not None]
+        rollouts = await asyncio.gather(
+            *(self.rollout(item, loop_config=loop_config, for_eval=True) for item in self.test)
+        )
+        # Accuracy counts correct answers only, not the format reward.
+        scored = [1.0 if r.score == 1.0 else 0.0 for r in rollouts if r.score is not None]
         metrics = {
             "eval/accuracy": sum(scored) / len(scored) if scored else 0.0,
             "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),

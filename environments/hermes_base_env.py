@@ -35,11 +35,19 @@ from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, Scored
 from pydantic import Field
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
-from environments.model_client import ChatModel, ModelError
+from environments.model_client import ChatModel, ModelError, ModelRequestError
 from environments.openai_chat import PLACEHOLDER_API_KEY, OpenAIChatConfig, OpenAIChatModel
 from environments.phase1_tokens import tokenize_conversation
 from environments.tokens.chat_model import TokenChatConfig
-from environments.tokens.phase2 import PHASE1_NOTE, TokenLevelModels, TokenServerChoice, resolve_token_server, trace_items
+from environments.tokens.phase2 import (
+    PHASE1_NOTE,
+    TokenLevelModels,
+    TokenServerChoice,
+    finish_logprobs,
+    resolve_token_server,
+    sampling_setup,
+    trace_items,
+)
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
 from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
 from model_tools import default_registry
@@ -99,8 +107,38 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     max_consecutive_infra_failures: int = Field(
         3, ge=1, description="Groups in a row lost to infrastructure errors before the command stops"
     )
+    inference_logprobs: Literal["raw_logits", "sampling_policy"] = Field(
+        "raw_logits",
+        description="Which distribution inference_logprobs describe: raw_logits = log-softmax of the model's logits "
+        "(temperature 1, no truncation; every engine's default); sampling_policy = the distribution actually sampled "
+        "(temperature, top-k/top-p/min-p applied; llama.cpp post_sampling_probs)",
+    )
+    missing_logprobs: Literal["mask", "drop", "keep"] = Field(
+        "mask",
+        description="Trained tokens the server reported no logprob for: mask = not trained (mask -100); "
+        "drop = leave the sequence out of the group; keep = train them with 1.0 (atroposlib's 'no logprob' marker)",
+    )
+    require_inference_logprobs: bool = Field(
+        False, description="Refuse to start without exact tokens and logprobs (set by a `tinker:` YAML section)"
+    )
     embedded_threads: int = Field(2, ge=1, description="CPU threads of the embedded llama.cpp server")
     embedded_parallel: int = Field(4, ge=1, description="Concurrent sequences of the embedded llama.cpp server")
+
+
+class BoundedModel:
+    """A ChatModel whose requests wait for a slot of their server's gate."""
+
+    def __init__(self, inner: ChatModel, gate: asyncio.Semaphore) -> None:
+        self.inner = inner
+        self.gate = gate
+
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], **kwargs: Any) -> Any:
+        async with self.gate:
+            return await self.inner.chat(messages, tools, **kwargs)
+
+    def token_trace(self) -> Any:
+        trace = getattr(self.inner, "token_trace", None)
+        return trace() if callable(trace) else None
 
 
 def embedded_server_configs() -> list[APIServerConfig]:
@@ -181,8 +219,16 @@ class HermesAgentBaseEnv(BaseEnv):
         self._server_cycle = itertools.cycle(range(len(server_configs)))
         self._tool_backend: ToolBackend | None = None
         self._consecutive_infra_failures = 0
+        self._fatal: HermesEnvError | None = None
+        self._groups_sent = 0
+        self._groups_skipped = 0
         self.rollouts_done = 0
         self._token_models: TokenLevelModels | None = None  # Phase 2, while the runtime is up
+        # atroposlib's per-server knobs, applied to our own clients: (training, evaluation) gates.
+        self._request_gates = [
+            (asyncio.Semaphore(max(1, c.num_max_requests_at_once)), asyncio.Semaphore(max(1, c.num_requests_for_eval)))
+            for c in server_configs
+        ]
 
     @staticmethod
     def _resolve_tokenizer(name: str, server_configs: list[APIServerConfig]) -> str:
@@ -237,12 +283,17 @@ class HermesAgentBaseEnv(BaseEnv):
             return SandboxToolBackend(self.config.sandbox)
         return LocalToolBackend(LocalToolBackendConfig(workspace_root=self.config.workspace_root))
 
-    def make_model(self) -> ChatModel:
-        """A model client for one trajectory (servers are used round-robin)."""
+    def make_model(self, for_eval: bool = False) -> ChatModel:
+        """A model client for one trajectory (servers are used round-robin), bounded by the server's
+        `num_max_requests_at_once` (`num_requests_for_eval` for evaluation) concurrent requests."""
         index = next(self._server_cycle)
         cfg = self.server_configs[index]
+        gate = self._request_gates[index][1 if for_eval else 0]
         if self._token_models is not None:
-            return self._token_models.make_model(index)
+            return BoundedModel(self._token_models.make_model(index), gate)
+        return BoundedModel(self._chat_model(index, cfg), gate)
+
+    def _chat_model(self, index: int, cfg: APIServerConfig) -> OpenAIChatModel:
         return OpenAIChatModel(
             OpenAIChatConfig(
                 base_url=self._base_urls[index],
@@ -292,13 +343,20 @@ class HermesAgentBaseEnv(BaseEnv):
         return messages
 
     @final
-    async def rollout(self, item: Any, *, model: ChatModel | None = None, loop_config: AgentLoopConfig | None = None) -> Rollout:
+    async def rollout(
+        self,
+        item: Any,
+        *,
+        model: ChatModel | None = None,
+        loop_config: AgentLoopConfig | None = None,
+        for_eval: bool = False,
+    ) -> Rollout:
         """One trajectory: workspace -> agent loop -> score; the workspace is always released."""
         if self._tool_backend is None:
             raise RuntimeError("rollout() outside the env's runtime; use process/serve/evaluate or `async with env.runtime()`")
         task_id = f"{type(self).__name__}-{uuid.uuid4().hex[:10]}"
         started = time.monotonic()
-        model = model or self.make_model()
+        model = model or self.make_model(for_eval)
         registry = self.tool_registry()
         try:
             async with self._tool_backend.trajectory(task_id) as executor:
@@ -311,6 +369,8 @@ class HermesAgentBaseEnv(BaseEnv):
                 score = float(await self.verify_and_score_trajectory(item, result, ctx))
         except HermesEnvError:
             raise
+        except ModelRequestError as exc:  # a 4xx: the request or the config is wrong; retrying cannot help
+            raise HermesEnvError(f"{exc}; fix the request options (--env.extra_body, --env.tools_in, --openai.*)") from exc
         except Exception as exc:  # the workspace/sandbox or scoring broke: not the model's failure
             logger.exception("rollout %s failed outside the model", task_id)
             return Rollout(item, None, None, f"{type(exc).__name__}: {exc}", True, time.monotonic() - started)
@@ -318,12 +378,25 @@ class HermesAgentBaseEnv(BaseEnv):
             raise HermesEnvError(f"{type(self).__name__}.compute_reward returned {score}; rewards must lie in [0, 1]")
         self.rollouts_done += 1
         rollout = Rollout(item, result, score, None, False, time.monotonic() - started)
+        # Progress inside long groups: one line per finished rollout.
+        print(
+            f"[hermes-rl]   rollout done: score {score:.2f}, {result.stop_reason}, {result.turns_used} turns, "
+            f"{rollout.duration_s:.1f}s",
+            file=sys.stderr,
+        )
         trace = getattr(model, "token_trace", None)
         if callable(trace):
             rollout.extras["token_trace"] = trace()
         return rollout
 
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
+        try:
+            return await self._collect(item)
+        except HermesEnvError as exc:
+            self._set_fatal(exc)
+            raise
+
+    async def _collect(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         rollouts = list(await asyncio.gather(*(self.rollout(item) for _ in range(self.config.group_size))))
         for _ in range(self.config.rollout_infra_retries):
             redo = [i for i, r in enumerate(rollouts) if r.infrastructure_failure]
@@ -341,20 +414,17 @@ class HermesAgentBaseEnv(BaseEnv):
                 raise HermesEnvError(
                     f"{self._consecutive_infra_failures} groups in a row failed on infrastructure errors; last: {failed[0].error}"
                 )
+            print(f"[hermes-rl] group lost to infrastructure errors, retried later: {failed[0].error}", file=sys.stderr)
             return None, [item]  # retried later, never scored as the model's failure
         self._consecutive_infra_failures = 0
-        if getattr(self, "process_mode", False):
-            # atroposlib logs progress at INFO, which is off by default; long runs must show life.
-            total = getattr(self, "n_groups_to_process", "?")
-            scores = ", ".join(f"{r.score:.2f}" for r in usable)
-            slowest = max(r.duration_s for r in usable)
-            print(f"[hermes-rl] group {self.curr_step + 1}/{total}: scores [{scores}] ({slowest:.1f}s)", file=sys.stderr)
         return self.build_group(usable), []
 
     def build_group(self, rollouts: list[Rollout]) -> ScoredDataGroup:
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
         info: list[dict[str, Any]] = []
         logprobs: list[list[float]] = []
+        gaps: list[int] = []
+        dropped = 0
         tools = self.tool_schemas()
         for r in rollouts:
             assert r.result is not None and r.score is not None
@@ -363,9 +433,15 @@ class HermesAgentBaseEnv(BaseEnv):
                 items = trace_items(trace)
             else:
                 items = [(*tokenize_conversation(self.tokenizer, r.result.messages, tools), None)]
-            for tokens, masks, item_logprobs in items:
-                if item_logprobs is not None:
+            for tokens, masks, raw_logprobs in items:
+                if raw_logprobs is not None:
+                    finished = finish_logprobs(masks, raw_logprobs, self.config.missing_logprobs)
+                    if finished is None:
+                        dropped += 1
+                        continue
+                    masks, item_logprobs, n_gaps = finished
                     logprobs.append(item_logprobs)
+                    gaps.append(n_gaps)
                 group["tokens"].append(tokens)
                 group["masks"].append(masks)
                 group["scores"].append(r.score)
@@ -380,23 +456,40 @@ class HermesAgentBaseEnv(BaseEnv):
                         "token_sequences": len(items),
                     }
                 )
-        # Not `overrides`: trainers read that key as per-item training overrides.
+        # Not `overrides`: trainers read that key as per-item training overrides. (run-api drops it.)
         group["rollout_info"] = info  # type: ignore[typeddict-unknown-key]
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs
+        # run-api keeps `generation_params`: the one place a trainer sees how the group was sampled.
+        record = dict(self.sampling_record)
+        if gaps:
+            record["missing_logprobs"] = {"per_sequence": gaps, "policy": self.config.missing_logprobs, "dropped": dropped}
+            if any(gaps) or dropped:
+                logger.warning(
+                    "%d trained tokens without a logprob (%s; %d sequences dropped)",
+                    sum(gaps), self.config.missing_logprobs, dropped,
+                )
+        group["generation_params"] = record
         if len(group["tokens"]) != self.config.group_size:
             # Sequences split by a non-append-only template, or rollouts lost to infrastructure:
             # tell atroposlib the real size, or it drops the group as malformed.
             group["group_overrides"] = {"group_size": len(group["tokens"])}
         return group
 
+    @property
+    def sampling_record(self) -> dict[str, Any]:
+        """What every group records about its sampling (overwritten when the runtime starts)."""
+        return getattr(self, "_sampling_record", None) or sampling_setup(
+            None, self.config.agent_temperature, self.config.agent_max_tokens, {}, "raw_logits"
+        )[1]
+
     # ---- runtime: model server, tool backend, clean shutdown -------------------------------
 
     @asynccontextmanager
     async def runtime(self) -> AsyncIterator["HermesAgentBaseEnv"]:
         """Start what the env needs (embedded model, tool backend) and always stop it."""
+        kind, extra = self.check_config()  # before any server starts
         async with AsyncExitStack() as stack:
-            embedded = all(url == EMBEDDED for url in self._base_urls)
             for i, url in enumerate(self._base_urls):
                 if url == EMBEDDED:
                     from embedded_llm import EmbeddedLLM, EmbeddedLLMConfig
@@ -408,9 +501,8 @@ class HermesAgentBaseEnv(BaseEnv):
                     await stack.enter_async_context(llm)
                     self._base_urls[i] = llm.base_url
                     print(f"[hermes-rl] embedded model server at {llm.base_url}", file=sys.stderr)
-            kind = resolve_token_server(self.config.token_server, self.server_configs[0].server_type, embedded)
             if kind is not None:
-                self._token_models = await self._start_token_models(kind, stack)
+                self._token_models = await self._start_token_models(kind, stack, extra)
             for url in self._base_urls:
                 if kind is None:
                     await check_server(url)
@@ -431,7 +523,38 @@ class HermesAgentBaseEnv(BaseEnv):
                 self._tool_backend = None
                 self._token_models = None
 
-    async def _start_token_models(self, kind: str, stack: AsyncExitStack) -> TokenLevelModels:
+    def token_server_kind(self) -> str | None:
+        embedded = all(url == EMBEDDED for url in self.server_configs_urls())
+        tinker = self.config.require_inference_logprobs and self.config.token_server == "auto"
+        return resolve_token_server(self.config.token_server, self.server_configs[0].server_type, embedded, tinker)
+
+    def server_configs_urls(self) -> list[str]:
+        return [c.base_url for c in self.server_configs]
+
+    def check_config(self, command: str | None = None) -> tuple[str | None, dict[str, Any]]:
+        """Everything that can be checked before a server starts: toolsets, token protocol,
+        logprob semantics, the trainer's needs. Returns (token-server kind, extra request fields)."""
+        self.tool_schemas()
+        kind = self.token_server_kind()
+        if kind is None and self.config.require_inference_logprobs:
+            raise HermesEnvError(
+                "this trainer needs inference_logprobs (tinker-atropos reads them from every group), but the model "
+                "server is used in chat mode, which has none; pass --env.token_server tinker|sglang|vllm|llamacpp"
+            )
+        try:
+            extra, record = sampling_setup(
+                kind,  # type: ignore[arg-type]
+                self.config.agent_temperature,
+                self.config.agent_max_tokens,
+                self.config.extra_body,
+                self.config.inference_logprobs,
+            )
+        except ValueError as exc:
+            raise HermesEnvError(str(exc)) from exc
+        self._sampling_record = record
+        return kind, extra
+
+    async def _start_token_models(self, kind: str, stack: AsyncExitStack, extra_body: dict[str, Any]) -> TokenLevelModels:
         """Phase 2: token-server clients + the chat template, checked before any rollout."""
         try:
             models = TokenLevelModels(
@@ -444,7 +567,7 @@ class HermesAgentBaseEnv(BaseEnv):
                     # Stay under the trainer's length: longer groups would be dropped by atroposlib.
                     max_context_tokens=self.config.max_token_length - 1 if self.config.max_token_length > 1 else None,
                 ),
-                extra_body=self.config.extra_body,
+                extra_body=extra_body,
             )
         except (ValueError, OSError) as exc:  # TemplateError, a missing template file
             raise HermesEnvError(f"Phase 2 ({kind}) cannot render this model's chat template: {exc}") from exc
@@ -461,9 +584,6 @@ class HermesAgentBaseEnv(BaseEnv):
     async def process_manager(self):
         await self._in_runtime(super().process_manager, report=True)
 
-    async def env_manager(self):
-        await self._in_runtime(super().env_manager, report=False)
-
     async def _run_evaluate(self):
         await self._in_runtime(super()._run_evaluate, report=False)
 
@@ -471,10 +591,125 @@ class HermesAgentBaseEnv(BaseEnv):
         ok = False
         try:
             async with self.runtime():
-                await entry()
+                # atroposlib's serve swallows errors inside groups; a config error (a 4xx from the
+                # model server, a bad reward) must still stop the command, so it is raced here.
+                self._fatal_event = asyncio.Event()
+                main = asyncio.ensure_future(entry())
+                fatal = asyncio.ensure_future(self._fatal_event.wait())
+                try:
+                    await asyncio.wait({main, fatal}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for task in (main, fatal, *getattr(self, "workers", ())):
+                        task.cancel()
+                    await asyncio.gather(main, fatal, *getattr(self, "workers", ()), return_exceptions=True)
+                if self._fatal is not None:
+                    raise self._fatal
+                main.result()
                 ok = True
         finally:
             self._finish_output(report and ok)
+
+    def _set_fatal(self, exc: HermesEnvError) -> None:
+        if self._fatal is None:
+            self._fatal = exc
+        event = getattr(self, "_fatal_event", None)
+        if event is not None:
+            event.set()
+
+    # ---- serve: the trainer decides how long; every group says what happened to it ----------
+
+    async def register_env(self):
+        url = self.config.rollout_server_url
+        waiting_said = False
+        while True:
+            try:
+                data = await self._register_env()
+            except Exception as exc:  # tenacity's RetryError around a connection error
+                cause = getattr(getattr(exc, "last_attempt", None), "exception", lambda: exc)() or exc
+                raise HermesEnvError(
+                    f"cannot register with the rollout API at {url} ({type(cause).__name__}: {cause}); "
+                    "start it with `run-api` or pass --env.rollout_server_url"
+                ) from None
+            if data.get("status") == "success":
+                break
+            if not waiting_said:
+                print(f"[hermes-rl] serve: waiting for a trainer to register with {url} ({data.get('status')})", file=sys.stderr)
+                waiting_said = True
+            await asyncio.sleep(1)
+        self.env_id = data["env_id"]
+        self.wandb_prepend = data["wandb_name"]
+        self.curr_step = data["starting_step"]
+        self.checkpoint_dir = data["checkpoint_dir"]
+        self.checkpoint_interval = data["checkpoint_interval"]
+        if self.config.total_steps == -1:
+            self.config.total_steps = data["num_steps"]
+            if self.config.total_steps == -1:
+                raise HermesEnvError("neither --env.total_steps nor the trainer's registration sets a step count")
+        print(
+            f"[hermes-rl] serve: registered with {url} as {self.wandb_prepend}; the trainer's run has "
+            f"{self.config.total_steps} steps (starting at {self.curr_step})",
+            file=sys.stderr,
+        )
+        if self.curr_step > 0:
+            self.load_checkpoint()
+
+    async def env_manager(self):
+        await self._in_runtime(self._serve, report=False)
+
+    async def _serve(self) -> None:
+        await BaseEnv.env_manager(self)
+        step = self.status_dict.get("current_step") if isinstance(getattr(self, "status_dict", None), dict) else None
+        print(
+            f"[hermes-rl] serve: stopping: the trainer's run is done (step {step} of {self.config.total_steps}); "
+            f"{self._groups_sent} groups sent, {self._groups_skipped} skipped",
+            file=sys.stderr,
+        )
+
+    def _skip_reason(self, group: ScoredDataGroup, check_length: bool) -> str | None:
+        """Why atroposlib 0.4.0's handle_send_to_api would drop this group (its checks, said aloud)."""
+        expected = (group.get("group_overrides") or {}).get("group_size", self.config.group_size)
+        if len(group.get("tokens", [])) != expected:
+            return f"{len(group.get('tokens', []))} sequences where the group size is {expected}"
+        if self.config.ensure_scores_are_not_same and len(set(group["scores"])) == 1:
+            return "all scores equal, no learning signal (--env.ensure_scores_are_not_same)"
+        if check_length and self.max_token_len > 0 and any(len(t) >= self.max_token_len for t in group["tokens"]):
+            return f"a sequence reaches the trainer's max_token_len {self.max_token_len}"
+        return None
+
+    async def handle_send_to_api(self, scored_data, item=None, do_send_to_api=True, abort_on_any_max_length_exceeded=True):
+        was_list = isinstance(scored_data, list)
+        kept = []
+        for group in scored_data if was_list else [scored_data]:
+            if group is None:
+                continue
+            scores = "[" + ", ".join(f"{s:.2f}" for s in group["scores"]) + "]"
+            reason = self._skip_reason(group, abort_on_any_max_length_exceeded)
+            if reason is not None:
+                self._groups_skipped += 1
+                print(f"[hermes-rl] group skipped: {reason}; scores {scores}", file=sys.stderr)
+                continue
+            self._groups_sent += 1
+            if getattr(self, "process_mode", False):
+                total = getattr(self, "n_groups_to_process", "?")
+                print(f"[hermes-rl] group {self.curr_step + 1}/{total}: written; scores {scores}", file=sys.stderr)
+            else:
+                print(f"[hermes-rl] group {self._groups_sent} sent to the trainer; scores {scores}", file=sys.stderr)
+            kept.append(group)
+        if kept:
+            await super().handle_send_to_api(
+                kept if was_list else kept[0], item, do_send_to_api, abort_on_any_max_length_exceeded
+            )
+
+    async def add_rollouts_for_wandb(self, scored_data, item=None):
+        # atroposlib indexes `group_size` sequences; a short group (group_overrides) has fewer.
+        n = len(scored_data["tokens"])
+        keep = self.config.num_rollouts_per_group_for_logging
+        keep = n if keep == -1 else min(keep, n)
+        self.rollouts_for_wandb.append(
+            [(self.tokenizer.decode(scored_data["tokens"][i]), scored_data["scores"][i]) for i in range(keep)]
+        )
+        if len(self.rollouts_for_wandb) > self.config.num_rollouts_to_keep:
+            self.rollouts_for_wandb.pop(0)
 
     def _finish_output(self, report: bool) -> None:
         path = self.config.data_path_to_save_groups
@@ -495,11 +730,10 @@ class HermesAgentBaseEnv(BaseEnv):
 
     @classmethod
     def cli(cls):
-        try:
-            super().cli()
-        except HermesEnvError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+        """`process` / `serve` / `evaluate`: strict flags and YAML (environments/cli.py)."""
+        from environments.cli import main
+
+        raise SystemExit(main(cls))
 
 
 async def check_server(base_url: str, timeout_s: float = 10.0) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ModelTurn", "ChatModel", "ModelError"]
+__all__ = ["ModelTurn", "ChatModel", "ModelError", "ModelRequestError"]
 
 
 class ModelError(Exception):
@@ -19,6 +19,18 @@ class ModelError(Exception):
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class ModelRequestError(ModelError):
+    """The server refused the request itself (HTTP 4xx other than 408/429): a request or config
+    error, the same for every retry; it stops the command instead of being retried."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
+def is_request_error(status: int) -> bool:
+    return 400 <= status < 500 and status not in (408, 429)
 
 
 @dataclass
