@@ -4,9 +4,9 @@
     python -m environments.gsm8k_agent_env process --openai.base_url URL --openai.model_name M ...
 
 The reward is 1.0 when math-verify finds the final answer equal to the number after
-`####`. A wrong answer written in the asked-for format, a number in `\\boxed{}`, earns
-`--env.format_reward` (default 0.1; 0 turns it off), else 0.0: even a tiny model then gets
-groups whose scores differ, which atroposlib needs to send them. Offline by default (`--env.dataset synthetic`); `--env.dataset
+`####`. A wrong answer that still ends with a marked final number (`\\boxed{N}`, GSM8k's
+`#### N`, or `answer is N`) earns `--env.format_reward` (default 0.1; 0 turns it off), else
+0.0: even a tiny model then gets groups whose scores differ, which atroposlib needs to send them. Offline by default (`--env.dataset synthetic`); `--env.dataset
 openai/gsm8k` loads the real set through `datasets`.
 """
 
@@ -41,16 +41,23 @@ class GSM8kAgentEnvConfig(HermesAgentEnvConfig):
     eval_size: int = Field(16, ge=1, description="Problems used by evaluate")
     seed: int = Field(0, description="Seed of the generator and of the item order")
     format_reward: float = Field(
-        0.1, ge=0.0, lt=1.0, description="Reward of a wrong final answer given as a number in \\boxed{} (0: off)"
+        0.1,
+        ge=0.0,
+        lt=1.0,
+        description="Reward of a wrong answer that marks its final number (\\boxed{N}, '#### N', 'answer is N'); 0: off",
     )
 
 
-BOXED_NUMBER = re.compile(r"\\boxed\{\s*-?[\d,]*\.?\d+\s*\}")
+_NUMBER = r"\$?\s*-?[\d,]*\.?\d+"
+# A final number the reader cannot miss: \boxed{N} (asked for), GSM8k's "#### N", "answer is N".
+MARKED_ANSWER = re.compile(
+    rf"\\boxed\{{\s*{_NUMBER}\s*\}}|^####\s*{_NUMBER}\s*$|answer is:?\s*{_NUMBER}", re.IGNORECASE | re.MULTILINE
+)
 
 
-def is_boxed_number(response: str | None) -> bool:
-    """The answer format the system prompt asks for: a number in \\boxed{}."""
-    return bool(response and BOXED_NUMBER.search(response))
+def has_marked_answer(response: str | None) -> bool:
+    """Whether the response states its final number in a recognised answer format."""
+    return bool(response and MARKED_ANSWER.search(response))
 
 
 def is_correct(response: str | None, gold: str) -> bool:
@@ -71,7 +78,7 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
     def config_init(cls):
         config = GSM8kAgentEnvConfig(
             tokenizer_name="embedded",
-            group_size=2,
+            group_size=4,  # more rollouts per group: more often scores that differ
             total_steps=2,
             max_token_length=4096,
             use_wandb=False,
@@ -105,7 +112,7 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
     async def compute_reward(self, item: dict[str, str], result: AgentResult, ctx: ToolContext) -> float:
         if is_correct(result.final_response, gold_answer(item["answer"])):
             return 1.0
-        return self.config.format_reward if is_boxed_number(result.final_response) else 0.0
+        return self.config.format_reward if has_marked_answer(result.final_response) else 0.0
 
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
