@@ -36,6 +36,9 @@ class AgentLoopConfig(BaseModel):
     time_budget_s: float = Field(300.0, gt=0, description="Wall-clock budget of one trajectory")
     temperature: float = Field(0.7, ge=0)
     max_tokens: int | None = Field(None, ge=1, description="Cap on tokens per model turn")
+    model_timeout_s: float = Field(
+        600.0, gt=0, description="A model call that takes longer is a server that does not answer (infrastructure)"
+    )
 
 
 @dataclass
@@ -143,16 +146,17 @@ class HermesAgentLoop:
                 return done("time_budget")
             t0 = time.monotonic()
             try:
+                # Bounded by the request timeout, not the budget: a slow but answering server gives a
+                # scored trajectory (the budget is checked before the next step); a silent one is
+                # an infrastructure failure, never a 0 for the model.
                 turn: ModelTurn = await asyncio.wait_for(
                     self.model.chat(
                         messages, self.tools, temperature=self.config.temperature, max_tokens=self.config.max_tokens
                     ),
-                    remaining,
+                    self.config.model_timeout_s,
                 )
             except asyncio.TimeoutError:
-                if not turns:  # the server never answered at all: its failure, not the model's
-                    return done("model_timeout", f"the model server did not answer within {remaining:.0f}s")
-                return done("time_budget", "model call exceeded the trajectory's time budget")
+                return done("model_timeout", f"the model server did not answer within {self.config.model_timeout_s:.0f}s")
             except ModelError as exc:
                 if _is_context_overflow(str(exc)):
                     return done("context_full", str(exc))

@@ -394,7 +394,8 @@ async def _run_interruptible(coro_factory: Any) -> None:
         raise
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+            loop.remove_signal_handler(sig)  # (restores SIG_DFL; ours again below)
+        signal.signal(signal.SIGTERM, _raise_interrupted)
 
 
 def _raise_interrupted(signum: int, _frame: Any) -> None:
@@ -450,7 +451,7 @@ def _written(env: Any) -> str:
     if env is None or not path or not Path(path).exists() or not getattr(env, "process_mode", False):
         return ""
     lines = sum(1 for _ in Path(path).open())
-    return f"; {lines} whole groups in {Path(path).resolve()}"
+    return f"; {lines} complete groups in {Path(path).resolve()}"
 
 
 def _save_evaluate_config(inv: Invocation) -> None:

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Literal, final
 
 import httpx
+import jsonlines
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
 from pydantic import Field
 
@@ -208,11 +209,19 @@ class HermesAgentBaseEnv(BaseEnv):
                     f"http://127.0.0.1:8000/v1, or '{EMBEDDED}' for the bundled model"
                 )
         config.tokenizer_name = self._resolve_tokenizer(config.tokenizer_name, server_configs)
+        if config.max_num_workers == -1 and all(c.base_url == EMBEDDED for c in server_configs):
+            # atroposlib would run 8 groups at once; the embedded server serves embedded_parallel sequences.
+            config.max_num_workers = max(1, config.embedded_parallel // config.group_size)
         if config.use_wandb and not _wandb_logged_in():
             logger.warning("wandb is not logged in: running without wandb (run `wandb login` to enable it)")
             config.use_wandb = False
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: HermesAgentEnvConfig = config
+        if self.jsonl_writer is not None:
+            # Each group reaches the file as a whole line at once: a killed command leaves the
+            # groups written so far readable, never a buffered half line.
+            self.jsonl_writer.close()
+            self.jsonl_writer = jsonlines.open(self.config.data_path_to_save_groups, "w", flush=True)
         self.server_configs = server_configs
         self._base_urls: list[str] = [c.base_url for c in server_configs]
         self._clients: list[Any] = []
@@ -225,10 +234,13 @@ class HermesAgentBaseEnv(BaseEnv):
         self.rollouts_done = 0
         self._token_models: TokenLevelModels | None = None  # Phase 2, while the runtime is up
         # atroposlib's per-server knobs, applied to our own clients: (training, evaluation) gates.
-        self._request_gates = [
-            (asyncio.Semaphore(max(1, c.num_max_requests_at_once)), asyncio.Semaphore(max(1, c.num_requests_for_eval)))
-            for c in server_configs
-        ]
+        self._request_gates = [self._gates(c) for c in server_configs]
+
+    def _gates(self, cfg: APIServerConfig) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
+        train, evaluation = cfg.num_max_requests_at_once, cfg.num_requests_for_eval
+        if cfg.base_url == EMBEDDED:  # more would only queue inside llama.cpp
+            train, evaluation = min(train, self.config.embedded_parallel), min(evaluation, self.config.embedded_parallel)
+        return asyncio.Semaphore(max(1, train)), asyncio.Semaphore(max(1, evaluation))
 
     @staticmethod
     def _resolve_tokenizer(name: str, server_configs: list[APIServerConfig]) -> str:
@@ -332,6 +344,7 @@ class HermesAgentBaseEnv(BaseEnv):
             time_budget_s=c.agent_time_budget_s,
             temperature=c.agent_temperature,
             max_tokens=c.agent_max_tokens,
+            model_timeout_s=float(max(s.timeout for s in self.server_configs)),
         )
 
     def initial_messages(self, item: Any) -> list[dict[str, Any]]:
