@@ -14,7 +14,7 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from environments.hermes_base_env import HermesAgentEnvConfig, HermesEnvError
-from environments.tokens.phase2 import finish_logprobs, sampling_setup
+from environments.models.token_mode.wiring import finish_logprobs, sampling_setup
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tests.support.tiny_env import WriteWordEnv
 

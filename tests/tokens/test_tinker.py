@@ -13,7 +13,7 @@ import httpx
 import pytest
 import yaml
 
-from environments.tokens.servers import TokenServerConfig, _REQUESTS, _RESPONSES
+from environments.models.token_mode.servers import TokenServerConfig, _REQUESTS, _RESPONSES
 from tests.support.tinker_atropos_double import tinker_datums
 
 from .test_serve import ROOT, _free_port, _start, _stop, check_trainer_view, register_trainer, start_run_api

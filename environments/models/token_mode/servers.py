@@ -24,7 +24,7 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import BaseModel, Field
 
-from environments.model_client import ModelError, ModelRequestError, is_request_error
+from environments.models.base import ModelError, ModelRequestError, is_request_error
 
 __all__ = [
     "Generation",

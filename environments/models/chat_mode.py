@@ -16,7 +16,7 @@ from typing import Any, Literal
 import openai
 from pydantic import BaseModel, Field
 
-from environments.model_client import ModelError, ModelRequestError, ModelTurn, is_request_error
+from environments.models.base import ModelError, ModelRequestError, ModelTurn, is_request_error
 
 __all__ = ["OpenAIChatConfig", "OpenAIChatModel"]
 
