@@ -6,16 +6,15 @@
 The reward is 1.0 when math-verify finds the final answer equal to the number after
 `####`. A wrong answer that still ends with a marked final number (`\\boxed{N}`, GSM8k's
 `#### N`, or `answer is N`) earns `--env.format_reward` (default 0.1; 0 turns it off), else
-0.0: even a tiny model then gets groups whose scores differ, which atroposlib needs to send them. Offline by default (`--env.dataset synthetic`); `--env.dataset
-openai/gsm8k` loads the real set through `datasets`.
+0.0: even a tiny model then gets groups whose scores differ, which atroposlib needs to send
+them. Offline by default (`--env.dataset synthetic`); `--env.dataset openai/gsm8k` loads the
+real set through `datasets`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import re
-import time
 from typing import Any, Literal
 
 from math_verify import parse, verify
@@ -23,10 +22,8 @@ from pydantic import Field
 
 from environments.agent_loop import AgentResult
 from environments.gsm8k.data import gold_answer, load_gsm8k, synthetic_gsm8k
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, embedded_server_configs
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, Rollout
 from tools.context import ToolContext
-
-logger = logging.getLogger(__name__)
 
 SYSTEM_PROMPT = (
     "You are a careful math assistant. You can run Python with the `python` tool to check "
@@ -76,35 +73,21 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
 
     @classmethod
     def config_init(cls):
-        config = GSM8kAgentEnvConfig(
-            tokenizer_name="embedded",
-            group_size=4,  # more rollouts per group: more often scores that differ
-            total_steps=2,
-            max_token_length=4096,
-            use_wandb=False,
-            max_agent_turns=4,
-            agent_max_tokens=256,
-            data_path_to_save_groups="out/gsm8k_agent.jsonl",
-            data_dir_to_save_evals="out/gsm8k_agent_eval",
-        )
-        return config, embedded_server_configs()
+        config, servers = super().config_init()
+        # group_size 4: more rollouts per group, more often scores that differ.
+        return config.model_copy(update={"max_agent_turns": 4, "agent_max_tokens": 256, "group_size": 4}), servers
 
-    async def setup(self) -> None:
+    async def items(self) -> list[dict[str, str]]:
         cfg: GSM8kAgentEnvConfig = self.config
         if cfg.dataset == "synthetic":
-            train = synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
-            test = synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
-        else:
-            train, test = await asyncio.gather(
-                asyncio.to_thread(load_gsm8k, "train"), asyncio.to_thread(load_gsm8k, "test")
-            )
-        self.train, self.test = train, test[: cfg.eval_size]
-        self.iter = 0
+            return synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
+        return await asyncio.to_thread(load_gsm8k, "train")
 
-    async def get_next_item(self) -> dict[str, str]:
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
+    async def eval_items(self) -> list[dict[str, str]]:
+        cfg: GSM8kAgentEnvConfig = self.config
+        if cfg.dataset == "synthetic":
+            return synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
+        return (await asyncio.to_thread(load_gsm8k, "test"))[: cfg.eval_size]
 
     def format_prompt(self, item: dict[str, str]) -> str:
         return item["question"]
@@ -114,40 +97,8 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
             return 1.0
         return self.config.format_reward if has_marked_answer(result.final_response) else 0.0
 
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
-        start = time.time()
-        rollouts = await asyncio.gather(
-            *(self.rollout(item, loop_config=loop_config, for_eval=True) for item in self.test)
-        )
-        # Accuracy counts correct answers only, not the format reward.
-        scored = [1.0 if r.score == 1.0 else 0.0 for r in rollouts if r.score is not None]
-        metrics = {
-            "eval/accuracy": sum(scored) / len(scored) if scored else 0.0,
-            "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),
-            "eval/n": len(rollouts),
-        }
-        logger.info("evaluation: %s", metrics)
-        print(f"[hermes-rl] evaluation: {metrics}")
-        samples = [
-            {
-                "question": r.item["question"],
-                "gold": gold_answer(r.item["answer"]),
-                "response": r.result.final_response if r.result else None,
-                "score": r.score,
-                "stop_reason": r.result.stop_reason if r.result else None,
-                "error": r.error,
-                "messages": r.result.messages if r.result else None,
-            }
-            for r in rollouts
-        ]
-        await self.evaluate_log(
-            metrics=metrics,
-            samples=samples,
-            start_time=start,
-            end_time=time.time(),
-            generation_parameters={"temperature": 0.0, "max_tokens": loop_config.max_tokens},
-        )
+    def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
+        return {**super().eval_sample(rollout), "gold": gold_answer(rollout.item["answer"])}
 
 
 if __name__ == "__main__":
