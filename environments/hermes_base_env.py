@@ -204,6 +204,11 @@ class HermesAgentBaseEnv(BaseEnv):
                     f"http://127.0.0.1:8000/v1, or '{EMBEDDED}' for the bundled model"
                 )
         config.tokenizer_name = resolve_tokenizer_name(config.tokenizer_name, _model_servers(server_configs))
+        for cfg in server_configs:
+            if cfg.server_type != "openai" and cfg.tokenizer_name in ("", "none"):
+                # atroposlib's sglang/vllm server classes load a tokenizer by model name from the hub at
+                # construction (we never route requests through them): give them the env's, found locally.
+                cfg.tokenizer_name = config.tokenizer_name
         if config.max_num_workers == -1 and all(c.base_url == EMBEDDED for c in server_configs):
             # atroposlib would run 8 groups at once; the embedded server serves embedded_parallel sequences.
             config.max_num_workers = max(1, config.embedded_parallel // config.group_size)
