@@ -94,6 +94,7 @@ def check_trainer_view(group: dict, *, logprobs_required: bool = True) -> None:
 
 @pytest.mark.llm
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # on 2 shared cores a default group takes minutes
 def test_default_serve_feeds_a_trainer_groups_with_reward_variance(tmp_path):
     """The README's serve command, no other flags: the embedded model, the GSM8k format reward,
     the trainer's step count; run-api hands a trainer >= 2 groups whose scores differ."""

@@ -68,6 +68,7 @@ def test_chat_mode_with_a_tinker_trainer_is_refused_at_start(tmp_path):
 
 @pytest.mark.llm
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_serve_into_run_api_with_the_tinker_double_end_to_end(embedded_llm, tmp_path):
     api, api_url = start_run_api(tmp_path)
     port = _free_port()
