@@ -545,7 +545,7 @@ class HermesAgentBaseEnv(BaseEnv):
                     }
                 )
         # Not `overrides`: trainers read that key as per-item training overrides. (run-api drops it.)
-        group["rollout_info"] = info  # type: ignore[typeddict-unknown-key]
+        group["rollout_info"] = info
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs
         # run-api keeps `generation_params`: the one place a trainer sees how the group was sampled.

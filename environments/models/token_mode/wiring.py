@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .chat_model import TokenChatConfig, TokenChatModel
 from .servers import HTTPTokenServer, TokenServerConfig, TokenServerKind, make_token_server
@@ -29,6 +29,9 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+
+# atroposlib server types that speak a token protocol (for `auto`).
+_AUTO_KIND: dict[str, TokenServerKind] = {"vllm": "vllm", "sglang": "sglang"}
 
 TokenServerChoice = Literal["auto", "off", "vllm", "vllm_openai", "sglang", "llamacpp", "tinker"]
 
@@ -60,8 +63,8 @@ def resolve_token_server(
             return "llamacpp"
         if tinker:
             return "tinker"
-        return {"vllm": "vllm", "sglang": "sglang"}.get(server_type)  # type: ignore[return-value]
-    return choice  # type: ignore[return-value]
+        return _AUTO_KIND.get(server_type)
+    return cast(TokenServerKind, choice)  # every other choice is the name of a kind
 
 
 def sampling_setup(
