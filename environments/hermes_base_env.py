@@ -178,6 +178,7 @@ def _wandb_logged_in() -> bool:
 
 class HermesAgentBaseEnv(BaseEnv):
     env_config_cls = HermesAgentEnvConfig
+    jsonl_writer: Any  # atroposlib's groups file (a jsonlines.Writer) or None
     default_toolsets: list[str] | None = None  # subclasses name the toolsets their task needs
     default_system_prompt: str | None = None
 

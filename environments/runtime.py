@@ -369,7 +369,9 @@ class AgentRuntime:
         except HermesEnvError:
             raise
         except ModelRequestError as exc:  # a 4xx: the request or config is wrong; retrying cannot help
-            raise HermesEnvError(f"{exc}; fix the request options (--env.extra_body, --env.tools_in, --openai.*)") from exc
+            raise HermesEnvError(
+                f"{exc}; fix the request options (--env.extra_body, --env.tools_in, --openai.*)"
+            ) from exc
         except Exception as exc:  # the workspace/sandbox or scoring broke: not the model's failure
             logger.exception("rollout %s failed outside the model", task_id)
             return Rollout(item, None, None, f"{type(exc).__name__}: {exc}", True, time.monotonic() - started)
