@@ -254,6 +254,9 @@ class HermesAgentBaseEnv(BaseEnv):
             use_wandb=False,
             data_path_to_save_groups=f"out/{cls.name}.jsonl",
             data_dir_to_save_evals=f"out/{cls.name}_eval",
+            # atroposlib cancels a serve group after 600 s and loses it; a group may take a full
+            # trajectory budget plus a slow model call (the request timeout) per rollout.
+            worker_timeout=1800,
         )
         return config, embedded_server_configs()
 
