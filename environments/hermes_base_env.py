@@ -28,7 +28,7 @@ import uuid
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, AsyncIterator, Literal, final
+from typing import Any, AsyncIterator, Awaitable, Callable, Literal, final
 
 import httpx
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
@@ -226,7 +226,9 @@ class HermesAgentBaseEnv(BaseEnv):
     async def setup_trajectory_workspace(self, item: Any, ctx: ToolContext) -> None:
         """Prepare the trajectory's workspace before the agent starts (default: nothing)."""
 
-    async def verify_and_score_trajectory(self, item: Any, result: AgentResult, ctx: ToolContext) -> float:
+    async def verify_and_score_trajectory(
+        self, item: Any, result: AgentResult, ctx: ToolContext
+    ) -> float | Callable[[], Awaitable[float]]:
         return await self.compute_reward(item, result, ctx)
 
     def tool_registry(self) -> ToolRegistry:
@@ -308,7 +310,10 @@ class HermesAgentBaseEnv(BaseEnv):
                 result = await loop.run(self.initial_messages(item))
                 if result.infrastructure_failure:
                     return Rollout(item, result, None, result.error, True, time.monotonic() - started)
-                score = float(await self.verify_and_score_trajectory(item, result, ctx))
+                verdict = await self.verify_and_score_trajectory(item, result, ctx)
+            # A verifier may return a coroutine function to run once the workspace is released
+            # (e.g. tests in a fresh slot: holding both could exhaust the pool).
+            score = float(await verdict() if callable(verdict) else verdict)
         except HermesEnvError:
             raise
         except Exception as exc:  # the workspace/sandbox or scoring broke: not the model's failure

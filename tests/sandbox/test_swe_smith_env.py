@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -32,14 +33,18 @@ def make_env(base_url: str, tmp_path, **overrides) -> SweSmithOracleEnv:
     return SweSmithOracleEnv(config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="")])
 
 
-def test_offline_instances_are_in_swe_smith_format():
-    instances = load_offline_instances()
+def test_offline_instances_are_in_swe_smith_format(tmp_path):
+    mirror_base, instances = load_offline_instances(cache_dir=tmp_path)
     assert len(instances) >= 5 and len({i.repo for i in instances}) >= 4
     for inst in instances:
-        assert inst.instance_id.startswith(inst.repo.replace("/", "__") + ".")
+        assert re.fullmatch(r"swesmith/hermes-rl__\w+\.[0-9a-f]{8}", inst.repo)
+        assert inst.instance_id.startswith(inst.repo_name + ".")
         assert inst.patch.startswith("diff --git a/") and inst.FAIL_TO_PASS and inst.PASS_TO_PASS
-        assert Path(inst.repo_url).is_dir()
         assert set(inst.FAIL_TO_PASS).isdisjoint(inst.PASS_TO_PASS)
+        bare = Path(inst.source(str(mirror_base)))
+        branch = subprocess.run(["git", "-C", str(bare), "rev-parse", f"refs/heads/{inst.instance_id}"], capture_output=True, text=True)
+        assert branch.stdout.strip() == inst.base_commit  # one branch per instance, the bug committed
+    assert load_offline_instances(cache_dir=tmp_path) == (mirror_base, instances)  # reproducible, built once
 
 
 class EditsTheTests:
