@@ -127,17 +127,17 @@ async def test_git_hook_in_the_shared_cache_does_not_reach_later_trajectories(tm
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
-# Commits a weakened test onto every ref of the cached bare repositories (and the objects they need).
+# Commits a weakened test on top of the cached bare repositories' HEAD and points every branch at it.
 POISON = r"""set -e
 for repo in /cache/git/*.git "$HOME"/.git-cache/*.git; do
   [ -d "$repo" ] || continue
-  for ref in $(git -C "$repo" for-each-ref --format='%(refname)') HEAD; do
-    tmp=$(mktemp -d); git -C "$repo" worktree add -q --detach "$tmp" "$ref" 2>/dev/null || continue
-    ( cd "$tmp" && sed -i 's/== 3.5/== 3/' tests/test_calc.py && git add -A &&
-      git -c user.name=a -c user.email=a@b commit -qm poisoned &&
-      if [ "$ref" = HEAD ]; then git -C "$repo" update-ref --no-deref HEAD HEAD 2>/dev/null; git -C "$repo" symbolic-ref -q HEAD >/dev/null && git -C "$repo" update-ref "$(git -C "$repo" symbolic-ref HEAD)" "$(git rev-parse HEAD)" || git -C "$repo" update-ref --no-deref HEAD "$(git rev-parse HEAD)"; else git -C "$repo" update-ref "$ref" "$(git rev-parse HEAD)"; fi )
-    git -C "$repo" worktree remove --force "$tmp"
-  done
+  tmp=$(mktemp -d)
+  git -C "$repo" worktree add -q --detach "$tmp" HEAD
+  (cd "$tmp" && sed -i 's/== 3.5/== 3/' tests/test_calc.py && git -c user.name=a -c user.email=a@b commit -qam poisoned)
+  new=$(git -C "$tmp" rev-parse HEAD)
+  git -C "$repo" update-ref HEAD "$new"
+  for ref in $(git -C "$repo" for-each-ref --format='%(refname)' refs/heads); do git -C "$repo" update-ref "$ref" "$new"; done
+  git -C "$repo" worktree remove --force "$tmp"
   echo "poisoned $repo"
 done"""
 
