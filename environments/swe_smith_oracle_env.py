@@ -45,16 +45,36 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from environments.agent_loop import AgentResult
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, embedded_server_configs
+from environments.hermes_base_env import (
+    HermesAgentBaseEnv,
+    HermesAgentEnvConfig,
+    HermesEnvError,
+    embedded_server_configs,
+)
 from environments.model_client import ChatModel, ModelTurn
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.verifier import GIT_SAFE, TestVerifier, TestVerifierConfig, Verdict, capture_diff
+from environments.verifier import (
+    GIT_SAFE,
+    TestVerifier,
+    TestVerifierConfig,
+    Verdict,
+    capture_diff,
+    split_diff,
+)
 from tools.context import ToolContext
 from tools.executor import ToolExecutor
 
 __all__ = [
-    "SweSmithInstance", "SweSmithOracleEnvConfig", "SweSmithOracleEnv", "OracleAgent", "NoOpAgent",
-    "load_offline_instances", "load_instances", "build_mirror", "test_command_for", "OFFLINE_DATA",
+    "OFFLINE_DATA",
+    "NoOpAgent",
+    "OracleAgent",
+    "SweSmithInstance",
+    "SweSmithOracleEnv",
+    "SweSmithOracleEnvConfig",
+    "build_mirror",
+    "load_instances",
+    "load_offline_instances",
+    "build_test_command",
 ]  # fmt: skip
 
 OFFLINE_DATA = Path(__file__).parent / "data" / "swe_smith"
@@ -110,7 +130,9 @@ class SweSmithInstance(BaseModel):
         if "://" in mirror_base or mirror_base.startswith("git@"):
             return f"{mirror_base.rstrip('/')}/{self.repo}.git"
         base = Path(mirror_base)
-        return str(next((p for p in (base / f"{self.repo}.git", base / self.repo) if p.exists()), base / f"{self.repo}.git"))
+        return str(
+            next((p for p in (base / f"{self.repo}.git", base / self.repo) if p.exists()), base / f"{self.repo}.git")
+        )
 
     @property
     def test_files(self) -> list[str]:
@@ -121,16 +143,18 @@ class SweSmithInstance(BaseModel):
 
 
 def _git(args: list[str], cwd: Path | None = None, stdin: str | None = None) -> str:
-    import subprocess  # noqa: PLC0415 - only the synchronous mirror builder needs it
+    import subprocess
 
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_FIXED_GIT_ENV}
-    proc = subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True, text=True, env=env)
+    proc = subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True, text=True, env=env, check=False)
     if proc.returncode != 0:
         raise HermesEnvError(f"git {' '.join(args[:2])} failed in {cwd}: {proc.stderr.strip()[-500:]}")
     return proc.stdout.strip()
 
 
-def build_mirror(repos: Mapping[str, Path], bugs: list[dict[str, Any]], out_dir: Path, owner: str = "hermes-rl") -> list[dict[str, Any]]:
+def build_mirror(
+    repos: Mapping[str, Path], bugs: list[dict[str, Any]], out_dir: Path, owner: str = "hermes-rl"
+) -> list[dict[str, Any]]:
     """A mirror in SWE-smith's published shape from plain project directories and bug patches.
 
     `repos`: project name -> directory; `bugs`: rows with `name` (a key of repos), `bug_id`, `patch` and
@@ -167,13 +191,15 @@ def build_mirror(repos: Mapping[str, Path], bugs: list[dict[str, Any]], out_dir:
         _git(["checkout", "-q", "main"], tree)
     for name, (tree, repo) in mirrors.items():
         _git(["push", "-q", "--mirror", str(out_dir / f"{repo}.git")], tree)
-    import shutil  # noqa: PLC0415
+    import shutil
 
     shutil.rmtree(work, ignore_errors=True)
     return rows
 
 
-def load_offline_instances(data_dir: Path = OFFLINE_DATA, cache_dir: Path | None = None) -> tuple[Path, list[SweSmithInstance]]:
+def load_offline_instances(
+    data_dir: Path = OFFLINE_DATA, cache_dir: Path | None = None
+) -> tuple[Path, list[SweSmithInstance]]:
     """The bundled bugs as a local mirror of the published shape: (mirror_base, instances)."""
     lines = (data_dir / "instances.jsonl").read_text()
     key = hashlib.sha1(lines.encode())
@@ -196,7 +222,7 @@ def load_offline_instances(data_dir: Path = OFFLINE_DATA, cache_dir: Path | None
         try:
             staging.rename(out)
         except OSError:  # another process built it first
-            import shutil  # noqa: PLC0415
+            import shutil
 
             shutil.rmtree(staging, ignore_errors=True)
     return out, [SweSmithInstance.model_validate_json(line) for line in done.read_text().splitlines()]
@@ -217,7 +243,7 @@ def _read_rows(dataset: str, split: str) -> list[dict[str, Any]]:
             return list(json.loads(text))
         return [json.loads(line) for line in text.splitlines() if line.strip()]
     if path.is_dir():
-        from datasets import DatasetDict, load_from_disk  # noqa: PLC0415 - only for saved datasets
+        from datasets import DatasetDict, load_from_disk
 
         saved = load_from_disk(str(path))
         if isinstance(saved, DatasetDict):
@@ -225,17 +251,27 @@ def _read_rows(dataset: str, split: str) -> list[dict[str, Any]]:
                 raise HermesEnvError(f"{dataset} has splits {sorted(saved)}, not {split!r}; pass --env.split")
             saved = saved[split]
         return list(saved)
-    if re.fullmatch(r"[\w.-]+/[\w.-]+", dataset) and not dataset.endswith((".jsonl", ".json")):
-        from datasets import load_dataset  # noqa: PLC0415 - only for the hub dataset
+    check_dataset(dataset)
+    from datasets import load_dataset
 
-        return list(load_dataset(dataset, split=split))
+    return list(load_dataset(dataset, split=split))
+
+
+def check_dataset(dataset: str) -> None:
+    """Refuse, in one line, a --env.dataset that is no known source (before anything starts)."""
+    if dataset == "offline" or Path(dataset).exists():
+        return
+    if re.fullmatch(r"[\w-][\w.-]*/[\w.-]+", dataset) and not dataset.endswith((".jsonl", ".json")):
+        return  # a hub dataset name
     raise HermesEnvError(
         f"--env.dataset {dataset!r} is neither 'offline', an existing JSONL/JSON file or saved dataset directory, "
         "nor a hub dataset name (owner/name)"
     )
 
 
-def load_instances(rows: list[dict[str, Any]], *, run_images: bool, mirror_base: str) -> tuple[list[SweSmithInstance], collections.Counter]:
+def load_instances(
+    rows: list[dict[str, Any]], *, run_images: bool, mirror_base: str
+) -> tuple[list[SweSmithInstance], collections.Counter]:
     """Usable instances and the counted reasons for every row left out."""
     skipped: collections.Counter = collections.Counter()
     out: list[SweSmithInstance] = []
@@ -256,7 +292,9 @@ def load_instances(rows: list[dict[str, Any]], *, run_images: bool, mirror_base:
         elif profile.get("language", "python") != "python" and not run_images:
             skipped[f"{profile['language']} repository: needs its image, the base environment runs Python"] += 1
         elif inst.image_name and not run_images:
-            skipped["needs its image (image_name); this backend runs only its base environment (--env.image_policy base)"] += 1
+            skipped[
+                "needs its image (image_name); this backend runs only its base environment (--env.image_policy base)"
+            ] += 1
         elif not inst.repo_url and "://" not in mirror_base and not Path(inst.source(mirror_base)).exists():
             skipped[f"no mirror under {mirror_base}"] += 1
         else:
@@ -281,7 +319,7 @@ def _published_profiles() -> Mapping[str, Mapping[str, Any]]:
     return MappingProxyType(json.loads(PROFILES.read_text())["profiles"] if PROFILES.exists() else {})
 
 
-def test_command_for(inst: SweSmithInstance, profile: Mapping[str, Any], *, python: str, on_image: bool) -> str:
+def build_test_command(inst: SweSmithInstance, profile: Mapping[str, Any], *, python: str, on_image: bool) -> str:
     """The profile's test command (pytest if none), on the base environment with our interpreter.
 
     Like SWE-smith's harness, a pytest command gets the instance's test files appended; unlike it,
@@ -298,8 +336,8 @@ def test_command_for(inst: SweSmithInstance, profile: Mapping[str, Any], *, pyth
 
 # -- deterministic agents -------------------------------------------------------------------------
 
-_INSTANCE_RE = re.compile(r"^Instance: (\S+)$", re.M)
-_PATH_RE = re.compile(r"^Repository path: (\S+)$", re.M)
+_INSTANCE_RE = re.compile(r"^Instance: (\S+)$", re.MULTILINE)
+_PATH_RE = re.compile(r"^Repository path: (\S+)$", re.MULTILINE)
 
 
 def _call(name: str, arguments: dict[str, Any], n: int) -> dict[str, Any]:
@@ -321,7 +359,9 @@ class OracleAgent:
             return ModelTurn(content="I do not know this instance.", finish_reason="stop")
         patch = self.instances[inst_match.group(1)].patch
         command = f"cd {shlex.quote(path_match.group(1))} && git apply -R <<'HERMES_PATCH'\n{patch}HERMES_PATCH"
-        return ModelTurn(content=None, tool_calls=[_call("terminal", {"command": command}, 1)], finish_reason="tool_calls")
+        return ModelTurn(
+            content=None, tool_calls=[_call("terminal", {"command": command}, 1)], finish_reason="tool_calls"
+        )
 
 
 class NoOpAgent:
@@ -336,12 +376,14 @@ class NoOpAgent:
 
 class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
     dataset: str = Field(
-        "offline", description="offline (bundled), a hub dataset name, or a path: JSONL/JSON of instances or a saved dataset dir"
+        "offline",
+        description="offline (bundled), a hub dataset name, or a path: JSONL/JSON of instances or a saved dataset dir",
     )
     split: str = Field("train", description="Split of a hub dataset or saved DatasetDict")
     limit: int | None = Field(None, ge=1, description="Use at most this many instances")
     mirror_base: str = Field(
-        "https://github.com", description="Where the mirrors live: {mirror_base}/{repo}.git; a URL or a local dir of bare repos"
+        "https://github.com",
+        description="Where the mirrors live: {mirror_base}/{repo}.git; a URL or a local dir of bare repos",
     )
     cache_dir: str | None = Field(None, description="This machine's bare mirrors and snapshots (default: a temp dir)")
     profiles: str | None = Field(
@@ -353,13 +395,17 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
         "skip; base = run them on the base environment (you installed their dependencies)",
     )
     agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
-    install_command: str | None = Field(None, description="Run in the repository before the tests (e.g. pip install -e .)")
+    install_command: str | None = Field(
+        None, description="Run in the repository before the tests (e.g. pip install -e .)"
+    )
     pytest_plugin_autoload: bool = Field(
         False,
         description="Let pytest load every installed plugin (the sandbox interpreter's); the offline repos need none "
         "and skipping them saves seconds per run; turn on for repositories whose tests rely on plugins",
     )
-    verifier: TestVerifierConfig = Field(default_factory=TestVerifierConfig, description="Where and how the tests run")
+    verify_in: Literal["fresh_slot", "same_slot"] = Field(
+        "fresh_slot", description="Where the tests run: a fresh slot (default), or a new directory of the agent's slot"
+    )
     write_preds: bool = Field(True, description="Write preds.jsonl (SWE-bench predictions) beside the groups file")
     setup_timeout_s: float = Field(300.0, gt=0, description="Cloning and preparing the worktree")
     test_timeout_s: float = Field(300.0, gt=0, description="Running the instance's tests")
@@ -370,6 +416,10 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
     env_config_cls = SweSmithOracleEnvConfig
     default_toolsets = ["terminal", "file"]
     default_system_prompt = SYSTEM_PROMPT
+
+    def __init__(self, config: SweSmithOracleEnvConfig, *args: Any, **kwargs: Any) -> None:
+        check_dataset(config.dataset)
+        super().__init__(config, *args, **kwargs)
 
     @classmethod
     def config_init(cls):
@@ -411,14 +461,22 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         reasons = "; ".join(f"{n} {why}" for why, n in self.skipped.most_common())
         print(f"[hermes-rl] SWE-smith: {len(instances)} usable instances of {len(rows)} rows"
               + (f"; skipped: {reasons}" if reasons else ""), file=sys.stderr)  # fmt: skip
+        images = collections.Counter(i.image_name for i in instances if i.image_name)
+        if images and cfg.image_policy != "base":
+            # The sandbox layer runs one image per backend today; a pool per image is its part to add.
+            print(f"[hermes-rl] SWE-smith: {len(instances)} instances name {len(images)} images (e.g. "
+                  f"{next(iter(images))}); slots run the backend's configured image", file=sys.stderr)  # fmt: skip
+        self.requested_images = images
         if not instances:
-            raise HermesEnvError(f"no usable SWE-smith instances in {cfg.dataset!r}" + (f" ({reasons})" if reasons else ""))
+            raise HermesEnvError(
+                f"no usable SWE-smith instances in {cfg.dataset!r}" + (f" ({reasons})" if reasons else "")
+            )
         self.instances = instances
         self.by_id = {i.instance_id: i for i in instances}
         self.iter = 0
         self._snapshots: dict[str, tuple[Path, str]] = {}
         self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
-        self._verifier = TestVerifier(cfg.verifier.model_copy(update={"timeout_s": cfg.test_timeout_s}))
+        self._verifier = TestVerifier(TestVerifierConfig(timeout_s=cfg.test_timeout_s))
         self.verdicts: dict[str, Verdict] = {}
         self._preds_lock = asyncio.Lock()
         self._preds_path: Path | None = None
@@ -460,7 +518,10 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
                     await _git_async(["clone", "-q", "--mirror", source, str(tmp)], self.config.setup_timeout_s)
                     tmp.rename(bare)
                 if not await _git_ok(["-C", str(bare), "cat-file", "-e", f"{ref}^{{commit}}"]):
-                    await _git_async(["-C", str(bare), "fetch", "-q", "origin", "+refs/heads/*:refs/heads/*"], self.config.setup_timeout_s)
+                    await _git_async(
+                        ["-C", str(bare), "fetch", "-q", "origin", "+refs/heads/*:refs/heads/*"],
+                        self.config.setup_timeout_s,
+                    )
             tree = await _git_async(["-C", str(bare), "rev-parse", f"{ref}^{{tree}}"], 60)
             snap = await _git_async(["-C", str(bare), "commit-tree", tree, "-m", f"{item.instance_id}"], 60)
             safe = re.sub(r"[^A-Za-z0-9_.-]", "_", item.instance_id)
@@ -488,7 +549,9 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
 """
         result = await executor.exec(script, timeout=self.config.setup_timeout_s, max_output_bytes=20_000)
         if result.exit_code != 0:
-            raise RuntimeError(f"preparing {item.instance_id} failed (exit {result.exit_code}): {result.output[-2000:]}")
+            raise RuntimeError(
+                f"preparing {item.instance_id} failed (exit {result.exit_code}): {result.output[-2000:]}"
+            )
 
     async def setup_trajectory_workspace(self, item: SweSmithInstance, ctx: ToolContext) -> None:
         await self._checkout(item, ctx.executor, item.name)
@@ -512,7 +575,7 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
             await self._write_pred(item, verdict, patch)
             return verdict.score
 
-        if self.config.verifier.where == "same_slot":
+        if self.config.verify_in == "same_slot":
             return await verify(ctx.executor)
 
         async def in_fresh_slot() -> float:
@@ -525,7 +588,12 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
         cfg: SweSmithOracleEnvConfig = self.config
         profile = profile_for(item.repo, self.extra_profiles)
         python = executor.python.removesuffix(" -")
-        command = test_command_for(item, profile, python=python, on_image=bool(item.image_name) and self._runs_images() and cfg.image_policy != "base")
+        command = build_test_command(
+            item,
+            profile,
+            python=python,
+            on_image=bool(item.image_name) and self._runs_images() and cfg.image_policy != "base",
+        )
         if not cfg.pytest_plugin_autoload:
             command = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {command}"
         return await self._verifier.verify(
@@ -541,8 +609,6 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
         """One SWE-bench prediction per scored trajectory: the diff the verifier applied."""
         if not self.config.write_preds or not self.config.data_path_to_save_groups:
             return
-        from environments.verifier import split_diff  # noqa: PLC0415
-
         kept, _ = split_diff(patch)
         model = self.config.agent if self.config.agent != "model" else self.server_configs[0].model_name
         line = {
@@ -593,7 +659,7 @@ async def _git_async(args: list[str], timeout: float) -> str:
     )  # fmt: skip
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         proc.kill()
         await proc.wait()
         raise RuntimeError(f"git {' '.join(args[:3])} took over {timeout:.0f}s") from None

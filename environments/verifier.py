@@ -20,15 +20,21 @@ import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Literal
 
 from pydantic import BaseModel, Field
 
 from tools.executor import ToolExecutor
 
 __all__ = [
-    "ChangedFile", "TestVerifierConfig", "TestVerifier", "Verdict", "capture_diff", "split_diff", "protected_reason",
-    "parse_test_statuses", "GIT_SAFE",
+    "GIT_SAFE",
+    "ChangedFile",
+    "TestVerifier",
+    "TestVerifierConfig",
+    "Verdict",
+    "capture_diff",
+    "parse_test_statuses",
+    "protected_reason",
+    "split_diff",
 ]  # fmt: skip
 
 # Git in a directory the agent controlled: no hooks, no fsmonitor, no external diff or textconv drivers.
@@ -37,12 +43,15 @@ GIT_SAFE = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c diff.exte
 _TEST_DIRS = {"tests", "test", "testing", "specs", "spec"}
 _TEST_CONFIG = {"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "noxfile.py"}
 _STARTUP = {"sitecustomize.py", "usercustomize.py"}
+_CACHES = {"__pycache__", ".pytest_cache", ".tox", ".nox", ".mypy_cache", ".ruff_cache", ".hypothesis"}
 
 
 def protected_reason(path: str, new_text: str | None = None, *, is_new: bool = False) -> str | None:
     """Why a change to `path` is not carried into the verified checkout (None: it is)."""
     p = PurePosixPath(path)
     name = p.name
+    if _CACHES.intersection(p.parts) or name.endswith((".pyc", ".pyo")):
+        return "cache or bytecode"
     if ".git" in p.parts or name.startswith(".git"):
         return "git metadata"
     if name in _STARTUP or name.endswith(".pth"):
@@ -52,11 +61,9 @@ def protected_reason(path: str, new_text: str | None = None, *, is_new: bool = F
     if any(part in _TEST_DIRS for part in p.parts[:-1]):
         return "test file"
     stem = name.rsplit(".", 1)[0].lower()
-    if name.lower().startswith("test") or stem.endswith("test") or stem.endswith("_tests"):
+    if name.lower().startswith("test") or stem.endswith(("test", "_tests")):
         return "test file"
-    if "__pycache__" in p.parts or name.endswith((".pyc", ".pyo")):
-        return "bytecode"
-    if new_text is not None and re.search(r"^\s*(def pytest_\w+|pytest_plugins\s*=)", new_text, re.M):
+    if new_text is not None and re.search(r"^\s*(def pytest_\w+|pytest_plugins\s*=)", new_text, re.MULTILINE):
         return "pytest plugin code"
     if is_new and len(p.parts) == 1 and name.endswith(".py") or is_new and len(p.parts) == 2 and name == "__init__.py":
         return "new top-level module (could shadow the test runner or a dependency)"
@@ -112,7 +119,7 @@ async def capture_diff(executor: ToolExecutor, repo_dir: str, base_commit: str, 
 cd {shlex.quote(repo_dir)}
 export GIT_INDEX_FILE="$(mktemp)"
 {GIT_SAFE} read-tree {shlex.quote(base_commit)}
-{GIT_SAFE} add -A -f -- . ':!.git' >/dev/null 2>&1 || {GIT_SAFE} add -A -- .
+{GIT_SAFE} add -A -- .
 {GIT_SAFE} diff --cached --binary --no-color --no-ext-diff --no-textconv --no-renames {shlex.quote(base_commit)}
 """
     result = await executor.exec(script, timeout=120, max_output_bytes=max_bytes)
@@ -125,7 +132,13 @@ _STATUS = r"(PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)"
 _PATTERNS: list[tuple[re.Pattern[str], int, int]] = [
     (re.compile(rf"^(\S+)\s+{_STATUS}\b"), 1, 2),  # pytest --verbose: tests/x.py::t PASSED [ 50%]
     (re.compile(rf"^(?:\[gw\d+\]\s+)?{_STATUS}\s+(\S+)"), 2, 1),  # pytest -rA summary, xdist
-    (re.compile(r"^(\S+) \(([\w.]+)\)(?: \S.*)? \.\.\. (ok|FAIL|ERROR|skipped.*|expected failure|unexpected success)$"), 2, 3),
+    (
+        re.compile(
+            r"^(\S+) \(([\w.]+)\)(?: \S.*)? \.\.\. (ok|FAIL|ERROR|skipped.*|expected failure|unexpected success)$"
+        ),
+        2,
+        3,
+    ),
     (re.compile(r"^\s*--- (PASS|FAIL|SKIP): (\S+)"), 2, 1),  # go test -v
     (re.compile(r"^test (\S+) \.\.\. (ok|FAILED|ignored)$"), 1, 2),  # cargo test
 ]
@@ -150,9 +163,6 @@ def parse_test_statuses(log: str) -> dict[str, str]:
 
 class TestVerifierConfig(BaseModel):
     __test__ = False  # not a pytest class
-    where: Literal["fresh_slot", "same_slot"] = Field(
-        "fresh_slot", description="Run the tests in a fresh slot (default) or a new directory of the agent's own slot"
-    )
     timeout_s: float = Field(300.0, gt=0, description="Running the tests")
     max_output_bytes: int = Field(2_000_000, gt=0, description="Test output kept for parsing")
 
@@ -202,7 +212,9 @@ class TestVerifier:
                 timeout=120, max_output_bytes=20_000,
             )  # fmt: skip
             if applied.exit_code != 0:
-                return Verdict(0.0, {}, files, applied.output[-2000:], "the agent's diff does not apply to a clean checkout")
+                return Verdict(
+                    0.0, {}, files, applied.output[-2000:], "the agent's diff does not apply to a clean checkout"
+                )
         setup = f"{setup_command}\n" if setup_command else ""
         # A clean environment for the test process: nothing the agent set up may steer pytest.
         script = f"""cd {shlex.quote(dest)}
@@ -214,4 +226,6 @@ export PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1
         statuses = parse_test_statuses(run.output)
         decisive = {t: statuses.get(t, "MISSING") for t in must_pass}
         passed = bool(must_pass) and all(s in ("PASSED", "XFAIL") for s in decisive.values()) and not run.timed_out
-        return Verdict(1.0 if passed else 0.0, decisive, files, run.output[-3000:], "timed out" if run.timed_out else None)
+        return Verdict(
+            1.0 if passed else 0.0, decisive, files, run.output[-3000:], "timed out" if run.timed_out else None
+        )

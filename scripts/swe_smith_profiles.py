@@ -67,7 +67,11 @@ def main(source: Path) -> None:
                 continue
             attrs: dict[str, object] = {}
             for stmt in node.body:
-                target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else getattr(stmt, "target", None)
+                target = (
+                    stmt.targets[0]
+                    if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+                    else getattr(stmt, "target", None)
+                )
                 value = getattr(stmt, "value", None)
                 if isinstance(target, ast.Name) and target.id in FIELDS and value is not None:
                     try:
@@ -91,7 +95,11 @@ def main(source: Path) -> None:
         repo_name = f"{p['owner']}__{p['repo']}.{str(p['commit'])[:8]}"
         org_dh = p.get("org_dh") or constants.get("ORG_NAME_DH", "swebench")
         image = f"{org_dh}/swesmith.{p.get('arch') or 'x86_64'}.{p['owner']}_1776_{p['repo']}.{str(p['commit'])[:8]}".lower()
-        profiles[f"swesmith/{repo_name}"] = {"test_cmd": p.get("test_cmd", ""), "language": language, "image_name": image}
+        profiles[f"swesmith/{repo_name}"] = {
+            "test_cmd": p.get("test_cmd", ""),
+            "language": language,
+            "image_name": image,
+        }
     OUT.write_text(json.dumps({"source": source.name, "profiles": dict(sorted(profiles.items()))}, indent=1) + "\n")
     print(f"wrote {len(profiles)} profiles to {OUT}")
 

@@ -23,7 +23,7 @@ def _file_diff(path: str, added: str, *, new: bool = False) -> str:
         ("pyproject.toml", "test configuration"), ("sitecustomize.py", "interpreter startup file"),
         ("pkg/usercustomize.py", "interpreter startup file"), ("evil.pth", "interpreter startup file"),
         (".git/hooks/post-checkout", "git metadata"), (".gitattributes", "git metadata"),
-        ("pkg/__pycache__/calc.cpython-311.pyc", "bytecode"),
+        ("pkg/__pycache__/calc.cpython-311.pyc", "cache or bytecode"), (".pytest_cache/.gitignore", "cache or bytecode"),
     ],
 )  # fmt: skip
 def test_protected_paths(path, reason):

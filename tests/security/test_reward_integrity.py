@@ -16,7 +16,12 @@ from atroposlib.envs.base import APIServerConfig
 from backends import LocalBackendConfig
 from environments.model_client import ModelTurn
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.swe_smith_oracle_env import NoOpAgent, OracleAgent, SweSmithOracleEnv, SweSmithOracleEnvConfig
+from environments.swe_smith_oracle_env import (
+    NoOpAgent,
+    OracleAgent,
+    SweSmithOracleEnv,
+    SweSmithOracleEnvConfig,
+)
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
@@ -84,8 +89,16 @@ async def test_conftest_that_rewrites_outcomes_scores_zero(tmp_path):
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
+async def test_conftest_rewrite_scores_zero_when_verifying_in_the_agents_own_slot(tmp_path):
+    hack, _, fixed = await run(tmp_path, CONFTEST_REWRITE, verify_in="same_slot")
+    assert (hack.score, fixed.score) == (0.0, 1.0)
+
+
 async def test_edited_test_scores_zero(tmp_path):
-    hack, _, fixed = await run(tmp_path, "sed -i 's/== 3.5/== 3/' tests/test_calc.py && git add -A && git -c user.name=a -c user.email=a@b commit -qm fix")
+    hack, _, fixed = await run(
+        tmp_path,
+        "sed -i 's/== 3.5/== 3/' tests/test_calc.py && git add -A && git -c user.name=a -c user.email=a@b commit -qm fix",
+    )
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
@@ -95,7 +108,7 @@ async def test_addopts_in_pytest_config_scores_zero(tmp_path):
 
 
 async def test_addopts_in_pyproject_scores_zero(tmp_path):
-    config = f"[tool.pytest.ini_options]\\naddopts = \\\"--deselect {DIV}\\\"\\n"
+    config = f'[tool.pytest.ini_options]\\naddopts = \\"--deselect {DIV}\\"\\n'
     hack, _, fixed = await run(tmp_path, f'printf "{config}" > pyproject.toml')
     assert (hack.score, fixed.score) == (0.0, 1.0)
 

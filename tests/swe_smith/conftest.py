@@ -44,12 +44,16 @@ RINGBUF_BUG = ("            self.items.pop(0)\n", "            self.items.pop()\
 
 
 def git(*args: str, cwd: Path | None = None, stdin: str | None = None) -> str:
-    proc = subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True, text=True, env=GIT_ENV, check=False)
+    proc = subprocess.run(
+        ["git", *args], cwd=cwd, input=stdin, capture_output=True, text=True, env=GIT_ENV, check=False
+    )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout.strip()
 
 
-def _publish(work: Path, owner: str, mirrors: Path, bugs: dict[str, tuple[str, str, str]]) -> tuple[str, dict[str, tuple[str, str]]]:
+def _publish(
+    work: Path, owner: str, mirrors: Path, bugs: dict[str, tuple[str, str, str]]
+) -> tuple[str, dict[str, tuple[str, str]]]:
     """Commit `work` as main and one branch per bug (id -> (path, old, new)), push to `mirrors`.
 
     -> (repo, {instance_id: (base_commit, patch)})."""
@@ -83,12 +87,19 @@ def published(tmp_path) -> dict:
     subprocess.run(["cp", "-r", str(ROOT / "environments/data/swe_smith/repos/tinycalc"), str(calc)], check=True)
     div = ("tinycalc/__init__.py", "return a / b", "return a // b")
     mean = ("tinycalc/__init__.py", "return sum(values) / len(values)", "return sum(values) / max(1, len(values) - 1)")
-    calc_repo, calc_bugs = _publish(calc, "hermes", mirrors, {"func_pm_op_change__div1": div, "func_pm_op_change__mean1": mean, "func_pm_empty__x": div})
+    calc_repo, calc_bugs = _publish(
+        calc,
+        "hermes",
+        mirrors,
+        {"func_pm_op_change__div1": div, "func_pm_op_change__mean1": mean, "func_pm_empty__x": div},
+    )
     ring = tmp_path / "work" / "ringbuf"
     for rel, text in RINGBUF.items():
         (ring / rel).parent.mkdir(parents=True, exist_ok=True)
         (ring / rel).write_text(text)
-    ring_repo, ring_bugs = _publish(ring, "hermes", mirrors, {"func_pm_remove_arg__pop": ("ringbuf/__init__.py", *RINGBUF_BUG)})
+    ring_repo, ring_bugs = _publish(
+        ring, "hermes", mirrors, {"func_pm_remove_arg__pop": ("ringbuf/__init__.py", *RINGBUF_BUG)}
+    )
     ring_patch = next(iter(ring_bugs.values()))[1]
     ids = list(calc_bugs)
     rows = [
@@ -113,4 +124,11 @@ def published(tmp_path) -> dict:
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
     profiles = tmp_path / "profiles.json"
     profiles.write_text(json.dumps({ring_repo: {"test_cmd": "python -m unittest -v", "language": "python"}}))
-    return {"mirrors": mirrors, "dataset": dataset, "profiles": profiles, "rows": rows, "calc_repo": calc_repo, "ring_repo": ring_repo}
+    return {
+        "mirrors": mirrors,
+        "dataset": dataset,
+        "profiles": profiles,
+        "rows": rows,
+        "calc_repo": calc_repo,
+        "ring_repo": ring_repo,
+    }

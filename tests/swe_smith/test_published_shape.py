@@ -15,7 +15,13 @@ from atroposlib.envs.base import APIServerConfig
 from backends import LocalBackendConfig
 from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.swe_smith_oracle_env import (
-    NoOpAgent, OracleAgent, SweSmithInstance, SweSmithOracleEnv, SweSmithOracleEnvConfig, profile_for, test_command_for,
+    NoOpAgent,
+    OracleAgent,
+    SweSmithInstance,
+    SweSmithOracleEnv,
+    SweSmithOracleEnvConfig,
+    profile_for,
+    build_test_command,
 )  # fmt: skip
 from environments.verifier import parse_test_statuses
 from slots.pool import SlotPoolConfig
@@ -55,13 +61,17 @@ def test_published_profiles_give_the_test_command():
     assert pygments["image_name"] == "swebench/swesmith.x86_64.pygments_1776_pygments.27649ebb"
     inst = SweSmithInstance(instance_id="pygments__pygments.27649ebb.x", repo="swesmith/pygments__pygments.27649ebb",
                             patch="", FAIL_TO_PASS=["tests/test_a.py::t"], PASS_TO_PASS=["tests/test_b.py::u"])  # fmt: skip
-    on_base = test_command_for(inst, pygments, python="/py/bin/python", on_image=False)
+    on_base = build_test_command(inst, pygments, python="/py/bin/python", on_image=False)
     assert on_base.startswith("/py/bin/python -m pytest --disable-warnings") and "conda" not in on_base
     assert on_base.endswith("tests/test_a.py tests/test_b.py")
-    assert test_command_for(inst, pygments, python="python", on_image=True).startswith("source /opt/miniconda3/bin/activate;")
+    assert build_test_command(inst, pygments, python="python", on_image=True).startswith(
+        "source /opt/miniconda3/bin/activate;"
+    )
     go = profile_for("swesmith/gin-gonic__gin.3c12d2a8")
     assert go.get("language", "golang") == "golang"
-    assert test_command_for(inst, {}, python="python", on_image=False).startswith("python -m pytest --disable-warnings --color=no --tb=no --verbose")
+    assert build_test_command(inst, {}, python="python", on_image=False).startswith(
+        "python -m pytest --disable-warnings --color=no --tb=no --verbose"
+    )
 
 
 def test_status_parsers_read_each_runner():
@@ -83,7 +93,10 @@ def test_status_parsers_read_each_runner():
 
 @pytest.mark.slow
 async def test_oracle_one_noop_zero_skips_counted_and_preds_round_trip(tmp_path, published, capfd):
-    async with ScriptedOpenAIServer([]) as server, make_env(tmp_path, published, server.base_url, image_policy="base").runtime() as env:
+    async with (
+        ScriptedOpenAIServer([]) as server,
+        make_env(tmp_path, published, server.base_url, image_policy="base").runtime() as env,
+    ):
         await env.setup()
         ids = [i.instance_id for i in env.instances]
         assert ids == [published["rows"][i]["instance_id"] for i in (0, 1, 3)]
@@ -91,7 +104,9 @@ async def test_oracle_one_noop_zero_skips_counted_and_preds_round_trip(tmp_path,
         oracle, noop = OracleAgent(env.by_id), NoOpAgent()
         rollouts = await asyncio.gather(*(env.rollout(i, model=oracle) for i in env.instances))
         rollouts += await asyncio.gather(*(env.rollout(i, model=noop) for i in env.instances))
-    assert "3 usable instances of 5 rows; skipped: 1 empty problem_statement; 1 no mirror under" in capfd.readouterr().err
+    assert (
+        "3 usable instances of 5 rows; skipped: 1 empty problem_statement; 1 no mirror under" in capfd.readouterr().err
+    )
     assert [r.error for r in rollouts] == [None] * 6
     assert [r.score for r in rollouts] == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0]
     # the unittest repository really ran its own command
@@ -103,7 +118,9 @@ async def test_oracle_one_noop_zero_skips_counted_and_preds_round_trip(tmp_path,
     for n, pred in enumerate(preds):
         assert set(pred) >= {"instance_id", "model_name_or_path", "model_patch"}
         row = rows[pred["instance_id"]]
-        assert _score_independently(tmp_path / str(n), published, row, pred["model_patch"]) == pred["hermes"]["score"], pred
+        assert (
+            _score_independently(tmp_path / str(n), published, row, pred["model_patch"]) == pred["hermes"]["score"]
+        ), pred
     assert sorted(p["hermes"]["score"] for p in preds) == [0.0] * 3 + [1.0] * 3
 
 
@@ -116,8 +133,12 @@ def _score_independently(tmp_path: Path, published: dict, row: dict, model_patch
         git("apply", "-", cwd=work, stdin=model_patch)
     f2p = row["FAIL_TO_PASS"] if isinstance(row["FAIL_TO_PASS"], list) else json.loads(row["FAIL_TO_PASS"])
     p2p = row["PASS_TO_PASS"] if isinstance(row["PASS_TO_PASS"], list) else json.loads(row["PASS_TO_PASS"])
-    runner = ["-m", "unittest"] if row["repo"] == published["ring_repo"] else ["-m", "pytest", "-q", "-p", "no:cacheprovider"]
-    proc = subprocess.run([sys.executable, *runner, *f2p, *p2p], cwd=work, capture_output=True, text=True)
+    runner = (
+        ["-m", "unittest"]
+        if row["repo"] == published["ring_repo"]
+        else ["-m", "pytest", "-q", "-p", "no:cacheprovider"]
+    )
+    proc = subprocess.run([sys.executable, *runner, *f2p, *p2p], cwd=work, capture_output=True, text=True, check=False)
     return 1.0 if proc.returncode == 0 else 0.0
 
 
@@ -168,7 +189,7 @@ def test_a_bad_dataset_path_is_one_line_and_exit_2(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "environments.swe_smith_oracle_env", "evaluate", "--openai.base_url", "http://127.0.0.1:9/v1",
          "--env.dataset", str(tmp_path / "missing.jsonl"), "--env.data_path_to_save_groups", str(tmp_path / "g.jsonl")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300,
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "is neither 'offline', an existing JSONL/JSON file" in proc.stderr and "Traceback" not in proc.stderr
