@@ -14,9 +14,9 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from backends import LocalBackendConfig
-from environments.model_client import ModelTurn
+from environments.models.base import ModelTurn
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.swe_smith_oracle_env import (
+from environments.swe_smith.env import (
     NoOpAgent,
     OracleAgent,
     SweSmithOracleEnv,

@@ -51,7 +51,7 @@ from environments.hermes_base_env import (
     HermesEnvError,
     embedded_server_configs,
 )
-from environments.model_client import ChatModel, ModelTurn
+from environments.models.base import ChatModel, ModelTurn
 from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.verifier import (
     GIT_SAFE,
@@ -77,7 +77,7 @@ __all__ = [
     "build_test_command",
 ]  # fmt: skip
 
-OFFLINE_DATA = Path(__file__).parent / "data" / "swe_smith"
+OFFLINE_DATA = Path(__file__).parents[1] / "data" / "swe_smith"
 PROFILES = OFFLINE_DATA / "profiles.json"
 HUB_DATASET = "SWE-bench/SWE-smith"
 DEFAULT_TEST_CMD = "pytest --disable-warnings --color=no --tb=no --verbose"  # SWE-smith's PythonProfile
