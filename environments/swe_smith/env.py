@@ -72,9 +72,9 @@ __all__ = [
     "SweSmithOracleEnv",
     "SweSmithOracleEnvConfig",
     "build_mirror",
+    "build_test_command",
     "load_instances",
     "load_offline_instances",
-    "build_test_command",
 ]  # fmt: skip
 
 OFFLINE_DATA = Path(__file__).parents[1] / "data" / "swe_smith"
@@ -270,7 +270,11 @@ def check_dataset(dataset: str) -> None:
 
 
 def load_instances(
-    rows: list[dict[str, Any]], *, run_images: bool, mirror_base: str
+    rows: list[dict[str, Any]],
+    *,
+    run_images: bool,
+    mirror_base: str,
+    profiles: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> tuple[list[SweSmithInstance], collections.Counter]:
     """Usable instances and the counted reasons for every row left out."""
     skipped: collections.Counter = collections.Counter()
@@ -282,7 +286,7 @@ def load_instances(
         except ValidationError as exc:
             skipped[f"invalid row ({', '.join(str(e['loc'][0]) for e in exc.errors()[:3])})"] += 1
             continue
-        profile = profile_for(inst.repo)
+        profile = profile_for(inst.repo, profiles)
         if not inst.problem_statement.strip():
             skipped["empty problem_statement"] += 1
         elif not inst.FAIL_TO_PASS:
@@ -455,8 +459,12 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
             self.mirror_base = str(base)
         else:
             rows = await asyncio.to_thread(_read_rows, cfg.dataset, cfg.split)
+        if cfg.profiles and not Path(cfg.profiles).is_file():
+            raise HermesEnvError(f"--env.profiles {cfg.profiles!r} is not a file; pass a JSON file {{repo: {{test_cmd: ...}}}}")
         self.extra_profiles = json.loads(Path(cfg.profiles).read_text()) if cfg.profiles else {}
-        instances, self.skipped = load_instances(rows, run_images=self._runs_images(), mirror_base=self.mirror_base)
+        instances, self.skipped = load_instances(
+            rows, run_images=self._runs_images(), mirror_base=self.mirror_base, profiles=self.extra_profiles
+        )
         instances = instances[: cfg.limit]
         reasons = "; ".join(f"{n} {why}" for why, n in self.skipped.most_common())
         print(f"[hermes-rl] SWE-smith: {len(instances)} usable instances of {len(rows)} rows"
@@ -572,6 +580,8 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
             if broken:
                 verdict.error = broken
             self.verdicts[ctx.task_id] = verdict
+            while len(self.verdicts) > 1000:  # the recent ones, for inspection; preds.jsonl keeps them all
+                self.verdicts.pop(next(iter(self.verdicts)))
             await self._write_pred(item, verdict, patch)
             return verdict.score
 
@@ -595,7 +605,7 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
             on_image=bool(item.image_name) and self._runs_images() and cfg.image_policy != "base",
         )
         if not cfg.pytest_plugin_autoload:
-            command = f"PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 {command}"
+            command = f"export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1\n{command}"
         return await self._verifier.verify(
             executor,
             prepare=lambda ex, dest: self._checkout(item, ex, dest),

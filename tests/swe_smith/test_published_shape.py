@@ -20,8 +20,9 @@ from environments.swe_smith.env import (
     SweSmithInstance,
     SweSmithOracleEnv,
     SweSmithOracleEnvConfig,
-    profile_for,
     build_test_command,
+    load_instances,
+    profile_for,
 )  # fmt: skip
 from environments.verifier import parse_test_statuses
 from slots.pool import SlotPoolConfig
@@ -72,6 +73,33 @@ def test_published_profiles_give_the_test_command():
     assert build_test_command(inst, {}, python="python", on_image=False).startswith(
         "python -m pytest --disable-warnings --color=no --tb=no --verbose"
     )
+
+
+def test_unusable_rows_are_counted_by_reason(tmp_path):
+    base = {"patch": "", "FAIL_TO_PASS": ["t"], "problem_statement": "p", "base_commit": "a" * 40}
+    rows = [
+        base | {"instance_id": "ContentSquare__chproxy.a9364c8b.x", "repo": "swesmith/ContentSquare__chproxy.a9364c8b"},
+        base | {"instance_id": "o__n.12345678.a", "repo": "swesmith/o__n.12345678", "image_name": "swebench/x"},
+        base | {"instance_id": "o__n.12345678.b", "repo": "swesmith/o__n.12345678", "problem_statement": ""},
+        base | {"instance_id": "o__n.12345678.c", "repo": "swesmith/o__n.12345678", "FAIL_TO_PASS": []},
+        {"instance_id": "o__n.12345678.d", "repo": "swesmith/o__n.12345678"},
+        base | {"instance_id": "o__n.12345678.e", "repo": "swesmith/o__n.12345678"},
+        base | {"instance_id": "o__n.12345678.e", "repo": "swesmith/o__n.12345678"},
+    ]
+    usable, skipped = load_instances(rows, run_images=False, mirror_base="https://github.com")
+    assert [i.instance_id for i in usable] == ["o__n.12345678.e"]
+    assert dict(skipped) == {
+        "golang repository: needs its image, the base environment runs Python": 1,
+        "needs its image (image_name); this backend runs only its base environment (--env.image_policy base)": 1,
+        "empty problem_statement": 1,
+        "no FAIL_TO_PASS tests": 1,
+        "invalid row (patch, FAIL_TO_PASS)": 1,
+        "duplicate instance_id": 1,
+    }
+    usable, skipped = load_instances(rows[1:2], run_images=False, mirror_base=str(tmp_path))
+    assert not usable and set(skipped) == {"needs its image (image_name); this backend runs only its base environment (--env.image_policy base)"}
+    usable, skipped = load_instances(rows[1:2], run_images=True, mirror_base=str(tmp_path))
+    assert not usable and dict(skipped) == {f"no mirror under {tmp_path}": 1}
 
 
 def test_status_parsers_read_each_runner():
