@@ -75,6 +75,8 @@ __all__ = [
     "build_test_command",
     "load_instances",
     "load_offline_instances",
+    "profile_for",
+    "read_rows",
 ]  # fmt: skip
 
 OFFLINE_DATA = Path(__file__).parents[1] / "data" / "swe_smith"
@@ -234,7 +236,7 @@ def _default_cache() -> Path:
     return path
 
 
-def _read_rows(dataset: str, split: str) -> list[dict[str, Any]]:
+def read_rows(dataset: str, split: str) -> list[dict[str, Any]]:
     """Rows from a JSONL/JSON file, a `datasets` save_to_disk directory, or a hub dataset name."""
     path = Path(dataset)
     if path.is_file():
@@ -458,7 +460,7 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
             rows = [i.model_dump() for i in offline]
             self.mirror_base = str(base)
         else:
-            rows = await asyncio.to_thread(_read_rows, cfg.dataset, cfg.split)
+            rows = await asyncio.to_thread(read_rows, cfg.dataset, cfg.split)
         if cfg.profiles and not Path(cfg.profiles).is_file():
             raise HermesEnvError(f"--env.profiles {cfg.profiles!r} is not a file; pass a JSON file {{repo: {{test_cmd: ...}}}}")
         self.extra_profiles = json.loads(Path(cfg.profiles).read_text()) if cfg.profiles else {}

@@ -13,6 +13,7 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from backends import LocalBackendConfig
+from environments.hermes_base_env import HermesEnvError
 from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.swe_smith.env import (
     NoOpAgent,
@@ -23,6 +24,7 @@ from environments.swe_smith.env import (
     build_test_command,
     load_instances,
     profile_for,
+    read_rows,
 )  # fmt: skip
 from environments.verifier import parse_test_statuses
 from slots.pool import SlotPoolConfig
@@ -100,6 +102,23 @@ def test_unusable_rows_are_counted_by_reason(tmp_path):
     assert not usable and set(skipped) == {"needs its image (image_name); this backend runs only its base environment (--env.image_policy base)"}
     usable, skipped = load_instances(rows[1:2], run_images=True, mirror_base=str(tmp_path))
     assert not usable and dict(skipped) == {f"no mirror under {tmp_path}": 1}
+
+
+@pytest.mark.parametrize("as_dict", [False, True])
+def test_a_saved_dataset_directory_loads_like_the_jsonl(tmp_path, published, as_dict):
+    from datasets import Dataset, DatasetDict
+
+    # On the hub the test lists are JSON text in every row.
+    rows = [r | {k: r[k] if isinstance(r[k], str) else json.dumps(r[k]) for k in ("FAIL_TO_PASS", "PASS_TO_PASS")}
+            for r in published["rows"]]  # fmt: skip
+    saved = Dataset.from_list(rows)
+    (DatasetDict({"train": saved}) if as_dict else saved).save_to_disk(str(tmp_path / "saved"))
+    from_dir = load_instances(read_rows(str(tmp_path / "saved"), "train"), run_images=True, mirror_base=str(published["mirrors"]))
+    from_jsonl = load_instances(read_rows(str(published["dataset"]), "train"), run_images=True, mirror_base=str(published["mirrors"]))
+    assert from_dir == from_jsonl and len(from_dir[0]) == 3
+    if as_dict:
+        with pytest.raises(HermesEnvError, match="has splits \\['train'\\], not 'test'"):
+            read_rows(str(tmp_path / "saved"), "test")
 
 
 def test_status_parsers_read_each_runner():
