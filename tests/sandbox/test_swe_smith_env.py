@@ -115,7 +115,7 @@ def test_process_cli_runs_on_the_local_sandbox_backend_against_the_embedded_mode
     out = tmp_path / "groups.jsonl"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "environments.swe_smith.env", "process",
+            sys.executable, "-m", "environments.swe_smith_oracle_env", "process",
             "--openai.base_url", embedded_llm.base_url,
             "--openai.model_name", embedded_llm.model_name,
             "--openai.api_key", "local",

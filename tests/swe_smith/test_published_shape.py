@@ -207,7 +207,7 @@ def test_cli_evaluate_through_mirror_base_and_dataset_path(tmp_path, published):
             results = []
             for agent in ("oracle", "noop"):
                 argv = [
-                    sys.executable, "-m", "environments.swe_smith.env", "evaluate",
+                    sys.executable, "-m", "environments.swe_smith_oracle_env", "evaluate",
                     "--openai.base_url", server.base_url, "--openai.model_name", "scripted", "--openai.api_key", "x",
                     "--env.agent", agent, "--env.dataset", str(published["dataset"]),
                     "--env.mirror_base", str(published["mirrors"]), "--env.profiles", str(published["profiles"]),
@@ -234,7 +234,7 @@ def test_cli_evaluate_through_mirror_base_and_dataset_path(tmp_path, published):
 @pytest.mark.slow
 def test_a_bad_dataset_path_is_one_line_and_exit_2(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "environments.swe_smith.env", "evaluate", "--openai.base_url", "http://127.0.0.1:9/v1",
+        [sys.executable, "-m", "environments.swe_smith_oracle_env", "evaluate", "--openai.base_url", "http://127.0.0.1:9/v1",
          "--env.dataset", str(tmp_path / "missing.jsonl"), "--env.data_path_to_save_groups", str(tmp_path / "g.jsonl")],
         cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
