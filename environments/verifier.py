@@ -199,9 +199,14 @@ class TestVerifier:
         prepare: PrepareCheckout,
         patch: str,
         test_command: str,
-        must_pass: Sequence[str],
+        must_pass: Sequence[str] = (),
         setup_command: str | None = None,
     ) -> Verdict:
+        """Score `patch` (the agent's diff against the checkout `prepare` builds) by running `test_command`.
+
+        `must_pass`: test names that must each be reported passed (pytest, unittest, go or cargo
+        output); empty: the command's exit status decides.
+        """
         kept, files = split_diff(patch)
         dest = f".verify-{uuid.uuid4().hex[:8]}"
         await prepare(executor, dest)
@@ -225,7 +230,10 @@ export PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1
         run = await executor.exec(script, timeout=self.config.timeout_s, max_output_bytes=self.config.max_output_bytes)
         statuses = parse_test_statuses(run.output)
         decisive = {t: statuses.get(t, "MISSING") for t in must_pass}
-        passed = bool(must_pass) and all(s in ("PASSED", "XFAIL") for s in decisive.values()) and not run.timed_out
+        if must_pass:
+            passed = all(s in ("PASSED", "XFAIL") for s in decisive.values()) and not run.timed_out
+        else:  # no named tests (a task's own test script): its exit status decides
+            passed = run.exit_code == 0
         return Verdict(
             1.0 if passed else 0.0, decisive, files, run.output[-3000:], "timed out" if run.timed_out else None
         )
