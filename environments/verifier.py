@@ -8,8 +8,9 @@ pyproject configuration, plugin module, `.pth` and `sitecustomize` comes from th
 nothing the agent left outside its diff (hooks, caches, processes, /tmp) takes part.
 
 Used by the SWE-smith env; a terminal-tasks env can use it unchanged (any repository + test command).
-What it cannot stop: code under test runs inside the test process, so a source change written to
-fool this particular runner (forging its report) is out of reach of any in-process test harness.
+pytest outcomes are read from pytest's own JUnit XML report (at a path chosen per run), never
+from stdout, which the code under test can print to; other runners' output is parsed. What no
+in-process harness can stop: source code written to find and rewrite this particular report.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ __all__ = [
     "TestVerifierConfig",
     "Verdict",
     "capture_diff",
+    "parse_junit_statuses",
     "parse_test_statuses",
     "protected_reason",
     "split_diff",
@@ -221,19 +223,57 @@ class TestVerifier:
                     0.0, {}, files, applied.output[-2000:], "the agent's diff does not apply to a clean checkout"
                 )
         setup = f"{setup_command}\n" if setup_command else ""
+        # pytest reports through its own JUnit XML, never through stdout, which code under test can print to.
+        junit = bool(must_pass) and re.search(r"\bpytest\b", test_command) is not None
+        nonce = uuid.uuid4().hex
+        if junit:
+            run_tests = (
+                f'xml="$(mktemp -d)/{nonce}.xml"\n{test_command} --junitxml="$xml" -o junit_family=xunit1 > "$xml.log" 2>&1\n'
+                f'rc=$?\ntail -c 20000 "$xml.log"\necho; echo {nonce}; cat "$xml" 2>/dev/null\nexit $rc'
+            )
+        else:
+            run_tests = test_command
         # A clean environment for the test process: nothing the agent set up may steer pytest.
         script = f"""cd {shlex.quote(dest)}
 unset PYTEST_ADDOPTS PYTEST_PLUGINS PYTHONPATH PYTHONSTARTUP PYTHONHOME
 export PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1
-{setup}{test_command}
+{setup}{run_tests}
 """
         run = await executor.exec(script, timeout=self.config.timeout_s, max_output_bytes=self.config.max_output_bytes)
-        statuses = parse_test_statuses(run.output)
+        log, _, report = run.output.partition(f"\n{nonce}\n")
+        statuses = parse_junit_statuses(report) if junit else parse_test_statuses(run.output)
         decisive = {t: statuses.get(t, "MISSING") for t in must_pass}
         if must_pass:
             passed = all(s in ("PASSED", "XFAIL") for s in decisive.values()) and not run.timed_out
         else:  # no named tests (a task's own test script): its exit status decides
             passed = run.exit_code == 0
-        return Verdict(
-            1.0 if passed else 0.0, decisive, files, run.output[-3000:], "timed out" if run.timed_out else None
-        )
+        error = "timed out" if run.timed_out else ("pytest wrote no report" if junit and not statuses else None)
+        return Verdict(1.0 if passed else 0.0, decisive, files, log[-3000:], error)
+
+
+def parse_junit_statuses(xml: str) -> dict[str, str]:
+    """pytest node id -> status from a JUnit XML report (xunit1: each testcase names its file)."""
+    import xml.etree.ElementTree as ET
+
+    try:
+        root = ET.fromstring(xml.strip())
+    except ET.ParseError:
+        return {}
+    statuses: dict[str, str] = {}
+    for case in root.iter("testcase"):
+        file, classname, name = case.get("file"), case.get("classname", ""), case.get("name", "")
+        if not file or not name:
+            continue
+        module = file.removesuffix(".py").replace("/", ".")
+        classes = classname[len(module) :].strip(".") if classname.startswith(module) else ""
+        node = "::".join([file, *([c for c in classes.split(".") if c]), name])
+        kinds = {child.tag for child in case}
+        skipped = case.find("skipped")
+        if "failure" in kinds or "error" in kinds:
+            status = "FAILED" if "failure" in kinds else "ERROR"
+        elif skipped is not None:
+            status = "XFAIL" if skipped.get("type") == "pytest.xfail" else "SKIPPED"
+        else:
+            status = "PASSED"
+        statuses[node] = status
+    return statuses

@@ -26,7 +26,7 @@ from environments.swe_smith.env import (
     profile_for,
     read_rows,
 )  # fmt: skip
-from environments.verifier import parse_test_statuses
+from environments.verifier import parse_junit_statuses, parse_test_statuses
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.swe_smith.conftest import ROOT, git
@@ -136,6 +136,22 @@ def test_status_parsers_read_each_runner():
         "tests.test_r.RTest.test_len": "PASSED", "tests.test_r.RTest.test_pop": "FAILED", "TestGo": "PASSED",
         "tests::it_works": "PASSED",
     }  # fmt: skip
+
+
+def test_junit_report_gives_pytest_node_ids():
+    xml = """<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest">
+<testcase classname="tests.test_a" name="test_x" file="tests/test_a.py" line="3" time="0.001" />
+<testcase classname="tests.test_a.TestK" name="test_y[1-2]" file="tests/test_a.py" line="9" time="0.001">
+<failure message="assert 1 == 2">...</failure></testcase>
+<testcase classname="tests.test_b" name="test_s" file="tests/test_b.py" line="1" time="0"><skipped type="pytest.skip" message="x"/></testcase>
+<testcase classname="tests.test_b" name="test_xf" file="tests/test_b.py" line="5" time="0"><skipped type="pytest.xfail" message="x"/></testcase>
+<testcase classname="tests.test_b" name="test_e" file="tests/test_b.py" line="7" time="0"><error message="fixture"/></testcase>
+</testsuite></testsuites>"""
+    assert parse_junit_statuses(xml) == {
+        "tests/test_a.py::test_x": "PASSED", "tests/test_a.py::TestK::test_y[1-2]": "FAILED",
+        "tests/test_b.py::test_s": "SKIPPED", "tests/test_b.py::test_xf": "XFAIL", "tests/test_b.py::test_e": "ERROR",
+    }  # fmt: skip
+    assert parse_junit_statuses("tests/test_a.py::test_x PASSED") == {}
 
 
 @pytest.mark.slow
