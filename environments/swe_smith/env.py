@@ -124,7 +124,7 @@ class SweSmithInstance(BaseModel):
     def name(self) -> str:
         """The upstream project's name: the workspace directory the agent works in."""
         m = re.match(r"^(?:.+?__)?(.+?)(?:\.[0-9a-f]{7,8})?$", self.repo_name)
-        return re.sub(r"[^A-Za-z0-9_.-]", "_", m.group(1) if m else self.repo_name)[:60]
+        return re.sub(r"[^A-Za-z0-9_.-]", "_", m.group(1) if m else self.repo_name)[:60].lstrip(".") or "repo"
 
     def source(self, mirror_base: str) -> str:
         if self.repo_url:
@@ -627,7 +627,11 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
             "instance_id": item.instance_id,
             "model_name_or_path": model,
             "model_patch": kept,
-            "hermes": {"score": verdict.score, "dropped_files": [[f.path, f.reason] for f in verdict.dropped]},
+            "hermes": {
+                "score": verdict.score,
+                "changed_files": [f.path for f in verdict.changed_files],
+                "dropped_files": [[f.path, f.reason] for f in verdict.dropped],
+            },
         }
         async with self._preds_lock:
             if self._preds_path is None:
