@@ -462,7 +462,9 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         else:
             rows = await asyncio.to_thread(read_rows, cfg.dataset, cfg.split)
         if cfg.profiles and not Path(cfg.profiles).is_file():
-            raise HermesEnvError(f"--env.profiles {cfg.profiles!r} is not a file; pass a JSON file {{repo: {{test_cmd: ...}}}}")
+            raise HermesEnvError(
+                f"--env.profiles {cfg.profiles!r} is not a file; pass a JSON file {{repo: {{test_cmd: ...}}}}"
+            )
         self.extra_profiles = json.loads(Path(cfg.profiles).read_text()) if cfg.profiles else {}
         instances, self.skipped = load_instances(
             rows, run_images=self._runs_images(), mirror_base=self.mirror_base, profiles=self.extra_profiles

@@ -99,7 +99,9 @@ def test_unusable_rows_are_counted_by_reason(tmp_path):
         "duplicate instance_id": 1,
     }
     usable, skipped = load_instances(rows[1:2], run_images=False, mirror_base=str(tmp_path))
-    assert not usable and set(skipped) == {"needs its image (image_name); this backend runs only its base environment (--env.image_policy base)"}
+    assert not usable and set(skipped) == {
+        "needs its image (image_name); this backend runs only its base environment (--env.image_policy base)"
+    }
     usable, skipped = load_instances(rows[1:2], run_images=True, mirror_base=str(tmp_path))
     assert not usable and dict(skipped) == {f"no mirror under {tmp_path}": 1}
 
@@ -113,8 +115,12 @@ def test_a_saved_dataset_directory_loads_like_the_jsonl(tmp_path, published, as_
             for r in published["rows"]]  # fmt: skip
     saved = Dataset.from_list(rows)
     (DatasetDict({"train": saved}) if as_dict else saved).save_to_disk(str(tmp_path / "saved"))
-    from_dir = load_instances(read_rows(str(tmp_path / "saved"), "train"), run_images=True, mirror_base=str(published["mirrors"]))
-    from_jsonl = load_instances(read_rows(str(published["dataset"]), "train"), run_images=True, mirror_base=str(published["mirrors"]))
+    from_dir = load_instances(
+        read_rows(str(tmp_path / "saved"), "train"), run_images=True, mirror_base=str(published["mirrors"])
+    )
+    from_jsonl = load_instances(
+        read_rows(str(published["dataset"]), "train"), run_images=True, mirror_base=str(published["mirrors"])
+    )
     assert from_dir == from_jsonl and len(from_dir[0]) == 3
     if as_dict:
         with pytest.raises(HermesEnvError, match="has splits \\['train'\\], not 'test'"):
