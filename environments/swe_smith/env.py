@@ -593,7 +593,7 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
             return await verify(ctx.executor)
 
         async def in_fresh_slot() -> float:
-            async with self._tool_backend.trajectory(f"{ctx.task_id}-verify") as executor:
+            async with self.agent_runtime.tool_backend.trajectory(f"{ctx.task_id}-verify") as executor:
                 return await verify(executor)
 
         return in_fresh_slot  # run by the base env once the agent's slot is released
