@@ -118,7 +118,9 @@ class Rollout:
 
 
 Setup = Callable[[ToolContext], Awaitable[None]]
-Score = Callable[[AgentResult, ToolContext], Awaitable[float]]
+# A score may instead be an async callable, run once the workspace is released (e.g. tests in a
+# fresh slot: holding the agent's slot too could exhaust the pool).
+Score = Callable[[AgentResult, ToolContext], Awaitable[float | Callable[[], Awaitable[float]]]]
 
 
 class AgentRuntime:
@@ -355,6 +357,7 @@ class AgentRuntime:
         started = time.monotonic()
         model = model or self.make_model()
         value: float | None = None
+        deferred: Callable[[], Awaitable[float]] | None = None
         try:
             async with self._tool_backend.trajectory(task_id) as executor:
                 ctx = ToolContext(executor=executor, limits=self.config.tool_limits, task_id=task_id)
@@ -365,7 +368,10 @@ class AgentRuntime:
                 if result.infrastructure_failure:
                     return Rollout(item, result, None, result.error, True, time.monotonic() - started)
                 if score is not None:
-                    value = float(await score(result, ctx))
+                    scored = await score(result, ctx)
+                    deferred, value = (scored, None) if callable(scored) else (None, float(scored))
+            if deferred is not None:
+                value = float(await deferred())
         except HermesEnvError:
             raise
         except ModelRequestError as exc:  # a 4xx: the request or config is wrong; retrying cannot help
