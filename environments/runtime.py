@@ -28,7 +28,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
-from environments.models.base import ChatModel, ModelError
+from environments.models.base import ChatModel, ModelError, ModelRequestError
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.models.token_mode.chat_model import TokenChatConfig
 from environments.models.token_mode.servers import TokenServerConfig, TokenServerKind
@@ -118,7 +118,9 @@ class Rollout:
 
 
 Setup = Callable[[ToolContext], Awaitable[None]]
-Score = Callable[[AgentResult, ToolContext], Awaitable[float]]
+# A score may instead be an async callable, run once the workspace is released (e.g. tests in a
+# fresh slot: holding the agent's slot too could exhaust the pool).
+Score = Callable[[AgentResult, ToolContext], Awaitable[float | Callable[[], Awaitable[float]]]]
 
 
 class AgentRuntime:
@@ -142,6 +144,7 @@ class AgentRuntime:
         self._chat_clients: list[Any] = []
         self._token_models: TokenModeModels | None = None
         self._server_cycle = itertools.cycle(range(len(config.servers)))
+        self.last_server_index = 0  # the server make_model() chose last (the env gates requests per server)
         self._tool_backend: ToolBackend | None = None
         self._stack: AsyncExitStack | None = None
 
@@ -283,7 +286,7 @@ class AgentRuntime:
         """A model client for one trajectory; servers are used round-robin."""
         if self._injected_model is not None:
             return self._injected_model()
-        index = next(self._server_cycle)
+        index = self.last_server_index = next(self._server_cycle)
         if self._token_models is not None:
             return self._token_models.make_model(index)
         if not self._chat_clients:
@@ -354,6 +357,7 @@ class AgentRuntime:
         started = time.monotonic()
         model = model or self.make_model()
         value: float | None = None
+        deferred: Callable[[], Awaitable[float]] | None = None
         try:
             async with self._tool_backend.trajectory(task_id) as executor:
                 ctx = ToolContext(executor=executor, limits=self.config.tool_limits, task_id=task_id)
@@ -364,9 +368,16 @@ class AgentRuntime:
                 if result.infrastructure_failure:
                     return Rollout(item, result, None, result.error, True, time.monotonic() - started)
                 if score is not None:
-                    value = float(await score(result, ctx))
+                    scored = await score(result, ctx)
+                    deferred, value = (scored, None) if callable(scored) else (None, float(scored))
+            if deferred is not None:
+                value = float(await deferred())
         except HermesEnvError:
             raise
+        except ModelRequestError as exc:  # a 4xx: the request or config is wrong; retrying cannot help
+            raise HermesEnvError(
+                f"{exc}; fix the request options (--env.extra_body, --env.tools_in, --openai.*)"
+            ) from exc
         except Exception as exc:  # the workspace/sandbox or scoring broke: not the model's failure
             logger.exception("rollout %s failed outside the model", task_id)
             return Rollout(item, None, None, f"{type(exc).__name__}: {exc}", True, time.monotonic() - started)
