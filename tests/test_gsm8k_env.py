@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from environments.gsm8k_agent_env import is_correct
-from environments.gsm8k_data import gold_answer, synthetic_gsm8k
+from environments.gsm8k.env import is_correct
+from environments.gsm8k.data import gold_answer, synthetic_gsm8k
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -149,7 +149,7 @@ def test_default_command_starts_the_embedded_model_and_gives_exact_tokens(tmp_pa
         "--env.data_path_to_save_groups", str(out),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "starting the embedded model server" in proc.stderr and "Phase 2" in proc.stderr
+    assert "starting the embedded model server" in proc.stderr and "token mode" in proc.stderr
     assert str(out.resolve()) in proc.stdout and out.with_suffix(".html").exists()
     (group,) = read_groups(out)
     assert len(group["tokens"]) == 2 and all(0.0 <= s <= 1.0 for s in group["scores"])

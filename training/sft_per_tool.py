@@ -1,6 +1,6 @@
 """TRL SFT on the per-tool splits that `exports sft` writes, one model per tool.
 
-    python -m environments.exports sft out/gsm8k_agent.jsonl sft_data/
+    python -m exports sft out/gsm8k_agent.jsonl sft_data/
     python -m training.sft_per_tool --data sft_data --tool python --model HF_DIR   # -> runs/sft/python/
     python -m training.sft_per_tool --data sft_data --model HF_DIR                 # every tool in manifest.json
 

@@ -20,7 +20,7 @@ from .tiny_models import embedded_tokenizer_dir, tiny_llama
 @pytest.mark.slow
 def test_one_sft_step_on_the_python_split_of_a_process_export(trained_run, tmp_path):
     data = tmp_path / "sft_data"
-    proc = subprocess.run([sys.executable, "-m", "environments.exports", "sft", str(trained_run.processed), str(data),
+    proc = subprocess.run([sys.executable, "-m", "exports", "sft", str(trained_run.processed), str(data),
                            "--val_fraction", "0"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
     manifest = json.loads((data / "manifest.json").read_text())
