@@ -79,7 +79,7 @@ class Group:
         try:
             tokens, masks, scores = row["tokens"], row["masks"], row["scores"]
         except KeyError as exc:
-            raise ValueError(f"{source}: a scored group needs tokens, masks and scores; {exc.args[0]!r} is missing")
+            raise ValueError(f"{source}: a scored group needs tokens, masks and scores; {exc.args[0]!r} is missing") from None
         logprobs = row.get("inference_logprobs")
         lengths = {len(tokens), len(masks), len(scores)} | ({len(logprobs)} if logprobs is not None else set())
         if len(lengths) != 1:

@@ -139,7 +139,7 @@ def merge(config: MergeConfig) -> dict[str, Any]:
                 missing = sorted(set(base.names()) ^ set(other.names()))[:5]
                 raise ValueError(f"--{label} {other.directory} and --base hold different tensors (e.g. {missing}): "
                                  "merging needs one architecture")
-            for name, (dtype, shape) in specs.items():
+            for name, (_, shape) in specs.items():
                 if other.spec(name)[1] != shape:
                     raise ValueError(f"{name}: shape {other.spec(name)[1]} in --{label}, {shape} in --base")
         for d in [*targets.values(), config.out / "vector"]:

@@ -8,7 +8,8 @@ An example of tool T is a conversation up to an assistant turn that calls T, wit
 were offered. It becomes a conversational prompt/completion pair: the prompt is every message
 before that turn, the completion is the turn itself, so the loss covers only the tool call.
 The tool schemas travel as the `tools` column and are rendered by the model's own chat
-template, as at inference. `--model embedded` starts from the embedded GGUF, dequantized.
+template, as at inference (an export without them, e.g. from `process` output, gets the
+project's schemas of the tools it calls). `--model embedded` starts from the embedded GGUF, dequantized.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from training.cli import parse_config
 
-__all__ = ["SFTPerToolConfig", "to_prompt_completion", "load_split", "train_tool", "run", "main"]
+__all__ = ["SFTPerToolConfig", "registry_schemas", "to_prompt_completion", "load_split", "train_tool", "run", "main"]
 
 
 class SFTPerToolConfig(BaseModel):
@@ -40,21 +41,36 @@ class SFTPerToolConfig(BaseModel):
     seed: int = 0
 
 
-def to_prompt_completion(example: dict[str, Any]) -> dict[str, Any]:
-    """One `exports sft` example as TRL's conversational prompt/completion, tools as JSON text."""
+def registry_schemas() -> dict[str, dict[str, Any]]:
+    """The project's tool schemas by name (model_tools' default registry)."""
+    from model_tools import get_tool_definitions
+
+    return {d["function"]["name"]: d for d in get_tool_definitions()}
+
+
+def to_prompt_completion(example: dict[str, Any], known: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """One `exports sft` example as TRL's conversational prompt/completion, tools as JSON text.
+
+    An env's `process` groups do not record the tools offered, so their exports carry none:
+    then the schemas of the tools the conversation calls are taken from `known` (by name)."""
     messages = example["messages"]
     if not messages or messages[-1].get("role") != "assistant" or not messages[-1].get("tool_calls"):
         raise ValueError(f"example {example.get('task_id')!r} does not end with an assistant tool call: "
                          "is this an `exports sft` split?")
+    tools = example.get("tools") or []
+    if not tools and known:
+        called = dict.fromkeys(c["function"]["name"] for m in messages for c in m.get("tool_calls") or [])
+        tools = [known[name] for name in called if name in known]
     # Arrow stores one schema per column: keep OpenAI keys only, arguments as JSON text.
     clean = [{k: m.get(k) for k in ("role", "content", "tool_calls", "tool_call_id", "name")} for m in messages]
-    return {"prompt": clean[:-1], "completion": clean[-1:], "tools": json.dumps(example.get("tools") or [])}
+    return {"prompt": clean[:-1], "completion": clean[-1:], "tools": json.dumps(tools)}
 
 
-def load_split(path: Path) -> list[dict[str, Any]]:
+def load_split(path: Path, known: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
-    return [to_prompt_completion(json.loads(line)) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = path.read_text(encoding="utf-8").splitlines()
+    return [to_prompt_completion(json.loads(line), known) for line in lines if line.strip()]
 
 
 def train_tool(config: SFTPerToolConfig, tool: str) -> Path:
@@ -65,11 +81,12 @@ def train_tool(config: SFTPerToolConfig, tool: str) -> Path:
 
     from training.models import copy_tokenizer, load_causal_lm
 
-    train_rows = load_split(config.data / tool / "train.jsonl")
+    known = registry_schemas()
+    train_rows = load_split(config.data / tool / "train.jsonl", known)
     if not train_rows:
         raise ValueError(f"{config.data / tool / 'train.jsonl'} has no examples; tools with data: "
                          f"{sorted(p.parent.name for p in config.data.glob('*/train.jsonl'))}")
-    val_rows = load_split(config.data / tool / "val.jsonl")
+    val_rows = load_split(config.data / tool / "val.jsonl", known)
     model, model_dir = load_causal_lm(config.model)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
     out = config.out / tool

@@ -11,13 +11,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from training.sft_per_tool import SFTPerToolConfig, run, to_prompt_completion
+from training.sft_per_tool import SFTPerToolConfig, registry_schemas, run, to_prompt_completion
 
 from .tiny_models import embedded_tokenizer_dir, tiny_llama
 
 
 @pytest.mark.llm
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # the first user of `trained_run` also runs the env and the trainer
 def test_one_sft_step_on_the_python_split_of_a_process_export(trained_run, tmp_path):
     data = tmp_path / "sft_data"
     proc = subprocess.run([sys.executable, "-m", "exports", "sft", str(trained_run.processed), str(data),
@@ -26,9 +27,11 @@ def test_one_sft_step_on_the_python_split_of_a_process_export(trained_run, tmp_p
     manifest = json.loads((data / "manifest.json").read_text())
     assert manifest["python"]["train"] >= 2  # the grammar makes every turn a python call
     example = json.loads((data / "python" / "train.jsonl").read_text().splitlines()[0])
-    pair = to_prompt_completion(example)
+    pair = to_prompt_completion(example, registry_schemas())
     assert pair["completion"][0]["tool_calls"][0]["function"]["name"] == "python"
-    assert json.loads(pair["tools"])[0]["function"]["name"] == "python"  # the schemas travel with the example
+    # process groups do not record the tools offered: the python schema comes from the project's registry
+    (schema,) = json.loads(pair["tools"])
+    assert schema["function"]["name"] == "python" and schema["function"]["parameters"]["properties"]
 
     model_dir = tiny_llama(tmp_path / "tiny", seed=0, tokenizer_dir=embedded_tokenizer_dir())
     before = load_file(str(model_dir / "model.safetensors"))
