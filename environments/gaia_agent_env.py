@@ -244,8 +244,6 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
             info["correct"] = self.is_correct(r.item, r.result)
             info["model_answer"] = extract_final_answer(r.result.final_response)
             self._correct_since_log.append(info["correct"])
-        # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
-        group["tools"] = self.tool_schemas()  # type: ignore[typeddict-unknown-key]
         return group
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:

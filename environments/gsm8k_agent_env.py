@@ -5,7 +5,8 @@
 
 The reward is 1.0 when math-verify finds the final answer equal to the number after
 `####`, else 0.0. Offline by default (`--env.dataset synthetic`); `--env.dataset
-openai/gsm8k` loads the real set through `datasets`.
+openai/gsm8k` loads the real set through `datasets`; `--env.dataset PATH` reads a JSONL
+file of openai/gsm8k rows (`question`, `answer` ending in `#### N`) or a `save_to_disk` directory.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
 from math_verify import parse, verify
 from pydantic import Field
 
 from environments.agent_loop import AgentResult
-from environments.gsm8k_data import gold_answer, load_gsm8k, synthetic_gsm8k
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, embedded_server_configs
+from environments.gsm8k_data import dataset_kind, gold_answer, load_gsm8k, load_local_gsm8k, synthetic_gsm8k
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, embedded_server_configs
 from tools.context import ToolContext
 
 logger = logging.getLogger(__name__)
@@ -33,7 +35,9 @@ SYSTEM_PROMPT = (
 
 
 class GSM8kAgentEnvConfig(HermesAgentEnvConfig):
-    dataset: Literal["synthetic", "openai/gsm8k"] = Field("synthetic", description="Problem source")
+    dataset: str = Field(
+        "synthetic", description="'synthetic' (offline generator), a hub name (openai/gsm8k), or a JSONL file / datasets directory"
+    )
     synthetic_size: int = Field(200, ge=1, description="Problems the offline generator makes")
     eval_size: int = Field(16, ge=1, description="Problems used by evaluate")
     seed: int = Field(0, description="Seed of the generator and of the item order")
@@ -70,13 +74,19 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
 
     async def setup(self) -> None:
         cfg: GSM8kAgentEnvConfig = self.config
-        if cfg.dataset == "synthetic":
-            train = synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
-            test = synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
-        else:
-            train, test = await asyncio.gather(
-                asyncio.to_thread(load_gsm8k, "train"), asyncio.to_thread(load_gsm8k, "test")
-            )
+        try:
+            kind = dataset_kind(cfg.dataset)
+            if kind == "offline":
+                train = synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
+                test = synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
+            elif kind == "local":
+                train, test = await asyncio.to_thread(load_local_gsm8k, Path(cfg.dataset))
+            else:
+                train, test = await asyncio.gather(
+                    asyncio.to_thread(load_gsm8k, "train", cfg.dataset), asyncio.to_thread(load_gsm8k, "test", cfg.dataset)
+                )
+        except ValueError as exc:
+            raise HermesEnvError(str(exc)) from None
         self.train, self.test = train, test[: cfg.eval_size]
         self.iter = 0
 

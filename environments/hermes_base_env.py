@@ -382,6 +382,8 @@ class HermesAgentBaseEnv(BaseEnv):
                 )
         # Not `overrides`: trainers read that key as per-item training overrides.
         group["rollout_info"] = info  # type: ignore[typeddict-unknown-key]
+        # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
+        group["tools"] = tools  # type: ignore[typeddict-unknown-key]
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs
         if len(group["tokens"]) != self.config.group_size:
