@@ -380,11 +380,26 @@ class _ModalSandbox:
     lifetime: asyncio.TimerHandle | None = None
 
 
-class ModalTestDouble:
-    """`ModalAPI` whose sandboxes are local sandbox_server processes."""
+# What bubblewrap says under gVisor when it sets up the loopback of a new network namespace
+# (google/gvisor#13438, containers/bubblewrap#745).
+_GVISOR_BWRAP = """#!/bin/sh
+for arg in "$@"; do
+  case "$arg" in --unshare-net|--unshare-all) echo "bwrap: loopback: Failed RTM_NEWADDR: File exists" >&2; exit 1;; esac
+done
+exec bwrap "$@"
+"""
 
-    def __init__(self, root: Path) -> None:
+
+class ModalTestDouble:
+    """`ModalAPI` whose sandboxes are local sandbox_server processes.
+
+    With `gvisor_netns_broken`, sandboxes on the default (gVisor) runtime get a bubblewrap that
+    fails to unshare the network the way it does under gVisor; `runtime="vm"` ones get the real one.
+    """
+
+    def __init__(self, root: Path, *, gvisor_netns_broken: bool = False) -> None:
         self.root = Path(root)
+        self.gvisor_netns_broken = gvisor_netns_broken
         self.apps: dict[str, str] = {}  # name -> app id
         self.sandboxes: dict[str, _ModalSandbox] = {}
         self.calls: list[tuple[str, Any]] = []
@@ -405,11 +420,20 @@ class ModalTestDouble:
             raise TypeError(f"Sandbox.create() got unexpected keyword arguments {sorted(unknown)}")
         if any(s.spec.name == spec.name and s.app_id == app_id and not s.terminated for s in self.sandboxes.values()):
             raise ValueError(f"a running sandbox named {spec.name!r} already exists in this app")  # Modal: names are unique
-        self.calls.append(("create_sandbox", {"app_id": app_id, **kwargs, "args": spec.args, "tags": spec.tags}))
+        image = f"registry:{spec.image}" if spec.image else f"dockerfile:{spec.dockerfile}"
+        if not spec.image and not Path(spec.dockerfile).is_file():
+            raise FileNotFoundError(f"Image.from_dockerfile: {spec.dockerfile} does not exist")
+        self.calls.append(("create_sandbox", {"app_id": app_id, **kwargs, "args": spec.args, "image": image}))
         sb = _ModalSandbox(f"sb-{uuid.uuid4().hex[:12]}", app_id, spec, _Proc(port=_free_port()), time.monotonic())
         self.sandboxes[sb.id] = sb
         workdir = self.root / sb.id
         argv = _local_argv(list(spec.args[1:]), sb.state.port, workdir / "data")
+        if self.gvisor_netns_broken and spec.runtime != "vm":
+            wrapper = self.root / "gvisor-bwrap"
+            wrapper.parent.mkdir(parents=True, exist_ok=True)
+            wrapper.write_text(_GVISOR_BWRAP)
+            wrapper.chmod(0o755)
+            argv += ["--bwrap", str(wrapper)]
         self.starting += 1
         self.max_starting_seen = max(self.max_starting_seen, self.starting)
 

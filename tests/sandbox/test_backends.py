@@ -11,18 +11,21 @@ import os
 import signal
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import pytest
 
 from backends.base import ExecCall, SlotBackend
 from backends.local import LocalBackendConfig, local_backend
-from backends.modal import ModalBackendConfig, ModalSDKAdapter, modal_backend
+from backends.modal import ModalBackendConfig, ModalIsolationError, ModalSDKAdapter, modal_backend
 from backends import make_backend
 from backends.nomad import NomadBackendConfig, NomadError, NomadHTTP, build_job_spec, nomad_backend
 from backends.testing import MODAL_SANDBOX_CREATE_PARAMS, ModalTestDouble, NomadTestDouble, check_job_spec
 from slots.client import SandboxUnavailable
 from slots.pool import SlotAcquireTimeout, SlotPoolConfig, SlotState
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -303,9 +306,10 @@ async def test_modal_removes_orphans_caps_starts_and_uses_documented_arguments(t
         assert double.max_starting_seen == 1
         creates = [c[1] for c in double.calls if c[0] == "create_sandbox"]
         for kw in creates:
-            assert set(kw) - {"app_id", "args", "tags"} <= MODAL_SANDBOX_CREATE_PARAMS
+            assert set(kw) - {"app_id", "args", "image"} <= MODAL_SANDBOX_CREATE_PARAMS
             assert kw["timeout"] == config.lifetime_s and kw["encrypted_ports"] == [8080]
-            assert kw["tags"] == {"hermes_rl_pool": "default"}
+            assert kw["tags"] == {"hermes_rl_pool": "default"}  # tagged in the create call itself
+            assert kw["image"] == f"dockerfile:{ROOT / 'Dockerfile'}"  # built from our Dockerfile by default
         assert [kw["name"] for kw in creates] == ["default-0", "default-0", "default-1", "default-2"]
         lookups = [c[1]["name"] for c in double.calls if c[0] == "from_name"]
         assert lookups[-3:] == ["default-0", "default-1", "default-2"]  # the restart looked each name up
@@ -316,6 +320,46 @@ async def test_modal_removes_orphans_caps_starts_and_uses_documented_arguments(t
         await backend.stop()
         await double.close()
     assert double.running() == 0
+
+
+async def test_modal_named_registry_image_is_used_as_is(tmp_path):
+    double = ModalTestDouble(tmp_path / "modal")
+    backend = modal_backend(ModalBackendConfig(pool=_pool(), image="reg.example/hermes:1", create_rate_per_s=50), double)
+    await backend.start()
+    try:
+        (create,) = [c[1] for c in double.calls if c[0] == "create_sandbox"]
+        assert create["image"] == "registry:reg.example/hermes:1" and "runtime" not in create
+    finally:
+        await backend.stop()
+        await double.close()
+
+
+async def test_modal_moves_to_the_vm_runtime_when_bwrap_cannot_isolate_under_gvisor(tmp_path, caplog):
+    double = ModalTestDouble(tmp_path / "modal", gvisor_netns_broken=True)
+    backend = modal_backend(ModalBackendConfig(pool=_pool(min_sandboxes=2), create_rate_per_s=50), double)
+    await backend.start()
+    try:
+        creates = [c[1] for c in double.calls if c[0] == "create_sandbox"]
+        assert [c.get("runtime") for c in creates] == [None, "vm", "vm"]  # probe on gVisor, then every one on vm
+        assert backend.provider.runtime == "vm" and double.running() == 2
+        assert "using the vm runtime" in caplog.text and "RTM_NEWADDR" in caplog.text
+        slot = await backend.acquire()
+        assert (await backend.execute(slot, ExecCall("echo isolated"))).output == "isolated\n"
+    finally:
+        await backend.stop()
+        await double.close()
+
+
+async def test_modal_isolation_failure_without_fallback_is_one_clear_line(tmp_path):
+    double = ModalTestDouble(tmp_path / "modal", gvisor_netns_broken=True)
+    backend = modal_backend(ModalBackendConfig(pool=_pool(), isolation_fallback="fail", create_rate_per_s=50), double)
+    with pytest.raises(ModalIsolationError) as failure:
+        await backend.start()
+    message = str(failure.value)
+    assert "default (gVisor) runtime" in message and "RTM_NEWADDR" in message and "runtime: vm" in message
+    assert "\n" not in message
+    assert double.running() == 0
+    await double.close()
 
 
 async def test_modal_creation_rate_is_limited(tmp_path):
