@@ -12,8 +12,8 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 from datasets import Dataset, DatasetDict
 
-from environments.gsm8k_agent_env import GSM8kAgentEnv, GSM8kAgentEnvConfig
-from environments.gsm8k_data import dataset_kind, load_local_gsm8k, synthetic_gsm8k
+from environments.gsm8k.env import GSM8kAgentEnv, GSM8kAgentEnvConfig
+from environments.gsm8k.data import dataset_kind, load_local_gsm8k, synthetic_gsm8k
 from environments.hermes_base_env import HermesEnvError
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
@@ -72,7 +72,7 @@ async def test_the_cli_refuses_a_missing_file_in_one_line(tmp_path: Path) -> Non
     out = tmp_path / "groups.jsonl"
     async with ScriptedOpenAIServer([]) as server:  # reachable, so the dataset is what fails
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "environments.gsm8k_agent_env", "process", "--env.dataset", str(tmp_path / "x.jsonl"),
+            sys.executable, "-m", "environments.gsm8k.env", "process", "--env.dataset", str(tmp_path / "x.jsonl"),
             "--openai.base_url", server.base_url, "--openai.model_name", "scripted", "--env.tokenizer_name", "embedded",
             "--env.data_path_to_save_groups", str(out),
             cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from batch_runner import BatchConfig, run_batch
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
-from environments import exports
-from environments.exports import (
+import exports
+from exports import (
     Conversation,
     build_tool_sft,
     canonical_messages,
@@ -28,11 +28,11 @@ from environments.exports import (
     to_trajectory,
     trajectory_to_messages,
 )
-from environments.gaia_agent_env import GaiaAgentEnv, GaiaAgentEnvConfig
-from environments.gaia_solver import GaiaScriptedSolver
-from environments.gsm8k_agent_env import GSM8kAgentEnv, GSM8kAgentEnvConfig
-from environments.gsm8k_data import synthetic_gsm8k
-from environments.swe_smith_oracle_env import SweSmithOracleEnv, SweSmithOracleEnvConfig
+from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
+from environments.gsm8k.env import GSM8kAgentEnv, GSM8kAgentEnvConfig
+from environments.gsm8k.data import synthetic_gsm8k
+from environments.swe_smith.env import SweSmithOracleEnv, SweSmithOracleEnvConfig
+from tests.gaia.solver import GaiaScriptedSolver
 from tests.batch.batch_helpers import agent_policy, write_prompts
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 
@@ -257,7 +257,7 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path: Path, capsys, fmt:
 
 
 def test_bad_cli_input_has_no_traceback(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "environments.exports", "openai", str(tmp_path / "nope.jsonl"),
+    proc = subprocess.run([sys.executable, "-m", "exports", "openai", str(tmp_path / "nope.jsonl"),
                            str(tmp_path / "o.jsonl"), "--val_fraction", "0.2"],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr

@@ -18,9 +18,9 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
-from environments.gaia_agent_env import GaiaAgentEnv, GaiaAgentEnvConfig
-from environments.gaia_data import GAIA_SPLITS, load_tasks, offline_files, offline_tasks
-from environments.gaia_solver import GaiaScriptedSolver
+from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
+from environments.gaia.data import GAIA_SPLITS, load_tasks, offline_files, offline_tasks
+from tests.gaia.solver import GaiaScriptedSolver
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 
 LAYOUTS = ("jsonl-2023", "parquet-2025")
