@@ -377,12 +377,13 @@ async def test_modal_creation_rate_is_limited(tmp_path):
 
 async def test_modal_sandbox_past_its_lifetime_is_replaced(tmp_path):
     double = ModalTestDouble(tmp_path / "modal")
-    backend = modal_backend(ModalBackendConfig(pool=_pool(), lifetime_s=2, create_rate_per_s=50), double)
+    # Long enough for a start (bubblewrap check + health) on a loaded machine, short enough to wait for.
+    backend = modal_backend(ModalBackendConfig(pool=_pool(), lifetime_s=6, create_rate_per_s=50), double)
     await backend.start()
     try:
         first = backend.pool.sandboxes[0].name
         sandbox = next(s for s in double.sandboxes.values() if s.spec.name == first)
-        for _ in range(100):  # Modal stops it once `timeout` seconds have passed
+        for _ in range(300):  # Modal stops it once `timeout` seconds have passed
             if sandbox.terminated:
                 break
             await asyncio.sleep(0.1)
