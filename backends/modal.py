@@ -156,7 +156,8 @@ class ModalSDKAdapter:
             if spec.image:
                 self._images[key] = self._modal.Image.from_registry(spec.image)
             else:  # Modal builds our Dockerfile once and caches the layers
-                self._images[key] = self._modal.Image.from_dockerfile(spec.dockerfile, context_dir=str(Path(spec.dockerfile).parent))
+                context = str(Path(spec.dockerfile).parent)
+                self._images[key] = self._modal.Image.from_dockerfile(spec.dockerfile, context_dir=context)
         return self._images[key]
 
     async def lookup_app(self, name):
@@ -307,11 +308,12 @@ class ModalSandboxProvider:
                 await self.terminate(address)
                 runtime = self.runtime or "default (gVisor)"
                 if self.runtime == "vm" or self.config.isolation_fallback == "fail":
+                    todo = "no runtime is left to try" if self.runtime == "vm" else "set `runtime: vm` or `isolation_fallback: vm`"
                     raise ModalIsolationError(
-                        f"bubblewrap cannot isolate commands in Modal sandboxes under the {runtime} runtime: {problem}; "
-                        + ("no runtime is left to try" if self.runtime == "vm" else "set `runtime: vm` or `isolation_fallback: vm`")
+                        f"bubblewrap cannot isolate commands in Modal sandboxes under the {runtime} runtime: {problem}; {todo}"
                     )
-                log.warning("bubblewrap cannot isolate under Modal's %s runtime (%s); using the vm runtime", runtime, problem)
+                log.warning("bubblewrap cannot isolate under Modal's %s runtime (%s); using the vm runtime",
+                            runtime, problem)
                 self.runtime = "vm"
         return await self._create()
 

@@ -157,11 +157,14 @@ class NomadHTTP:
         try:
             response = await self._client.request(method, path, **kw)
         except httpx.HTTPError as exc:
-            raise NomadError(f"cannot reach Nomad at {self.address} ({type(exc).__name__}: {exc}); check the backend's address") from exc
+            raise NomadError(
+                f"cannot reach Nomad at {self.address} ({type(exc).__name__}: {exc}); check the backend's address"
+            ) from exc
         if response.status_code == 404 and ok_404:
             return None
         if response.status_code >= 400:
-            raise NomadError(f"Nomad answered {method} {path} with HTTP {response.status_code}: {response.text.strip()[:200]}")
+            detail = response.text.strip()[:200]
+            raise NomadError(f"Nomad answered {method} {path} with HTTP {response.status_code}: {detail}")
         return response.json() if response.content else None
 
     async def register_job(self, job):
@@ -214,7 +217,8 @@ class NomadSandboxProvider:
                 while True:
                     for stub in await self.api.job_allocations(job_id):
                         if stub.get("ClientStatus") == "failed":
-                            raise NomadError(f"the allocation of sandbox job {job_id} failed while starting; see `nomad alloc status {stub['ID'][:8]}`")
+                            raise NomadError(f"the allocation of sandbox job {job_id} failed while starting; "
+                                             f"see `nomad alloc status {stub['ID'][:8]}`")
                         if stub.get("ClientStatus") != "running" or stub.get("DesiredStatus") != "run":
                             continue
                         where = allocation_address(await self.api.allocation(stub["ID"]))

@@ -12,8 +12,8 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 from datasets import Dataset, DatasetDict
 
-from environments.gsm8k.env import GSM8kAgentEnv, GSM8kAgentEnvConfig
 from environments.gsm8k.data import dataset_kind, load_local_gsm8k, synthetic_gsm8k
+from environments.gsm8k.env import GSM8kAgentEnv, GSM8kAgentEnvConfig
 from environments.hermes_base_env import HermesEnvError
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
@@ -55,12 +55,15 @@ async def test_a_save_to_disk_directory_gives_its_train_and_test_splits(tmp_path
     assert load_local_gsm8k(tmp_path / "one") == (train, train)
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"question": "q", "answer": "42"}\n', "row 1: the answer has no final '#### N' line"),
-    ('{"question": "q"}\n', "row 1: expected openai/gsm8k's shape"),
-    ('{"question": "q", "answer": "x\\n#### 1"}\nnot json\n', ":2 is not JSON"),
-    ("\n", "has no problems"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"question": "q", "answer": "42"}\n', "row 1: the answer has no final '#### N' line"),
+        ('{"question": "q"}\n', "row 1: expected openai/gsm8k's shape"),
+        ('{"question": "q", "answer": "x\\n#### 1"}\nnot json\n', ":2 is not JSON"),
+        ("\n", "has no problems"),
+    ],
+)
 async def test_bad_rows_are_named(tmp_path: Path, content: str, message: str) -> None:
     path = tmp_path / "bad.jsonl"
     path.write_text(content)

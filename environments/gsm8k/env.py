@@ -22,7 +22,12 @@ from pydantic import Field
 
 from environments.agent_loop import AgentResult
 from environments.gsm8k.data import dataset_kind, gold_answer, load_gsm8k, load_local_gsm8k, synthetic_gsm8k
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, embedded_server_configs
+from environments.hermes_base_env import (
+    HermesAgentBaseEnv,
+    HermesAgentEnvConfig,
+    HermesEnvError,
+    embedded_server_configs,
+)
 from tools.context import ToolContext
 
 logger = logging.getLogger(__name__)

@@ -14,9 +14,13 @@ from atroposlib.envs.base import APIServerConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import exports
 from batch_runner import BatchConfig, run_batch
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
-import exports
+from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
+from environments.gsm8k.data import synthetic_gsm8k
+from environments.gsm8k.env import GSM8kAgentEnv, GSM8kAgentEnvConfig
+from environments.swe_smith.env import SweSmithOracleEnv, SweSmithOracleEnvConfig
 from exports import (
     Conversation,
     build_tool_sft,
@@ -28,12 +32,8 @@ from exports import (
     to_trajectory,
     trajectory_to_messages,
 )
-from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
-from environments.gsm8k.env import GSM8kAgentEnv, GSM8kAgentEnvConfig
-from environments.gsm8k.data import synthetic_gsm8k
-from environments.swe_smith.env import SweSmithOracleEnv, SweSmithOracleEnvConfig
-from tests.gaia.solver import GaiaScriptedSolver
 from tests.batch.batch_helpers import agent_policy, write_prompts
+from tests.gaia.solver import GaiaScriptedSolver
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 
 ROOT = Path(__file__).resolve().parents[2]

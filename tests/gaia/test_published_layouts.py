@@ -18,14 +18,19 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
-from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
 from environments.gaia.data import GAIA_SPLITS, load_tasks, offline_files, offline_tasks
+from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
 from tests.gaia.solver import GaiaScriptedSolver
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 
 LAYOUTS = ("jsonl-2023", "parquet-2025")
-ANNOTATOR = {"Steps": "1. Open the file.\n2. Compute.", "Number of steps": "2", "How long did this take?": "3 minutes",
-             "Tools": "1. Python", "Number of tools": "1"}
+ANNOTATOR = {
+    "Steps": "1. Open the file.\n2. Compute.",
+    "Number of steps": "2",
+    "How long did this take?": "3 minutes",
+    "Tools": "1. Python",
+    "Number of tools": "1",
+}
 
 
 def published_name(task: dict) -> str:
@@ -43,8 +48,13 @@ def write_snapshot(root: Path, layout: str) -> Path:
             name = published_name(task)
             if name:
                 (directory / name).write_bytes(files[task["file_name"]])
-            row = {"task_id": task["task_id"], "Question": task["Question"], "Level": task["Level"],
-                   "Final answer": task["Final answer"] if split == "validation" else "?", "file_name": name}
+            row = {
+                "task_id": task["task_id"],
+                "Question": task["Question"],
+                "Level": task["Level"],
+                "Final answer": task["Final answer"] if split == "validation" else "?",
+                "file_name": name,
+            }
             if layout == "parquet-2025":
                 row["file_path"] = f"2023/{split}/{name}" if name else ""
             row["Annotator Metadata"] = ANNOTATOR if split == "validation" else {k: "" for k in ANNOTATOR}
@@ -94,16 +104,26 @@ def test_a_split_directory_is_required(tmp_path: Path) -> None:
         load_tasks(tmp_path, "train")
 
 
-@pytest.mark.parametrize("file_path, message", [
-    ("../../../etc/passwd", "stay inside the dataset"),
-    ("/etc/passwd", "stay inside the dataset"),
-    ("2023/test/x.pdf", "does not lie in"),
-])
+@pytest.mark.parametrize(
+    "file_path, message",
+    [
+        ("../../../etc/passwd", "stay inside the dataset"),
+        ("/etc/passwd", "stay inside the dataset"),
+        ("2023/test/x.pdf", "does not lie in"),
+    ],
+)
 def test_file_paths_outside_the_split_are_refused(tmp_path: Path, file_path: str, message: str) -> None:
     directory = tmp_path / "2023" / "validation"
     directory.mkdir(parents=True)
     (directory / "x.pdf").write_bytes(b"%PDF")
-    row = {"task_id": "t", "Question": "q", "Level": 1, "Final answer": "a", "file_name": "x.pdf", "file_path": file_path}
+    row = {
+        "task_id": "t",
+        "Question": "q",
+        "Level": 1,
+        "Final answer": "a",
+        "file_name": "x.pdf",
+        "file_path": file_path,
+    }
     pq.write_table(pa.Table.from_pylist([row]), directory / "metadata.parquet")
     with pytest.raises(ValueError, match=message):
         load_tasks(tmp_path)
@@ -124,12 +144,21 @@ def tokenizer_dir() -> str:
 
 
 def make_env(tokenizer_dir: str, base_url: str, tmp_path: Path, **overrides) -> GaiaAgentEnv:
-    config = GaiaAgentEnvConfig(tokenizer_name=tokenizer_dir, use_wandb=False, data_path_to_save_groups=None,
-                                workspace_root=str(tmp_path / "ws"), **overrides)
-    return GaiaAgentEnv(config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="k", server_type="openai")])
+    config = GaiaAgentEnvConfig(
+        tokenizer_name=tokenizer_dir,
+        use_wandb=False,
+        data_path_to_save_groups=None,
+        workspace_root=str(tmp_path / "ws"),
+        **overrides,
+    )
+    return GaiaAgentEnv(
+        config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="k", server_type="openai")]
+    )
 
 
-async def test_scripted_solver_solves_every_validation_task_from_the_snapshot(snapshot, tokenizer_dir, tmp_path) -> None:
+async def test_scripted_solver_solves_every_validation_task_from_the_snapshot(
+    snapshot, tokenizer_dir, tmp_path
+) -> None:
     _, root = snapshot
     async with ScriptedOpenAIServer([]) as server:
         env = make_env(tokenizer_dir, server.base_url, tmp_path, data_dir=str(root), split="validation")

@@ -16,10 +16,10 @@ from typing import Callable
 
 import pytest
 
+from backends import make_backend
 from backends.base import ExecCall, SlotBackend
 from backends.local import LocalBackendConfig, local_backend
 from backends.modal import ModalBackendConfig, ModalIsolationError, ModalSDKAdapter, modal_backend
-from backends import make_backend
 from backends.nomad import NomadBackendConfig, NomadError, NomadHTTP, build_job_spec, nomad_backend
 from backends.testing import MODAL_SANDBOX_CREATE_PARAMS, ModalTestDouble, NomadTestDouble, check_job_spec
 from slots.client import SandboxUnavailable

@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 
-from backends.modal import MODAL_MIN_VERSION, RUNTIME_MIN_VERSION, ModalBackendConfig, ModalSandboxProvider, ModalSDKAdapter
+from backends.modal import (
+    MODAL_MIN_VERSION,
+    RUNTIME_MIN_VERSION,
+    ModalBackendConfig,
+    ModalSandboxProvider,
+    ModalSDKAdapter,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK_VENVS = ROOT / ".venv-sdk"
@@ -39,8 +45,15 @@ class _Callable:
         self.recorder, self.target, self.bound = recorder, target, bound
 
     def _record(self, aio: bool, args: tuple, kwargs: dict) -> Any:
-        self.recorder.calls.append({"target": self.target, "aio": aio, "self": self.bound is not None,
-                                    "args": [_plain(a) for a in args], "kwargs": {k: _plain(v) for k, v in kwargs.items()}})
+        self.recorder.calls.append(
+            {
+                "target": self.target,
+                "aio": aio,
+                "self": self.bound is not None,
+                "args": [_plain(a) for a in args],
+                "kwargs": {k: _plain(v) for k, v in kwargs.items()},
+            }
+        )
         return self.recorder.answer(self.target, args, kwargs)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -53,16 +66,20 @@ class _Callable:
         def call(*args: Any, **kwargs: Any):
             result = outer._record(True, args, kwargs)
             if outer.target == "Sandbox.list":
+
                 async def listing():
                     for item in result:
                         yield item
+
                 return listing()
 
             async def value():
                 if isinstance(result, BaseException):
                     raise result
                 return result
+
             return value()
+
         return call
 
 
@@ -94,7 +111,9 @@ class SDKRecorder:
         if target in ("Sandbox.create", "Sandbox.from_id"):
             return _Obj(self, "Sandbox", object_id=args[0] if target == "Sandbox.from_id" else "sb-1")
         if target == "Sandbox.from_name":
-            return self._NotFound("no such sandbox") if args[1] == "missing" else _Obj(self, "Sandbox", object_id="sb-2")
+            return (
+                self._NotFound("no such sandbox") if args[1] == "missing" else _Obj(self, "Sandbox", object_id="sb-2")
+            )
         if target == "Sandbox.list":
             return [_Obj(self, "Sandbox", object_id="sb-3")]
         if target == "Sandbox.tunnels":
@@ -118,7 +137,9 @@ def adapter_calls(runtime: str | None) -> list[dict[str, Any]]:
     async def drive() -> None:
         app_id = await adapter.lookup_app("hermes-rl-sandboxes")
         for image in (None, "reg.example/hermes:1"):
-            provider = ModalSandboxProvider(ModalBackendConfig(image=image, idle_timeout_s=60, runtime=runtime), adapter)
+            provider = ModalSandboxProvider(
+                ModalBackendConfig(image=image, idle_timeout_s=60, runtime=runtime), adapter
+            )
             provider.runtime = runtime
             sandbox_id = await adapter.create_sandbox(app_id, provider.spec("default-0"))
             assert await adapter.tunnel_url(sandbox_id, 8080, 30.0) == "https://x.modal.host"
@@ -157,8 +178,12 @@ print(json.dumps({"version": modal.__version__, "problems": problems}))
 def bind_in(venv: str, calls: list[dict[str, Any]]) -> dict[str, Any]:
     python = SDK_VENVS / venv / "bin" / "python"
     if not python.exists():
-        pytest.skip(f"{python} is missing: run scripts/setup.sh (it installs modal=={MODAL_MIN_VERSION} and the newest modal there)")
-    proc = subprocess.run([str(python), "-c", BIND], input=json.dumps(calls), capture_output=True, text=True, timeout=300)
+        pytest.skip(
+            f"{python} is missing: run scripts/setup.sh (it installs modal=={MODAL_MIN_VERSION} and the newest there)"
+        )
+    proc = subprocess.run(
+        [str(python), "-c", BIND], input=json.dumps(calls), capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return json.loads(proc.stdout)
 
@@ -176,9 +201,19 @@ def test_the_declared_floor_is_the_adapters_floor() -> None:
 def test_every_adapter_call_binds_to_the_real_sdk(venv: str) -> None:
     calls = adapter_calls(runtime=None)
     targets = {c["target"] for c in calls}
-    assert targets == {"App.lookup", "Image.from_dockerfile", "Image.from_registry", "Secret.from_dict", "Sandbox.create",
-                       "Sandbox.tunnels", "Sandbox.poll", "Sandbox.terminate", "Sandbox.from_id", "Sandbox.list",
-                       "Sandbox.from_name"}
+    assert targets == {
+        "App.lookup",
+        "Image.from_dockerfile",
+        "Image.from_registry",
+        "Secret.from_dict",
+        "Sandbox.create",
+        "Sandbox.tunnels",
+        "Sandbox.poll",
+        "Sandbox.terminate",
+        "Sandbox.from_id",
+        "Sandbox.list",
+        "Sandbox.from_name",
+    }
     create = next(c for c in calls if c["target"] == "Sandbox.create")
     assert create["kwargs"]["tags"] == {"hermes_rl_pool": "default"} and "runtime" not in create["kwargs"]
     result = bind_in(venv, calls)
