@@ -75,7 +75,7 @@ async def test_the_cli_refuses_a_missing_file_in_one_line(tmp_path: Path) -> Non
     out = tmp_path / "groups.jsonl"
     async with ScriptedOpenAIServer([]) as server:  # reachable, so the dataset is what fails
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "environments.gsm8k.env", "process", "--env.dataset", str(tmp_path / "x.jsonl"),
+            sys.executable, "-m", "environments.gsm8k_agent_env", "process", "--env.dataset", str(tmp_path / "x.jsonl"),
             "--openai.base_url", server.base_url, "--openai.model_name", "scripted", "--env.tokenizer_name", "embedded",
             "--env.data_path_to_save_groups", str(out),
             cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
