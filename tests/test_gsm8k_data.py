@@ -41,7 +41,7 @@ async def test_a_jsonl_in_openai_gsm8k_shape_is_the_dataset(tmp_path: Path) -> N
     path.write_text("".join(json.dumps(r | {"extra": 1}) + "\n" for r in rows) + "\n")
     env = make_env(str(path), eval_size=2)
     await env.setup()
-    assert env.train == rows and env.test == rows[:2]
+    assert await env.items() == rows and await env.eval_items() == rows[:2]
     assert await env.get_next_item() == rows[0]
 
 
@@ -50,7 +50,7 @@ async def test_a_save_to_disk_directory_gives_its_train_and_test_splits(tmp_path
     DatasetDict({"train": Dataset.from_list(train), "test": Dataset.from_list(test)}).save_to_disk(str(tmp_path / "dd"))
     env = make_env(str(tmp_path / "dd"))
     await env.setup()
-    assert env.train == train and env.test == test
+    assert await env.items() == train and await env.eval_items() == test
     Dataset.from_list(train).save_to_disk(str(tmp_path / "one"))
     assert load_local_gsm8k(tmp_path / "one") == (train, train)
 

@@ -12,8 +12,6 @@ file of openai/gsm8k rows (`question`, `answer` ending in `#### N`) or a `save_t
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +20,8 @@ from pydantic import Field
 
 from environments.agent_loop import AgentResult
 from environments.gsm8k.data import dataset_kind, gold_answer, load_gsm8k, load_local_gsm8k, synthetic_gsm8k
-from environments.hermes_base_env import (
-    HermesAgentBaseEnv,
-    HermesAgentEnvConfig,
-    HermesEnvError,
-    embedded_server_configs,
-)
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from tools.context import ToolContext
-
-logger = logging.getLogger(__name__)
 
 SYSTEM_PROMPT = (
     "You are a careful math assistant. You can run Python with the `python` tool to check "
@@ -41,7 +32,7 @@ SYSTEM_PROMPT = (
 
 class GSM8kAgentEnvConfig(HermesAgentEnvConfig):
     dataset: str = Field(
-        "synthetic", description="'synthetic' (offline generator), a hub name (openai/gsm8k), or a JSONL file / datasets directory"
+        "synthetic", description="'synthetic' (offline generator), a hub name (openai/gsm8k), or a JSONL file / datasets dir"
     )
     synthetic_size: int = Field(200, ge=1, description="Problems the offline generator makes")
     eval_size: int = Field(16, ge=1, description="Problems used by evaluate")
@@ -64,41 +55,29 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
 
     @classmethod
     def config_init(cls):
-        config = GSM8kAgentEnvConfig(
-            tokenizer_name="embedded",
-            group_size=2,
-            total_steps=2,
-            max_token_length=4096,
-            use_wandb=False,
-            max_agent_turns=4,
-            agent_max_tokens=256,
-            data_path_to_save_groups="out/gsm8k_agent.jsonl",
-            data_dir_to_save_evals="out/gsm8k_agent_eval",
-        )
-        return config, embedded_server_configs()
+        config, servers = super().config_init()
+        return config.model_copy(update={"max_agent_turns": 4, "agent_max_tokens": 256}), servers
 
-    async def setup(self) -> None:
+    async def _split(self, split: str) -> list[dict[str, str]]:
         cfg: GSM8kAgentEnvConfig = self.config
         try:
             kind = dataset_kind(cfg.dataset)
             if kind == "offline":
-                train = synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
-                test = synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
-            elif kind == "local":
+                if split == "train":
+                    return synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
+                return synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
+            if kind == "local":
                 train, test = await asyncio.to_thread(load_local_gsm8k, Path(cfg.dataset))
-            else:
-                train, test = await asyncio.gather(
-                    asyncio.to_thread(load_gsm8k, "train", cfg.dataset), asyncio.to_thread(load_gsm8k, "test", cfg.dataset)
-                )
+                return train if split == "train" else test
+            return await asyncio.to_thread(load_gsm8k, split, cfg.dataset)
         except ValueError as exc:
             raise HermesEnvError(str(exc)) from None
-        self.train, self.test = train, test[: cfg.eval_size]
-        self.iter = 0
 
-    async def get_next_item(self) -> dict[str, str]:
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
+    async def items(self) -> list[dict[str, str]]:
+        return await self._split("train")
+
+    async def eval_items(self) -> list[dict[str, str]]:
+        return (await self._split("test"))[: self.config.eval_size]
 
     def format_prompt(self, item: dict[str, str]) -> str:
         return item["question"]
@@ -106,37 +85,8 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
     async def compute_reward(self, item: dict[str, str], result: AgentResult, ctx: ToolContext) -> float:
         return 1.0 if is_correct(result.final_response, gold_answer(item["answer"])) else 0.0
 
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
-        start = time.time()
-        rollouts = await asyncio.gather(*(self.rollout(item, loop_config=loop_config) for item in self.test))
-        scored = [r.score for r in rollouts if r.score is not None]
-        metrics = {
-            "eval/accuracy": sum(scored) / len(scored) if scored else 0.0,
-            "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),
-            "eval/n": len(rollouts),
-        }
-        logger.info("evaluation: %s", metrics)
-        print(f"[hermes-rl] evaluation: {metrics}")
-        samples = [
-            {
-                "question": r.item["question"],
-                "gold": gold_answer(r.item["answer"]),
-                "response": r.result.final_response if r.result else None,
-                "score": r.score,
-                "stop_reason": r.result.stop_reason if r.result else None,
-                "error": r.error,
-                "messages": r.result.messages if r.result else None,
-            }
-            for r in rollouts
-        ]
-        await self.evaluate_log(
-            metrics=metrics,
-            samples=samples,
-            start_time=start,
-            end_time=time.time(),
-            generation_parameters={"temperature": 0.0, "max_tokens": loop_config.max_tokens},
-        )
+    def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
+        return {**super().eval_sample(rollout), "gold": gold_answer(rollout.item["answer"])}
 
 
 if __name__ == "__main__":
