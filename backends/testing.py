@@ -4,9 +4,11 @@ They implement `backends.nomad.NomadAPI` and `backends.modal.ModalAPI` following
 services' documented behaviour closely enough that the whole path job/sandbox -> slot
 -> command runs for real: Nomad's job JSON is validated and its task's command line is
 started (with the interpreter of this machine in place of the image's), allocations go
-pending -> running -> failed/complete; Modal sandboxes get names unique within their
-app, tags, a lifetime after which they are stopped, and a tunnel URL per port.
-What they cannot show: scheduling on real nodes, docker, TLS tunnels.
+pending -> running -> failed/complete and are placed, stopped and replaced the way Nomad's
+reconciler does it (also over Nomad's HTTP routes); Modal sandboxes get names unique within
+their app, tags, a lifetime after which they are stopped, a tunnel URL per port, and on
+request gVisor's bubblewrap failure. What they cannot show: scheduling on real nodes,
+docker, TLS tunnels, Modal's image builds.
 """
 
 from __future__ import annotations
