@@ -412,9 +412,9 @@ class HermesAgentBaseEnv(BaseEnv):
                     }
                 )
         # Not `overrides`: trainers read that key as per-item training overrides.
-        group["rollout_info"] = info  # type: ignore[typeddict-unknown-key]
+        group["rollout_info"] = info
         # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
-        group["tools"] = tools  # type: ignore[typeddict-unknown-key]
+        group["tools"] = tools
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs
         if len(group["tokens"]) != self.config.group_size:

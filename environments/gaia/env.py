@@ -214,7 +214,7 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
 
     def build_group(self, rollouts: list[Rollout]):
         group = super().build_group(rollouts)
-        for info, r in zip(group["rollout_info"], rollouts):  # type: ignore[typeddict-item]
+        for info, r in zip(group["rollout_info"], rollouts):
             assert r.result is not None
             info["task_id"] = r.item["task_id"]
             info["correct"] = self.is_correct(r.item, r.result)
