@@ -126,9 +126,10 @@ class ModalSDKAdapter:
     def __init__(self, sdk: Any = None) -> None:
         if sdk is None:
             try:
-                import modal as sdk  # noqa: PLC0415 - optional extra, imported only when Modal is chosen
+                import modal  # noqa: PLC0415 - optional extra, imported only when Modal is chosen
             except ImportError as exc:
                 raise ImportError(f"the Modal backend needs the modal SDK: pip install 'hermes-rl[modal]' (modal>={MODAL_MIN_VERSION})") from exc
+            sdk = modal
         self._modal = sdk
         self._apps: dict[str, Any] = {}
         self._sandboxes: dict[str, Any] = {}

@@ -102,7 +102,7 @@ def synthetic_gsm8k(n: int, seed: int = 0) -> list[dict[str, str]]:
 
 
 def dataset_kind(value: str) -> str:
-    """"offline", "local" or "hub" for a `--env.dataset` value; a one-line ValueError when it is none."""
+    """ "offline", "local" or "hub" for a `--env.dataset` value; a one-line ValueError when it is none."""
     if value in OFFLINE_NAMES:
         return "offline"
     path = Path(value).expanduser()
@@ -120,8 +120,14 @@ def dataset_kind(value: str) -> str:
 def _checked(rows, source: str) -> list[dict[str, str]]:
     out = []
     for n, row in enumerate(rows, 1):
-        if not isinstance(row, dict) or not isinstance(row.get("question"), str) or not isinstance(row.get("answer"), str):
-            raise ValueError(f"{source} row {n}: expected openai/gsm8k's shape {{question, answer}}, got {str(row)[:80]}")
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("question"), str)
+            or not isinstance(row.get("answer"), str)
+        ):
+            raise ValueError(
+                f"{source} row {n}: expected openai/gsm8k's shape {{question, answer}}, got {str(row)[:80]}"
+            )
         try:
             gold_answer(row["answer"])
         except ValueError:

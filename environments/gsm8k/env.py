@@ -32,7 +32,8 @@ SYSTEM_PROMPT = (
 
 class GSM8kAgentEnvConfig(HermesAgentEnvConfig):
     dataset: str = Field(
-        "synthetic", description="'synthetic' (offline generator), a hub name (openai/gsm8k), or a JSONL file / datasets dir"
+        "synthetic",
+        description="'synthetic' (offline generator), a hub name (openai/gsm8k), or a JSONL file / datasets dir",
     )
     synthetic_size: int = Field(200, ge=1, description="Problems the offline generator makes")
     eval_size: int = Field(16, ge=1, description="Problems used by evaluate")
