@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from environments.models.token_mode.session import NOT_SAMPLED  # atroposlib's "no logprob here" marker (1.0)
+from environments.models.token_mode.wiring import LOGPROB_SEMANTICS  # the record's words for each distribution
 
 __all__ = ["NOT_SAMPLED", "Group", "LogprobSemantics", "read_groups", "parse_groups", "trained_positions", "turns"]
 
@@ -51,8 +52,7 @@ class LogprobSemantics:
                              "inference_logprobs to check or to train against; use a token server (--env.token_server)")
         gaps = params.get("missing_logprobs")
         declared = sum(gaps.get("per_sequence") or []) if isinstance(gaps, dict) else None
-        # The record describes the distribution in words (environments.models.token_mode LOGPROB_SEMANTICS).
-        if str(described).startswith("log-probability under the distribution sampled"):
+        if described == LOGPROB_SEMANTICS["sampling_policy"]:
             return cls(
                 "sampling_policy",
                 float(params.get("temperature") or 1.0),
