@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-import uuid
 from dataclasses import dataclass, field
+from random import getrandbits
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -36,7 +35,7 @@ class AgentLoopConfig(BaseModel):
     max_tokens: int | None = Field(None, ge=1, description="Cap on tokens per model turn")
 
 
-@dataclass
+@dataclass(slots=True)  # slots: tens of thousands of trajectories keep ten of these each
 class TurnRecord:
     index: int
     model_s: float
@@ -48,7 +47,7 @@ class TurnRecord:
     parse_errors: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class ToolErrorRecord:
     turn: int
     tool: str
@@ -95,12 +94,24 @@ def _error_of(result: str) -> str | None:
     return str(err) if err else None
 
 
+_OUT_OF_TIME = json.dumps({"error": "the trajectory's time budget ran out before this call finished"})
+
+
 def _is_context_overflow(message: str) -> bool:
     text = message.lower()
     return "context" in text and ("length" in text or "exceed" in text or "too long" in text)
 
 
 class HermesAgentLoop:
+    """Runs one trajectory at a time per `run` call; one instance may run many concurrently.
+
+    Built for tens of thousands of concurrent trajectories in one process: a single
+    `asyncio.timeout_at` guards the whole trajectory (one timer, not a task, a waiter and a
+    timer per model call and per tool batch), a lone tool call is awaited directly (no task),
+    and each turn keeps as few container objects alive as it can, because every object still
+    alive is one more the garbage collector walks in each full collection.
+    """
+
     def __init__(
         self,
         model: ChatModel,
@@ -120,8 +131,10 @@ class HermesAgentLoop:
         messages = list(messages)
         turns: list[TurnRecord] = []
         tool_errors: list[ToolErrorRecord] = []
-        started = time.monotonic()
+        clock = asyncio.get_running_loop().time  # time.monotonic, the clock asyncio's timers use
+        started = clock()
         deadline = started + self.config.time_budget_s
+        config = self.config
 
         def done(reason: StopReason, error: str | None = None) -> AgentResult:
             return AgentResult(
@@ -132,79 +145,82 @@ class HermesAgentLoop:
                 turns=turns,
                 tool_errors=tool_errors,
                 error=error,
-                duration_s=time.monotonic() - started,
+                duration_s=clock() - started,
             )
 
-        for index in range(self.config.max_turns):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return done("time_budget")
-            t0 = time.monotonic()
-            try:
-                turn: ModelTurn = await asyncio.wait_for(
-                    self.model.chat(
-                        messages, self.tools, temperature=self.config.temperature, max_tokens=self.config.max_tokens
-                    ),
-                    remaining,
-                )
-            except asyncio.TimeoutError:
-                return done("time_budget", "model call exceeded the trajectory's time budget")
-            except ModelError as exc:
-                reason: StopReason = "context_full" if _is_context_overflow(str(exc)) else "model_error"
-                return done(reason, str(exc))
-            model_s = time.monotonic() - t0
-            for call in turn.tool_calls:
-                call.setdefault("id", f"call_{uuid.uuid4().hex[:12]}")
-                call.setdefault("type", "function")
-            messages.append(turn.as_message())
-            record = TurnRecord(
-                index=index,
-                model_s=model_s,
-                tools_s=0.0,
-                tool_calls=[c["function"]["name"] for c in turn.tool_calls],
-                finish_reason=turn.finish_reason,
-                usage=turn.usage,
-                calls_from_text=turn.calls_from_text,
-                parse_errors=list(turn.parse_errors),
-            )
-            turns.append(record)
-            if not turn.tool_calls:
-                return done("finished")
-
-            t1 = time.monotonic()
-            try:
-                results = await self._run_calls(turn.tool_calls, deadline - t1)
-            except ToolInfrastructureError as exc:
-                record.tools_s = time.monotonic() - t1
-                return done("infrastructure_error", str(exc))
-            record.tools_s = time.monotonic() - t1
-            out_of_time = results is None
-            for i, call in enumerate(turn.tool_calls):
-                result = (
-                    json.dumps({"error": "the trajectory's time budget ran out before this call finished"})
-                    if results is None
-                    else results[i]
-                )
-                messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": result}
-                )
-                if err := _error_of(result):
-                    tool_errors.append(
-                        ToolErrorRecord(index, call["function"]["name"], str(call["function"].get("arguments")), err)
-                    )
-            if out_of_time:
-                return done("time_budget")
-        return done("max_turns")
-
-    async def _run_calls(self, calls: list[dict[str, Any]], remaining: float) -> list[str] | None:
-        """All calls of one turn run concurrently; results come back in call order."""
-        if remaining <= 0:
-            return None
-        jobs = [
-            self.registry.call(c["function"]["name"], c["function"].get("arguments"), self.context, self._allowed)
-            for c in calls
-        ]
+        running: list[dict[str, Any]] | None = None  # the tool calls in flight, if any
+        record: TurnRecord | None = None
+        t1 = started
         try:
-            return list(await asyncio.wait_for(asyncio.gather(*jobs), remaining))
-        except asyncio.TimeoutError:
-            return None
+            async with asyncio.timeout_at(deadline):
+                for index in range(config.max_turns):
+                    t0 = clock()
+                    if t0 >= deadline:
+                        return done("time_budget")
+                    try:
+                        turn: ModelTurn = await self.model.chat(
+                            messages, self.tools, temperature=config.temperature, max_tokens=config.max_tokens
+                        )
+                    except ModelError as exc:
+                        reason: StopReason = "context_full" if _is_context_overflow(str(exc)) else "model_error"
+                        return done(reason, str(exc))
+                    t1 = clock()
+                    calls = turn.tool_calls
+                    for call in calls:
+                        if "id" not in call:  # not setdefault: a fresh id per call would be wasted work
+                            call["id"] = f"call_{getrandbits(48):012x}"
+                        if "type" not in call:
+                            call["type"] = "function"
+                    messages.append(turn.as_message())
+                    record = TurnRecord(
+                        index=index,
+                        model_s=t1 - t0,
+                        tools_s=0.0,
+                        tool_calls=[c["function"]["name"] for c in calls],
+                        finish_reason=turn.finish_reason,
+                        usage=turn.usage,
+                        calls_from_text=turn.calls_from_text,
+                        parse_errors=turn.parse_errors,  # the turn is dropped; its list is ours now
+                    )
+                    turns.append(record)
+                    if not calls:
+                        return done("finished")
+                    running = calls
+                    del turn  # not kept alive across the tool calls: one object fewer for the collector
+                    if t1 >= deadline:
+                        raise TimeoutError  # the model answered on the deadline: no time for tools
+                    try:
+                        if len(calls) == 1:  # the common case needs no task of its own
+                            fn = calls[0]["function"]
+                            results = [await self.registry.call(fn["name"], fn.get("arguments"), self.context, self._allowed)]
+                        else:
+                            results = await self._run_calls(calls)
+                    except ToolInfrastructureError as exc:
+                        record.tools_s = clock() - t1
+                        return done("infrastructure_error", str(exc))
+                    running = None
+                    record.tools_s = clock() - t1
+                    for call, result in zip(calls, results):
+                        self._answer(messages, tool_errors, index, call, result)
+                return done("max_turns")
+        except TimeoutError:
+            if running is None or record is None:
+                return done("time_budget", "model call exceeded the trajectory's time budget")
+            record.tools_s = clock() - t1
+            for call in running:
+                self._answer(messages, tool_errors, record.index, call, _OUT_OF_TIME)
+            return done("time_budget")
+
+    @staticmethod
+    def _answer(
+        messages: list[dict[str, Any]], tool_errors: list[ToolErrorRecord], index: int, call: dict[str, Any], result: str
+    ) -> None:
+        fn = call["function"]
+        messages.append({"role": "tool", "tool_call_id": call["id"], "name": fn["name"], "content": result})
+        if err := _error_of(result):
+            tool_errors.append(ToolErrorRecord(index, fn["name"], str(fn.get("arguments")), err))
+
+    async def _run_calls(self, calls: list[dict[str, Any]]) -> list[str]:
+        """Several calls of one turn run concurrently; results come back in call order."""
+        call, context, allowed = self.registry.call, self.context, self._allowed
+        return await asyncio.gather(*(call(c["function"]["name"], c["function"].get("arguments"), context, allowed) for c in calls))
