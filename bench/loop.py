@@ -35,7 +35,7 @@ ARGS = json.dumps({"text": "ping"})
 
 def baseline_module() -> types.ModuleType:
     """environments/agent_loop.py as of BASELINE_COMMIT, importing today's modules."""
-    from environments.model_client import ModelError
+    from environments.models.base import ModelError
 
     source = subprocess.run(
         ["git", "show", f"{BASELINE_COMMIT}:environments/agent_loop.py"],
@@ -58,7 +58,7 @@ class InstantModel:
         self.opening = opening
 
     async def chat(self, messages, tools, *, temperature, max_tokens):
-        from environments.model_client import ModelTurn
+        from environments.models.base import ModelTurn
 
         await asyncio.sleep(0)
         done = (len(messages) - self.opening) // 2
