@@ -40,6 +40,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
+from environments.gc_tuning import GCConfig, collector
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
@@ -98,6 +99,7 @@ class BatchConfig(BaseModel):
     workspace: LocalToolBackendConfig = Field(default_factory=LocalToolBackendConfig)
     sandbox: SandboxToolBackendConfig = Field(default_factory=SandboxToolBackendConfig)
     web: WebConfig = Field(default_factory=WebConfig)
+    gc: GCConfig = Field(default_factory=GCConfig, description="Collector settings while the prompts run")
     progress_interval_s: float = Field(0.5, gt=0)
 
     @property
@@ -371,7 +373,8 @@ async def run_batch(config: BatchConfig, stream: Any = sys.stderr) -> dict[str, 
                     progress.consecutive_failures += 1
                     last_error[:] = [str(error)]
 
-        await asyncio.gather(*(worker() for _ in range(min(config.concurrency, max(len(pending), 1)))))
+        with collector(config.gc):
+            await asyncio.gather(*(worker() for _ in range(min(config.concurrency, max(len(pending), 1)))))
     finally:
         ticker.cancel()
         writer.close()
@@ -455,15 +458,17 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     p.add_argument("--web_backend", choices=["auto", "offline", "tavily"], default="auto")
     p.add_argument("--tool_backend", choices=["local", "sandbox"], default="local",
                    help="sandbox: each prompt's tools run in an isolated sandbox slot (bubblewrap locally)")
+    p.add_argument("--gc_profile", choices=["default", "throughput"], default="default",
+                   help="throughput: collector settings for thousands of concurrent trajectories (environments/gc_tuning.py)")
     a = p.parse_args(argv)
     try:
         extra_body = json.loads(a.extra_body)
     except json.JSONDecodeError as exc:
         p.error(f"--extra_body is not JSON: {exc}")
-    values = {k: v for k, v in vars(a).items() if k not in ("extra_body", "web_backend", "tool_call_parser")}
+    values = {k: v for k, v in vars(a).items() if k not in ("extra_body", "web_backend", "tool_call_parser", "gc_profile")}
     try:
         return BatchConfig(
-            **values, extra_body=extra_body, web=WebConfig(backend=a.web_backend),
+            **values, extra_body=extra_body, web=WebConfig(backend=a.web_backend), gc=GCConfig(profile=a.gc_profile),
             tool_call_parser=None if a.tool_call_parser == "none" else a.tool_call_parser,
         )
     except ValueError as exc:

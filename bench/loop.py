@@ -6,11 +6,13 @@ all N trajectories are alive together. Each configuration runs in a fresh proces
 heap, GC state and peak RSS). The baseline is the loop of commit 22ffc7b, read from git and
 run on the same workload in the same run.
 
-    .venv/bin/python -m bench.loop [--quick] [--sizes 1000,10000,65000] [--turns 10]
+    .venv/bin/python -m bench.loop [--quick] [--sizes 1000,10000,65000] [--turns 10] [--gc default,throughput]
 
 Prints tool-turns/s, the share of wall time spent in the garbage collector, peak RSS per
-trajectory, and the ratios the targets are stated in: each size against this run's 1,000,
-and ours against the baseline at 10,000.
+trajectory, and the ratios the targets are stated in: each size against this run's first size
+under the same collector settings, and ours against the baseline at 10,000 (both under
+CPython's default collector). `--gc throughput` rows run under the runner's `throughput`
+collector profile (environments/gc_tuning.py), applied the way a runner applies it.
 """
 
 from __future__ import annotations
@@ -106,8 +108,15 @@ async def trajectories(loop_module: types.ModuleType, n: int, turns: int) -> lis
     return await asyncio.gather(*runs)
 
 
-def worker(impl: str, n: int, turns: int) -> dict[str, Any]:
+def worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
+    from environments.gc_tuning import GCConfig, collector
+
     module = baseline_module() if impl == "baseline" else importlib.import_module("environments.agent_loop")
+    with collector(GCConfig(profile=gc_profile)):
+        return measure(module, impl, n, turns)
+
+
+def measure(module: types.ModuleType, impl: str, n: int, turns: int) -> dict[str, Any]:
     gc.collect()
     rss0 = rss_kb("VmRSS")
     gc_time = [0.0, 0.0, 0.0]  # seconds per generation
@@ -138,9 +147,9 @@ def worker(impl: str, n: int, turns: int) -> dict[str, Any]:
     }
 
 
-def run_worker(impl: str, n: int, turns: int) -> dict[str, Any]:
+def run_worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-m", "bench.loop", "--worker", impl, "--n", str(n), "--turns", str(turns)],
+        [sys.executable, "-m", "bench.loop", "--worker", impl, "--n", str(n), "--turns", str(turns), "--gc", gc_profile],
         cwd=ROOT, check=True, capture_output=True, text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -152,30 +161,36 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=10, help="tool turns per trajectory")
     ap.add_argument("--quick", action="store_true", help="5 tool turns per trajectory (about half the time)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the 22ffc7b loop at 10,000")
+    ap.add_argument("--gc", default="default,throughput", help="collector profiles to run ours under")
     ap.add_argument("--worker", choices=("current", "baseline"), help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
     turns = 5 if args.quick else args.turns
     if args.worker:
-        print(json.dumps(worker(args.worker, args.n, turns)))
+        print(json.dumps(worker(args.worker, args.n, turns, args.gc)))
         return
 
     sizes = [int(s) for s in args.sizes.split(",")]
+    profiles = args.gc.split(",")
     print(f"agent loop, instant model, {turns} tool turns per trajectory, one process per row")
-    print(f"{'loop':<10} {'trajectories':>12} {'tool-turns/s':>13} {'GC % wall':>9} {'full GCs':>8} {'KB/traj':>8} {'vs first':>8}")
+    print(f"{'loop':<9} {'collector':<10} {'trajectories':>12} {'tool-turns/s':>13} {'GC % wall':>9} {'full GCs':>8} "
+          f"{'KB/traj':>8} {'vs ' + format(sizes[0], ','):>9}")
     rows = {}
-    plan = [("current", n) for n in sizes]
+    plan = [("current", p, n) for p in profiles for n in sizes]
     if not args.no_baseline:
-        plan.insert(min(2, len(plan)), ("baseline", 10_000))
-    for impl, n in plan:
-        r = run_worker(impl, n, turns)
-        rows[impl, n] = r
-        first = rows["current", sizes[0]]["tool_turns_per_s"]
-        print(f"{impl:<10} {n:>12,} {r['tool_turns_per_s']:>13,.0f} {r['gc_share'] * 100:>9.1f} "
-              f"{r['full_collections']:>8} {r['kb_per_trajectory']:>8.1f} {r['tool_turns_per_s'] / first:>8.2f}")
-    if ("baseline", 10_000) in rows and ("current", 10_000) in rows:
-        ratio = rows["current", 10_000]["tool_turns_per_s"] / rows["baseline", 10_000]["tool_turns_per_s"]
-        print(f"ours / {BASELINE_COMMIT} at 10,000 trajectories: {ratio:.2f}x")
+        plan.insert(min(2, len(plan)), ("baseline", "default", 10_000))
+    for impl, profile, n in plan:
+        r = run_worker(impl, n, turns, profile)
+        rows[impl, profile, n] = r
+        first = rows.get(("current", profile, sizes[0]), r)["tool_turns_per_s"]
+        print(f"{impl:<9} {profile:<10} {n:>12,} {r['tool_turns_per_s']:>13,.0f} {r['gc_share'] * 100:>9.1f} "
+              f"{r['full_collections']:>8} {r['kb_per_trajectory']:>8.1f} {r['tool_turns_per_s'] / first:>9.2f}", flush=True)
+    base = rows.get(("baseline", "default", 10_000))
+    for profile in profiles:
+        ours = rows.get(("current", profile, 10_000))
+        if base and ours:
+            ratio = ours["tool_turns_per_s"] / base["tool_turns_per_s"]
+            print(f"ours ({profile} collector) / {BASELINE_COMMIT} (default collector) at 10,000 trajectories: {ratio:.2f}x")
 
 
 if __name__ == "__main__":
