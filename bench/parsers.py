@@ -8,7 +8,7 @@ any parser must do. `x json` is how many times that floor a family costs. `vs 22
 is each family's speed over the same family as of commit 22ffc7b, read from git and timed
 in the same run, interleaved (above 1.00: faster than then).
 
-    .venv/bin/python -m bench.parsers [--repeats 5] [--min-seconds 0.3] [--quick]
+    .venv/bin/python -m bench.parsers [--repeats 5] [--min-seconds 0.3] [--quick] [--families mistral,hermes]
 
 A second table times hostile inputs (thousands of broken or unterminated blocks in one
 long text): the worst case per family, with the plain-corpus time per MB for scale. A
@@ -115,6 +115,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--min-seconds", type=float, default=0.3)
     ap.add_argument("--quick", action="store_true", help="3 repeats of at least 0.1 s, no hostile table")
+    ap.add_argument("--families", default=None, help="comma-separated families to time (default: all)")
     args = ap.parse_args()
     if args.quick:
         args.repeats, args.min_seconds = 3, 0.1
@@ -134,7 +135,7 @@ def main() -> None:
     header = f"{'family':<14} {'MB':>6} {'calls/s':>11} {'MB/s':>7} {'us/turn':>8} {'x json':>7} {'vs ' + BASELINE_COMMIT:>11}"
     print(header)
     print("-" * len(header))
-    for family in sorted(LAYOUTS):
+    for family in sorted(LAYOUTS) if args.families is None else args.families.split(","):
         name, write = LAYOUTS[family]
         texts = [(prose + "\n" if prose and calls else prose) + (write(calls) if calls else "") for prose, calls in turns]
         parser = get_parser(name)
