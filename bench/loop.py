@@ -65,7 +65,8 @@ class InstantModel:
         await asyncio.sleep(0)
         done = (len(messages) - self.opening) // 2
         if done >= self.turns:
-            return ModelTurn(content="All done.", finish_reason="stop", usage={"prompt_tokens": 90, "completion_tokens": 3})
+            usage = {"prompt_tokens": 90, "completion_tokens": 3}
+            return ModelTurn(content="All done.", finish_reason="stop", usage=usage)
         call = {"id": f"call_{done}", "type": "function", "function": {"name": "echo", "arguments": ARGS}}
         return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls",
                          usage={"prompt_tokens": 80 + done, "completion_tokens": 12})
@@ -149,7 +150,8 @@ def measure(module: types.ModuleType, impl: str, n: int, turns: int) -> dict[str
 
 def run_worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-m", "bench.loop", "--worker", impl, "--n", str(n), "--turns", str(turns), "--gc", gc_profile],
+        [sys.executable, "-m", "bench.loop", "--worker", impl, "--n", str(n), "--turns", str(turns),
+         "--gc", gc_profile],
         cwd=ROOT, check=True, capture_output=True, text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
@@ -157,7 +159,8 @@ def run_worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="1000,10000,65000", help="comma-separated trajectory counts; the first is the reference")
+    ap.add_argument("--sizes", default="1000,10000,65000",
+                    help="comma-separated trajectory counts; the first is the reference")
     ap.add_argument("--turns", type=int, default=10, help="tool turns per trajectory")
     ap.add_argument("--quick", action="store_true", help="5 tool turns per trajectory (about half the time)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the 22ffc7b loop at 10,000")
@@ -184,13 +187,15 @@ def main() -> None:
         rows[impl, profile, n] = r
         first = rows.get(("current", profile, sizes[0]), r)["tool_turns_per_s"]
         print(f"{impl:<9} {profile:<10} {n:>12,} {r['tool_turns_per_s']:>13,.0f} {r['gc_share'] * 100:>9.1f} "
-              f"{r['full_collections']:>8} {r['kb_per_trajectory']:>8.1f} {r['tool_turns_per_s'] / first:>9.2f}", flush=True)
+              f"{r['full_collections']:>8} {r['kb_per_trajectory']:>8.1f} {r['tool_turns_per_s'] / first:>9.2f}",
+              flush=True)
     base = rows.get(("baseline", "default", 10_000))
     for profile in profiles:
         ours = rows.get(("current", profile, 10_000))
         if base and ours:
             ratio = ours["tool_turns_per_s"] / base["tool_turns_per_s"]
-            print(f"ours ({profile} collector) / {BASELINE_COMMIT} (default collector) at 10,000 trajectories: {ratio:.2f}x")
+            print(f"ours ({profile} collector) / {BASELINE_COMMIT} (default collector) "
+                  f"at 10,000 trajectories: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -192,7 +192,9 @@ class HermesAgentLoop:
                     try:
                         if len(calls) == 1:  # the common case needs no task of its own
                             fn = calls[0]["function"]
-                            results = [await self.registry.call(fn["name"], fn.get("arguments"), self.context, self._allowed)]
+                            results = [
+                                await self.registry.call(fn["name"], fn.get("arguments"), self.context, self._allowed)
+                            ]
                         else:
                             results = await self._run_calls(calls)
                     except ToolInfrastructureError as exc:
@@ -213,7 +215,11 @@ class HermesAgentLoop:
 
     @staticmethod
     def _answer(
-        messages: list[dict[str, Any]], tool_errors: list[ToolErrorRecord], index: int, call: dict[str, Any], result: str
+        messages: list[dict[str, Any]],
+        tool_errors: list[ToolErrorRecord],
+        index: int,
+        call: dict[str, Any],
+        result: str,
     ) -> None:
         fn = call["function"]
         messages.append({"role": "tool", "tool_call_id": call["id"], "name": fn["name"], "content": result})
@@ -223,4 +229,5 @@ class HermesAgentLoop:
     async def _run_calls(self, calls: list[dict[str, Any]]) -> list[str]:
         """Several calls of one turn run concurrently; results come back in call order."""
         call, context, allowed = self.registry.call, self.context, self._allowed
-        return await asyncio.gather(*(call(c["function"]["name"], c["function"].get("arguments"), context, allowed) for c in calls))
+        jobs = (call(c["function"]["name"], c["function"].get("arguments"), context, allowed) for c in calls)
+        return await asyncio.gather(*jobs)
