@@ -32,7 +32,12 @@ from environments.models.base import ChatModel, ModelError
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.models.token_mode.chat_model import TokenChatConfig
 from environments.models.token_mode.servers import TokenServerConfig, TokenServerKind
-from environments.models.token_mode.wiring import CHAT_MODE_NOTE, TokenModeModels, TokenServerChoice, resolve_token_server
+from environments.models.token_mode.wiring import (
+    CHAT_MODE_NOTE,
+    TokenModeModels,
+    TokenServerChoice,
+    resolve_token_server,
+)
 from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
 from model_tools import builtin_tools
@@ -80,7 +85,9 @@ class RuntimeConfig(BaseModel):
     token_server: TokenServerChoice = Field(
         "auto", description="token mode's protocol, or auto (llamacpp for the embedded model) / off (chat mode)"
     )
-    tool_call_parser: str | None = Field("hermes", description="how tool calls written as text are read; None: not read")
+    tool_call_parser: str | None = Field(
+        "hermes", description="how tool calls written as text are read; None: not read"
+    )
     chat_template_path: str | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
     tools_in: Literal["request", "system_prompt"] = "request"
@@ -111,7 +118,9 @@ class Rollout:
 
 
 Setup = Callable[[ToolContext], Awaitable[None]]
-Score = Callable[[AgentResult, ToolContext], Awaitable[float]]
+# A score may instead be an async callable, run once the workspace is released (e.g. tests in a
+# fresh slot: holding the agent's slot too could exhaust the pool).
+Score = Callable[[AgentResult, ToolContext], Awaitable[float | Callable[[], Awaitable[float]]]]
 
 
 class AgentRuntime:
@@ -222,7 +231,12 @@ class AgentRuntime:
         try:
             servers = [
                 TokenServerConfig(
-                    kind=kind, base_url=url, model=s.model, api_key=s.api_key, timeout_s=s.timeout_s, extra_body=c.extra_body
+                    kind=kind,
+                    base_url=url,
+                    model=s.model,
+                    api_key=s.api_key,
+                    timeout_s=s.timeout_s,
+                    extra_body=c.extra_body,
                 )
                 for url, s in zip(self._base_urls, c.servers)
             ]
@@ -342,6 +356,7 @@ class AgentRuntime:
         started = time.monotonic()
         model = model or self.make_model()
         value: float | None = None
+        deferred: Callable[[], Awaitable[float]] | None = None
         try:
             async with self._tool_backend.trajectory(task_id) as executor:
                 ctx = ToolContext(executor=executor, limits=self.config.tool_limits, task_id=task_id)
@@ -352,7 +367,10 @@ class AgentRuntime:
                 if result.infrastructure_failure:
                     return Rollout(item, result, None, result.error, True, time.monotonic() - started)
                 if score is not None:
-                    value = float(await score(result, ctx))
+                    scored = await score(result, ctx)
+                    deferred, value = (scored, None) if callable(scored) else (None, float(scored))
+            if deferred is not None:
+                value = float(await deferred())
         except HermesEnvError:
             raise
         except Exception as exc:  # the workspace/sandbox or scoring broke: not the model's failure
