@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from environments.models.base import ChatModel, ModelError, ModelTurn
+from environments.models.base import ChatModel, ModelError, ModelRequestError, ModelTurn
 from model_tools import default_registry
 from tools.context import ToolContext
 from tools.executor import ToolInfrastructureError
@@ -23,9 +23,11 @@ from tools.registry import ToolRegistry
 
 __all__ = ["AgentLoopConfig", "AgentResult", "HermesAgentLoop", "ToolErrorRecord", "TurnRecord", "StopReason"]
 
-StopReason = Literal["finished", "max_turns", "time_budget", "context_full", "model_error", "infrastructure_error"]
+StopReason = Literal[
+    "finished", "max_turns", "time_budget", "context_full", "model_error", "model_timeout", "infrastructure_error"
+]
 # Reasons that say nothing about the model's ability: such rollouts are not training signal.
-INFRASTRUCTURE_STOPS: frozenset[str] = frozenset({"model_error", "infrastructure_error"})
+INFRASTRUCTURE_STOPS: frozenset[str] = frozenset({"model_error", "model_timeout", "infrastructure_error"})
 
 
 class AgentLoopConfig(BaseModel):
@@ -33,6 +35,9 @@ class AgentLoopConfig(BaseModel):
     time_budget_s: float = Field(300.0, gt=0, description="Wall-clock budget of one trajectory")
     temperature: float = Field(0.7, ge=0)
     max_tokens: int | None = Field(512, ge=1, description="Cap on tokens per model turn")
+    model_timeout_s: float = Field(
+        600.0, gt=0, description="A model call that takes longer is a server that does not answer (infrastructure)"
+    )
 
 
 @dataclass(slots=True)  # slots: tens of thousands of trajectories keep ten of these each
@@ -103,13 +108,13 @@ def _is_context_overflow(message: str) -> bool:
 
 
 class HermesAgentLoop:
-    """Runs one trajectory at a time per `run` call; one instance may run many concurrently.
+    """Runs trajectories; one instance may run many concurrently.
 
-    Built for tens of thousands of concurrent trajectories in one process: a single
-    `asyncio.timeout_at` guards the whole trajectory (one timer, not a task, a waiter and a
-    timer per model call and per tool batch), a lone tool call is awaited directly (no task),
-    and each turn keeps as few container objects alive as it can, because every object still
-    alive is one more the garbage collector walks in each full collection.
+    Built for tens of thousands of concurrent trajectories in one process: the model call and
+    the tool calls are each bounded by an `asyncio.timeout` (a timer, where `wait_for` made a
+    task, a waiter and a timer), a lone tool call is awaited directly (no task), and each turn
+    keeps as few objects alive as it can, because every live object is one more the garbage
+    collector walks in each full collection.
     """
 
     def __init__(
@@ -148,70 +153,71 @@ class HermesAgentLoop:
                 duration_s=clock() - started,
             )
 
-        running: list[dict[str, Any]] | None = None  # the tool calls in flight, if any
-        record: TurnRecord | None = None
-        t1 = started
-        try:
-            async with asyncio.timeout_at(deadline):
-                for index in range(config.max_turns):
-                    t0 = clock()
-                    if t0 >= deadline:
-                        return done("time_budget")
-                    try:
-                        turn: ModelTurn = await self.model.chat(
-                            messages, self.tools, temperature=config.temperature, max_tokens=config.max_tokens
-                        )
-                    except ModelError as exc:
-                        reason: StopReason = "context_full" if _is_context_overflow(str(exc)) else "model_error"
-                        return done(reason, str(exc))
-                    t1 = clock()
-                    calls = turn.tool_calls
-                    for call in calls:
-                        if "id" not in call:  # not setdefault: a fresh id per call would be wasted work
-                            call["id"] = f"call_{getrandbits(48):012x}"
-                        if "type" not in call:
-                            call["type"] = "function"
-                    messages.append(turn.as_message())
-                    record = TurnRecord(
-                        index=index,
-                        model_s=t1 - t0,
-                        tools_s=0.0,
-                        tool_calls=[c["function"]["name"] for c in calls],
-                        finish_reason=turn.finish_reason,
-                        usage=turn.usage,
-                        calls_from_text=turn.calls_from_text,
-                        parse_errors=turn.parse_errors,  # the turn is dropped; its list is ours now
+        for index in range(config.max_turns):
+            t0 = clock()
+            if t0 >= deadline:
+                return done("time_budget")
+            try:
+                # Bounded by the request timeout, not the budget: a slow but answering server gives a
+                # scored trajectory (the budget is checked before the next step); a silent one is
+                # an infrastructure failure, never a 0 for the model. (A timer, not a task.)
+                async with asyncio.timeout(config.model_timeout_s):
+                    turn: ModelTurn = await self.model.chat(
+                        messages, self.tools, temperature=config.temperature, max_tokens=config.max_tokens
                     )
-                    turns.append(record)
-                    if not calls:
-                        return done("finished")
-                    running = calls
-                    del turn  # not kept alive across the tool calls: one object fewer for the collector
-                    if t1 >= deadline:
-                        raise TimeoutError  # the model answered on the deadline: no time for tools
-                    try:
-                        if len(calls) == 1:  # the common case needs no task of its own
-                            fn = calls[0]["function"]
-                            results = [
-                                await self.registry.call(fn["name"], fn.get("arguments"), self.context, self._allowed)
-                            ]
-                        else:
-                            results = await self._run_calls(calls)
-                    except ToolInfrastructureError as exc:
-                        record.tools_s = clock() - t1
-                        return done("infrastructure_error", str(exc))
-                    running = None
-                    record.tools_s = clock() - t1
-                    for call, result in zip(calls, results):
-                        self._answer(messages, tool_errors, index, call, result)
-                return done("max_turns")
-        except TimeoutError:
-            if running is None or record is None:
-                return done("time_budget", "model call exceeded the trajectory's time budget")
+            except TimeoutError:
+                return done("model_timeout", f"the model server did not answer within {config.model_timeout_s:.0f}s")
+            except ModelError as exc:
+                if _is_context_overflow(str(exc)):
+                    return done("context_full", str(exc))
+                if isinstance(exc, ModelRequestError):
+                    raise  # a 4xx: the request is wrong for every rollout; the env stops the command
+                return done("model_error", str(exc))
+            t1 = clock()
+            calls = turn.tool_calls
+            for call in calls:
+                if "id" not in call:  # not setdefault: a fresh id per call would be wasted work
+                    call["id"] = f"call_{getrandbits(48):012x}"
+                if "type" not in call:
+                    call["type"] = "function"
+            messages.append(turn.as_message())
+            record = TurnRecord(
+                index=index,
+                model_s=t1 - t0,
+                tools_s=0.0,
+                tool_calls=[c["function"]["name"] for c in calls],
+                finish_reason=turn.finish_reason,
+                usage=turn.usage,
+                calls_from_text=turn.calls_from_text,
+                parse_errors=turn.parse_errors,  # the turn is dropped; its list is ours now
+            )
+            turns.append(record)
+            if not calls:
+                return done("finished")
+            del turn  # not kept alive across the tool calls: one object fewer for the collector
+            try:
+                if t1 >= deadline:
+                    raise TimeoutError  # the model answered after the deadline: no time for tools
+                async with asyncio.timeout_at(deadline):
+                    if len(calls) == 1:  # the common case needs no task of its own
+                        fn = calls[0]["function"]
+                        results = [
+                            await self.registry.call(fn["name"], fn.get("arguments"), self.context, self._allowed)
+                        ]
+                    else:
+                        results = await self._run_calls(calls)
+            except ToolInfrastructureError as exc:
+                record.tools_s = clock() - t1
+                return done("infrastructure_error", str(exc))
+            except TimeoutError:
+                record.tools_s = clock() - t1
+                for call in calls:
+                    self._answer(messages, tool_errors, index, call, _OUT_OF_TIME)
+                return done("time_budget")
             record.tools_s = clock() - t1
-            for call in running:
-                self._answer(messages, tool_errors, record.index, call, _OUT_OF_TIME)
-            return done("time_budget")
+            for call, result in zip(calls, results):
+                self._answer(messages, tool_errors, index, call, result)
+        return done("max_turns")
 
     @staticmethod
     def _answer(

@@ -9,7 +9,10 @@ import socket
 import time
 from pathlib import Path
 
+import pytest
+
 from environments.agent_loop import AgentLoopConfig, HermesAgentLoop
+from environments.models.base import ModelRequestError
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from model_tools import get_tool_definitions
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
@@ -99,10 +102,26 @@ async def test_time_budget_stops_a_slow_tool(tmp_path):
     assert len(server.requests) == 1
 
 
-async def test_time_budget_stops_a_slow_model(tmp_path):
+async def test_a_model_server_that_never_answers_is_infrastructure_not_a_score(tmp_path):
     async with ScriptedOpenAIServer([{"content": "late"}], delay_s=5) as server:
+        result = await make_loop(server.base_url, tmp_path, time_budget_s=60, model_timeout_s=1.0).run(USER)
+    assert result.stop_reason == "model_timeout" and result.turns_used == 0
+    assert result.infrastructure_failure  # voided and retried by the env, never scored 0
+
+
+async def test_a_slow_but_answering_server_is_scored_and_the_budget_stops_the_next_step(tmp_path):
+    script = [{"content": None, "tool_calls": [tool_call("python", {"code": "print(1)"})]}, {"content": "never asked"}]
+    async with ScriptedOpenAIServer(script, delay_s=2) as server:
         result = await make_loop(server.base_url, tmp_path, time_budget_s=1.0).run(USER)
-    assert result.stop_reason == "time_budget" and result.turns_used == 0
+    assert result.stop_reason == "time_budget" and result.turns_used == 1 and not result.infrastructure_failure
+    assert len(server.requests) == 1
+
+
+async def test_a_4xx_is_a_request_error_raised_once_not_retried(tmp_path):
+    async with ScriptedOpenAIServer([400, {"content": "never reached"}]) as server:
+        with pytest.raises(ModelRequestError, match="HTTP 400"):
+            await make_loop(server.base_url, tmp_path).run(USER)
+    assert len(server.requests) == 1
 
 
 async def test_server_5xx_is_a_model_error_not_a_crash(tmp_path):
@@ -160,16 +179,24 @@ async def test_a_dying_sandbox_voids_the_trajectory_instead_of_telling_the_model
 # --- time budget and cancellation: one timeout scope per trajectory must stay exact ---------
 
 
-async def test_time_budget_is_never_cut_short_and_leaves_no_pending_cancel(tmp_path):
+async def test_model_timeout_is_never_cut_short_and_leaves_no_pending_cancel(tmp_path):
     async with ScriptedOpenAIServer([{"content": "late"}], delay_s=5) as server:
         t0 = time.monotonic()
-        result = await make_loop(server.base_url, tmp_path, time_budget_s=0.8).run(USER)
+        result = await make_loop(server.base_url, tmp_path, model_timeout_s=0.8).run(USER)
         elapsed = time.monotonic() - t0
-        # The budget's cancellation belongs to the loop: the caller's task carries on undisturbed.
+        # The timeout's cancellation belongs to the loop: the caller's task carries on undisturbed.
         assert asyncio.current_task().cancelling() == 0
         await asyncio.sleep(0.01)
-    assert result.stop_reason == "time_budget" and "model call exceeded" in result.error
+    assert result.stop_reason == "model_timeout"
     assert 0.8 <= result.duration_s <= elapsed < 4.5  # not early; the 5 s reply was not waited for
+
+
+async def test_tool_budget_is_never_cut_short(tmp_path):
+    calls = [tool_call("terminal", {"command": "sleep 20", "timeout": 60}, "s")]
+    async with ScriptedOpenAIServer([{"content": None, "tool_calls": calls}, {"content": "never"}]) as server:
+        result = await make_loop(server.base_url, tmp_path, time_budget_s=1.0).run(USER)
+        assert asyncio.current_task().cancelling() == 0
+    assert result.stop_reason == "time_budget" and 1.0 <= result.duration_s < 8
 
 
 async def test_time_budget_answers_every_parallel_call_that_ran_out(tmp_path):
@@ -247,12 +274,17 @@ def _alive(pid: int) -> bool:
 
 
 def _sleepers(arg: str) -> list[str]:
-    out = []
-    for proc in Path("/proc").iterdir():
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if cmd[:2] == [b"sleep", arg.encode()]:
-            out.append(proc.name)
+    """Processes running `sleep ARG` a moment later (a killed child may take a beat to go)."""
+    for _ in range(50):
+        out = []
+        for proc in Path("/proc").iterdir():
+            try:
+                cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd[:2] == [b"sleep", arg.encode()]:
+                out.append(proc.name)
+        if not out:
+            return out
+        time.sleep(0.1)
     return out

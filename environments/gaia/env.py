@@ -19,6 +19,7 @@ term for the number of tool calls; the pure correctness is reported beside it.
 from __future__ import annotations
 
 import asyncio
+import time
 import logging
 import re
 import string
@@ -231,7 +232,8 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         tasks = self.tasks[: self.config.eval_size] if self.config.eval_size else self.tasks
         loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
-        rollouts = await asyncio.gather(*(self.rollout(t, loop_config=loop_config) for t in tasks))
+        start = time.time()
+        rollouts = await asyncio.gather(*(self.rollout(t, loop_config=loop_config, for_eval=True) for t in tasks))
         scored = [r for r in rollouts if r.score is not None and r.result is not None]
         correct = [self.is_correct(r.item, r.result) for r in scored]  # type: ignore[arg-type]
         metrics = {
@@ -241,8 +243,23 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
             "eval/n": len(rollouts),
         }
         print(f"[hermes-rl] evaluation: {metrics}")
-        await self.evaluate_log(metrics=metrics)
-
+        samples = [
+            {
+                **self.eval_sample(r),
+                "item": {"task_id": r.item["task_id"], "Question": r.item["Question"]},
+                "gold": str(r.item["Final answer"]),
+                "model_answer": extract_final_answer(r.result.final_response) if r.result else None,
+                "correct": bool(r.result) and self.is_correct(r.item, r.result),  # type: ignore[arg-type]
+            }
+            for r in rollouts
+        ]
+        await self.evaluate_log(
+            metrics=metrics,
+            samples=samples,
+            start_time=start,
+            end_time=time.time(),
+            generation_parameters={"temperature": 0.0, "max_tokens": loop_config.max_tokens},
+        )
 
 if __name__ == "__main__":
     GaiaAgentEnv.cli()
