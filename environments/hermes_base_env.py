@@ -550,6 +550,8 @@ class HermesAgentBaseEnv(BaseEnv):
                 )
         # Not `overrides`: trainers read that key as per-item training overrides. (run-api drops it.)
         group["rollout_info"] = info
+        # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
+        group["tools"] = tools
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs
         # run-api keeps `generation_params`: the one place a trainer sees how the group was sampled.
