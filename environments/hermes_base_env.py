@@ -226,6 +226,10 @@ class HermesAgentBaseEnv(BaseEnv):
     async def setup_trajectory_workspace(self, item: Any, ctx: ToolContext) -> None:
         """Prepare the trajectory's workspace before the agent starts (default: nothing)."""
 
+    def open_workspace(self, item: Any, task_id: str) -> Any:
+        """The async context manager giving this trajectory its executor (e.g. a slot of the item's image)."""
+        return self._tool_backend.trajectory(task_id)
+
     async def verify_and_score_trajectory(self, item: Any, result: AgentResult, ctx: ToolContext) -> float:
         return await self.compute_reward(item, result, ctx)
 
@@ -301,7 +305,7 @@ class HermesAgentBaseEnv(BaseEnv):
         model = model or self.make_model()
         registry = self.tool_registry()
         try:
-            async with self._tool_backend.trajectory(task_id) as executor:
+            async with self.open_workspace(item, task_id) as executor:
                 ctx = ToolContext(executor=executor, limits=self.tool_limits(), task_id=task_id)
                 await self.setup_trajectory_workspace(item, ctx)
                 loop = HermesAgentLoop(model, self.tool_schemas(), ctx, loop_config or self.loop_config(), registry)

@@ -1,0 +1,191 @@
+"""Terminal tasks (Terminal-Bench 2 / Harbor, Endless Terminals) in sandbox slots.
+
+Each trajectory gets a slot with the task's initial state built in its workspace; the
+instruction is the prompt; the tools are terminal and file. Afterwards the task's own
+tests run on a pristine copy (verify.py) and their verdict is the reward: Harbor's
+reward.txt / reward.json (partial credit as the task writes it), Endless Terminals'
+pytest exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from environments.agent_loop import AgentResult
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, embedded_server_configs
+from environments.model_client import ChatModel
+from environments.sandbox_backend import SandboxToolBackendConfig
+from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
+from environments.terminal_tasks.sandboxes import TaskSandboxes, task_image
+from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask, load_endless_rows, load_tasks_dir
+from environments.terminal_tasks.verify import parse_verdict, setup_script, verify_script
+from tools.context import ToolContext
+
+__all__ = ["TerminalTasksEnvConfig", "TerminalTasksEnv", "load_dataset_tasks"]
+
+logger = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = (
+    "You are an expert at the Linux command line. Complete the task with the terminal and file tools. "
+    "Work in the given working directory. When the task is done, reply with a short summary and no tool call."
+)
+
+
+class TerminalTasksEnvConfig(HermesAgentEnvConfig):
+    tasks_dir: str | None = Field(None, description="Directory of Harbor and/or Endless Terminals tasks (default: the bundled ones)")
+    dataset: str | None = Field(
+        None,
+        description="Endless Terminals rows (description, task_dir) from the hub (e.g. obiwan96/endless-terminals-train) "
+        "or a local .parquet/.jsonl/save_to_disk directory; task_dir is looked up in --env.tasks_dir",
+    )
+    split: str = Field("train", description="Split of --env.dataset")
+    limit: int | None = Field(None, ge=1, description="Use at most this many tasks")
+    agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
+    workspace_path: str = Field("/workspace", description="Where the sandbox shows a slot's workspace (sandbox_server --workspace_mount)")
+    image_registry: str = Field("hermes-rl-tasks", description="Registry prefix of the task images Nomad/Modal run")
+    setup_timeout_s: float = Field(300.0, gt=0, description="Building a task's initial state in its slot")
+
+
+def load_dataset_tasks(name: str, split: str, tasks_dir: Path | None) -> list[TerminalTask]:
+    from datasets import load_dataset, load_from_disk  # noqa: PLC0415 - only for --env.dataset
+
+    path = Path(name)
+    if path.is_dir():
+        rows = load_from_disk(str(path))
+        rows = rows[split] if hasattr(rows, "keys") else rows
+    elif path.suffix in (".parquet", ".json", ".jsonl"):
+        rows = load_dataset("parquet" if path.suffix == ".parquet" else "json", data_files=str(path), split="train")
+    else:
+        rows = load_dataset(name, split=split)
+    return load_endless_rows(rows, tasks_dir)
+
+
+class TerminalTasksEnv(HermesAgentBaseEnv):
+    name = "terminal_tasks"
+    env_config_cls = TerminalTasksEnvConfig
+    default_toolsets = ["terminal", "file"]
+    default_system_prompt = SYSTEM_PROMPT
+
+    @classmethod
+    def config_init(cls):
+        config = TerminalTasksEnvConfig(
+            tokenizer_name="embedded",
+            group_size=2,
+            total_steps=2,
+            max_token_length=8192,
+            use_wandb=False,
+            max_agent_turns=8,
+            agent_max_tokens=512,
+            tool_backend="sandbox",
+            sandbox=SandboxToolBackendConfig(),
+            data_path_to_save_groups="out/terminal_tasks.jsonl",
+            data_dir_to_save_evals="out/terminal_tasks_eval",
+        )
+        return config, embedded_server_configs()
+
+    async def setup(self) -> None:
+        cfg: TerminalTasksEnvConfig = self.config
+        if cfg.tool_backend != "sandbox":
+            raise HermesEnvError("terminal tasks run in sandbox slots: use --env.tool_backend sandbox")
+        tasks_dir = Path(cfg.tasks_dir) if cfg.tasks_dir else None
+        try:
+            if cfg.dataset:
+                tasks = await asyncio.to_thread(load_dataset_tasks, cfg.dataset, cfg.split, tasks_dir)
+            else:
+                root = tasks_dir or BUNDLED_TASKS
+                tasks = await asyncio.to_thread(load_tasks_dir, root)
+        except (ValueError, OSError) as exc:
+            raise HermesEnvError(f"cannot load terminal tasks: {exc}") from exc
+        self.skipped: Counter[str] = Counter()
+        if not self._sandboxes_per_image():
+            # The local backend runs tasks on this machine's base environment: only those it reproduces.
+            for task in tasks:
+                if task.local_skip:
+                    self.skipped[task.local_skip] += 1
+            tasks = [t for t in tasks if not t.local_skip]
+        if cfg.agent == "oracle":
+            for task in tasks:
+                if task.solution_dir is None:
+                    self.skipped["no solution for the oracle"] += 1
+            tasks = [t for t in tasks if t.solution_dir is not None]
+        tasks = tasks[: cfg.limit]
+        for reason, n in sorted(self.skipped.items()):
+            print(f"[hermes-rl] skipped {n} task(s): {reason}", file=sys.stderr)
+        if not tasks:
+            raise HermesEnvError(f"no runnable terminal tasks ({sum(self.skipped.values())} skipped; see above)")
+        self.tasks = tasks
+        self.by_id = {t.id: t for t in tasks}
+        self.iter = 0
+
+    def _sandboxes_per_image(self) -> bool:
+        return self.config.sandbox.backend.kind != "local"
+
+    async def get_next_item(self) -> TerminalTask:
+        item = self.tasks[self.iter % len(self.tasks)]
+        self.iter += 1
+        return item
+
+    def make_model(self) -> ChatModel:
+        if self.config.agent == "oracle":
+            return OracleAgent(self.by_id)
+        if self.config.agent == "noop":
+            return NoOpAgent()
+        return super().make_model()
+
+    def make_tool_backend(self) -> TaskSandboxes:
+        return TaskSandboxes(self.config.sandbox)
+
+    def open_workspace(self, item: TerminalTask, task_id: str):
+        image = task_image(item, self.config.image_registry) if self._sandboxes_per_image() else None
+        return self._tool_backend.trajectory(task_id, image=image)
+
+    def format_prompt(self, item: TerminalTask) -> str:
+        ws = self.config.workspace_path
+        instruction = PathMap.for_task(item, ws)(item.instruction).strip()
+        workdir = PathMap.for_task(item, ws)(item.workdir)
+        return f"{instruction}\n\nTask: {item.id}\nWorking directory: {workdir}"
+
+    async def setup_trajectory_workspace(self, item: TerminalTask, ctx: ToolContext) -> None:
+        ws = self.config.workspace_path
+        where = await ctx.executor.exec("pwd", timeout=30, max_output_bytes=1000)
+        if where.output.strip() != ws:
+            raise RuntimeError(f"the slot's workspace is {where.output.strip()!r}, not {ws!r}; is bubblewrap isolation available?")
+        script, payload = setup_script(item, ws, image_has_packages=self._sandboxes_per_image())
+        result = await ctx.executor.exec(script, timeout=self.config.setup_timeout_s, max_output_bytes=20_000, stdin=payload)
+        if result.exit_code != 0:
+            raise RuntimeError(f"building {item.id} failed (exit {result.exit_code}): {result.output[-2000:]}")
+
+    async def compute_reward(self, item: TerminalTask, result: AgentResult, ctx: ToolContext) -> float:
+        script, payload, nonce = verify_script(item, self.config.workspace_path)
+        run = await ctx.executor.exec(script, timeout=item.verifier_timeout_s + 30, max_output_bytes=200_000, stdin=payload)
+        verdict = parse_verdict(item, run.output, nonce)
+        logger.info("task %s: reward %.3f (%s)", item.id, verdict.reward, verdict.reason)
+        return verdict.reward
+
+    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
+        loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
+        start = time.time()
+        rollouts = await asyncio.gather(*(self.rollout(task, loop_config=loop_config) for task in self.tasks))
+        scored = [r.score for r in rollouts if r.score is not None]
+        metrics = {
+            "eval/mean_reward": sum(scored) / len(scored) if scored else 0.0,
+            "eval/solved": sum(s == 1.0 for s in scored),
+            "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),
+            "eval/skipped": sum(self.skipped.values()),
+            "eval/n": len(rollouts),
+        }
+        print(f"[hermes-rl] evaluation: {metrics}")
+        samples = [
+            {"task": r.item.id, "format": r.item.format, "score": r.score, "error": r.error,
+             "stop_reason": r.result.stop_reason if r.result else None}
+            for r in rollouts
+        ]  # fmt: skip
+        await self.evaluate_log(metrics=metrics, samples=samples, start_time=start, end_time=time.time())
