@@ -13,24 +13,24 @@ from environments.terminal_tasks.verify import solution_script
 __all__ = ["OracleAgent", "NoOpAgent", "TASK_LINE"]
 
 TASK_LINE = re.compile(r"^Task: (\S+)$", re.M)
-WORKDIR_LINE = re.compile(r"^Working directory: (\S+)$", re.M)
 
 
 class OracleAgent:
     """Runs the task's solution/solve.sh with one terminal call, as Harbor's oracle agent does."""
 
-    def __init__(self, tasks: Mapping[str, TerminalTask]) -> None:
+    def __init__(self, tasks: Mapping[str, TerminalTask], workspace: str = "/workspace") -> None:
         self.tasks = dict(tasks)
+        self.workspace = workspace
 
     async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
         if any(m.get("role") == "tool" for m in messages):
             return ModelTurn(content="Ran the reference solution.", finish_reason="stop")
         prompt = next(m["content"] for m in messages if m.get("role") == "user")
-        task_match, dir_match = TASK_LINE.search(prompt), WORKDIR_LINE.search(prompt)
+        task_match = TASK_LINE.search(prompt)
         task = self.tasks.get(task_match.group(1)) if task_match else None
-        if task is None or task.solution_dir is None or dir_match is None:
+        if task is None or task.solution_dir is None:
             return ModelTurn(content="I have no solution for this task.", finish_reason="stop")
-        command = solution_script(task, dir_match.group(1))
+        command = solution_script(task, self.workspace)
         args = {"command": command, "timeout": 120}
         call = {"id": "call_1", "type": "function", "function": {"name": "terminal", "arguments": json.dumps(args)}}
         return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls")

@@ -135,7 +135,7 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
 
     def make_model(self) -> ChatModel:
         if self.config.agent == "oracle":
-            return OracleAgent(self.by_id)
+            return OracleAgent(self.by_id, self.config.workspace_path)
         if self.config.agent == "noop":
             return NoOpAgent()
         return super().make_model()
