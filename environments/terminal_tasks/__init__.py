@@ -2,7 +2,13 @@
 
 from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
 from environments.terminal_tasks.env import TerminalTasksEnv, TerminalTasksEnvConfig
-from environments.terminal_tasks.tasks import BUNDLED_TASKS, TerminalTask, load_endless_task, load_harbor_task, load_tasks_dir
+from environments.terminal_tasks.tasks import (
+    BUNDLED_TASKS,
+    TerminalTask,
+    load_endless_task,
+    load_harbor_task,
+    load_tasks_dir,
+)
 
 __all__ = [
     "TerminalTasksEnv", "TerminalTasksEnvConfig", "TerminalTask", "OracleAgent", "NoOpAgent",

@@ -20,7 +20,12 @@ from typing import Any, Literal
 from pydantic import Field
 
 from environments.agent_loop import AgentResult
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, embedded_server_configs
+from environments.hermes_base_env import (
+    HermesAgentBaseEnv,
+    HermesAgentEnvConfig,
+    HermesEnvError,
+    embedded_server_configs,
+)
 from environments.model_client import ChatModel
 from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
@@ -40,16 +45,21 @@ SYSTEM_PROMPT = (
 
 
 class TerminalTasksEnvConfig(HermesAgentEnvConfig):
-    tasks_dir: str | None = Field(None, description="Directory of Harbor and/or Endless Terminals tasks (default: the bundled ones)")
+    tasks_dir: str | None = Field(
+        None, description="Directory of Harbor and/or Endless Terminals tasks (default: the bundled ones)"
+    )
     dataset: str | None = Field(
         None,
-        description="Endless Terminals rows (description, task_dir) from the hub (e.g. obiwan96/endless-terminals-train) "
+        description="Endless Terminals rows (description, task_dir) from the hub "
+        "(e.g. obiwan96/endless-terminals-train) "
         "or a local .parquet/.jsonl/save_to_disk directory; task_dir is looked up in --env.tasks_dir",
     )
     split: str = Field("train", description="Split of --env.dataset")
     limit: int | None = Field(None, ge=1, description="Use at most this many tasks")
     agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
-    workspace_path: str = Field("/workspace", description="Where the sandbox shows a slot's workspace (sandbox_server --workspace_mount)")
+    workspace_path: str = Field(
+        "/workspace", description="Where the sandbox shows a slot's workspace (sandbox_server --workspace_mount)"
+    )
     image_registry: str = Field("hermes-rl-tasks", description="Registry prefix of the task images Nomad/Modal run")
     setup_timeout_s: float = Field(300.0, gt=0, description="Building a task's initial state in its slot")
 
@@ -157,15 +167,21 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         ws = self.config.workspace_path
         where = await ctx.executor.exec("pwd", timeout=30, max_output_bytes=1000)
         if where.output.strip() != ws:
-            raise RuntimeError(f"the slot's workspace is {where.output.strip()!r}, not {ws!r}; is bubblewrap isolation available?")
+            raise RuntimeError(
+                f"the slot's workspace is {where.output.strip()!r}, not {ws!r}; is bubblewrap isolation available?"
+            )
         script, payload = setup_script(item, ws, image_has_packages=self._sandboxes_per_image())
-        result = await ctx.executor.exec(script, timeout=self.config.setup_timeout_s, max_output_bytes=20_000, stdin=payload)
+        result = await ctx.executor.exec(
+            script, timeout=self.config.setup_timeout_s, max_output_bytes=20_000, stdin=payload
+        )
         if result.exit_code != 0:
             raise RuntimeError(f"building {item.id} failed (exit {result.exit_code}): {result.output[-2000:]}")
 
     async def compute_reward(self, item: TerminalTask, result: AgentResult, ctx: ToolContext) -> float:
         script, payload, nonce = verify_script(item, self.config.workspace_path)
-        run = await ctx.executor.exec(script, timeout=item.verifier_timeout_s + 30, max_output_bytes=200_000, stdin=payload)
+        run = await ctx.executor.exec(
+            script, timeout=item.verifier_timeout_s + 30, max_output_bytes=200_000, stdin=payload
+        )
         verdict = parse_verdict(item, run.output, nonce)
         logger.info("task %s: reward %.3f (%s)", item.id, verdict.reward, verdict.reason)
         return verdict.reward

@@ -29,11 +29,13 @@ __all__ = ["TaskSandboxes", "task_image", "write_build_context", "SANDBOX_LAYER"
 SANDBOX_LAYER = """
 # --- hermes-rl sandbox layer: sandbox_server + bubblewrap on top of the task's image ---
 RUN if command -v apt-get >/dev/null; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \\
-      --no-install-recommends bubblewrap python3 python3-pip util-linux ca-certificates && rm -rf /var/lib/apt/lists/*; \\
+      --no-install-recommends bubblewrap python3 python3-pip util-linux ca-certificates \\
+      && rm -rf /var/lib/apt/lists/*; \\
     elif command -v apk >/dev/null; then apk add --no-cache bubblewrap python3 py3-pip util-linux; fi
 COPY hermes_sandbox_server /opt/hermes/sandbox_server
-RUN python3 -m pip install --no-cache-dir --break-system-packages -r /opt/hermes/sandbox_server/requirements.txt pytest \\
-    || python3 -m pip install --no-cache-dir -r /opt/hermes/sandbox_server/requirements.txt pytest
+RUN R=/opt/hermes/sandbox_server/requirements.txt; \\
+    python3 -m pip install --no-cache-dir --break-system-packages -r $R pytest \\
+    || python3 -m pip install --no-cache-dir -r $R pytest
 ENV PYTHONPATH=/opt/hermes PYTHONUNBUFFERED=1
 """
 
@@ -55,7 +57,8 @@ def base_dockerfile(task: TerminalTask) -> str:
     # Endless Terminals builds from a local ubuntu SIF pulled from docker://ubuntu:22.04 (scripts/get_ubuntu_sif.sh).
     base = f"ubuntu:{local.group(1)}" if local else base.removeprefix("docker://")
     # Packages of %post go into the image; the files it creates are replayed into the workspace.
-    return f"FROM {base}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y python3 python3-pytest git\n"
+    install = "apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y python3 python3-pytest git"
+    return f"FROM {base}\nRUN {install}\n"
 
 
 def task_image(task: TerminalTask, registry: str) -> str:
@@ -123,7 +126,9 @@ class TaskSandboxes:
             pool = self.pools.get(key)
             if pool is None:
                 backend_config = self.config.backend if key is None else self._config_for(key)
-                pool = SandboxToolBackend(self.config.model_copy(update={"backend": backend_config}), self.factory(backend_config))
+                pool = SandboxToolBackend(
+                    self.config.model_copy(update={"backend": backend_config}), self.factory(backend_config)
+                )
                 await pool.start()
                 self.pools[key] = pool
         return pool

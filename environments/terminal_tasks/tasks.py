@@ -52,8 +52,12 @@ LOCAL_PACKAGES = frozenset(
     "findutils grep sed gawk ca-certificates bash procps".split()
 )
 LOCAL_BASE_IMAGES = re.compile(r"^(docker://)?(python|ubuntu|debian|buildpack-deps)(:|$)|^\./ubuntu_[\d.]+\.sif$")
-_INSTALL = re.compile(r"^\s*(sudo\s+)?(apt-get|apt|apk|yum|dnf|pip3?|python3?\s+-m\s+pip|uv\s+pip|npm|conda)\s+(install|add)\b(.*)$")
-_INDEX_UPDATE = re.compile(r"^\s*(sudo\s+)?(apt-get|apt|apk|yum|dnf)\s+(update|upgrade|clean)\b|^\s*rm\s+-rf\s+/var/lib/apt/lists")
+_INSTALL = re.compile(
+    r"^\s*(sudo\s+)?(apt-get|apt|apk|yum|dnf|pip3?|python3?\s+-m\s+pip|uv\s+pip|npm|conda)\s+(install|add)\b(.*)$"
+)
+_INDEX_UPDATE = re.compile(
+    r"^\s*(sudo\s+)?(apt-get|apt|apk|yum|dnf)\s+(update|upgrade|clean)\b|^\s*rm\s+-rf\s+/var/lib/apt/lists"
+)
 _USERS = re.compile(r"^\s*(sudo\s+)?(useradd|adduser|groupadd|usermod|chown)\b")
 _NETWORK = re.compile(r"\b(curl|wget)\b")
 
@@ -112,7 +116,9 @@ class PathMap:
         self._re = re.compile(rf"(?<![\w.\-/~$])({alternatives})(?=/|(?![\w.\-]))") if self.mapping else None
 
     @classmethod
-    def for_task(cls, task: TerminalTask, workspace: str, *, verify_dir: str | None = None, solution_dir: str | None = None) -> "PathMap":
+    def for_task(
+        cls, task: TerminalTask, workspace: str, *, verify_dir: str | None = None, solution_dir: str | None = None
+    ) -> "PathMap":
         mapping = {task.workdir_root: workspace}
         if verify_dir:
             mapping["/tests"] = f"{verify_dir}/tests"
@@ -175,7 +181,9 @@ def _parse_dockerfile(text: str) -> tuple[str | None, list[SetupStep], str | Non
                 continue
             dest = str(PurePosixPath(workdir) / args[-1]) + ("/" if args[-1].endswith("/") else "")
             for src in args[:-1]:
-                steps.append(SetupStep(kind="copy", source=src, target=dest if len(args) == 2 else dest.rstrip("/") + "/"))
+                steps.append(
+                    SetupStep(kind="copy", source=src, target=dest if len(args) == 2 else dest.rstrip("/") + "/")
+                )
         elif word == "RUN":
             if "<<" in rest and re.search(r"<<-?\s*['\"]?\w+['\"]?\s*$", rest):
                 problems.append("RUN with a heredoc")
@@ -184,7 +192,20 @@ def _parse_dockerfile(text: str) -> tuple[str | None, list[SetupStep], str | Non
             pairs = re.findall(r"(\w+)=(\"[^\"]*\"|\S+)", rest) or ([tuple(rest.split(None, 1))] if " " in rest else [])
             for name, value in pairs:
                 steps.append(SetupStep(kind="env", name=name, value=value.strip('"')))
-        elif word in ("LABEL", "CMD", "ENTRYPOINT", "EXPOSE", "ARG", "USER", "SHELL", "STOPSIGNAL", "HEALTHCHECK", "VOLUME", "MAINTAINER", "ONBUILD"):
+        elif word in (
+            "LABEL",
+            "CMD",
+            "ENTRYPOINT",
+            "EXPOSE",
+            "ARG",
+            "USER",
+            "SHELL",
+            "STOPSIGNAL",
+            "HEALTHCHECK",
+            "VOLUME",
+            "MAINTAINER",
+            "ONBUILD",
+        ):
             continue
         else:
             problems.append(f"unknown instruction {word}")
@@ -412,13 +433,19 @@ def load_endless_rows(rows: Any, tasks_dir: Path | None) -> list[TerminalTask]:
     """
     tasks = []
     for row in rows:
-        ref = row.get("task_dir") or (row.get("extra_info") or {}).get("task_dir") or (row.get("reward_spec") or {}).get("ground_truth")
+        ref = (
+            row.get("task_dir")
+            or (row.get("extra_info") or {}).get("task_dir")
+            or (row.get("reward_spec") or {}).get("ground_truth")
+        )
         if not ref:
             raise ValueError(f"dataset row without task_dir: {sorted(row)}")
         path = Path(ref)
         if tasks_dir is not None:
             path = Path(tasks_dir) / path.name
         if not (path / "task.json").is_file():
-            raise ValueError(f"task directory {path} not found; pass --env.tasks_dir holding the generated task_* folders")
+            raise ValueError(
+                f"task directory {path} not found; pass --env.tasks_dir holding the generated task_* folders"
+            )
         tasks.append(load_endless_task(path, description=row.get("description")))
     return tasks

@@ -68,7 +68,12 @@ def setup_script(task: TerminalTask, workspace: str, *, image_has_packages: bool
     paths = PathMap.for_task(task, workspace)
     stage = f"{workspace}/.hermes-env-{secrets.token_hex(6)}"
     files: dict[str, tuple[bytes, int]] = {}
-    lines = ["set -e", f"mkdir -p {shlex.quote(stage)}", f"base64 -d | tar -xzf - -C {shlex.quote(stage)}", f"cd {shlex.quote(workspace)}"]
+    lines = [
+        "set -e",
+        f"mkdir -p {shlex.quote(stage)}",
+        f"base64 -d | tar -xzf - -C {shlex.quote(stage)}",
+        f"cd {shlex.quote(workspace)}",
+    ]
     for i, step in enumerate(task.setup):
         if step.kind == "workdir":
             lines.append(f"mkdir -p {shlex.quote(paths(step.target))} && cd {shlex.quote(paths(step.target))}")
@@ -87,7 +92,10 @@ def setup_script(task: TerminalTask, workspace: str, *, image_has_packages: bool
             elif target.endswith("/"):
                 lines.append(f"mkdir -p {shlex.quote(target)} && cp -a {shlex.quote(staged)} {shlex.quote(target)}")
             else:
-                lines.append(f"mkdir -p {shlex.quote(str(PurePosixPath(target).parent))} && cp -a {shlex.quote(staged)} {shlex.quote(target)}")
+                lines.append(
+                    f"mkdir -p {shlex.quote(str(PurePosixPath(target).parent))} && "
+                    f"cp -a {shlex.quote(staged)} {shlex.quote(target)}"
+                )
         elif step.kind == "run":
             command = replay_command(step, image_has_packages=image_has_packages)
             if command.strip():
@@ -193,7 +201,11 @@ def parse_verdict(task: TerminalTask, output: str, nonce: str) -> Verdict:
             data = json.loads(base64.b64decode(fields["reward.json"]))
         except ValueError:
             return Verdict(0.0, "reward.json is not JSON", rc, {}, log)
-        metrics = {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)} if isinstance(data, dict) else {}
+        metrics = (
+            {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            if isinstance(data, dict)
+            else {}
+        )
         if "reward" in metrics:
             return Verdict(_clamp(metrics["reward"]), "reward.json", rc, metrics, log)
         if len(metrics) == 1:
@@ -204,4 +216,3 @@ def parse_verdict(task: TerminalTask, output: str, nonce: str) -> Verdict:
 
 def _clamp(value: float) -> float:
     return min(1.0, max(0.0, value)) if value == value else 0.0  # NaN -> 0
-

@@ -13,7 +13,10 @@ from tests.support.scripted_openai import ScriptedOpenAIServer
 def make_env(base_url: str, tmp_path, backend=None, env_cls=TerminalTasksEnv, **overrides) -> TerminalTasksEnv:
     pool = SlotPoolConfig(slots_per_sandbox=6, min_sandboxes=1, max_sandboxes=2, health_interval_s=30)
     backend = backend or LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sandboxes"))
-    settings = dict(tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1, tool_backend="sandbox") | overrides
+    settings = (
+        dict(tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1, tool_backend="sandbox")
+        | overrides
+    )
     config = TerminalTasksEnvConfig(
         sandbox=SandboxToolBackendConfig(backend=backend),
         data_path_to_save_groups=str(tmp_path / "groups.jsonl"),

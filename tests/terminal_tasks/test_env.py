@@ -75,7 +75,8 @@ def test_evaluate_cli_with_the_oracle_scores_every_task(tmp_path):
     proc = subprocess.run(
         [
             sys.executable, "-m", "environments.terminal_tasks_env", "evaluate", "--env.agent", "oracle",
-            "--env.data_dir_to_save_evals", str(tmp_path / "eval"), "--env.data_path_to_save_groups", str(tmp_path / "g.jsonl"),
+            "--env.data_dir_to_save_evals", str(tmp_path / "eval"),
+            "--env.data_path_to_save_groups", str(tmp_path / "g.jsonl"),
         ],
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip

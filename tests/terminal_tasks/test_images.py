@@ -22,7 +22,9 @@ def test_image_tag_follows_the_task_recipe_and_files(tmp_path):
     shutil.copytree(BUNDLED_TASKS / "harbor" / "edit-config", tmp_path / "edit-config")
     task = load_harbor_task(tmp_path / "edit-config")
     tag = task_image(task, "reg.example/tasks")
-    assert tag.startswith("reg.example/tasks/edit-config:") and tag == task_image(load_harbor_task(tmp_path / "edit-config"), "reg.example/tasks")
+    assert tag.startswith("reg.example/tasks/edit-config:") and tag == task_image(
+        load_harbor_task(tmp_path / "edit-config"), "reg.example/tasks"
+    )
     (tmp_path / "edit-config" / "environment" / "service.ini").write_text("[server]\nport = 1\n")
     assert task_image(load_harbor_task(tmp_path / "edit-config"), "reg.example/tasks") != tag
 
@@ -46,7 +48,9 @@ class OnDouble:
         self.double = NomadTestDouble(root / "nomad") if kind == "nomad" else ModalTestDouble(root / "modal")
 
     def backend_config(self):
-        pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, acquire_timeout_s=60, health_interval_s=30)
+        pool = SlotPoolConfig(
+            slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, acquire_timeout_s=60, health_interval_s=30
+        )
         if self.kind == "nomad":
             return NomadBackendConfig(pool=pool, driver="docker", poll_interval_s=0.05, startup_timeout_s=60)
         return ModalBackendConfig(pool=pool, create_rate_per_s=50, startup_timeout_s=60)
@@ -56,7 +60,11 @@ class OnDouble:
 
     def images_requested(self) -> list[str]:
         if self.kind == "nomad":
-            return [job["TaskGroups"][0]["Tasks"][0]["Config"]["image"] for call, job in self.double.calls if call == "register_job"]
+            return [
+                job["TaskGroups"][0]["Tasks"][0]["Config"]["image"]
+                for call, job in self.double.calls
+                if call == "register_job"
+            ]
         return [sb.spec.image for sb in self.double.sandboxes.values()]
 
 
@@ -69,7 +77,13 @@ async def test_a_harbor_task_with_its_dockerfile_requests_its_image(scripted_ser
         def make_tool_backend(self) -> TaskSandboxes:
             return TaskSandboxes(self.config.sandbox, factory=on.factory)  # the double in place of the SDK
 
-    env = make_env(scripted_server.base_url, tmp_path, backend=on.backend_config(), env_cls=OnDoubleEnv, image_registry="reg.example/tasks")
+    env = make_env(
+        scripted_server.base_url,
+        tmp_path,
+        backend=on.backend_config(),
+        env_cls=OnDoubleEnv,
+        image_registry="reg.example/tasks",
+    )
     try:
         async with env.runtime():
             await env.setup()

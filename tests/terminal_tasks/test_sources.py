@@ -40,7 +40,11 @@ async def test_a_tasks_dir_runs_and_unreproducible_tasks_are_counted(scripted_se
     async with env.runtime():
         await env.setup()
         assert dict(env.skipped) == {"environment/Dockerfile RUN installs jq": 1}
-        scores = [(await env.rollout(t, model=agent)).score for t in env.tasks for agent in (OracleAgent(env.by_id), NoOpAgent())]
+        scores = [
+            (await env.rollout(t, model=agent)).score
+            for t in env.tasks
+            for agent in (OracleAgent(env.by_id), NoOpAgent())
+        ]
     assert sorted(t.id for t in env.tasks) == ["harbor-parse-log", "task_000003_d4f6b8c0"]
     assert scores == [1.0, 0.0, 1.0, 0.0]
 
@@ -53,7 +57,9 @@ async def test_endless_terminals_dataset_rows_resolve_to_task_dirs(scripted_serv
     # plus the verl-style prompt/reward_spec/extra_info columns; saved as parquet like theirs.
     rows = []
     for name in ("task_000000_a1c3e5f7", "task_000001_b2d4f6a8"):
-        description = __import__("json").loads((BUNDLED_TASKS / "endless" / name / "task.json").read_text())["description"]
+        description = __import__("json").loads((BUNDLED_TASKS / "endless" / name / "task.json").read_text())[
+            "description"
+        ]
         rows.append({
             "description": description, "task_dir": name, "data_source": "endless", "env_class": "endless",
             "prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": description}],
@@ -62,7 +68,10 @@ async def test_endless_terminals_dataset_rows_resolve_to_task_dirs(scripted_serv
         })  # fmt: skip
     Dataset.from_list(rows).to_parquet(str(tmp_path / "train.parquet"))
     env = make_env(
-        scripted_server.base_url, tmp_path, dataset=str(tmp_path / "train.parquet"), tasks_dir=str(BUNDLED_TASKS / "endless")
+        scripted_server.base_url,
+        tmp_path,
+        dataset=str(tmp_path / "train.parquet"),
+        tasks_dir=str(BUNDLED_TASKS / "endless"),
     )
     async with env.runtime():
         await env.setup()
@@ -78,7 +87,9 @@ def _harbor():
 def _out(nonce, rc, **files):
     import base64
 
-    lines = ["noise", f"{nonce} rc {rc}"] + [f"{nonce} {k.replace('_', '.')} {base64.b64encode(v.encode()).decode()}" for k, v in files.items()]
+    lines = ["noise", f"{nonce} rc {rc}"] + [
+        f"{nonce} {k.replace('_', '.')} {base64.b64encode(v.encode()).decode()}" for k, v in files.items()
+    ]
     return "\n".join(lines)
 
 

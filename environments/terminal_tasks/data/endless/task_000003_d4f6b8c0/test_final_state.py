@@ -8,6 +8,11 @@ def test_names():
 
 
 def test_contents_kept():
-    for name, content in {"beach.jpg": "beach\n", "city.jpg": "city\n", "sunset.jpg": "sunset\n", "notes.txt": "notes\n"}.items():
+    for name, content in {
+        "beach.jpg": "beach\n",
+        "city.jpg": "city\n",
+        "sunset.jpg": "sunset\n",
+        "notes.txt": "notes\n",
+    }.items():
         with open(os.path.join(PHOTOS, name)) as f:
             assert f.read() == content
