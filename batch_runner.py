@@ -40,7 +40,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
-from environments.openai_chat import OpenAIChatConfig, OpenAIChatModel
+from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
 from model_tools import builtin_tools

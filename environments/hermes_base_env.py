@@ -35,11 +35,11 @@ from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, Scored
 from pydantic import Field
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
-from environments.model_client import ChatModel, ModelError
-from environments.openai_chat import PLACEHOLDER_API_KEY, OpenAIChatConfig, OpenAIChatModel
-from environments.phase1_tokens import tokenize_conversation
-from environments.tokens.chat_model import TokenChatConfig
-from environments.tokens.phase2 import PHASE1_NOTE, TokenLevelModels, TokenServerChoice, resolve_token_server, trace_items
+from environments.models.base import ChatModel, ModelError
+from environments.models.chat_mode import PLACEHOLDER_API_KEY, OpenAIChatConfig, OpenAIChatModel
+from environments.models.chat_tokens import tokenize_conversation
+from environments.models.token_mode.chat_model import TokenChatConfig
+from environments.models.token_mode.wiring import PHASE1_NOTE, TokenLevelModels, TokenServerChoice, resolve_token_server, trace_items
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
 from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
 from model_tools import default_registry

@@ -7,7 +7,7 @@ import socket
 import time
 
 from environments.agent_loop import AgentLoopConfig, HermesAgentLoop
-from environments.openai_chat import OpenAIChatConfig, OpenAIChatModel
+from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from model_tools import get_tool_definitions
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tools.context import ToolContext

@@ -8,7 +8,7 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from environments.hermes_base_env import HermesAgentEnvConfig, HermesEnvError
-from environments.phase1_tokens import tokenize_conversation
+from environments.models.chat_tokens import tokenize_conversation
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tests.support.tiny_env import WriteWordEnv
 
@@ -121,7 +121,7 @@ def test_phase1_masks_cover_exactly_the_assistant_turns(tmp_path):
 
 
 def test_auto_token_server_is_exact_for_the_embedded_model_only():
-    from environments.tokens.phase2 import resolve_token_server
+    from environments.models.token_mode.wiring import resolve_token_server
 
     assert resolve_token_server("auto", "openai", embedded=True) == "llamacpp"
     assert resolve_token_server("auto", "openai") is None

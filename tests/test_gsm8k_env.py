@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from environments.gsm8k_agent_env import is_correct
-from environments.gsm8k_data import gold_answer, synthetic_gsm8k
+from environments.gsm8k.env import is_correct
+from environments.gsm8k.data import gold_answer, synthetic_gsm8k
 
 ROOT = Path(__file__).resolve().parents[1]
 

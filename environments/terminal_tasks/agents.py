@@ -6,7 +6,7 @@ import json
 import re
 from collections.abc import Mapping
 
-from environments.model_client import ModelTurn
+from environments.models.base import ModelTurn
 from environments.terminal_tasks.tasks import TerminalTask
 from environments.terminal_tasks.verify import solution_script
 

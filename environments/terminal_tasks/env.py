@@ -26,7 +26,7 @@ from environments.hermes_base_env import (
     HermesEnvError,
     embedded_server_configs,
 )
-from environments.model_client import ChatModel
+from environments.models.base import ChatModel
 from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
 from environments.terminal_tasks.sandboxes import TaskSandboxes, task_image

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 
 from batch_runner import BatchConfig, run_batch
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
-from environments import exports
-from environments.exports import (
+import exports
+from exports import (
     Conversation,
     build_tool_sft,
     canonical_messages,
@@ -25,8 +25,8 @@ from environments.exports import (
     to_trajectory,
     trajectory_to_messages,
 )
-from environments.gaia_agent_env import GaiaAgentEnv, GaiaAgentEnvConfig
-from environments.gaia_solver import GaiaScriptedSolver
+from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
+from tests.gaia.solver import GaiaScriptedSolver
 from tests.batch.batch_helpers import agent_policy, write_prompts
 from tests.support.scripted_openai import ScriptedOpenAIServer
 

@@ -16,9 +16,9 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
-from environments.gaia_agent_env import GaiaAgentEnv, GaiaAgentEnvConfig
-from environments.gaia_solver import SOLVED_TASKS, GaiaScriptedSolver
-from environments.model_client import ModelTurn
+from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
+from tests.gaia.solver import SOLVED_TASKS, GaiaScriptedSolver
+from environments.models.base import ModelTurn
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -146,7 +146,7 @@ def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path
         assert {"web_search", "web_extract", "python"} <= {t["function"]["name"] for t in group["tools"]}
         assert all(i["stop_reason"] != "context_full" for i in infos)  # the prompt with all tools fits
     # The real process output exports and round-trips.
-    from environments.exports import canonical_messages, read_conversations, sharegpt_to_messages, to_sharegpt
+    from exports import canonical_messages, read_conversations, sharegpt_to_messages, to_sharegpt
 
     conversations = list(read_conversations(out))
     assert len(conversations) == 4 and all(c.source == "process" and c.tools for c in conversations)

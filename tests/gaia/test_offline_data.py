@@ -12,7 +12,7 @@ import zlib
 from pathlib import Path
 from xml.etree import ElementTree
 
-from environments.gaia_data import OFFLINE_DIR, load_tasks, offline_files, offline_tasks, write_offline_dataset
+from environments.gaia.data import OFFLINE_DIR, load_tasks, offline_files, offline_tasks, write_offline_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -89,7 +89,7 @@ def test_download_without_access_says_what_to_do(tmp_path: Path) -> None:
     # HF_HUB_OFFLINE makes huggingface_hub fail the way it does without network or cache.
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     proc = subprocess.run(
-        [sys.executable, "-m", "environments.gaia_data", "download", "--dest", str(tmp_path / "gaia")],
+        [sys.executable, "-m", "environments.gaia.data", "download", "--dest", str(tmp_path / "gaia")],
         cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
     )
     assert proc.returncode == 2, proc.stderr

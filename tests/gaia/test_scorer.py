@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from environments.gaia_agent_env import efficiency, extract_final_answer, question_scorer
+from environments.gaia.env import efficiency, extract_final_answer, question_scorer
 
 
 @pytest.mark.parametrize(

@@ -11,9 +11,9 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from backends import LocalBackendConfig
-from environments.model_client import ModelTurn
+from environments.models.base import ModelTurn
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.swe_smith_oracle_env import NoOpAgent, OracleAgent, SweSmithOracleEnv, SweSmithOracleEnvConfig, load_offline_instances
+from environments.swe_smith.env import NoOpAgent, OracleAgent, SweSmithOracleEnv, SweSmithOracleEnvConfig, load_offline_instances
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from environments.model_client import ModelTurn
+from environments.models.base import ModelTurn
 from tests.terminal_tasks.conftest import make_env
 
 

@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from environments.model_client import ChatModel, ModelError
-from environments.tokens import ChatRenderer, TokenChatConfig, TokenChatModel, TokenServerConfig, make_token_server
-from environments.tokens.testing import TOOLS, template_completion
+from environments.models.base import ChatModel, ModelError
+from environments.models.token_mode import ChatRenderer, TokenChatConfig, TokenChatModel, TokenServerConfig, make_token_server
+from environments.models.token_mode.testing import TOOLS, template_completion
 
 from .conftest import template_text
 from .doubles import Scripted, ScriptedTokenServerDouble

@@ -6,11 +6,11 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from environments.agent_loop import AgentResult
-from environments.gsm8k_agent_env import GSM8kAgentEnv, GSM8kAgentEnvConfig
+from environments.gsm8k.env import GSM8kAgentEnv, GSM8kAgentEnvConfig
 from environments.hermes_base_env import Rollout
-from environments.tokens import ChatRenderer, TokenSession
-from environments.tokens.phase2 import trace_items
-from environments.tokens.testing import TOOLS, template_completion, tool_conversation
+from environments.models.token_mode import ChatRenderer, TokenSession
+from environments.models.token_mode.wiring import trace_items
+from environments.models.token_mode.testing import TOOLS, template_completion, tool_conversation
 
 from .conftest import QWEN_TOKENIZER, template_text
 

@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
-from environments.model_client import ModelError
-from environments.tokens import TokenServerConfig, make_token_server
-from environments.tokens.servers import align_llamacpp_logprobs
+from environments.models.base import ModelError
+from environments.models.token_mode import TokenServerConfig, make_token_server
+from environments.models.token_mode.servers import align_llamacpp_logprobs
 
 from .doubles import Scripted, ScriptedTokenServerDouble
 

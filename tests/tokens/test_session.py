@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from environments.tokens import NOT_SAMPLED, ChatRenderer, TemplateError, TokenSession
-from environments.tokens.session import suffix_between
-from environments.tokens.testing import TOOLS, template_completion, tool_conversation
+from environments.models.token_mode import NOT_SAMPLED, ChatRenderer, TemplateError, TokenSession
+from environments.models.token_mode.session import suffix_between
+from environments.models.token_mode.testing import TOOLS, template_completion, tool_conversation
 
 from .conftest import template_text
 

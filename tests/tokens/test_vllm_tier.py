@@ -26,8 +26,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from environments.tokens import ChatRenderer, TokenChatConfig, TokenChatModel, TokenServerConfig, make_token_server
-from environments.tokens.testing import TOOLS
+from environments.models.token_mode import ChatRenderer, TokenChatConfig, TokenChatModel, TokenServerConfig, make_token_server
+from environments.models.token_mode.testing import TOOLS
 
 pytestmark = pytest.mark.vllm
 

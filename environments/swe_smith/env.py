@@ -38,7 +38,7 @@ from pydantic import BaseModel, Field
 
 from environments.agent_loop import AgentResult
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, embedded_server_configs
-from environments.model_client import ChatModel, ModelTurn
+from environments.models.base import ChatModel, ModelTurn
 from environments.sandbox_backend import SandboxToolBackendConfig
 from tools.context import ToolContext
 
@@ -47,7 +47,7 @@ __all__ = [
     "load_offline_instances", "OFFLINE_DATA",
 ]  # fmt: skip
 
-OFFLINE_DATA = Path(__file__).parent / "data" / "swe_smith"
+OFFLINE_DATA = Path(__file__).parents[1] / "data" / "swe_smith"
 SWE_SMITH_MIRROR = "https://github.com/swesmith/{name}.git"  # where SWE-smith keeps its repository mirrors
 _GIT_ID = ["-c", "user.name=hermes-rl", "-c", "user.email=hermes-rl@localhost"]
 

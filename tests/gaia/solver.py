@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Generator
 from typing import Any
 
-from environments.model_client import ModelError, ModelTurn
+from environments.models.base import ModelError, ModelTurn
 
 __all__ = ["GaiaScriptedSolver", "SOLVED_TASKS"]
 

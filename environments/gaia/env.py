@@ -1,7 +1,7 @@
 """GAIA: research questions with file attachments, answered with web, file and python tools.
 
     python -m environments.gaia_agent_env process --env.total_steps 12 --env.group_size 2
-    python -m environments.gaia_data download --dest data/GAIA      # the gated real set
+    python -m environments.gaia.data download --dest data/GAIA      # the gated real set
     python -m environments.gaia_agent_env process --env.data_dir data/GAIA/2023/validation \
         --config gaia.yaml --openai.base_url URL --openai.model_name M
 
@@ -29,7 +29,7 @@ from typing import Any, AsyncIterator
 from pydantic import Field, model_validator
 
 from environments.agent_loop import AgentResult
-from environments.gaia_data import OFFLINE_DIR, load_tasks
+from environments.gaia.data import OFFLINE_DIR, load_tasks
 from environments.hermes_base_env import (
     HermesAgentBaseEnv,
     HermesAgentEnvConfig,

@@ -1,7 +1,7 @@
 """GAIA tasks: the bundled offline set (generated here, byte for byte) and the gated real set.
 
-    python -m environments.gaia_data build-offline            # rewrite environments/data/gaia/offline
-    python -m environments.gaia_data download --dest data/GAIA [--split validation]
+    python -m environments.gaia.data build-offline            # rewrite environments/data/gaia/offline
+    python -m environments.gaia.data download --dest data/GAIA [--split validation]
 
 Offline tasks use GAIA's format (`task_id`, `Question`, `Level`, `Final answer`,
 `file_name`, `file_path`) and attachments of several kinds (csv, xlsx, json, txt, docx,
@@ -34,7 +34,7 @@ __all__ = [
     "download_gaia",
 ]
 
-OFFLINE_DIR = Path(__file__).parent / "data" / "gaia" / "offline"
+OFFLINE_DIR = Path(__file__).parents[1] / "data" / "gaia" / "offline"
 GAIA_REPO = "gaia-benchmark/GAIA"
 
 
@@ -328,7 +328,7 @@ def load_tasks(data_dir: Path) -> list[dict[str, Any]]:
     meta = data_dir / "metadata.jsonl"
     if not meta.is_file():
         raise FileNotFoundError(
-            f"no metadata.jsonl in {str(data_dir)!r}; run `python -m environments.gaia_data download --dest DIR` "
+            f"no metadata.jsonl in {str(data_dir)!r}; run `python -m environments.gaia.data download --dest DIR` "
             "for the real GAIA set, or use the bundled offline set"
         )
     tasks = []
@@ -374,7 +374,7 @@ def download_gaia(dest: Path, split: str = "validation", year: str = "2023") -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m environments.gaia_data", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m environments.gaia.data", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     build = sub.add_parser("build-offline", help="write the bundled offline task set")
     build.add_argument("--dest", type=Path, default=OFFLINE_DIR)

@@ -21,7 +21,7 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import BaseModel, Field
 
-from environments.model_client import ModelError
+from environments.models.base import ModelError
 
 __all__ = [
     "Generation",

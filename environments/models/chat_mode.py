@@ -16,7 +16,7 @@ from typing import Any, Literal
 import openai
 from pydantic import BaseModel, Field
 
-from environments.model_client import ModelError, ModelTurn
+from environments.models.base import ModelError, ModelTurn
 
 __all__ = ["OpenAIChatConfig", "OpenAIChatModel"]
 

@@ -19,7 +19,7 @@ from math_verify import parse, verify
 from pydantic import Field
 
 from environments.agent_loop import AgentResult
-from environments.gsm8k_data import gold_answer, load_gsm8k, synthetic_gsm8k
+from environments.gsm8k.data import gold_answer, load_gsm8k, synthetic_gsm8k
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, embedded_server_configs
 from tools.context import ToolContext
 

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from environments.model_client import ModelError, ModelTurn
+from environments.models.base import ModelError, ModelTurn
 from environments.tool_call_parsers import get_parser
 
 from .servers import TokenServer

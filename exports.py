@@ -1,9 +1,9 @@
 """Exports of agent conversations for SFT: ShareGPT, OpenAI messages+tools, unified trajectories.
 
-    python -m environments.exports sharegpt   runs/NAME/trajectories.jsonl out.jsonl
-    python -m environments.exports openai     out/gaia_agent.jsonl out.jsonl
-    python -m environments.exports trajectory runs/NAME/trajectories.jsonl out.jsonl
-    python -m environments.exports sft        runs/NAME/trajectories.jsonl sft_dir/ [--val_fraction 0.1]
+    python -m exports sharegpt   runs/NAME/trajectories.jsonl out.jsonl
+    python -m exports openai     out/gaia_agent.jsonl out.jsonl
+    python -m exports trajectory runs/NAME/trajectories.jsonl out.jsonl
+    python -m exports sft        runs/NAME/trajectories.jsonl sft_dir/ [--val_fraction 0.1]
 
 Input is either batch_runner output (one conversation per line) or an env's `process`
 JSONL (one scored group per line, conversations under `messages`). Every format has an
@@ -299,7 +299,7 @@ def build_tool_sft(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m environments.exports", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m exports", description=__doc__.split("\n\n")[0])
     parser.add_argument("format", choices=["sharegpt", "openai", "trajectory", "sft"])
     parser.add_argument("input", type=Path, help="batch_runner trajectories.jsonl or a process JSONL")
     parser.add_argument("output", type=Path, help="output JSONL (a directory for sft)")
