@@ -50,7 +50,8 @@ ATTACKS = {
         " && cp test_final_state.py tests/test_final_state.py"
     ),
     "plants conftest.py": Commands(
-        f"cat > conftest.py <<'EOF'\n{CONFTEST}EOF\nmkdir -p tests && cp conftest.py tests/ && (cp conftest.py ../ 2>/dev/null; true)"
+        f"cat > conftest.py <<'EOF'\n{CONFTEST}EOF\n"
+        "mkdir -p tests && cp conftest.py tests/ && (cp conftest.py ../ 2>/dev/null; true)"
     ),
     "plants sitecustomize and a .pth": Commands(
         f"echo {FAKE_PASS!r} > sitecustomize.py && echo {FAKE_PASS!r} > usercustomize.py"
