@@ -62,6 +62,10 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     )
     image_registry: str = Field("hermes-rl-tasks", description="Registry prefix of the task images Nomad/Modal run")
     setup_timeout_s: float = Field(300.0, gt=0, description="Building a task's initial state in its slot")
+    check_initial_state: bool = Field(
+        True,
+        description="Run an Endless Terminals task's test_initial_state.py once built (failing it voids the rollout)",
+    )
 
 
 def load_dataset_tasks(name: str, split: str, tasks_dir: Path | None) -> list[TerminalTask]:
@@ -176,6 +180,17 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         )
         if result.exit_code != 0:
             raise RuntimeError(f"building {item.id} failed (exit {result.exit_code}): {result.output[-2000:]}")
+        if self.config.check_initial_state and item.initial_test is not None:
+            # The replayed state must be the one the task was written against, or its verdict means nothing.
+            script, payload, nonce = verify_script(item, ws, initial=True)
+            run = await ctx.executor.exec(
+                script, timeout=item.verifier_timeout_s, max_output_bytes=50_000, stdin=payload
+            )
+            verdict = parse_verdict(item, run.output, nonce)
+            if verdict.reward != 1.0:
+                raise RuntimeError(
+                    f"{item.id}: the built initial state fails test_initial_state.py: {verdict.log[-1500:]}"
+                )
 
     async def compute_reward(self, item: TerminalTask, result: AgentResult, ctx: ToolContext) -> float:
         script, payload, nonce = verify_script(item, self.config.workspace_path)

@@ -83,6 +83,7 @@ class TerminalTask(BaseModel):
     context_dir: Path | None = Field(None, description="Where COPY sources live (Harbor: environment/)")
     tests_dir: Path | None = Field(None, description="Harbor: tests/ (test.sh inside)")
     final_test: Path | None = Field(None, description="Endless Terminals: test_final_state.py")
+    initial_test: Path | None = Field(None, description="Endless Terminals: test_initial_state.py")
     solution_dir: Path | None = None
     agent_timeout_s: float = 600.0
     verifier_timeout_s: float = 600.0
@@ -239,6 +240,15 @@ def _local_commands(command: str, *, image_has_packages: bool = False) -> tuple[
     return (" && ".join(kept) if kept else None), None
 
 
+def _outside_workdir(steps: list[SetupStep]) -> str | None:
+    """Files copied outside the directory mapped onto the workspace land where the sandbox is read-only."""
+    root = next((s.target for s in steps if s.kind == "workdir" and s.target), None)
+    for step in steps:
+        if step.kind == "copy" and step.target and root and not PurePosixPath(step.target).is_relative_to(root):
+            return f"copies {step.source} to {step.target}, outside the working directory {root}"
+    return None
+
+
 def _scripts_problem(task_dir: Path, names: list[str]) -> str | None:
     for name in names:
         path = task_dir / name
@@ -274,7 +284,7 @@ def load_harbor_task(task_dir: Path) -> TerminalTask:
                 if why:
                     skip = f"environment/Dockerfile RUN {why}"
                     break
-    skip = skip or _scripts_problem(task_dir, ["tests/test.sh", "solution/solve.sh"])
+    skip = skip or _outside_workdir(steps) or _scripts_problem(task_dir, ["tests/test.sh", "solution/solve.sh"])
     memory = env_cfg.get("memory_mb")
     if memory is None and isinstance(env_cfg.get("memory"), str):  # deprecated "2G" form
         size = env_cfg["memory"].strip().upper()
@@ -368,6 +378,7 @@ def load_endless_task(task_dir: Path, *, description: str | None = None) -> Term
         setup=steps,
         context_dir=task_dir,
         final_test=final,
+        initial_test=task_dir / "test_initial_state.py" if (task_dir / "test_initial_state.py").is_file() else None,
         solution_dir=task_dir / "solution" if (task_dir / "solution" / "solve.sh").is_file() else None,
         # Endless Terminals' own harness defaults (generator/env.py, prepare_endless --max-time).
         agent_timeout_s=300.0,

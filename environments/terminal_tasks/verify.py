@@ -119,8 +119,11 @@ def solution_script(task: TerminalTask, workspace: str) -> str:
     )
 
 
-def verify_script(task: TerminalTask, workspace: str) -> tuple[str, str, str]:
-    """(script, stdin, nonce): run the pristine tests in a fresh directory and print the verdict after the nonce."""
+def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) -> tuple[str, str, str]:
+    """(script, stdin, nonce): run the pristine tests in a fresh directory and print the verdict after the nonce.
+
+    `initial`: Endless Terminals' test_initial_state.py instead, to check the built initial state.
+    """
     nonce = secrets.token_hex(8)
     vdir = f"{workspace}/.hermes-verify-{secrets.token_hex(8)}"
     paths = PathMap.for_task(task, workspace, verify_dir=vdir)
@@ -130,10 +133,11 @@ def verify_script(task: TerminalTask, workspace: str) -> tuple[str, str, str]:
         ini = f"{vdir}/tests/pytest.ini" if (task.tests_dir / "pytest.ini").is_file() else f"{vdir}/pytest.ini"
         run = f"bash {vdir}/tests/test.sh"
     else:
-        assert task.final_test is not None
-        files = _mapped_files(task.final_test.parent, "tests", paths, only=task.final_test)
+        test = task.initial_test if initial else task.final_test
+        assert test is not None
+        files = _mapped_files(test.parent, "tests", paths, only=test)
         ini = f"{vdir}/pytest.ini"
-        run = f"python3 -m pytest -q {vdir}/tests/{task.final_test.name}"
+        run = f"python3 -m pytest -q {vdir}/tests/{test.name}"
     files["pytest.ini"] = (_EMPTY_INI.encode(), 0o644)
     addopts = f"-p no:cacheprovider --rootdir={vdir}/tests -c {ini} --confcutdir={vdir}/tests"
     env = {

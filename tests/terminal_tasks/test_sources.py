@@ -123,3 +123,25 @@ def test_endless_terminals_reward_is_the_pytest_exit_status():
     assert parse_verdict(endless, _out("ef" * 8, 0), "ef" * 8).reward == 1.0
     assert parse_verdict(endless, _out("ef" * 8, 1), "ef" * 8).reward == 0.0
     assert parse_verdict(endless, textwrap.dedent("no verdict at all"), "ef" * 8).reason == "the verifier did not run"
+
+
+def test_files_copied_outside_the_working_directory_need_the_image(tmp_path):
+    shutil.copytree(BUNDLED_TASKS / "harbor" / "edit-config", tmp_path / "etc-config")
+    (tmp_path / "etc-config" / "environment" / "Dockerfile").write_text(
+        "FROM python:3.11-slim-bookworm\nWORKDIR /app\nCOPY service.ini /etc/service.ini\n"
+    )
+    task = load_tasks_dir(tmp_path)[0]
+    assert task.local_skip == "copies service.ini to /etc/service.ini, outside the working directory /app"
+
+
+@pytest.mark.slow
+async def test_a_wrong_initial_state_voids_the_rollout(scripted_server, tmp_path):
+    shutil.copytree(BUNDLED_TASKS / "endless" / "task_000003_d4f6b8c0", tmp_path / "tasks" / "t")
+    definition = tmp_path / "tasks" / "t" / "container.def"
+    definition.write_text(definition.read_text().replace("beach.jpeg", "beach.png"))  # no .jpeg left to rename
+    env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(tmp_path / "tasks"))
+    async with env.runtime():
+        await env.setup()
+        rollout = await env.rollout(env.tasks[0], model=NoOpAgent())
+    assert rollout.infrastructure_failure and rollout.score is None
+    assert "fails test_initial_state.py" in rollout.error
