@@ -56,7 +56,8 @@ def test_serve_with_the_oracle_feeds_run_api(tmp_path):
             time.sleep(0.5)
         registration = {
             "wandb_group": "test", "wandb_project": "hermes-rl", "batch_size": 2, "max_token_len": 8192,
-            "checkpoint_dir": str(tmp_path / "ckpt"), "save_checkpoint_interval": 100, "starting_step": 0, "num_steps": 10,
+            "checkpoint_dir": str(tmp_path / "ckpt"), "save_checkpoint_interval": 100, "starting_step": 0,
+            "num_steps": 10,
         }  # fmt: skip
         assert httpx.post(api_url + "/register", json=registration, timeout=10).status_code == 200
         env = _start(
