@@ -140,3 +140,25 @@ class TaskSandboxes:
         pool = await self._pool(image)
         async with pool.trajectory(task_id) as executor:
             yield executor
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Write a docker build context per task and print the `docker build` commands for Nomad/Modal."""
+    import argparse  # noqa: PLC0415
+
+    from environments.terminal_tasks.tasks import BUNDLED_TASKS, load_tasks_dir  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m environments.terminal_tasks.sandboxes", description=main.__doc__)
+    parser.add_argument("--tasks_dir", type=Path, default=BUNDLED_TASKS, help="Harbor / Endless Terminals tasks")
+    parser.add_argument("--out", type=Path, required=True, help="Directory for the build contexts")
+    parser.add_argument("--image_registry", default="hermes-rl-tasks", help="Same as --env.image_registry")
+    args = parser.parse_args(argv)
+    sandbox_server = Path(__file__).resolve().parents[2] / "sandbox_server"
+    for task in load_tasks_dir(args.tasks_dir):
+        image = task_image(task, args.image_registry)
+        context = write_build_context(task, args.out / _slug(task.id), sandbox_server)
+        print(f"docker build -t {image} {context} && docker push {image}")
+
+
+if __name__ == "__main__":
+    main()

@@ -98,3 +98,19 @@ async def test_a_harbor_task_with_its_dockerfile_requests_its_image(scripted_ser
     assert task_image(task, "reg.example/tasks") in requested
     assert task_image(env.by_id["parse-log"], "reg.example/tasks") in requested
     assert len(set(requested)) == 2  # one pool per image
+
+
+def test_build_contexts_cli_prints_one_build_per_task(tmp_path):
+    import subprocess
+    import sys
+
+    argv = [sys.executable, "-m", "environments.terminal_tasks.sandboxes", "--out", str(tmp_path)]
+    proc = subprocess.run(
+        [*argv, "--image_registry", "r.io/t"], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    images = [task_image(t, "r.io/t") for t in load_tasks_dir(BUNDLED_TASKS)]
+    dirs = [tmp_path / image.split("/")[-1].split(":")[0] for image in images]
+    expected = [f"docker build -t {image} {d} && docker push {image}" for image, d in zip(images, dirs)]
+    assert sorted(proc.stdout.splitlines()) == sorted(expected)
+    assert all((d / "Dockerfile").is_file() and (d / "hermes_sandbox_server").is_dir() for d in dirs)
