@@ -111,8 +111,11 @@ class PathMap:
 
     def __init__(self, mapping: dict[str, str]) -> None:
         # Longest prefix first, so /app/project wins over /app.
-        self.mapping = dict(sorted(mapping.items(), key=lambda kv: -len(kv[0])))
-        alternatives = "|".join(re.escape(p.rstrip("/")) for p in self.mapping)
+        clean = {k.rstrip("/"): v for k, v in mapping.items()}
+        if "" in clean:
+            raise ValueError("the filesystem root cannot be mapped onto the workspace")
+        self.mapping = dict(sorted(clean.items(), key=lambda kv: -len(kv[0])))
+        alternatives = "|".join(re.escape(p) for p in self.mapping)
         # A prefix counts only as a whole path: not inside a longer word or path (/application, /x/app).
         self._re = re.compile(rf"(?<![\w.\-/~$])({alternatives})(?=/|(?![\w.\-]))") if self.mapping else None
 
@@ -284,6 +287,8 @@ def load_harbor_task(task_dir: Path) -> TerminalTask:
                 if why:
                     skip = f"environment/Dockerfile RUN {why}"
                     break
+    if PurePosixPath(next((s.target for s in steps if s.kind == "workdir"), workdir)) == PurePosixPath("/"):
+        skip = skip or "WORKDIR / cannot be mapped onto the workspace"
     skip = skip or _outside_workdir(steps) or _scripts_problem(task_dir, ["tests/test.sh", "solution/solve.sh"])
     memory = env_cfg.get("memory_mb")
     if memory is None and isinstance(env_cfg.get("memory"), str):  # deprecated "2G" form

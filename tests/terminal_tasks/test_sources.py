@@ -145,3 +145,16 @@ async def test_a_wrong_initial_state_voids_the_rollout(scripted_server, tmp_path
         rollout = await env.rollout(env.tasks[0], model=NoOpAgent())
     assert rollout.infrastructure_failure and rollout.score is None
     assert "fails test_initial_state.py" in rollout.error
+
+
+def test_path_map_rewrites_whole_paths_only():
+    from environments.terminal_tasks.tasks import PathMap
+
+    paths = PathMap({"/app/": "/workspace", "/tests": "/workspace/.v/tests"})
+    text = "cd /app && cat /app/x.txt /application /x/app /tests/t.py $HOME/app '/app'"
+    assert (
+        paths(text)
+        == "cd /workspace && cat /workspace/x.txt /application /x/app /workspace/.v/tests/t.py $HOME/app '/workspace'"
+    )
+    with pytest.raises(ValueError):
+        PathMap({"/": "/workspace"})
