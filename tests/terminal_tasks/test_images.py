@@ -91,13 +91,14 @@ async def test_a_harbor_task_with_its_dockerfile_requests_its_image(scripted_ser
             assert task.image_recipe.startswith("FROM ubuntu:22.04")
             rollout = await env.rollout(task, model=OracleAgent(env.by_id))
             other = await env.rollout(env.by_id["parse-log"], model=OracleAgent(env.by_id))
+            endless = await env.rollout(env.by_id["task_000001_b2d4f6a8"], model=OracleAgent(env.by_id))
     finally:
         await on.double.close()
-    assert (rollout.error, rollout.score, other.error, other.score) == (None, 1.0, None, 1.0)
+    assert [(r.error, r.score) for r in (rollout, other, endless)] == [(None, 1.0)] * 3
     requested = on.images_requested()
-    assert task_image(task, "reg.example/tasks") in requested
-    assert task_image(env.by_id["parse-log"], "reg.example/tasks") in requested
-    assert len(set(requested)) == 2  # one pool per image
+    for name in ("fix-script", "parse-log", "task_000001_b2d4f6a8"):
+        assert task_image(env.by_id[name], "reg.example/tasks") in requested
+    assert len(set(requested)) == 3  # one pool per image
 
 
 def test_build_contexts_cli_prints_one_build_per_task(tmp_path):
