@@ -1,8 +1,13 @@
-"""Run the agent over a prompt file with any OpenAI-compatible model, for SFT data at scale.
+"""Run the agent over a prompt file, for SFT (or token-level) data at scale.
 
+    python batch_runner.py --dataset_file prompts.jsonl --run_name NAME       # the embedded model
     python batch_runner.py --dataset_file prompts.jsonl --run_name NAME \
         --model M --base_url http://127.0.0.1:8000/v1 [--concurrency 8] [--distribution default]
+    python batch_runner.py ... --token_server auto       # token mode: exact ids, masks, logprobs
     python batch_runner.py ... --run_name NAME --resume          # continue a killed run
+
+It is a loop over the same composition root as the envs (environments/runtime.py): same
+model clients, tool backends, registry, retries and agent-loop defaults.
 
 Each line of the dataset is `{"prompt": "...", "id": "...", "toolsets": [...]}` (`id` and
 `toolsets` optional; without an id a prompt is known by its line number). Toolsets per
@@ -35,18 +40,28 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field, SecretStr
 
-from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
-from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
-from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
-from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
-from model_tools import builtin_tools
-from tools.context import ToolContext, ToolLimits
-from tools.registry import ToolRegistry
-from tools.web import WebConfig, make_web_backend, web_tools
+from environments.agent_loop import AgentLoopConfig, AgentResult
+from environments.models.base import ChatModel
+from environments.models.chat_mode import PLACEHOLDER_API_KEY
+from environments.models.token_mode.wiring import TokenServerChoice, trace_items
+from environments.runtime import (
+    EMBEDDED,
+    EMBEDDED_MODEL_NAME,
+    AgentRuntime,
+    HermesEnvError,
+    ModelServer,
+    Rollout,
+    RuntimeConfig,
+)
+from environments.sandbox_backend import SandboxToolBackendConfig
+from environments.tool_backend import LocalToolBackendConfig
+from tools.context import ToolLimits
+from tools.web import WebConfig
 
 __all__ = ["BatchConfig", "DISTRIBUTIONS", "sample_toolsets", "load_prompts", "run_batch", "main"]
 
@@ -62,6 +77,8 @@ DISTRIBUTIONS: MappingProxyType[str, MappingProxyType[str, float]] = MappingProx
     }.items()
 })
 
+_LOOP = AgentLoopConfig()
+
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant that can use tools. Call a tool when it helps; when you are done, "
     "answer the user directly."
@@ -71,18 +88,22 @@ DEFAULT_SYSTEM_PROMPT = (
 class BatchConfig(BaseModel):
     dataset_file: Path
     run_name: str = Field(min_length=1)
-    model: str
-    base_url: str
+    model: str = EMBEDDED_MODEL_NAME
+    base_url: str = Field(EMBEDDED, description="OpenAI-compatible base URL, or 'embedded' for the bundled model")
+    token_server: TokenServerChoice = Field(
+        "off", description="token mode on request: the server's token protocol (auto: llamacpp for the embedded model)"
+    )
     api_key: SecretStr | None = Field(None, description="Model server key (default: $OPENAI_API_KEY, else a placeholder)")
     output_dir: Path = Path("runs")
     resume: bool = False
     concurrency: int = Field(8, ge=1)
     distribution: str = "default"
     seed: int = 0
-    max_turns: int = Field(8, ge=1)
-    max_tokens: int | None = Field(512, ge=1)
-    temperature: float = Field(0.7, ge=0)
-    time_budget_s: float = Field(300.0, gt=0)
+    # The agent loop's defaults, shared with the envs.
+    max_turns: int = Field(_LOOP.max_turns, ge=1)
+    max_tokens: int | None = Field(_LOOP.max_tokens, ge=1)
+    temperature: float = Field(_LOOP.temperature, ge=0)
+    time_budget_s: float = Field(_LOOP.time_budget_s, gt=0)
     max_attempts: int = Field(3, ge=1, description="Tries per prompt when the infrastructure fails")
     retry_backoff_s: float = Field(1.0, ge=0)
     max_consecutive_failures: int = Field(
@@ -107,7 +128,17 @@ class BatchConfig(BaseModel):
     def resolved_api_key(self) -> str:
         if self.api_key is not None:
             return self.api_key.get_secret_value()
-        return os.environ.get("OPENAI_API_KEY") or "not-needed-for-local-servers"
+        return os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
+
+    def runtime_config(self) -> RuntimeConfig:
+        server = ModelServer(base_url=self.base_url, model=self.model, api_key=self.resolved_api_key(),
+                             timeout_s=self.request_timeout_s)
+        loop = AgentLoopConfig(max_turns=self.max_turns, time_budget_s=self.time_budget_s,
+                               temperature=self.temperature, max_tokens=self.max_tokens)
+        return RuntimeConfig(servers=[server], token_server=self.token_server, tool_call_parser=self.tool_call_parser,
+                             extra_body=self.extra_body, model_max_retries=self.request_retries, loop=loop,
+                             tool_limits=self.tool_limits, tool_backend=self.tool_backend, workspace=self.workspace,
+                             sandbox=self.sandbox, web=self.web)
 
 
 class BatchError(RuntimeError):
@@ -202,7 +233,7 @@ class LineWriter:
 # ---- one prompt ----------------------------------------------------------------------------
 
 def result_record(prompt: Prompt, toolsets: list[str], tools: list[dict[str, Any]], result: AgentResult,
-                  attempts: int, model: str) -> dict[str, Any]:
+                  attempts: int, model: str, token_trace: Any = None) -> dict[str, Any]:
     usage = Counter()
     for turn in result.turns:
         for key, value in (turn.usage or {}).items():
@@ -226,6 +257,9 @@ def result_record(prompt: Prompt, toolsets: list[str], tools: list[dict[str, Any
         "attempts": attempts,
         "model": model,
         "metadata": prompt.extra,
+        # Token mode: the exact ids the model saw and sampled, masks (-100: not trained) and logprobs.
+        **({"token_sequences": [{"tokens": t, "masks": m, "logprobs": lp} for t, m, lp in trace_items(token_trace)]}
+           if token_trace is not None else {}),
     }
 
 
@@ -249,45 +283,27 @@ class Progress:
 
 
 class Runner:
-    def __init__(self, config: BatchConfig, registry: ToolRegistry, backend: ToolBackend, client: Any) -> None:
-        self.config = config
-        self.registry = registry
-        self.backend = backend
-        self.client = client
+    """One prompt at a time through the shared runtime; infrastructure failures are retried there."""
 
-    def model(self) -> OpenAIChatModel:
-        c = self.config
-        return OpenAIChatModel(
-            OpenAIChatConfig(base_url=c.base_url, model=c.model, api_key=c.resolved_api_key(), timeout_s=c.request_timeout_s,
-                             max_retries=c.request_retries, text_tool_parser=c.tool_call_parser, extra_body=c.extra_body),
-            client=self.client,
-        )
+    def __init__(self, config: BatchConfig, runtime: AgentRuntime) -> None:
+        self.config = config
+        self.runtime = runtime
 
     async def run_prompt(self, prompt: Prompt, progress: Progress) -> tuple[dict[str, Any] | None, str | None, int]:
         """(record, None, attempts) on an outcome of the model's; (None, error, attempts) when infrastructure failed every try."""
         c = self.config
         toolsets = prompt.toolsets if prompt.toolsets is not None else sample_toolsets(c.distribution, prompt.id, c.seed)
-        tools = self.registry.definitions(toolsets)
-        loop_config = AgentLoopConfig(max_turns=c.max_turns, time_budget_s=c.time_budget_s,
-                                      temperature=c.temperature, max_tokens=c.max_tokens)
+        tools = self.runtime.tool_schemas(toolsets)
         messages = [{"role": "system", "content": c.system_prompt}, {"role": "user", "content": prompt.text}]
-        error = "no attempt made"
-        for attempt in range(1, c.max_attempts + 1):
-            if attempt > 1:
-                progress.retries += 1
-                await asyncio.sleep(c.retry_backoff_s * 2 ** (attempt - 2))
-            try:
-                async with self.backend.trajectory(prompt.id) as executor:
-                    ctx = ToolContext(executor=executor, limits=c.tool_limits, task_id=prompt.id)
-                    result = await HermesAgentLoop(self.model(), tools, ctx, loop_config, self.registry).run(messages)
-            except Exception as exc:  # the workspace (or our code) broke: not the model's failure
-                error = f"{type(exc).__name__}: {exc}"
-                continue
-            if result.infrastructure_failure:
-                error = result.error or result.stop_reason
-                continue
-            return result_record(prompt, toolsets, tools, result, attempt, c.model), None, attempt
-        return None, error, c.max_attempts
+        rollout: Rollout = await self.runtime.rollout(
+            messages, tools, item=prompt, task_id=prompt.id, attempts=c.max_attempts, backoff_s=c.retry_backoff_s
+        )
+        progress.retries += rollout.attempts - 1
+        if rollout.infrastructure_failure or rollout.result is None:
+            return None, rollout.error or "infrastructure failure", rollout.attempts
+        record = result_record(prompt, toolsets, tools, rollout.result, rollout.attempts, c.model,
+                               rollout.extras.get("token_trace"))
+        return record, None, rollout.attempts
 
 
 async def _progress_loop(progress: Progress, interval: float, stream: Any) -> None:
@@ -306,17 +322,13 @@ async def _progress_loop(progress: Progress, interval: float, stream: Any) -> No
             print(progress.line(), file=stream, flush=True)
 
 
-async def _check_server(base_url: str) -> None:
-    from environments.hermes_base_env import HermesEnvError, check_server
+async def run_batch(
+    config: BatchConfig, stream: Any = sys.stderr, model: Callable[[], ChatModel] | None = None
+) -> dict[str, Any]:
+    """Run every prompt not yet in the output; return the statistics (also written to stats.json).
 
-    try:
-        await check_server(base_url)
-    except HermesEnvError as exc:
-        raise BatchError(str(exc).replace("--openai.base_url", "--base_url")) from exc
-
-
-async def run_batch(config: BatchConfig, stream: Any = sys.stderr) -> dict[str, Any]:
-    """Run every prompt not yet in the output; return the statistics (also written to stats.json)."""
+    `model` replaces the model server with a `ChatModel` factory (tests).
+    """
     prompts = load_prompts(config.dataset_file)
     run_dir = config.run_dir
     out_path = run_dir / "trajectories.jsonl"
@@ -330,32 +342,32 @@ async def run_batch(config: BatchConfig, stream: Any = sys.stderr) -> dict[str, 
                          "is this the same dataset?")
     (run_dir / "run_config.json").write_text(config.model_dump_json(indent=2, exclude={"api_key"}))
     pending = [p for p in prompts if p.id not in done_ids]
-    web = make_web_backend(config.web)
-    registry = ToolRegistry([*builtin_tools(), *web_tools(web)])
+    runtime = AgentRuntime(config.runtime_config(), model=model)
+    registry = runtime.registry
     for p in pending:  # unknown distributions / toolsets fail now, not in a worker
         ts = p.toolsets if p.toolsets is not None else sample_toolsets(config.distribution, p.id, config.seed)
         unknown = set(ts) - registry.toolsets
         if unknown:
             raise BatchError(f"prompt {p.id!r} asks for unknown toolsets {sorted(unknown)}; known: {sorted(registry.toolsets)}")
-    await _check_server(config.base_url)
 
     progress = Progress(total=len(prompts), already=len(done_ids))
     wall_started = time.monotonic()
     writer = LineWriter(out_path)
     failures = LineWriter(run_dir / "infra_failures.jsonl")
-    backend: ToolBackend = (
-        SandboxToolBackend(config.sandbox) if config.tool_backend == "sandbox" else LocalToolBackend(config.workspace)
-    )
-    client = OpenAIChatModel.make_client(config.base_url, config.resolved_api_key(), config.request_timeout_s, config.request_retries)
     queue: asyncio.Queue[Prompt] = asyncio.Queue()
     for p in pending:
         queue.put_nowait(p)
     last_error: list[str] = []
+    try:
+        await runtime.__aenter__()  # model server(s), web and tool backends; fails fast naming the URL
+    except HermesEnvError as exc:
+        writer.close()
+        failures.close()
+        flags = str(exc).replace("--openai.base_url", "--base_url").replace("--openai.api_key", "--api_key")
+        raise BatchError(flags) from exc
     ticker = asyncio.create_task(_progress_loop(progress, config.progress_interval_s, stream))
     try:
-        await web.start()
-        await backend.start()
-        runner = Runner(config, registry, backend, client)
+        runner = Runner(config, runtime)
 
         async def worker() -> None:
             while not queue.empty() and progress.consecutive_failures < config.max_consecutive_failures:
@@ -376,9 +388,7 @@ async def run_batch(config: BatchConfig, stream: Any = sys.stderr) -> dict[str, 
         ticker.cancel()
         writer.close()
         failures.close()
-        await client.close()
-        await backend.stop()
-        await web.stop()
+        await runtime.__aexit__(None, None, None)
         if stream.isatty():
             stream.write("\n")
         print(progress.line(), file=stream, flush=True)
@@ -434,18 +444,22 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     p = argparse.ArgumentParser(prog="batch_runner.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset_file", type=Path, required=True)
     p.add_argument("--run_name", required=True)
-    p.add_argument("--model", required=True)
-    p.add_argument("--base_url", required=True, help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1")
+    p.add_argument("--model", default=None, help=f"model name (required with --base_url; default: {EMBEDDED_MODEL_NAME})")
+    p.add_argument("--base_url", default=EMBEDDED,
+                   help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (default: the embedded model)")
+    p.add_argument("--token_server", default="off", choices=list(get_args(TokenServerChoice)),
+                   help="token mode: record exact token ids, masks and logprobs through the server's token protocol "
+                   "(auto: llamacpp for the embedded model, else from vllm/sglang); off: chat mode")
     p.add_argument("--api_key", default=None, help="default: $OPENAI_API_KEY")
     p.add_argument("--output_dir", type=Path, default=Path("runs"))
     p.add_argument("--resume", action="store_true", help="continue a killed run: run only prompts not yet in the output")
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--distribution", default="default", help=f"toolset distribution: {', '.join(DISTRIBUTIONS)}")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max_turns", type=int, default=8)
-    p.add_argument("--max_tokens", type=int, default=512)
-    p.add_argument("--temperature", type=float, default=0.7)
-    p.add_argument("--time_budget_s", type=float, default=300.0)
+    p.add_argument("--max_turns", type=int, default=_LOOP.max_turns)
+    p.add_argument("--max_tokens", type=int, default=_LOOP.max_tokens)
+    p.add_argument("--temperature", type=float, default=_LOOP.temperature)
+    p.add_argument("--time_budget_s", type=float, default=_LOOP.time_budget_s)
     p.add_argument("--max_attempts", type=int, default=3, help="tries per prompt when the server/workspace fails")
     p.add_argument("--retry_backoff_s", type=float, default=1.0)
     p.add_argument("--request_retries", type=int, default=2)
@@ -456,6 +470,10 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     p.add_argument("--tool_backend", choices=["local", "sandbox"], default="local",
                    help="sandbox: each prompt's tools run in an isolated sandbox slot (bubblewrap locally)")
     a = p.parse_args(argv)
+    if a.model is None:
+        if a.base_url != EMBEDDED:
+            p.error("--model is required with --base_url (the name the server knows the model by)")
+        a.model = EMBEDDED_MODEL_NAME
     try:
         extra_body = json.loads(a.extra_body)
     except json.JSONDecodeError as exc:

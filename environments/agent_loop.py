@@ -30,10 +30,10 @@ INFRASTRUCTURE_STOPS: frozenset[str] = frozenset({"model_error", "infrastructure
 
 
 class AgentLoopConfig(BaseModel):
-    max_turns: int = Field(10, ge=1, description="Model calls per trajectory")
+    max_turns: int = Field(8, ge=1, description="Model calls per trajectory")
     time_budget_s: float = Field(300.0, gt=0, description="Wall-clock budget of one trajectory")
     temperature: float = Field(0.7, ge=0)
-    max_tokens: int | None = Field(None, ge=1, description="Cap on tokens per model turn")
+    max_tokens: int | None = Field(512, ge=1, description="Cap on tokens per model turn")
 
 
 @dataclass

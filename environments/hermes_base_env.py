@@ -1,8 +1,11 @@
 """HermesAgentBaseEnv: atroposlib's BaseEnv for tool-using agents.
 
-A task env subclasses it and implements `setup`, `get_next_item`, `format_prompt`,
-`compute_reward(item, result, ctx)` and `evaluate`; it gets atroposlib's `process`,
-`serve` and `evaluate` commands with `--env.*` / `--openai.*` flags.
+A task env subclasses it and implements `items()`, `format_prompt(item)` and
+`compute_reward(item, result, ctx)` (optionally `eval_items()` and
+`setup_trajectory_workspace(item, ctx)`); it gets atroposlib's `process`, `serve` and
+`evaluate` commands with `--env.*` / `--openai.*` flags. The smallest one is
+environments/examples/count_files.py. Models, tools and rollouts live in the composition
+root (environments/runtime.py); this class is the atroposlib glue around it.
 
 What this class adds around atroposlib 0.4.0 (each a trap a user must not hit):
 - the default model is the embedded llama.cpp server (`--openai.base_url embedded`),
@@ -17,55 +20,59 @@ What this class adds around atroposlib 0.4.0 (each a trap a user must not hit):
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 import netrc
 import os
-import re
 import sys
 import time
 import uuid
-from contextlib import AsyncExitStack, asynccontextmanager
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Literal, final
 
-import httpx
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
 from pydantic import Field
 
-from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
-from environments.models.base import ChatModel, ModelError
-from environments.models.chat_mode import PLACEHOLDER_API_KEY, OpenAIChatConfig, OpenAIChatModel
+from environments.agent_loop import AgentLoopConfig, AgentResult
+from environments.models.base import ChatModel
+from environments.models.chat_mode import PLACEHOLDER_API_KEY
 from environments.models.chat_tokens import tokenize_conversation
-from environments.models.token_mode.chat_model import TokenChatConfig
-from environments.models.token_mode.wiring import PHASE1_NOTE, TokenLevelModels, TokenServerChoice, resolve_token_server, trace_items
-from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
-from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
-from model_tools import default_registry
+from environments.models.token_mode.wiring import TokenServerChoice, trace_items
+from environments.runtime import (
+    EMBEDDED,
+    EMBEDDED_MODEL_NAME,
+    AgentRuntime,
+    HermesEnvError,
+    ModelServer,
+    Rollout,
+    RuntimeConfig,
+    resolve_tokenizer_name,
+)
+from environments.sandbox_backend import SandboxToolBackendConfig
+from environments.tool_backend import LocalToolBackendConfig, ToolBackend
 from tools.context import ToolContext, ToolLimits
+from tools.executor import ToolExecutor
 from tools.registry import ToolRegistry
+from tools.web import WebConfig
 
 __all__ = ["EMBEDDED", "HermesAgentEnvConfig", "HermesAgentBaseEnv", "HermesEnvError", "Rollout", "embedded_server_configs"]
 
 logger = logging.getLogger(__name__)
 
-# `--openai.base_url embedded` / `--env.tokenizer_name embedded`: the bundled SmolLM2 model.
-EMBEDDED = "embedded"
-
-
-class HermesEnvError(RuntimeError):
-    """A problem the user must fix (bad URL, unreachable server, bad config): printed without a traceback."""
+_LOOP_DEFAULTS = AgentLoopConfig()  # one set of loop defaults for the env and batch_runner
 
 
 class HermesAgentEnvConfig(BaseEnvConfig):
     enabled_toolsets: list[str] | None = Field(None, description="Toolsets offered to the model (None: the env's default)")
     disabled_toolsets: list[str] = Field(default_factory=list, description="Toolsets never offered")
-    max_agent_turns: int = Field(8, ge=1, description="Model calls per trajectory")
-    agent_time_budget_s: float = Field(300.0, gt=0, description="Wall-clock budget of one trajectory")
+    max_agent_turns: int = Field(_LOOP_DEFAULTS.max_turns, ge=1, description="Model calls per trajectory")
+    agent_time_budget_s: float = Field(
+        _LOOP_DEFAULTS.time_budget_s, gt=0, description="Wall-clock budget of one trajectory"
+    )
     system_prompt: str | None = Field(None, description="System prompt (None: the env's default)")
-    agent_temperature: float = Field(0.7, ge=0, description="Sampling temperature of agent turns")
-    agent_max_tokens: int | None = Field(512, ge=1, description="Cap on tokens per agent turn")
+    agent_temperature: float = Field(_LOOP_DEFAULTS.temperature, ge=0, description="Sampling temperature of agent turns")
+    agent_max_tokens: int | None = Field(_LOOP_DEFAULTS.max_tokens, ge=1, description="Cap on tokens per agent turn")
     tool_timeout_s: float = Field(30.0, gt=0, description="Default timeout of a terminal command")
     tool_max_timeout_s: float = Field(300.0, gt=0, description="Largest timeout a model may ask for")
     tool_max_output_chars: int = Field(20_000, gt=0, description="Cap on a tool's output")
@@ -73,11 +80,12 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     tool_call_parser: str = Field("hermes", description="Parser for tool calls a server returns as text")
     token_server: TokenServerChoice = Field(
         "auto",
-        description="Exact tokens (Phase 2): the model server's token protocol, vllm | vllm_openai | sglang | llamacpp; "
-        "auto = llamacpp for the embedded model, else from --openai.server_type (vllm, sglang); off = Phase 1 chat (re-rendered tokens, no logprobs)",
+        description="Token mode (exact ids + logprobs): the model server's token protocol, vllm | vllm_openai | "
+        "sglang | llamacpp; auto = llamacpp for the embedded model, else from --openai.server_type (vllm, sglang); "
+        "off = chat mode (OpenAI chat; tokens re-rendered, no logprobs)",
     )
     chat_template_path: str | None = Field(
-        None, description="Phase 2: the model's chat template (.jinja) when the tokenizer has none or another one"
+        None, description="Token mode: the model's chat template (.jinja) when the tokenizer has none or another one"
     )
     extra_body: dict[str, Any] = Field(
         default_factory=dict, description="Extra fields for every chat request (e.g. a llama.cpp 'grammar')"
@@ -101,6 +109,8 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     )
     embedded_threads: int = Field(2, ge=1, description="CPU threads of the embedded llama.cpp server")
     embedded_parallel: int = Field(4, ge=1, description="Concurrent sequences of the embedded llama.cpp server")
+    web: WebConfig = Field(default_factory=WebConfig, description="Backend of the web toolset, when it is enabled")
+    eval_size: int | None = Field(None, ge=1, description="Eval items used by evaluate (None: all)")
 
 
 def embedded_server_configs() -> list[APIServerConfig]:
@@ -108,7 +118,7 @@ def embedded_server_configs() -> list[APIServerConfig]:
     return [
         APIServerConfig(
             base_url=EMBEDDED,
-            model_name="SmolLM2-135M-Instruct",
+            model_name=EMBEDDED_MODEL_NAME,
             api_key=PLACEHOLDER_API_KEY,
             server_type="openai",
             health_check=False,
@@ -116,19 +126,6 @@ def embedded_server_configs() -> list[APIServerConfig]:
             timeout=600,
         )
     ]
-
-
-@dataclass
-class Rollout:
-    """One trajectory: the loop's result, its score, and why it might not be usable."""
-
-    item: Any
-    result: AgentResult | None
-    score: float | None
-    error: str | None = None
-    infrastructure_failure: bool = False
-    duration_s: float = 0.0
-    extras: dict[str, Any] = field(default_factory=dict)
 
 
 def _wandb_logged_in() -> bool:
@@ -169,51 +166,43 @@ class HermesAgentBaseEnv(BaseEnv):
                     f"--openai.base_url {cfg.base_url!r} is not an http(s) URL; pass e.g. "
                     f"http://127.0.0.1:8000/v1, or '{EMBEDDED}' for the bundled model"
                 )
-        config.tokenizer_name = self._resolve_tokenizer(config.tokenizer_name, server_configs)
+        config.tokenizer_name = resolve_tokenizer_name(config.tokenizer_name, _model_servers(server_configs))
         if config.use_wandb and not _wandb_logged_in():
             logger.warning("wandb is not logged in: running without wandb (run `wandb login` to enable it)")
             config.use_wandb = False
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: HermesAgentEnvConfig = config
         self.server_configs = server_configs
-        self._base_urls: list[str] = [c.base_url for c in server_configs]
-        self._clients: list[Any] = []
-        self._server_cycle = itertools.cycle(range(len(server_configs)))
-        self._tool_backend: ToolBackend | None = None
         self._consecutive_infra_failures = 0
         self.rollouts_done = 0
-        self._token_models: TokenLevelModels | None = None  # Phase 2, while the runtime is up
+        self._train_items: list[Any] = []
+        self._eval_items: list[Any] = []
+        self._next_item = 0
+        self.agent_runtime = AgentRuntime(self.runtime_config(), tokenizer=self.tokenizer, tools=self.tool_registry())
 
-    @staticmethod
-    def _resolve_tokenizer(name: str, server_configs: list[APIServerConfig]) -> str:
-        """'embedded' -> the GGUF's own tokenizer, built locally (BaseEnv would ask the hub)."""
-        if name != EMBEDDED:
-            return name
-        if any(c.base_url != EMBEDDED for c in server_configs):
-            # Another server with the default tokenizer: prefer that model's own tokenizer.
-            cfg = next(c for c in server_configs if c.base_url != EMBEDDED)
-            candidate = cfg.tokenizer_name if cfg.tokenizer_name not in ("", "none") else cfg.model_name
-            # Only names that can be a hub repo ("org/name") or a local directory are worth a lookup;
-            # an API model name such as "gpt-4o" would only stall on the hub's retries.
-            looks_loadable = Path(candidate).is_dir() or re.fullmatch(r"[\w.-]+/[\w.-]+", candidate)
-            try:
-                if not looks_loadable:
-                    raise LookupError(f"{candidate!r} names no tokenizer repository")
-                from transformers import AutoTokenizer
-
-                AutoTokenizer.from_pretrained(candidate)
-                return candidate
-            except Exception as exc:  # offline, or a closed model such as gpt-4o
-                logger.warning(
-                    "could not load tokenizer %r (%s); Phase 1 tokens will use the embedded model's tokenizer. "
-                    "Pass --env.tokenizer_name to choose one.", candidate, type(exc).__name__
-                )
-        from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
-
-        embedded = EmbeddedLLMConfig()
-        return str(ensure_gguf_tokenizer(embedded.model_path, chat_template=embedded.resolved_chat_template()))
+    @classmethod
+    def config_init(cls) -> tuple[HermesAgentEnvConfig, list[APIServerConfig]]:
+        """Defaults for the CLI: the env's config class on the embedded model, output under out/<name>."""
+        config = cls.env_config_cls(
+            tokenizer_name=EMBEDDED,
+            group_size=2,
+            total_steps=2,
+            max_token_length=4096,
+            use_wandb=False,
+            data_path_to_save_groups=f"out/{cls.name}.jsonl",
+            data_dir_to_save_evals=f"out/{cls.name}_eval",
+        )
+        return config, embedded_server_configs()
 
     # ---- hooks for task envs -------------------------------------------------------------
+
+    async def items(self) -> Sequence[Any]:
+        """The training items, loaded once by `setup`; `get_next_item` cycles through them."""
+        raise NotImplementedError(f"{type(self).__name__} must implement items() (or setup and get_next_item)")
+
+    async def eval_items(self) -> Sequence[Any]:
+        """The items `evaluate` runs at temperature 0 (default: none)."""
+        return []
 
     def format_prompt(self, item: Any) -> str | list[dict[str, Any]]:
         """The user turn(s) for this item."""
@@ -226,48 +215,77 @@ class HermesAgentBaseEnv(BaseEnv):
     async def setup_trajectory_workspace(self, item: Any, ctx: ToolContext) -> None:
         """Prepare the trajectory's workspace before the agent starts (default: nothing)."""
 
-    def open_workspace(self, item: Any, task_id: str) -> Any:
-        """The async context manager giving this trajectory its executor (e.g. a slot of the item's image)."""
-        return self._tool_backend.trajectory(task_id)
+    def make_tool_backend(self) -> ToolBackend | None:
+        """The env's own tool backend (None: the runtime builds one from --env.tool_backend)."""
+        return None
 
-    async def verify_and_score_trajectory(self, item: Any, result: AgentResult, ctx: ToolContext) -> float:
-        return await self.compute_reward(item, result, ctx)
+    def open_workspace(self, item: Any, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:
+        """This trajectory's executor (default: a workspace of the tool backend; e.g. a slot of the item's image)."""
+        backend = self.agent_runtime.tool_backend
+        if backend is None:
+            raise RuntimeError("rollout() outside the env's runtime; use process/serve/evaluate or `env.runtime()`")
+        return backend.trajectory(task_id)
 
-    def tool_registry(self) -> ToolRegistry:
-        return default_registry()
+    def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
+        """One line of the saved evaluation samples."""
+        result = rollout.result
+        return {
+            "item": rollout.item,
+            "response": result.final_response if result else None,
+            "score": rollout.score,
+            "stop_reason": result.stop_reason if result else None,
+            "error": rollout.error,
+            "messages": result.messages if result else None,
+        }
 
-    def make_tool_backend(self) -> ToolBackend:
-        if self.config.tool_backend == "sandbox":
-            return SandboxToolBackend(self.config.sandbox)
-        return LocalToolBackend(LocalToolBackendConfig(workspace_root=self.config.workspace_root))
+    def tool_registry(self) -> ToolRegistry | None:
+        """The tools offered (None: the built-in toolsets, plus `web` when it is enabled)."""
+        return None
 
-    def make_model(self) -> ChatModel:
-        """A model client for one trajectory (servers are used round-robin)."""
-        index = next(self._server_cycle)
-        cfg = self.server_configs[index]
-        if self._token_models is not None:
-            return self._token_models.make_model(index)
-        return OpenAIChatModel(
-            OpenAIChatConfig(
-                base_url=self._base_urls[index],
-                model=cfg.model_name,
-                api_key=cfg.api_key,
-                timeout_s=float(cfg.timeout),
-                text_tool_parser=self.config.tool_call_parser,
-                extra_body=self.config.extra_body,
-                tools_in=self.config.tools_in,
-            ),
-            client=self._clients[index] if self._clients else None,
+    # ---- defaults atroposlib asks for ------------------------------------------------------
+
+    async def setup(self) -> None:
+        self._train_items = list(await self.items())
+        self._eval_items = list(await self.eval_items())[: self.config.eval_size]
+        if not self._train_items:
+            raise HermesEnvError(f"{type(self).__name__}.items() returned no items")
+        self._next_item = 0
+
+    async def get_next_item(self) -> Any:
+        item = self._train_items[self._next_item % len(self._train_items)]
+        self._next_item += 1
+        return item
+
+    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
+        """Every eval item once at temperature 0; mean score as eval/accuracy; samples saved."""
+        loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
+        start = time.time()
+        rollouts = await asyncio.gather(*(self.rollout(item, loop_config=loop_config) for item in self._eval_items))
+        scores = [r.score for r in rollouts if r.score is not None]
+        metrics = {
+            "eval/accuracy": sum(scores) / len(scores) if scores else 0.0,
+            "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),
+            "eval/n": len(rollouts),
+        }
+        print(f"[hermes-rl] evaluation: {metrics}")
+        await self.evaluate_log(
+            metrics=metrics,
+            samples=[self.eval_sample(r) for r in rollouts],
+            start_time=start,
+            end_time=time.time(),
+            generation_parameters={"temperature": 0.0, "max_tokens": loop_config.max_tokens},
         )
 
     # ---- the rollout ---------------------------------------------------------------------
 
+    def enabled_toolsets(self) -> list[str] | None:
+        return self.config.enabled_toolsets if self.config.enabled_toolsets is not None else self.default_toolsets
+
     def tool_schemas(self) -> list[dict[str, Any]]:
-        enabled = self.config.enabled_toolsets if self.config.enabled_toolsets is not None else self.default_toolsets
         try:
-            return self.tool_registry().definitions(enabled, self.config.disabled_toolsets)
-        except ValueError as exc:
-            raise HermesEnvError(f"bad --env.enabled_toolsets/--env.disabled_toolsets: {exc}") from exc
+            return self.agent_runtime.tool_schemas(self.enabled_toolsets(), self.config.disabled_toolsets)
+        except HermesEnvError as exc:
+            raise HermesEnvError(f"--env.enabled_toolsets/--env.disabled_toolsets: {exc}") from exc
 
     def tool_limits(self) -> ToolLimits:
         c = self.config
@@ -287,6 +305,35 @@ class HermesAgentBaseEnv(BaseEnv):
             max_tokens=c.agent_max_tokens,
         )
 
+    def runtime_config(self) -> RuntimeConfig:
+        """The env config, as the composition root's config."""
+        c = self.config
+        enabled = self.enabled_toolsets()
+        web_on = (enabled is None or "web" in enabled) and "web" not in c.disabled_toolsets
+        return RuntimeConfig(
+            servers=_model_servers(self.server_configs),
+            token_server=c.token_server,
+            tool_call_parser=c.tool_call_parser,
+            chat_template_path=c.chat_template_path,
+            extra_body=c.extra_body,
+            tools_in=c.tools_in,
+            # Stay under the trainer's length: longer groups would be dropped by atroposlib.
+            max_context_tokens=c.max_token_length - 1 if c.max_token_length > 1 else None,
+            model_max_retries=c.model_max_retries,
+            loop=self.loop_config(),
+            tool_limits=self.tool_limits(),
+            tool_backend=c.tool_backend,
+            workspace=LocalToolBackendConfig(workspace_root=c.workspace_root),
+            sandbox=c.sandbox,
+            web=c.web if web_on else None,
+            embedded_threads=c.embedded_threads,
+            embedded_parallel=c.embedded_parallel,
+        )
+
+    def make_model(self) -> ChatModel:
+        """A model client for one trajectory (servers are used round-robin)."""
+        return self.agent_runtime.make_model()
+
     def initial_messages(self, item: Any) -> list[dict[str, Any]]:
         prompt = self.format_prompt(item)
         messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
@@ -297,34 +344,27 @@ class HermesAgentBaseEnv(BaseEnv):
 
     @final
     async def rollout(self, item: Any, *, model: ChatModel | None = None, loop_config: AgentLoopConfig | None = None) -> Rollout:
-        """One trajectory: workspace -> agent loop -> score; the workspace is always released."""
-        if self._tool_backend is None:
-            raise RuntimeError("rollout() outside the env's runtime; use process/serve/evaluate or `async with env.runtime()`")
-        task_id = f"{type(self).__name__}-{uuid.uuid4().hex[:10]}"
-        started = time.monotonic()
-        model = model or self.make_model()
-        registry = self.tool_registry()
-        try:
-            async with self.open_workspace(item, task_id) as executor:
-                ctx = ToolContext(executor=executor, limits=self.tool_limits(), task_id=task_id)
-                await self.setup_trajectory_workspace(item, ctx)
-                loop = HermesAgentLoop(model, self.tool_schemas(), ctx, loop_config or self.loop_config(), registry)
-                result = await loop.run(self.initial_messages(item))
-                if result.infrastructure_failure:
-                    return Rollout(item, result, None, result.error, True, time.monotonic() - started)
-                score = float(await self.verify_and_score_trajectory(item, result, ctx))
-        except HermesEnvError:
-            raise
-        except Exception as exc:  # the workspace/sandbox or scoring broke: not the model's failure
-            logger.exception("rollout %s failed outside the model", task_id)
-            return Rollout(item, None, None, f"{type(exc).__name__}: {exc}", True, time.monotonic() - started)
-        if not 0.0 <= score <= 1.0:
-            raise HermesEnvError(f"{type(self).__name__}.compute_reward returned {score}; rewards must lie in [0, 1]")
-        self.rollouts_done += 1
-        rollout = Rollout(item, result, score, None, False, time.monotonic() - started)
-        trace = getattr(model, "token_trace", None)
-        if callable(trace):
-            rollout.extras["token_trace"] = trace()
+        """One trajectory through the runtime: workspace -> agent loop -> compute_reward."""
+
+        async def setup(ctx: ToolContext) -> None:
+            await self.setup_trajectory_workspace(item, ctx)
+
+        async def score(result: AgentResult, ctx: ToolContext) -> float:
+            return await self.compute_reward(item, result, ctx)
+
+        rollout = await self.agent_runtime.rollout(
+            self.initial_messages(item),
+            self.tool_schemas(),
+            item=item,
+            setup=setup,
+            score=score,
+            loop=loop_config or self.loop_config(),
+            model=model or self.make_model(),
+            task_id=f"{type(self).__name__}-{uuid.uuid4().hex[:10]}",
+            workspace=lambda task_id: self.open_workspace(item, task_id),
+        )
+        if not rollout.infrastructure_failure:
+            self.rollouts_done += 1
         return rollout
 
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
@@ -363,7 +403,7 @@ class HermesAgentBaseEnv(BaseEnv):
         for r in rollouts:
             assert r.result is not None and r.score is not None
             trace = r.extras.get("token_trace")
-            if trace is not None:  # Phase 2: exact ids; one item per token sequence
+            if trace is not None:  # token mode: exact ids; one item per token sequence
                 items = trace_items(trace)
             else:
                 items = [(*tokenize_conversation(self.tokenizer, r.result.messages, tools), None)]
@@ -397,68 +437,20 @@ class HermesAgentBaseEnv(BaseEnv):
     # ---- runtime: model server, tool backend, clean shutdown -------------------------------
 
     @asynccontextmanager
-    async def runtime(self) -> AsyncIterator["HermesAgentBaseEnv"]:
-        """Start what the env needs (embedded model, tool backend) and always stop it."""
-        async with AsyncExitStack() as stack:
-            embedded = all(url == EMBEDDED for url in self._base_urls)
-            for i, url in enumerate(self._base_urls):
-                if url == EMBEDDED:
-                    from embedded_llm import EmbeddedLLM, EmbeddedLLMConfig
+    async def runtime(self, model: Callable[[], ChatModel] | None = None) -> AsyncIterator[HermesAgentBaseEnv]:
+        """Start what the env needs (model server, tool backend) and always stop it.
 
-                    llm = EmbeddedLLM(
-                        EmbeddedLLMConfig(threads=self.config.embedded_threads, n_parallel=self.config.embedded_parallel)
-                    )
-                    print(f"[hermes-rl] starting the embedded model server ({self.server_configs[i].model_name}) ...", file=sys.stderr)
-                    await stack.enter_async_context(llm)
-                    self._base_urls[i] = llm.base_url
-                    print(f"[hermes-rl] embedded model server at {llm.base_url}", file=sys.stderr)
-            kind = resolve_token_server(self.config.token_server, self.server_configs[0].server_type, embedded)
-            if kind is not None:
-                self._token_models = await self._start_token_models(kind, stack)
-            for url in self._base_urls:
-                if kind is None:
-                    await check_server(url)
-                    logger.warning(PHASE1_NOTE.format(url=url))
-            self._clients = [
-                OpenAIChatModel.make_client(url, cfg.api_key, float(cfg.timeout), self.config.model_max_retries)
-                for url, cfg in zip(self._base_urls, self.server_configs)
-            ]
-            for client in self._clients:
-                stack.push_async_callback(client.close)
-            backend = self.make_tool_backend()
-            await backend.start()
-            stack.push_async_callback(backend.stop)
-            self._tool_backend = backend
-            try:
-                yield self
-            finally:
-                self._tool_backend = None
-                self._token_models = None
-
-    async def _start_token_models(self, kind: str, stack: AsyncExitStack) -> TokenLevelModels:
-        """Phase 2: token-server clients + the chat template, checked before any rollout."""
-        try:
-            models = TokenLevelModels(
-                kind,  # type: ignore[arg-type]
-                list(zip(self._base_urls, self.server_configs)),
-                self.tokenizer,
-                self.config.chat_template_path,
-                TokenChatConfig(
-                    tool_call_parser=self.config.tool_call_parser,
-                    # Stay under the trainer's length: longer groups would be dropped by atroposlib.
-                    max_context_tokens=self.config.max_token_length - 1 if self.config.max_token_length > 1 else None,
-                ),
-                extra_body=self.config.extra_body,
-            )
-        except (ValueError, OSError) as exc:  # TemplateError, a missing template file
-            raise HermesEnvError(f"Phase 2 ({kind}) cannot render this model's chat template: {exc}") from exc
-        stack.push_async_callback(models.aclose)
-        try:
-            await models.check()
-        except ModelError as exc:
-            raise HermesEnvError(str(exc)) from exc
-        print(f"[hermes-rl] Phase 2: exact tokens from {kind} token server(s) {', '.join(self._base_urls)}", file=sys.stderr)
-        return models
+        `model` replaces the configured servers with a `ChatModel` factory (tests: no HTTP server).
+        """
+        self.agent_runtime = AgentRuntime(
+            self.runtime_config(),
+            tokenizer=self.tokenizer,
+            tools=self.tool_registry(),
+            model=model,
+            tool_backend=self.make_tool_backend(),
+        )
+        async with self.agent_runtime:
+            yield self
 
     # atroposlib's three entry points, each inside the runtime. BaseEnv opens the groups file
     # in every mode (evaluate writes none), so each one closes it and removes it when empty.
@@ -506,23 +498,16 @@ class HermesAgentBaseEnv(BaseEnv):
             raise SystemExit(2) from None
 
 
-async def check_server(base_url: str, timeout_s: float = 10.0) -> None:
-    """Fail fast, naming the URL, when an OpenAI-compatible server does not answer."""
-    url = base_url.rstrip("/") + "/models"
-    try:
-        async with httpx.AsyncClient(timeout=timeout_s) as client:
-            response = await client.get(url)
-    except httpx.HTTPError as exc:
-        raise HermesEnvError(
-            f"cannot reach the model server at {base_url} ({type(exc).__name__}: {exc}); "
-            "check --openai.base_url, or omit it to use the embedded model"
-        ) from exc
-    if response.status_code in (401, 403):
-        raise HermesEnvError(
-            f"the model server at {base_url} rejected the API key (HTTP {response.status_code}); check --openai.api_key"
+def _model_servers(server_configs: list[APIServerConfig]) -> list[ModelServer]:
+    """atroposlib's server configs, as the runtime's."""
+    return [
+        ModelServer(
+            base_url=c.base_url,
+            model=c.model_name,
+            api_key=c.api_key,
+            timeout_s=float(c.timeout),
+            server_type=c.server_type,
+            tokenizer=c.tokenizer_name if c.tokenizer_name not in ("", "none") else None,
         )
-    if response.status_code >= 500 or response.status_code == 404:
-        raise HermesEnvError(
-            f"the model server at {base_url} answered GET /models with HTTP {response.status_code}; "
-            "is this an OpenAI-compatible base URL (usually ending in /v1)?"
-        )
+        for c in server_configs
+    ]

@@ -149,7 +149,7 @@ def test_default_command_starts_the_embedded_model_and_gives_exact_tokens(tmp_pa
         "--env.data_path_to_save_groups", str(out),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "starting the embedded model server" in proc.stderr and "Phase 2" in proc.stderr
+    assert "starting the embedded model server" in proc.stderr and "token mode" in proc.stderr
     assert str(out.resolve()) in proc.stdout and out.with_suffix(".html").exists()
     (group,) = read_groups(out)
     assert len(group["tokens"]) == 2 and all(0.0 <= s <= 1.0 for s in group["scores"])

@@ -22,9 +22,8 @@ import asyncio
 import logging
 import re
 import string
-from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from pydantic import Field, model_validator
 
@@ -33,14 +32,11 @@ from environments.gaia.data import OFFLINE_DIR, load_tasks
 from environments.hermes_base_env import (
     HermesAgentBaseEnv,
     HermesAgentEnvConfig,
-    HermesEnvError,
     Rollout,
     embedded_server_configs,
 )
-from model_tools import builtin_tools
 from tools.context import ToolContext
-from tools.registry import ToolRegistry
-from tools.web import WebBackendError, WebConfig, make_web_backend, web_tools
+from tools.web import WebConfig
 
 __all__ = [
     "GaiaAgentEnv",
@@ -158,8 +154,6 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
     def __init__(self, config: GaiaAgentEnvConfig, server_configs, slurm: bool = False, testing: bool = False) -> None:
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: GaiaAgentEnvConfig = config
-        self.web_backend = make_web_backend(config.web)
-        self._registry = ToolRegistry([*builtin_tools(), *web_tools(self.web_backend)])
         self.tasks: list[dict[str, Any]] = []
         self.iter = 0
         self._correct_since_log: list[bool] = []
@@ -177,24 +171,6 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
             data_path_to_save_groups="out/gaia_agent.jsonl",
         )
         return config, embedded_server_configs()
-
-    def tool_registry(self) -> ToolRegistry:
-        return self._registry
-
-    @asynccontextmanager
-    async def runtime(self) -> AsyncIterator["GaiaAgentEnv"]:
-        """The base runtime plus the web backend (the offline page server or the Tavily client)."""
-        # Started first: a missing key or corpus fails before the model server is started.
-        try:
-            await self.web_backend.start()
-        except (WebBackendError, OSError) as exc:
-            await self.web_backend.stop()
-            raise HermesEnvError(f"the web backend could not start: {exc}") from exc
-        try:
-            async with super().runtime():
-                yield self
-        finally:
-            await self.web_backend.stop()
 
     async def setup(self) -> None:
         tasks = await asyncio.to_thread(load_tasks, Path(self.config.data_dir))

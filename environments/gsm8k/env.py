@@ -11,8 +11,6 @@ openai/gsm8k` loads the real set through `datasets`.
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 from typing import Any, Literal
 
 from math_verify import parse, verify
@@ -20,10 +18,8 @@ from pydantic import Field
 
 from environments.agent_loop import AgentResult
 from environments.gsm8k.data import gold_answer, load_gsm8k, synthetic_gsm8k
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, embedded_server_configs
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, Rollout
 from tools.context import ToolContext
-
-logger = logging.getLogger(__name__)
 
 SYSTEM_PROMPT = (
     "You are a careful math assistant. You can run Python with the `python` tool to check "
@@ -55,35 +51,20 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
 
     @classmethod
     def config_init(cls):
-        config = GSM8kAgentEnvConfig(
-            tokenizer_name="embedded",
-            group_size=2,
-            total_steps=2,
-            max_token_length=4096,
-            use_wandb=False,
-            max_agent_turns=4,
-            agent_max_tokens=256,
-            data_path_to_save_groups="out/gsm8k_agent.jsonl",
-            data_dir_to_save_evals="out/gsm8k_agent_eval",
-        )
-        return config, embedded_server_configs()
+        config, servers = super().config_init()
+        return config.model_copy(update={"max_agent_turns": 4, "agent_max_tokens": 256}), servers
 
-    async def setup(self) -> None:
+    async def items(self) -> list[dict[str, str]]:
         cfg: GSM8kAgentEnvConfig = self.config
         if cfg.dataset == "synthetic":
-            train = synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
-            test = synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
-        else:
-            train, test = await asyncio.gather(
-                asyncio.to_thread(load_gsm8k, "train"), asyncio.to_thread(load_gsm8k, "test")
-            )
-        self.train, self.test = train, test[: cfg.eval_size]
-        self.iter = 0
+            return synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
+        return await asyncio.to_thread(load_gsm8k, "train")
 
-    async def get_next_item(self) -> dict[str, str]:
-        item = self.train[self.iter % len(self.train)]
-        self.iter += 1
-        return item
+    async def eval_items(self) -> list[dict[str, str]]:
+        cfg: GSM8kAgentEnvConfig = self.config
+        if cfg.dataset == "synthetic":
+            return synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
+        return (await asyncio.to_thread(load_gsm8k, "test"))[: cfg.eval_size]
 
     def format_prompt(self, item: dict[str, str]) -> str:
         return item["question"]
@@ -91,37 +72,8 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
     async def compute_reward(self, item: dict[str, str], result: AgentResult, ctx: ToolContext) -> float:
         return 1.0 if is_correct(result.final_response, gold_answer(item["answer"])) else 0.0
 
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
-        start = time.time()
-        rollouts = await asyncio.gather(*(self.rollout(item, loop_config=loop_config) for item in self.test))
-        scored = [r.score for r in rollouts if r.score is not None]
-        metrics = {
-            "eval/accuracy": sum(scored) / len(scored) if scored else 0.0,
-            "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),
-            "eval/n": len(rollouts),
-        }
-        logger.info("evaluation: %s", metrics)
-        print(f"[hermes-rl] evaluation: {metrics}")
-        samples = [
-            {
-                "question": r.item["question"],
-                "gold": gold_answer(r.item["answer"]),
-                "response": r.result.final_response if r.result else None,
-                "score": r.score,
-                "stop_reason": r.result.stop_reason if r.result else None,
-                "error": r.error,
-                "messages": r.result.messages if r.result else None,
-            }
-            for r in rollouts
-        ]
-        await self.evaluate_log(
-            metrics=metrics,
-            samples=samples,
-            start_time=start,
-            end_time=time.time(),
-            generation_parameters={"temperature": 0.0, "max_tokens": loop_config.max_tokens},
-        )
+    def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
+        return {**super().eval_sample(rollout), "gold": gold_answer(rollout.item["answer"])}
 
 
 if __name__ == "__main__":

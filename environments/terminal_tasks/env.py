@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
@@ -24,10 +23,9 @@ from environments.hermes_base_env import (
     HermesAgentBaseEnv,
     HermesAgentEnvConfig,
     HermesEnvError,
-    embedded_server_configs,
+    Rollout,
 )
 from environments.models.base import ChatModel
-from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
 from environments.terminal_tasks.sandboxes import TaskSandboxes, task_image
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask, load_endless_rows, load_tasks_dir
@@ -45,6 +43,8 @@ SYSTEM_PROMPT = (
 
 
 class TerminalTasksEnvConfig(HermesAgentEnvConfig):
+    tool_backend: Literal["local", "sandbox"] = Field("sandbox", description="Terminal tasks run in sandbox slots")
+    max_token_length: int = Field(8192, gt=0, description="Longest token sequence a group may hold")
     tasks_dir: str | None = Field(
         None, description="Directory of Harbor and/or Endless Terminals tasks (default: the bundled ones)"
     )
@@ -88,24 +88,7 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     default_toolsets = ["terminal", "file"]
     default_system_prompt = SYSTEM_PROMPT
 
-    @classmethod
-    def config_init(cls):
-        config = TerminalTasksEnvConfig(
-            tokenizer_name="embedded",
-            group_size=2,
-            total_steps=2,
-            max_token_length=8192,
-            use_wandb=False,
-            max_agent_turns=8,
-            agent_max_tokens=512,
-            tool_backend="sandbox",
-            sandbox=SandboxToolBackendConfig(),
-            data_path_to_save_groups="out/terminal_tasks.jsonl",
-            data_dir_to_save_evals="out/terminal_tasks_eval",
-        )
-        return config, embedded_server_configs()
-
-    async def setup(self) -> None:
+    async def items(self) -> list[TerminalTask]:
         cfg: TerminalTasksEnvConfig = self.config
         if cfg.tool_backend != "sandbox":
             raise HermesEnvError("terminal tasks run in sandbox slots: use --env.tool_backend sandbox")
@@ -114,21 +97,16 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             if cfg.dataset:
                 tasks = await asyncio.to_thread(load_dataset_tasks, cfg.dataset, cfg.split, tasks_dir)
             else:
-                root = tasks_dir or BUNDLED_TASKS
-                tasks = await asyncio.to_thread(load_tasks_dir, root)
+                tasks = await asyncio.to_thread(load_tasks_dir, tasks_dir or BUNDLED_TASKS)
         except (ValueError, OSError) as exc:
             raise HermesEnvError(f"cannot load terminal tasks: {exc}") from exc
         self.skipped: Counter[str] = Counter()
         if not self._sandboxes_per_image():
             # The local backend runs tasks on this machine's base environment: only those it reproduces.
-            for task in tasks:
-                if task.local_skip:
-                    self.skipped[task.local_skip] += 1
+            self.skipped.update(t.local_skip for t in tasks if t.local_skip)
             tasks = [t for t in tasks if not t.local_skip]
         if cfg.agent == "oracle":
-            for task in tasks:
-                if task.solution_dir is None:
-                    self.skipped["no solution for the oracle"] += 1
+            self.skipped.update("no solution for the oracle" for t in tasks if t.solution_dir is None)
             tasks = [t for t in tasks if t.solution_dir is not None]
         tasks = tasks[: cfg.limit]
         for reason, n in sorted(self.skipped.items()):
@@ -137,15 +115,13 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             raise HermesEnvError(f"no runnable terminal tasks ({sum(self.skipped.values())} skipped; see above)")
         self.tasks = tasks
         self.by_id = {t.id: t for t in tasks}
-        self.iter = 0
+        return tasks
+
+    async def eval_items(self) -> list[TerminalTask]:
+        return self.tasks  # evaluate runs every loaded task once
 
     def _sandboxes_per_image(self) -> bool:
         return self.config.sandbox.backend.kind != "local"
-
-    async def get_next_item(self) -> TerminalTask:
-        item = self.tasks[self.iter % len(self.tasks)]
-        self.iter += 1
-        return item
 
     def make_model(self) -> ChatModel:
         if self.config.agent == "oracle":
@@ -159,7 +135,12 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
 
     def open_workspace(self, item: TerminalTask, task_id: str):
         image = task_image(item, self.config.image_registry) if self._sandboxes_per_image() else None
-        return self._tool_backend.trajectory(task_id, image=image)
+        backend = self.agent_runtime.tool_backend
+        if not isinstance(backend, TaskSandboxes):
+            raise RuntimeError(
+                "rollout() outside the env's runtime; use process/serve/evaluate or `async with env.runtime()`"
+            )
+        return backend.trajectory(task_id, image=image)
 
     def format_prompt(self, item: TerminalTask) -> str:
         ws = self.config.workspace_path
@@ -201,22 +182,5 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         logger.info("task %s: reward %.3f (%s)", item.id, verdict.reward, verdict.reason)
         return verdict.reward
 
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
-        start = time.time()
-        rollouts = await asyncio.gather(*(self.rollout(task, loop_config=loop_config) for task in self.tasks))
-        scored = [r.score for r in rollouts if r.score is not None]
-        metrics = {
-            "eval/mean_reward": sum(scored) / len(scored) if scored else 0.0,
-            "eval/solved": sum(s == 1.0 for s in scored),
-            "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),
-            "eval/skipped": sum(self.skipped.values()),
-            "eval/n": len(rollouts),
-        }
-        print(f"[hermes-rl] evaluation: {metrics}")
-        samples = [
-            {"task": r.item.id, "format": r.item.format, "score": r.score, "error": r.error,
-             "stop_reason": r.result.stop_reason if r.result else None}
-            for r in rollouts
-        ]  # fmt: skip
-        await self.evaluate_log(metrics=metrics, samples=samples, start_time=start, end_time=time.time())
+    def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
+        return {**super().eval_sample(rollout), "item": {"id": rollout.item.id, "format": rollout.item.format}}

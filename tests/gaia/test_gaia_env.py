@@ -60,7 +60,7 @@ async def test_scripted_solver_scores_one_on_every_offline_task(tokenizer_dir: s
         await env.setup()
         assert {t["task_id"] for t in env.tasks} == set(SOLVED_TASKS)
         async with env.runtime():
-            page_server = env.web_backend.base_url
+            page_server = env.agent_runtime.web.base_url
             assert page_server.startswith("http://127.0.0.1:")
             solvers = {t["task_id"]: GaiaScriptedSolver(t) for t in env.tasks}
             rollouts = await asyncio.gather(*(env.rollout(t, model=solvers[t["task_id"]]) for t in env.tasks))

@@ -74,7 +74,7 @@ async def test_oracle_resolves_every_instance_and_noop_none(tmp_path):
             hack = await env.rollout(env.instances[0], model=EditsTheTests())
             assert "1 passed" in json.loads(next(m for m in hack.result.messages if m["role"] == "tool")["content"])["output"]
             assert hack.score == 0.0  # the tests are restored before scoring
-            pool = env._tool_backend.backend.pool
+            pool = env.agent_runtime.tool_backend.backend.pool
             assert all(s.state.value == "free" for s in pool.slots())
             bare_repos = list((tmp_path / "sandboxes").glob("sb-*/cache/git/*.git"))
             assert len(bare_repos) >= 4  # one per repository (per sandbox that needed it)

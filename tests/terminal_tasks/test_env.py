@@ -81,4 +81,4 @@ def test_evaluate_cli_with_the_oracle_scores_every_task(tmp_path):
         cwd=ROOT, capture_output=True, text=True, timeout=900,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "'eval/mean_reward': 1.0" in proc.stdout and "'eval/n': 9" in proc.stdout
+    assert "'eval/accuracy': 1.0" in proc.stdout and "'eval/n': 9" in proc.stdout

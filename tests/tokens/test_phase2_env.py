@@ -59,7 +59,7 @@ def test_gsm8k_phase2_groups_carry_exact_tokens_masks_logprobs(embedded_llm, tmp
         "--env.data_path_to_save_groups", str(out),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Phase 2: exact tokens from llamacpp" in proc.stderr
+    assert "token mode: exact tokens from llamacpp" in proc.stderr
     tokenizer = AutoTokenizer.from_pretrained(str(embedded_llm.tokenizer_dir))
     (group,) = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(group["tokens"]) == len(group["masks"]) == len(group["inference_logprobs"]) == len(group["messages"]) == 2
@@ -110,5 +110,5 @@ def test_gsm8k_phase2_evaluate_runs_on_the_token_server(embedded_llm, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not (tmp_path / "groups.jsonl").exists(), "evaluate writes no groups, so it leaves no empty groups file"
-    assert "Phase 2: exact tokens from llamacpp" in proc.stderr
+    assert "token mode: exact tokens from llamacpp" in proc.stderr
     assert "'eval/infrastructure_failures': 0" in proc.stdout and "'eval/n': 2" in proc.stdout

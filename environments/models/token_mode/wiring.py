@@ -1,7 +1,7 @@
-"""Phase 2 wiring for the base env: which servers are token servers, and their models.
+"""Token-mode wiring for the runtime: which servers are token servers, and their models.
 
-Phase 1 (an OpenAI chat endpoint) cannot say which token ids the model sampled; the env
-then re-renders finished conversations and sends no inference logprobs. Phase 2 talks to a
+Chat mode (an OpenAI chat endpoint) cannot say which token ids the model sampled; the env
+then re-renders finished conversations and sends no inference logprobs. Token mode talks to a
 token server (`--env.token_server`, or `--openai.server_type vllm|sglang`) through
 `TokenChatModel`, and each rollout's groups carry the exact ids, masks and logprobs.
 """
@@ -17,14 +17,14 @@ from .servers import HTTPTokenServer, TokenServerConfig, TokenServerKind, make_t
 from .session import TokenTrace
 from .template import ChatRenderer
 
-__all__ = ["TokenServerChoice", "PHASE1_NOTE", "resolve_token_server", "TokenLevelModels", "trace_items"]
+__all__ = ["TokenServerChoice", "CHAT_MODE_NOTE", "resolve_token_server", "TokenModeModels", "trace_items"]
 
 logger = logging.getLogger(__name__)
 
 TokenServerChoice = Literal["auto", "off", "vllm", "vllm_openai", "sglang", "llamacpp"]
 
-PHASE1_NOTE = (
-    "Phase 1: {url} is used as an OpenAI chat endpoint, which cannot give the exact token ids the "
+CHAT_MODE_NOTE = (
+    "chat mode: {url} is used as an OpenAI chat endpoint, which cannot give the exact token ids the "
     "model sampled; tokens and masks are re-rendered from the messages and no inference_logprobs "
     "are sent. For exact tokens point at a token server with --env.token_server "
     "vllm|vllm_openai|sglang|llamacpp."
@@ -43,34 +43,20 @@ def resolve_token_server(choice: str, server_type: str, embedded: bool = False) 
     return choice  # type: ignore[return-value]
 
 
-class TokenLevelModels:
+class TokenModeModels:
     """One token-server client per model server, one renderer; a fresh model per trajectory."""
 
     def __init__(
         self,
-        kind: TokenServerKind,
-        servers: list[tuple[str, Any]],  # (base URL, atroposlib APIServerConfig)
+        servers: list[TokenServerConfig],
         tokenizer: Any,
         chat_template_path: str | None,
         chat_config: TokenChatConfig,
-        extra_body: dict[str, Any] | None = None,
     ) -> None:
         template = Path(chat_template_path).read_text() if chat_template_path else None
         self.renderer = ChatRenderer(tokenizer, template)
         self.chat_config = chat_config
-        self.clients: list[HTTPTokenServer] = [
-            make_token_server(
-                TokenServerConfig(
-                    kind=kind,
-                    base_url=url,
-                    model=cfg.model_name,
-                    api_key=cfg.api_key or None,
-                    timeout_s=float(cfg.timeout),
-                    extra_body=extra_body or {},
-                )
-            )
-            for url, cfg in servers
-        ]
+        self.clients: list[HTTPTokenServer] = [make_token_server(server) for server in servers]
 
     async def check(self) -> None:
         for client in self.clients:

@@ -1,0 +1,426 @@
+"""The composition root: everything a rollout needs, wired once, used by every entry point.
+
+The env's `process` / `serve` / `evaluate`, `batch_runner.py` and tests each build one
+`AgentRuntime` from a `RuntimeConfig`. Entering it starts what the config asks for — the
+embedded model server, chat-mode clients or token-mode clients, the web backend, the tool
+backend — and leaving it stops them, also on errors. `rollout(...)` runs one trajectory:
+workspace -> agent loop -> score, retrying infrastructure failures when asked.
+
+Tests pass `model=` (a `ChatModel` factory) and run with no HTTP server at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import re
+import sys
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+from pydantic import BaseModel, Field
+
+from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
+from environments.models.base import ChatModel, ModelError
+from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
+from environments.models.token_mode.chat_model import TokenChatConfig
+from environments.models.token_mode.servers import TokenServerConfig, TokenServerKind
+from environments.models.token_mode.wiring import CHAT_MODE_NOTE, TokenModeModels, TokenServerChoice, resolve_token_server
+from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
+from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
+from model_tools import builtin_tools
+from tools.context import ToolContext, ToolLimits
+from tools.executor import ToolExecutor
+from tools.registry import ToolRegistry
+from tools.web import WebBackend, WebConfig, make_web_backend, web_tools
+
+__all__ = [
+    "EMBEDDED",
+    "AgentRuntime",
+    "HermesEnvError",
+    "ModelServer",
+    "Rollout",
+    "RuntimeConfig",
+    "check_server",
+    "resolve_tokenizer_name",
+]
+
+logger = logging.getLogger(__name__)
+
+# The bundled SmolLM2 model, as a base URL or a tokenizer name.
+EMBEDDED = "embedded"
+EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+class HermesEnvError(RuntimeError):
+    """A problem the user must fix (bad URL, unreachable server, bad config): printed without a traceback."""
+
+
+class ModelServer(BaseModel):
+    """One model server; `embedded` starts the bundled llama.cpp server."""
+
+    base_url: str = EMBEDDED
+    model: str = EMBEDDED_MODEL_NAME
+    api_key: str | None = Field(None, repr=False)
+    timeout_s: float = Field(600.0, gt=0)
+    server_type: str = Field("openai", description="atroposlib's server type: openai | vllm | sglang | trl")
+    tokenizer: str | None = Field(None, description="The model's tokenizer, when its name differs from `model`")
+
+
+class RuntimeConfig(BaseModel):
+    """What one command runs on; the env config and batch_runner's flags both fill it."""
+
+    servers: list[ModelServer] = Field(default_factory=lambda: [ModelServer()], min_length=1)
+    token_server: TokenServerChoice = Field(
+        "auto", description="token mode's protocol, or auto (llamacpp for the embedded model) / off (chat mode)"
+    )
+    tool_call_parser: str | None = Field("hermes", description="how tool calls written as text are read; None: not read")
+    chat_template_path: str | None = None
+    extra_body: dict[str, Any] = Field(default_factory=dict)
+    tools_in: Literal["request", "system_prompt"] = "request"
+    max_context_tokens: int | None = Field(None, ge=1, description="token mode: prompt + generation cap")
+    model_max_retries: int = Field(2, ge=0)
+    loop: AgentLoopConfig = Field(default_factory=AgentLoopConfig)
+    tool_limits: ToolLimits = Field(default_factory=ToolLimits)
+    tool_backend: Literal["local", "sandbox"] = "local"
+    workspace: LocalToolBackendConfig = Field(default_factory=LocalToolBackendConfig)
+    sandbox: SandboxToolBackendConfig = Field(default_factory=SandboxToolBackendConfig)
+    web: WebConfig | None = Field(None, description="the web toolset's backend; None: no web tools")
+    embedded_threads: int = Field(2, ge=1)
+    embedded_parallel: int = Field(4, ge=1)
+
+
+@dataclass
+class Rollout:
+    """One trajectory: the loop's result, its score, and why it might not be usable."""
+
+    item: Any
+    result: AgentResult | None
+    score: float | None
+    error: str | None = None
+    infrastructure_failure: bool = False
+    duration_s: float = 0.0
+    attempts: int = 1
+    extras: dict[str, Any] = field(default_factory=dict)
+
+
+Setup = Callable[[ToolContext], Awaitable[None]]
+Score = Callable[[AgentResult, ToolContext], Awaitable[float]]
+# task_id -> the trajectory's executor as an async context manager (default: the tool backend's).
+Workspace = Callable[[str], AbstractAsyncContextManager[ToolExecutor]]
+
+
+class AgentRuntime:
+    """Model servers + clients, web and tool backends, registry; `rollout()` runs one trajectory."""
+
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        *,
+        tokenizer: Any = None,
+        model: Callable[[], ChatModel] | None = None,
+        tools: ToolRegistry | None = None,
+        tool_backend: ToolBackend | None = None,
+    ) -> None:
+        self.config = config
+        self._given_backend = tool_backend  # an env's own backend (e.g. a slot pool per task image)
+        self._tokenizer = tokenizer  # token mode renders with it; loaded for the embedded model when None
+        self._injected_model = model
+        # Built now so tool schemas are known before the runtime starts; the web backend starts on enter.
+        self.web: WebBackend | None = make_web_backend(config.web) if config.web is not None else None
+        self.registry = tools or ToolRegistry([*builtin_tools(), *(web_tools(self.web) if self.web else [])])
+        self._base_urls: tuple[str, ...] = ()
+        self._chat_clients: list[Any] = []
+        self._token_models: TokenModeModels | None = None
+        self._server_cycle = itertools.cycle(range(len(config.servers)))
+        self._tool_backend: ToolBackend | None = None
+        self._stack: AsyncExitStack | None = None
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    async def __aenter__(self) -> AgentRuntime:
+        stack = AsyncExitStack()
+        await stack.__aenter__()
+        try:
+            await self._start(stack)
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        stack, self._stack = self._stack, None
+        self._tool_backend, self._token_models, self._chat_clients = None, None, []
+        if stack is not None:
+            await stack.aclose()
+
+    async def _start(self, stack: AsyncExitStack) -> None:
+        c = self.config
+        if self.web is not None:  # first: a missing key or corpus fails before a model server starts
+            await self._start_web(self.web, stack)
+        if self._injected_model is None:
+            await self._start_models(stack)
+        backend: ToolBackend = self._given_backend or (
+            SandboxToolBackend(c.sandbox) if c.tool_backend == "sandbox" else LocalToolBackend(c.workspace)
+        )
+        await backend.start()
+        stack.push_async_callback(backend.stop)
+        self._tool_backend = backend
+
+    @staticmethod
+    async def _start_web(web: WebBackend, stack: AsyncExitStack) -> None:
+        try:
+            await web.start()
+        except Exception as exc:
+            await web.stop()
+            raise HermesEnvError(f"the web backend could not start: {exc}") from exc
+        stack.push_async_callback(web.stop)
+
+    async def _start_models(self, stack: AsyncExitStack) -> None:
+        c = self.config
+        urls = []
+        for server in c.servers:
+            if server.base_url != EMBEDDED:
+                urls.append(server.base_url)
+                continue
+            from embedded_llm import EmbeddedLLM, EmbeddedLLMConfig
+
+            llm = EmbeddedLLM(EmbeddedLLMConfig(threads=c.embedded_threads, n_parallel=c.embedded_parallel))
+            print(f"[hermes-rl] starting the embedded model server ({server.model}) ...", file=sys.stderr)
+            await stack.enter_async_context(llm)
+            urls.append(llm.base_url)
+            print(f"[hermes-rl] embedded model server at {llm.base_url}", file=sys.stderr)
+        self._base_urls = tuple(urls)
+        embedded = all(s.base_url == EMBEDDED for s in c.servers)
+        kind = resolve_token_server(c.token_server, c.servers[0].server_type, embedded)
+        if kind is not None:
+            self._token_models = await self._start_token_mode(kind, stack)
+            return
+        for url in urls:
+            await check_server(url)
+            logger.warning(CHAT_MODE_NOTE.format(url=url))
+        self._chat_clients = [
+            OpenAIChatModel.make_client(url, s.api_key, s.timeout_s, c.model_max_retries)
+            for url, s in zip(urls, c.servers)
+        ]
+        for client in self._chat_clients:
+            stack.push_async_callback(client.close)
+
+    async def _start_token_mode(self, kind: TokenServerKind, stack: AsyncExitStack) -> TokenModeModels:
+        """Token mode: token-server clients + the chat template, checked before any rollout."""
+        c = self.config
+        if c.tool_call_parser is None:
+            raise HermesEnvError("token mode reads tool calls from the generated text: name a --tool_call_parser")
+        tokenizer = self._tokenizer
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(resolve_tokenizer_name(EMBEDDED, c.servers))
+        try:
+            servers = [
+                TokenServerConfig(
+                    kind=kind, base_url=url, model=s.model, api_key=s.api_key, timeout_s=s.timeout_s, extra_body=c.extra_body
+                )
+                for url, s in zip(self._base_urls, c.servers)
+            ]
+            models = TokenModeModels(
+                servers,
+                tokenizer,
+                c.chat_template_path,
+                TokenChatConfig(tool_call_parser=c.tool_call_parser, max_context_tokens=c.max_context_tokens),
+            )
+        except (ValueError, OSError) as exc:  # TemplateError, a missing template file
+            raise HermesEnvError(f"token mode ({kind}) cannot render this model's chat template: {exc}") from exc
+        stack.push_async_callback(models.aclose)
+        try:
+            await models.check()
+        except ModelError as exc:
+            raise HermesEnvError(str(exc)) from exc
+        urls = ", ".join(self._base_urls)
+        print(f"[hermes-rl] token mode: exact tokens from {kind} token server(s) {urls}", file=sys.stderr)
+        return models
+
+    # ---- parts ------------------------------------------------------------------------------
+
+    @property
+    def mode(self) -> Literal["chat", "token", "injected"]:
+        if self._injected_model is not None:
+            return "injected"
+        return "token" if self._token_models is not None else "chat"
+
+    @property
+    def tool_backend(self) -> ToolBackend | None:
+        """The started tool backend (None outside the runtime)."""
+        return self._tool_backend
+
+    @property
+    def base_urls(self) -> tuple[str, ...]:
+        """The servers' URLs once started (the embedded server's real address included)."""
+        return self._base_urls
+
+    def tool_schemas(self, enabled: list[str] | None, disabled: list[str] | None = None) -> list[dict[str, Any]]:
+        try:
+            return self.registry.definitions(enabled, disabled or [])
+        except ValueError as exc:
+            raise HermesEnvError(f"bad toolsets: {exc}") from exc
+
+    def make_model(self) -> ChatModel:
+        """A model client for one trajectory; servers are used round-robin."""
+        if self._injected_model is not None:
+            return self._injected_model()
+        index = next(self._server_cycle)
+        if self._token_models is not None:
+            return self._token_models.make_model(index)
+        if not self._chat_clients:
+            raise RuntimeError("make_model() outside the runtime; use `async with AgentRuntime(...)`")
+        server = self.config.servers[index]
+        c = self.config
+        return OpenAIChatModel(
+            OpenAIChatConfig(
+                base_url=self._base_urls[index],
+                model=server.model,
+                api_key=server.api_key,
+                timeout_s=server.timeout_s,
+                max_retries=c.model_max_retries,
+                text_tool_parser=c.tool_call_parser,
+                extra_body=c.extra_body,
+                tools_in=c.tools_in,
+            ),
+            client=self._chat_clients[index],
+        )
+
+    # ---- one trajectory ------------------------------------------------------------------------
+
+    async def rollout(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        item: Any = None,
+        setup: Setup | None = None,
+        score: Score | None = None,
+        loop: AgentLoopConfig | None = None,
+        model: ChatModel | None = None,
+        task_id: str | None = None,
+        attempts: int = 1,
+        backoff_s: float = 1.0,
+        workspace: Workspace | None = None,
+    ) -> Rollout:
+        """Workspace -> setup -> agent loop -> score; the workspace is always released.
+
+        An infrastructure failure (model server, workspace, sandbox) is tried again up to
+        `attempts` times and, if it persists, returned with `infrastructure_failure=True`,
+        never scored as the model's failure.
+        """
+        task_id = task_id or f"rollout-{uuid.uuid4().hex[:10]}"
+        rollout = Rollout(item, None, None, "no attempt made", True)
+        for attempt in range(1, attempts + 1):
+            if attempt > 1:
+                await asyncio.sleep(backoff_s * 2 ** (attempt - 2))
+            rollout = await self._rollout_once(messages, tools, item, setup, score, loop, model, task_id, workspace)
+            rollout.attempts = attempt
+            if not rollout.infrastructure_failure:
+                break
+            model = None  # a retry gets a fresh client (token mode holds one trajectory's ids)
+        return rollout
+
+    async def _rollout_once(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        item: Any,
+        setup: Setup | None,
+        score: Score | None,
+        loop: AgentLoopConfig | None,
+        model: ChatModel | None,
+        task_id: str,
+        workspace: Workspace | None = None,
+    ) -> Rollout:
+        if self._tool_backend is None:
+            raise RuntimeError("rollout() outside the runtime; use `async with AgentRuntime(...)`")
+        started = time.monotonic()
+        model = model or self.make_model()
+        value: float | None = None
+        try:
+            async with (workspace or self._tool_backend.trajectory)(task_id) as executor:
+                ctx = ToolContext(executor=executor, limits=self.config.tool_limits, task_id=task_id)
+                if setup is not None:
+                    await setup(ctx)
+                agent = HermesAgentLoop(model, tools, ctx, loop or self.config.loop, self.registry)
+                result = await agent.run(messages)
+                if result.infrastructure_failure:
+                    return Rollout(item, result, None, result.error, True, time.monotonic() - started)
+                if score is not None:
+                    value = float(await score(result, ctx))
+        except HermesEnvError:
+            raise
+        except Exception as exc:  # the workspace/sandbox or scoring broke: not the model's failure
+            logger.exception("rollout %s failed outside the model", task_id)
+            return Rollout(item, None, None, f"{type(exc).__name__}: {exc}", True, time.monotonic() - started)
+        if value is not None and not 0.0 <= value <= 1.0:
+            raise HermesEnvError(f"the reward of {task_id} is {value}; rewards must lie in [0, 1]")
+        rollout = Rollout(item, result, value, None, False, time.monotonic() - started)
+        trace = getattr(model, "token_trace", None)  # token mode: the exact ids of this trajectory
+        if callable(trace):
+            rollout.extras["token_trace"] = trace()
+        return rollout
+
+
+def resolve_tokenizer_name(name: str, servers: list[ModelServer]) -> str:
+    """'embedded' -> a served model's own tokenizer when it loads, else the GGUF's, built locally."""
+    if name != EMBEDDED:
+        return name
+    remote = [s for s in servers if s.base_url != EMBEDDED]
+    if remote:
+        candidate = remote[0].tokenizer or remote[0].model
+        # Only names that can be a hub repo ("org/name") or a local directory are worth a lookup;
+        # an API model name such as "gpt-4o" would only stall on the hub's retries.
+        looks_loadable = Path(candidate).is_dir() or re.fullmatch(r"[\w.-]+/[\w.-]+", candidate)
+        try:
+            if not looks_loadable:
+                raise LookupError(f"{candidate!r} names no tokenizer repository")
+            from transformers import AutoTokenizer
+
+            AutoTokenizer.from_pretrained(candidate)
+            return candidate
+        except Exception as exc:  # offline, or a closed model such as gpt-4o
+            logger.warning(
+                "could not load tokenizer %r (%s); chat-mode tokens will use the embedded model's tokenizer. "
+                "Pass --env.tokenizer_name to choose one.",
+                candidate,
+                type(exc).__name__,
+            )
+    from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
+
+    embedded = EmbeddedLLMConfig()
+    return str(ensure_gguf_tokenizer(embedded.model_path, chat_template=embedded.resolved_chat_template()))
+
+
+async def check_server(base_url: str, timeout_s: float = 10.0) -> None:
+    """Fail fast, naming the URL, when an OpenAI-compatible server does not answer."""
+    url = base_url.rstrip("/") + "/models"
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            response = await client.get(url)
+    except httpx.HTTPError as exc:
+        raise HermesEnvError(
+            f"cannot reach the model server at {base_url} ({type(exc).__name__}: {exc}); "
+            "check --openai.base_url, or omit it to use the embedded model"
+        ) from exc
+    if response.status_code in (401, 403):
+        raise HermesEnvError(
+            f"the model server at {base_url} rejected the API key (HTTP {response.status_code}); check --openai.api_key"
+        )
+    if response.status_code >= 500 or response.status_code == 404:
+        raise HermesEnvError(
+            f"the model server at {base_url} answered GET /models with HTTP {response.status_code}; "
+            "is this an OpenAI-compatible base URL (usually ending in /v1)?"
+        )
