@@ -234,7 +234,7 @@ class LineWriter:
 
 def result_record(prompt: Prompt, toolsets: list[str], tools: list[dict[str, Any]], result: AgentResult,
                   attempts: int, model: str, token_trace: Any = None) -> dict[str, Any]:
-    usage = Counter()
+    usage: Counter[str] = Counter()
     for turn in result.turns:
         for key, value in (turn.usage or {}).items():
             usage[key] += value

@@ -33,7 +33,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
@@ -319,7 +319,7 @@ class EmbeddedLLM:
                 time.sleep(0.1)
         self._server_url = url
 
-    def _fail(self, what: str) -> None:
+    def _fail(self, what: str) -> NoReturn:
         lines = self.stderr_tail()
         # llama.cpp marks errors with an " E " level column; they say what went wrong, the rest is context.
         errors = list(dict.fromkeys(line for line in lines if " E " in line[:20]))[-8:]

@@ -88,7 +88,7 @@ async def _kill(state: _Proc) -> None:
 def _local_argv(args: list[str], port: int, data_dir: Path) -> list[str]:
     """The task's `-m sandbox_server ...` arguments, run by this interpreter on 127.0.0.1."""
     out = list(args)
-    for i, a in enumerate(out):
+    for i in range(len(out)):
         if i and out[i - 1] == "--host":
             out[i] = "127.0.0.1"  # a double listens on loopback only
         elif i and out[i - 1] == "--port":

@@ -425,7 +425,7 @@ class HermesAgentBaseEnv(BaseEnv):
                     }
                 )
         # Not `overrides`: trainers read that key as per-item training overrides.
-        group["rollout_info"] = info  # type: ignore[typeddict-unknown-key]
+        group["rollout_info"] = info
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs
         if len(group["tokens"]) != self.config.group_size:

@@ -32,7 +32,12 @@ from environments.models.base import ChatModel, ModelError
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.models.token_mode.chat_model import TokenChatConfig
 from environments.models.token_mode.servers import TokenServerConfig, TokenServerKind
-from environments.models.token_mode.wiring import CHAT_MODE_NOTE, TokenModeModels, TokenServerChoice, resolve_token_server
+from environments.models.token_mode.wiring import (
+    CHAT_MODE_NOTE,
+    TokenModeModels,
+    TokenServerChoice,
+    resolve_token_server,
+)
 from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
 from model_tools import builtin_tools
@@ -81,7 +86,9 @@ class RuntimeConfig(BaseModel):
     token_server: TokenServerChoice = Field(
         "auto", description="token mode's protocol, or auto (llamacpp for the embedded model) / off (chat mode)"
     )
-    tool_call_parser: str | None = Field("hermes", description="how tool calls written as text are read; None: not read")
+    tool_call_parser: str | None = Field(
+        "hermes", description="how tool calls written as text are read; None: not read"
+    )
     chat_template_path: str | None = None
     extra_body: dict[str, Any] = Field(default_factory=dict)
     tools_in: Literal["request", "system_prompt"] = "request"
@@ -227,7 +234,12 @@ class AgentRuntime:
         try:
             servers = [
                 TokenServerConfig(
-                    kind=kind, base_url=url, model=s.model, api_key=s.api_key, timeout_s=s.timeout_s, extra_body=c.extra_body
+                    kind=kind,
+                    base_url=url,
+                    model=s.model,
+                    api_key=s.api_key,
+                    timeout_s=s.timeout_s,
+                    extra_body=c.extra_body,
                 )
                 for url, s in zip(self._base_urls, c.servers)
             ]

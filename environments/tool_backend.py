@@ -13,7 +13,7 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -29,7 +29,7 @@ class ToolBackend(Protocol):
 
     async def stop(self) -> None: ...
 
-    def trajectory(self, task_id: str) -> "AsyncIterator[ToolExecutor]":
+    def trajectory(self, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:
         """An async context manager yielding the trajectory's executor."""
         ...
 

@@ -59,18 +59,37 @@ def test_process_runs_on_the_embedded_model(embedded_llm, tmp_path):
     out = tmp_path / "groups.jsonl"
     config = tmp_path / "config.yaml"
     # A grammar keeps the tiny model's answer a single digit; llama.cpp then wants tools in the prompt.
-    config.write_text(yaml.safe_dump({"env": {"extra_body": {"grammar": "root ::= [1-9]"}, "tools_in": "system_prompt"}}))
+    config.write_text(
+        yaml.safe_dump({"env": {"extra_body": {"grammar": "root ::= [1-9]"}, "tools_in": "system_prompt"}})
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "environments.examples.count_files", "process",
-         "--config", str(config),
-         "--openai.base_url", embedded_llm.base_url,
-         "--openai.model_name", embedded_llm.model_name,
-         "--openai.api_key", "local",
-         "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
-         "--env.total_steps", "2", "--env.group_size", "2",
-         "--env.ensure_scores_are_not_same=False",
-         "--env.data_path_to_save_groups", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "environments.examples.count_files",
+            "process",
+            "--config",
+            str(config),
+            "--openai.base_url",
+            embedded_llm.base_url,
+            "--openai.model_name",
+            embedded_llm.model_name,
+            "--openai.api_key",
+            "local",
+            "--env.tokenizer_name",
+            str(embedded_llm.tokenizer_dir),
+            "--env.total_steps",
+            "2",
+            "--env.group_size",
+            "2",
+            "--env.ensure_scores_are_not_same=False",
+            "--env.data_path_to_save_groups",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]

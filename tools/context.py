@@ -57,5 +57,10 @@ class ToolContext:
         """Copy a file out of the workspace onto this machine."""
         data = await self.executor.read_file(remote_path)
         target = Path(local_path)
-        await asyncio.to_thread(lambda: (target.parent.mkdir(parents=True, exist_ok=True), target.write_bytes(data)))
+
+        def write() -> None:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+
+        await asyncio.to_thread(write)
         return target

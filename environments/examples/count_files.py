@@ -1,6 +1,6 @@
 """The template for a new env: how many files are in your workspace?
 
-    python -m environments.examples.count_files process --env.total_steps 2 --env.group_size 2
+python -m environments.examples.count_files process --env.total_steps 2 --env.group_size 2
 """
 
 from environments.hermes_base_env import HermesAgentBaseEnv

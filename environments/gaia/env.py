@@ -210,14 +210,14 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
 
     def build_group(self, rollouts: list[Rollout]):
         group = super().build_group(rollouts)
-        for info, r in zip(group["rollout_info"], rollouts):  # type: ignore[typeddict-item]
+        for info, r in zip(group["rollout_info"], rollouts):
             assert r.result is not None
             info["task_id"] = r.item["task_id"]
             info["correct"] = self.is_correct(r.item, r.result)
             info["model_answer"] = extract_final_answer(r.result.final_response)
             self._correct_since_log.append(info["correct"])
         # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
-        group["tools"] = self.tool_schemas()  # type: ignore[typeddict-unknown-key]
+        group["tools"] = self.tool_schemas()
         return group
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:

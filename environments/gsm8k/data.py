@@ -28,8 +28,10 @@ def _shopping(rng: random.Random) -> dict[str, str]:
         f"{name} buys {n} {plural} that cost ${price} each. {name} pays with ${paid}. "
         f"How many dollars of change does {name} get?"
     )
-    a = f"The {plural} cost {n} * {price} = <<{n}*{price}={cost}>>{cost} dollars.\n" \
+    a = (
+        f"The {plural} cost {n} * {price} = <<{n}*{price}={cost}>>{cost} dollars.\n"
         f"The change is {paid} - {cost} = <<{paid}-{cost}={change}>>{change} dollars.\n#### {change}"
+    )
     return {"question": q, "answer": a}
 
 
@@ -44,8 +46,10 @@ def _sharing(rng: random.Random) -> dict[str, str]:
         f"{name} has {boxes} boxes with {per} {plural} in each box. "
         f"{name} gives {given} {plural} to {friend}. How many {plural} does {name} have left?"
     )
-    a = f"{name} has {boxes} * {per} = <<{boxes}*{per}={total}>>{total} {plural}.\n" \
+    a = (
+        f"{name} has {boxes} * {per} = <<{boxes}*{per}={total}>>{total} {plural}.\n"
         f"After giving some away: {total} - {given} = <<{total}-{given}={left}>>{left}.\n#### {left}"
+    )
     return {"question": q, "answer": a}
 
 
@@ -58,8 +62,10 @@ def _rate(rng: random.Random) -> dict[str, str]:
         f"{name} drives at {speed} miles per hour for {hours} hours, then walks {extra} more miles. "
         f"How many miles does {name} travel in total?"
     )
-    a = f"Driving: {speed} * {hours} = <<{speed}*{hours}={dist}>>{dist} miles.\n" \
+    a = (
+        f"Driving: {speed} * {hours} = <<{speed}*{hours}={dist}>>{dist} miles.\n"
         f"Total: {dist} + {extra} = <<{dist}+{extra}={total}>>{total} miles.\n#### {total}"
+    )
     return {"question": q, "answer": a}
 
 
@@ -73,8 +79,10 @@ def _savings(rng: random.Random) -> dict[str, str]:
         f"{name} saves ${weekly} every week for {weeks} weeks and then spends ${spent} on a gift. "
         f"How much money does {name} have left?"
     )
-    a = f"Saved: {weekly} * {weeks} = <<{weekly}*{weeks}={saved}>>{saved} dollars.\n" \
+    a = (
+        f"Saved: {weekly} * {weeks} = <<{weekly}*{weeks}={saved}>>{saved} dollars.\n"
         f"Left: {saved} - {spent} = <<{saved}-{spent}={left}>>{left} dollars.\n#### {left}"
+    )
     return {"question": q, "answer": a}
 
 

@@ -1,16 +1,19 @@
 """The model seam of the agent loop.
 
-`ChatModel.chat(messages, tools, ...)` returns one assistant turn. Phase 1 talks to an
-OpenAI-compatible chat endpoint (`OpenAIChatModel`); Phase 2 (token level) implements
+`ChatModel.chat(messages, tools, ...)` returns one assistant turn. Chat mode talks to an
+OpenAI-compatible chat endpoint (`OpenAIChatModel`); token mode (`TokenChatModel`) implements
 the same protocol while holding the exact token ids of the conversation.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-__all__ = ["ModelTurn", "ChatModel", "ModelError"]
+if TYPE_CHECKING:
+    from environments.tool_call_parsers import ToolCallParser
+
+__all__ = ["ModelTurn", "ChatModel", "ModelError", "turn_from_text"]
 
 
 class ModelError(Exception):
@@ -54,3 +57,26 @@ class ChatModel(Protocol):
     ) -> ModelTurn:
         """One assistant turn. Raises ModelError when the server cannot answer."""
         ...
+
+
+def turn_from_text(
+    parser: ToolCallParser,
+    text: str,
+    tools: list[dict[str, Any]],
+    *,
+    reasoning: str | None = None,
+    finish_reason: str | None = None,
+) -> ModelTurn:
+    """The one text -> turn path of both modes: calls are read with the offered tools' schemas
+    (so XML-family arguments get their declared types), and blocks that fail to parse are kept
+    as `parse_errors`."""
+    result = parser.parse_detailed(text, tools)
+    return ModelTurn(
+        content=result.content,
+        tool_calls=list(result.tool_calls),
+        # gpt-oss (harmony) carries its analysis channel in the raw text; its parser splits it off.
+        reasoning_content=reasoning or result.reasoning,
+        finish_reason=finish_reason,
+        parse_errors=[str(e) for e in result.errors],
+        calls_from_text=bool(result.tool_calls),
+    )

@@ -1,10 +1,10 @@
-"""Phase 1 model client: any OpenAI-compatible chat-completions endpoint.
+"""Chat-mode model client: any OpenAI-compatible chat-completions endpoint.
 
 Tool calls come back structured when the server parses them; when a server leaves
 them as text in `content` (llama.cpp with small models does), they are recovered
 with the tool-call parser registry, and any markup that fails to parse is reported.
 This client cannot give the exact tokens the model sampled: use a token server
-(Phase 2) for RL on token ids.
+(token mode) for RL on token ids.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any, Literal
 import openai
 from pydantic import BaseModel, Field
 
-from environments.models.base import ModelError, ModelTurn
+from environments.models.base import ModelError, ModelTurn, turn_from_text
 
 __all__ = ["OpenAIChatConfig", "OpenAIChatModel"]
 
@@ -145,14 +145,11 @@ class OpenAIChatModel:
             finish_reason=choice.finish_reason,
             usage=usage,
         )
-        if not calls and msg.content and self._parser is not None:
-            self._recover_text_calls(turn)
-        return turn
-
-    def _recover_text_calls(self, turn: ModelTurn) -> None:
-        result = self._parser.parse_detailed(turn.content)
-        turn.parse_errors = [str(e) for e in result.errors]
-        if result.tool_calls:
-            turn.content = result.content
-            turn.tool_calls = list(result.tool_calls)
-            turn.calls_from_text = True
+        if calls or not msg.content or self._parser is None:
+            return turn
+        # The server left the calls in the text: read them the same way token mode does.
+        recovered = turn_from_text(self._parser, msg.content, tools, reasoning=reasoning, finish_reason=choice.finish_reason)
+        recovered.usage = usage
+        if not recovered.tool_calls:
+            recovered.content = msg.content  # nothing to take out: the text stays as the server sent it
+        return recovered

@@ -1,8 +1,8 @@
-"""Phase 1 tokens: re-render the finished conversation with the tokenizer's chat template.
+"""Chat-mode tokens: re-render the finished conversation with the tokenizer's chat template.
 
 This is an approximation of what the model saw (a re-render is not what was sampled);
 it is what an OpenAI chat endpoint allows. Exact ids, masks and logprobs come from a
-token server (Phase 2). Assistant spans are trained (mask = id), everything else -100.
+token server (token mode). Assistant spans are trained (mask = id), everything else -100.
 """
 
 from __future__ import annotations

@@ -45,7 +45,11 @@ def test_defaults_are_the_embedded_model_and_the_envs_loop_defaults() -> None:
     env = HermesAgentEnvConfig()
     assert config.base_url == "embedded" and config.model == "SmolLM2-135M-Instruct" and config.token_server == "off"
     assert (config.max_turns, config.max_tokens, config.temperature, config.time_budget_s) == (
-        env.max_agent_turns, env.agent_max_tokens, env.agent_temperature, env.agent_time_budget_s)
+        env.max_agent_turns,
+        env.agent_max_tokens,
+        env.agent_temperature,
+        env.agent_time_budget_s,
+    )
     with pytest.raises(SystemExit):
         parse_args(["--dataset_file", "d.jsonl", "--run_name", "r", "--base_url", "http://127.0.0.1:8000/v1"])
 
@@ -53,15 +57,37 @@ def test_defaults_are_the_embedded_model_and_the_envs_loop_defaults() -> None:
 @pytest.mark.llm
 @pytest.mark.slow
 def test_no_base_url_runs_the_embedded_model_and_records_exact_tokens(tmp_path: Path) -> None:
-    dataset = write_prompts(tmp_path / "p.jsonl", [{"id": f"q{i}", "prompt": f"What is {i} plus {i}?"} for i in range(2)])
+    dataset = write_prompts(
+        tmp_path / "p.jsonl", [{"id": f"q{i}", "prompt": f"What is {i} plus {i}?"} for i in range(2)]
+    )
     proc = subprocess.run(
-        [sys.executable, "batch_runner.py", "--dataset_file", str(dataset), "--run_name", "emb",
-         "--output_dir", str(tmp_path), "--distribution", "math", "--max_turns", "1", "--max_tokens", "16",
-         "--token_server", "auto"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "batch_runner.py",
+            "--dataset_file",
+            str(dataset),
+            "--run_name",
+            "emb",
+            "--output_dir",
+            str(tmp_path),
+            "--distribution",
+            "math",
+            "--max_turns",
+            "1",
+            "--max_tokens",
+            "16",
+            "--token_server",
+            "auto",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "starting the embedded model server" in proc.stderr and "token mode: exact tokens from llamacpp" in proc.stderr
+    assert (
+        "starting the embedded model server" in proc.stderr and "token mode: exact tokens from llamacpp" in proc.stderr
+    )
     records = lines(tmp_path / "emb/trajectories.jsonl")
     assert sorted(r["prompt_id"] for r in records) == ["q0", "q1"]
     for r in records:

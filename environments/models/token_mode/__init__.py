@@ -1,4 +1,4 @@
-"""Exact token ids for trainers (Phase 2): local chat-template rendering, an append-only
+"""Exact token ids for trainers (token mode): local chat-template rendering, an append-only
 token session, token-level server clients and a `ChatModel` built on them."""
 
 from .chat_model import TokenChatConfig, TokenChatModel

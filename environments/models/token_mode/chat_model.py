@@ -1,4 +1,4 @@
-"""Phase 2 model client: a `ChatModel` that talks to a token server and keeps exact ids.
+"""Token-mode model client: a `ChatModel` that talks to a token server and keeps exact ids.
 
 The agent loop sees an ordinary chat model (messages in, an assistant turn with tool calls
 out). Underneath, one `TokenSession` per trajectory holds the ids the model saw and
@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from environments.models.base import ModelError, ModelTurn
+from environments.models.base import ModelError, ModelTurn, turn_from_text
 from environments.tool_call_parsers import get_parser
 
 from .servers import TokenServer
@@ -111,13 +111,6 @@ class TokenChatModel:
             head, _, text = text.partition("</think>")
             reasoning = head.split("<think>", 1)[-1].strip("\n")
             text = text.lstrip("\n")
-        result = self._parser.parse_detailed(text, tools)
-        return ModelTurn(
-            content=result.content or "",
-            tool_calls=list(result.tool_calls),
-            # gpt-oss (harmony) carries its analysis channel in the raw text; its parser splits it off.
-            reasoning_content=reasoning or result.reasoning,
-            finish_reason=finish_reason,
-            parse_errors=[str(e) for e in result.errors],
-            calls_from_text=bool(result.tool_calls),
-        )
+        turn = turn_from_text(self._parser, text, tools, reasoning=reasoning, finish_reason=finish_reason)
+        turn.content = turn.content or ""  # the session holds the assistant message as the template renders it
+        return turn

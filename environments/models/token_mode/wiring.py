@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from .chat_model import TokenChatConfig, TokenChatModel
 from .servers import HTTPTokenServer, TokenServerConfig, TokenServerKind, make_token_server
@@ -20,6 +20,9 @@ from .template import ChatRenderer
 __all__ = ["TokenServerChoice", "CHAT_MODE_NOTE", "resolve_token_server", "TokenModeModels", "trace_items"]
 
 logger = logging.getLogger(__name__)
+
+# atroposlib server types that speak a token protocol (for `auto`).
+_AUTO_KIND: dict[str, TokenServerKind] = {"vllm": "vllm", "sglang": "sglang"}
 
 TokenServerChoice = Literal["auto", "off", "vllm", "vllm_openai", "sglang", "llamacpp"]
 
@@ -39,8 +42,8 @@ def resolve_token_server(choice: str, server_type: str, embedded: bool = False) 
     if choice == "auto":
         if embedded:
             return "llamacpp"
-        return {"vllm": "vllm", "sglang": "sglang"}.get(server_type)  # type: ignore[return-value]
-    return choice  # type: ignore[return-value]
+        return _AUTO_KIND.get(server_type)
+    return cast(TokenServerKind, choice)  # every other choice is the name of a kind
 
 
 class TokenModeModels:
