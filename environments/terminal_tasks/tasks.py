@@ -287,7 +287,8 @@ def load_harbor_task(task_dir: Path) -> TerminalTask:
                 if why:
                     skip = f"environment/Dockerfile RUN {why}"
                     break
-    if PurePosixPath(next((s.target for s in steps if s.kind == "workdir"), workdir)) == PurePosixPath("/"):
+    first_workdir = next((s.target for s in steps if s.kind == "workdir" and s.target), None) or workdir
+    if PurePosixPath(first_workdir) == PurePosixPath("/"):
         skip = skip or "WORKDIR / cannot be mapped onto the workspace"
     skip = skip or _outside_workdir(steps) or _scripts_problem(task_dir, ["tests/test.sh", "solution/solve.sh"])
     memory = env_cfg.get("memory_mb")

@@ -75,7 +75,7 @@ def setup_script(task: TerminalTask, workspace: str, *, image_has_packages: bool
         f"cd {shlex.quote(workspace)}",
     ]
     for i, step in enumerate(task.setup):
-        if step.kind == "workdir":
+        if step.kind == "workdir" and step.target:
             lines.append(f"mkdir -p {shlex.quote(paths(step.target))} && cd {shlex.quote(paths(step.target))}")
         elif step.kind == "env":
             lines.append(f"export {step.name}={shlex.quote(paths(step.value or ''))}")
