@@ -272,7 +272,9 @@ def load_harbor_task(task_dir: Path) -> TerminalTask:
     dockerfile = task_dir / "environment" / "Dockerfile"
     recipe = dockerfile.read_text() if dockerfile.is_file() else None
     base, steps, problem = _parse_dockerfile(recipe) if recipe else (None, [], None)
-    workdir = next((s.target for s in reversed(steps) if s.kind == "workdir"), HARBOR_DEFAULT_WORKDIR)
+    workdir = (
+        next((s.target for s in reversed(steps) if s.kind == "workdir" and s.target), None) or HARBOR_DEFAULT_WORKDIR
+    )
     skip = None
     if recipe is None:
         skip = f"no environment/Dockerfile (prebuilt image {env_cfg.get('docker_image')!r} only)"
