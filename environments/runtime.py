@@ -119,7 +119,9 @@ class Rollout:
 
 
 Setup = Callable[[ToolContext], Awaitable[None]]
-Score = Callable[[AgentResult, ToolContext], Awaitable[float]]
+# A score may instead be an async callable, run once the workspace is released (e.g. tests in a
+# fresh slot: holding the agent's slot too could exhaust the pool).
+Score = Callable[[AgentResult, ToolContext], Awaitable[float | Callable[[], Awaitable[float]]]]
 # task_id -> the trajectory's executor as an async context manager (default: the tool backend's).
 Workspace = Callable[[str], AbstractAsyncContextManager[ToolExecutor]]
 
@@ -361,6 +363,7 @@ class AgentRuntime:
         started = time.monotonic()
         model = model or self.make_model()
         value: float | None = None
+        deferred: Callable[[], Awaitable[float]] | None = None
         try:
             async with (workspace or self._tool_backend.trajectory)(task_id) as executor:
                 ctx = ToolContext(executor=executor, limits=self.config.tool_limits, task_id=task_id)
@@ -371,7 +374,10 @@ class AgentRuntime:
                 if result.infrastructure_failure:
                     return Rollout(item, result, None, result.error, True, time.monotonic() - started)
                 if score is not None:
-                    value = float(await score(result, ctx))
+                    scored = await score(result, ctx)
+                    deferred, value = (scored, None) if callable(scored) else (None, float(scored))
+            if deferred is not None:
+                value = float(await deferred())
         except HermesEnvError:
             raise
         except Exception as exc:  # the workspace/sandbox or scoring broke: not the model's failure

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,13 @@ from atroposlib.envs.base import APIServerConfig
 from backends import LocalBackendConfig
 from environments.models.base import ModelTurn
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.swe_smith.env import NoOpAgent, OracleAgent, SweSmithOracleEnv, SweSmithOracleEnvConfig, load_offline_instances
+from environments.swe_smith.env import (
+    NoOpAgent,
+    OracleAgent,
+    SweSmithOracleEnv,
+    SweSmithOracleEnvConfig,
+    load_offline_instances,
+)
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
@@ -32,14 +39,18 @@ def make_env(base_url: str, tmp_path, **overrides) -> SweSmithOracleEnv:
     return SweSmithOracleEnv(config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="")])
 
 
-def test_offline_instances_are_in_swe_smith_format():
-    instances = load_offline_instances()
+def test_offline_instances_are_in_swe_smith_format(tmp_path):
+    mirror_base, instances = load_offline_instances(cache_dir=tmp_path)
     assert len(instances) >= 5 and len({i.repo for i in instances}) >= 4
     for inst in instances:
-        assert inst.instance_id.startswith(inst.repo.replace("/", "__") + ".")
+        assert re.fullmatch(r"swesmith/hermes-rl__\w+\.[0-9a-f]{8}", inst.repo)
+        assert inst.instance_id.startswith(inst.repo_name + ".")
         assert inst.patch.startswith("diff --git a/") and inst.FAIL_TO_PASS and inst.PASS_TO_PASS
-        assert Path(inst.repo_url).is_dir()
         assert set(inst.FAIL_TO_PASS).isdisjoint(inst.PASS_TO_PASS)
+        bare = Path(inst.source(str(mirror_base)))
+        branch = subprocess.run(["git", "-C", str(bare), "rev-parse", f"refs/heads/{inst.instance_id}"], capture_output=True, text=True)
+        assert branch.stdout.strip() == inst.base_commit  # one branch per instance, the bug committed
+    assert load_offline_instances(cache_dir=tmp_path) == (mirror_base, instances)  # reproducible, built once
 
 
 class EditsTheTests:
@@ -76,10 +87,12 @@ async def test_oracle_resolves_every_instance_and_noop_none(tmp_path):
             assert hack.score == 0.0  # the tests are restored before scoring
             pool = env.agent_runtime.tool_backend.backend.pool
             assert all(s.state.value == "free" for s in pool.slots())
-            bare_repos = list((tmp_path / "sandboxes").glob("sb-*/cache/git/*.git"))
-            assert len(bare_repos) >= 4  # one per repository (per sandbox that needed it)
-            assert all((b / "worktrees").is_dir() for b in bare_repos)  # worktrees were registered here...
-            assert [p for b in bare_repos for p in (b / "worktrees").glob("*")] == []  # ...and unregistered once scored
+            # Workspaces are built from snapshots this process keeps: nothing in the slots' shared cache.
+            assert list((tmp_path / "sandboxes").glob("sb-*/cache/**/*.git")) == []
+            # Every scored trajectory was verified, and the test edit was seen and left out.
+            dropped = [(f.path, f.reason) for v in env.verdicts.values() for f in v.dropped]
+            assert ("tests/test_calc.py", "test file") in dropped
+            assert all(why == "cache or bytecode" for path, why in dropped if path != "tests/test_calc.py")
     leftover = subprocess.run(["pgrep", "-f", str(tmp_path)], capture_output=True, text=True).stdout.split()
     assert leftover == []
 

@@ -1,0 +1,67 @@
+"""Which of the agent's changes reach the verified checkout: source only, never tests or what steers them."""
+
+from __future__ import annotations
+
+import pytest
+
+from environments.verifier import protected_reason, split_diff
+
+
+def _file_diff(path: str, added: str, *, new: bool = False) -> str:
+    header = f"diff --git a/{path} b/{path}\n" + ("new file mode 100644\n" if new else "")
+    old = "/dev/null" if new else f"a/{path}"
+    body = "".join(f"+{line}\n" for line in added.splitlines())
+    return f"{header}index 0000000..1111111\n--- {old}\n+++ b/{path}\n@@ -0,0 +1,{len(added.splitlines())} @@\n{body}"
+
+
+@pytest.mark.parametrize(
+    "path, reason",
+    [
+        ("tests/test_calc.py", "test file"), ("pkg/tests/helpers.py", "test file"), ("test_x.py", "test file"),
+        ("pkg/util_test.py", "test file"), ("conftest.py", "test configuration"), ("pkg/conftest.py", "test configuration"),
+        ("pytest.ini", "test configuration"), ("tox.ini", "test configuration"), ("setup.cfg", "test configuration"),
+        ("pyproject.toml", "test configuration"), ("sitecustomize.py", "interpreter startup file"),
+        ("pkg/usercustomize.py", "interpreter startup file"), ("evil.pth", "interpreter startup file"),
+        (".git/hooks/post-checkout", "git metadata"), (".gitattributes", "git metadata"),
+        ("pkg/__pycache__/calc.cpython-311.pyc", "cache or bytecode"), (".pytest_cache/.gitignore", "cache or bytecode"),
+    ],
+)  # fmt: skip
+def test_protected_paths(path, reason):
+    assert protected_reason(path) == reason
+
+
+def test_source_files_are_carried_over():
+    assert protected_reason("tinycalc/__init__.py") is None
+    assert protected_reason("src/pkg/context.py") is None
+    assert protected_reason("README.md") is None
+
+
+def test_plugin_code_and_new_top_level_modules_are_not():
+    assert protected_reason("pkg/plugin.py", "def pytest_runtest_makereport(item, call):\n") == "pytest plugin code"
+    assert protected_reason("pkg/x.py", "pytest_plugins = ['pkg.evil']\n") == "pytest plugin code"
+    assert protected_reason("yaml.py", "", is_new=True).startswith("new top-level module")
+    assert protected_reason("requests/__init__.py", "", is_new=True).startswith("new top-level module")
+    assert protected_reason("pkg/new_module.py", "", is_new=True) is None
+
+
+def test_split_keeps_source_and_records_every_file():
+    patch = (
+        _file_diff("tinycalc/__init__.py", "x = 1")
+        + _file_diff("conftest.py", "import pytest", new=True)
+        + _file_diff("tests/test_calc.py", "assert True")
+        + _file_diff("pkg/link", "target")
+    ).replace("diff --git a/pkg/link b/pkg/link\n", "diff --git a/pkg/link b/pkg/link\nnew file mode 120000\n")
+    kept, files = split_diff(patch)
+    assert kept == _file_diff("tinycalc/__init__.py", "x = 1")
+    assert [(f.path, f.kept, f.reason) for f in files] == [
+        ("tinycalc/__init__.py", True, None),
+        ("conftest.py", False, "test configuration"),
+        ("tests/test_calc.py", False, "test file"),
+        ("pkg/link", False, "symlink or submodule"),
+    ]
+
+
+def test_a_rename_into_a_test_path_is_dropped():
+    patch = "diff --git a/pkg/a.py b/tests/a.py\nsimilarity index 100%\nrename from pkg/a.py\nrename to tests/a.py\n"
+    kept, files = split_diff(patch)
+    assert kept == "" and files[0].reason == "test file"

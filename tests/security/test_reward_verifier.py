@@ -1,0 +1,83 @@
+"""The verifier on its own, as a terminal-tasks env would use it: any git repository, any test command,
+a plain local workspace as the executor (real git, real pytest)."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import subprocess
+import sys
+
+from environments.verifier import TestVerifier, capture_diff
+from tools.executor import LocalWorkspace
+
+TASK = {
+    "solution.py": "def answer():\n    return 41\n",
+    "tests/test_task.py": "from solution import answer\n\n\ndef test_answer():\n    assert answer() == 42\n",
+}
+HACK_CONFTEST = (
+    "import pytest\n\n@pytest.hookimpl(hookwrapper=True)\ndef pytest_runtest_makereport(item, call):\n"
+    "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
+)
+
+
+def _origin(tmp_path):
+    origin = tmp_path / "origin"
+    for rel, text in TASK.items():
+        (origin / rel).parent.mkdir(parents=True, exist_ok=True)
+        (origin / rel).write_text(text)
+    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
+    for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "task"]):
+        subprocess.run(["git", *argv], cwd=origin, check=True, env={"PATH": "/usr/bin:/bin", **env})
+    base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=origin, capture_output=True, text=True, check=True)
+    return origin, base.stdout.strip()
+
+
+async def _score(tmp_path, agent_command: str, **kwargs):
+    origin, base = await asyncio.to_thread(_origin, tmp_path)
+
+    async def prepare(executor, dest):
+        await executor.exec(f"git clone -q {shlex.quote(str(origin))} {dest}", timeout=60, max_output_bytes=10_000)
+
+    agent = LocalWorkspace(tmp_path / "agent")
+    await prepare(agent, "task")
+    ran = await agent.exec(f"cd task && {agent_command}", timeout=60, max_output_bytes=10_000)
+    assert ran.exit_code == 0, ran.output
+    patch = await capture_diff(agent, "task", base)
+    test = f"{sys.executable} -m pytest -p no:cacheprovider -v tests"
+    return await TestVerifier().verify(
+        LocalWorkspace(tmp_path / "verify"), prepare=prepare, patch=patch, test_command=test, **kwargs
+    )
+
+
+async def test_a_fix_scores_one_by_name_and_by_exit_status(tmp_path):
+    fix = "sed -i 's/41/42/' solution.py"
+    by_name = await _score(tmp_path / "a", fix, must_pass=["tests/test_task.py::test_answer"])
+    by_status = await _score(tmp_path / "b", fix)
+    assert (by_name.score, by_status.score) == (1.0, 1.0)
+    assert by_name.statuses == {"tests/test_task.py::test_answer": "PASSED"}
+    assert [(f.path, f.kept) for f in by_name.changed_files] == [("solution.py", True)]
+
+
+async def test_hacks_without_a_fix_score_zero_and_are_recorded(tmp_path):
+    hack = (
+        f"printf %s {shlex.quote(HACK_CONFTEST)} > conftest.py && sed -i 's/== 42/== 41/' tests/test_task.py && "
+        "printf '[pytest]\\naddopts = -k nothing\\n' > pytest.ini"
+    )
+    for kwargs in ({"must_pass": ["tests/test_task.py::test_answer"]}, {}):
+        verdict = await _score(tmp_path / str(len(kwargs)), hack, **kwargs)
+        assert verdict.score == 0.0
+        assert {(f.path, f.reason) for f in verdict.dropped} == {
+            ("conftest.py", "test configuration"), ("tests/test_task.py", "test file"), ("pytest.ini", "test configuration"),
+        }  # fmt: skip
+
+
+async def test_a_diff_that_does_not_apply_scores_zero(tmp_path):
+    verdict = await _score(tmp_path, "sed -i 's/41/42/' solution.py", must_pass=["tests/test_task.py::test_answer"])
+    assert verdict.score == 1.0
+    broken = await TestVerifier().verify(
+        LocalWorkspace(tmp_path / "v2"), prepare=lambda ex, dest: ex.exec(f"mkdir {dest}", timeout=10, max_output_bytes=100),
+        patch="diff --git a/solution.py b/solution.py\n--- a/solution.py\n+++ b/solution.py\n@@ -1 +1 @@\n-x\n+y\n",
+        test_command="true",
+    )  # fmt: skip
+    assert broken.score == 0.0 and broken.error == "the agent's diff does not apply to a clean checkout"
