@@ -191,7 +191,7 @@ def build_mirror(
         row = {k: v for k, v in bug.items() if k not in ("name", "bug_id")}
         rows.append(row | {"instance_id": instance_id, "repo": repo, "base_commit": _git(["rev-parse", "HEAD"], tree)})
         _git(["checkout", "-q", "main"], tree)
-    for name, (tree, repo) in mirrors.items():
+    for tree, repo in mirrors.values():
         _git(["push", "-q", "--mirror", str(out_dir / f"{repo}.git")], tree)
     import shutil
 
@@ -572,12 +572,11 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
 
     async def compute_reward(self, item: SweSmithInstance, result: AgentResult, ctx: ToolContext):
         _, snap = await self._snapshot(item)
+        broken: str | None = None
         try:
             patch = await capture_diff(ctx.executor, item.name, snap)
         except ValueError as exc:  # the agent broke its own repository: no fix to score
             patch, broken = "", str(exc)
-        else:
-            broken = None
 
         async def verify(executor: ToolExecutor) -> float:
             verdict = await self._verify(item, patch, executor)
@@ -592,8 +591,11 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
         if self.config.verify_in == "same_slot":
             return await verify(ctx.executor)
 
+        backend = self.agent_runtime.tool_backend
+        assert backend is not None  # compute_reward runs inside the runtime
+
         async def in_fresh_slot() -> float:
-            async with self.agent_runtime.tool_backend.trajectory(f"{ctx.task_id}-verify") as executor:
+            async with backend.trajectory(f"{ctx.task_id}-verify") as executor:
                 return await verify(executor)
 
         return in_fresh_slot  # run by the base env once the agent's slot is released
