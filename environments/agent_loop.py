@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from environments.models.base import ChatModel, ModelError, ModelTurn
+from environments.models.base import ChatModel, ModelError, ModelRequestError, ModelTurn
 from model_tools import default_registry
 from tools.context import ToolContext
 from tools.executor import ToolInfrastructureError
@@ -24,9 +24,11 @@ from tools.registry import ToolRegistry
 
 __all__ = ["AgentLoopConfig", "AgentResult", "HermesAgentLoop", "ToolErrorRecord", "TurnRecord", "StopReason"]
 
-StopReason = Literal["finished", "max_turns", "time_budget", "context_full", "model_error", "infrastructure_error"]
+StopReason = Literal[
+    "finished", "max_turns", "time_budget", "context_full", "model_error", "model_timeout", "infrastructure_error"
+]
 # Reasons that say nothing about the model's ability: such rollouts are not training signal.
-INFRASTRUCTURE_STOPS: frozenset[str] = frozenset({"model_error", "infrastructure_error"})
+INFRASTRUCTURE_STOPS: frozenset[str] = frozenset({"model_error", "model_timeout", "infrastructure_error"})
 
 
 class AgentLoopConfig(BaseModel):
@@ -34,6 +36,9 @@ class AgentLoopConfig(BaseModel):
     time_budget_s: float = Field(300.0, gt=0, description="Wall-clock budget of one trajectory")
     temperature: float = Field(0.7, ge=0)
     max_tokens: int | None = Field(512, ge=1, description="Cap on tokens per model turn")
+    model_timeout_s: float = Field(
+        600.0, gt=0, description="A model call that takes longer is a server that does not answer (infrastructure)"
+    )
 
 
 @dataclass
@@ -141,17 +146,23 @@ class HermesAgentLoop:
                 return done("time_budget")
             t0 = time.monotonic()
             try:
+                # Bounded by the request timeout, not the budget: a slow but answering server gives a
+                # scored trajectory (the budget is checked before the next step); a silent one is
+                # an infrastructure failure, never a 0 for the model.
                 turn: ModelTurn = await asyncio.wait_for(
                     self.model.chat(
                         messages, self.tools, temperature=self.config.temperature, max_tokens=self.config.max_tokens
                     ),
-                    remaining,
+                    self.config.model_timeout_s,
                 )
             except asyncio.TimeoutError:
-                return done("time_budget", "model call exceeded the trajectory's time budget")
+                return done("model_timeout", f"the model server did not answer within {self.config.model_timeout_s:.0f}s")
             except ModelError as exc:
-                reason: StopReason = "context_full" if _is_context_overflow(str(exc)) else "model_error"
-                return done(reason, str(exc))
+                if _is_context_overflow(str(exc)):
+                    return done("context_full", str(exc))
+                if isinstance(exc, ModelRequestError):
+                    raise  # a 4xx: the request is wrong for every rollout; the env stops the command
+                return done("model_error", str(exc))
             model_s = time.monotonic() - t0
             for call in turn.tool_calls:
                 call.setdefault("id", f"call_{uuid.uuid4().hex[:12]}")

@@ -31,6 +31,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Literal, final
 
+import jsonlines
 from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
 from pydantic import Field
 
@@ -38,7 +39,13 @@ from environments.agent_loop import AgentLoopConfig, AgentResult
 from environments.models.base import ChatModel
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
 from environments.models.chat_tokens import tokenize_conversation
-from environments.models.token_mode.wiring import TokenServerChoice, trace_items
+from environments.models.token_mode.wiring import (
+    TokenServerChoice,
+    finish_logprobs,
+    resolve_token_server,
+    sampling_setup,
+    trace_items,
+)
 from environments.runtime import (
     EMBEDDED,
     EMBEDDED_MODEL_NAME,
@@ -81,7 +88,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     token_server: TokenServerChoice = Field(
         "auto",
         description="Token mode (exact ids + logprobs): the model server's token protocol, vllm | vllm_openai | "
-        "sglang | llamacpp; auto = llamacpp for the embedded model, else from --openai.server_type (vllm, sglang); "
+        "sglang | llamacpp | tinker; auto = llamacpp for the embedded model, else from --openai.server_type (vllm, sglang); "
         "off = chat mode (OpenAI chat; tokens re-rendered, no logprobs)",
     )
     chat_template_path: str | None = Field(
@@ -107,10 +114,41 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     max_consecutive_infra_failures: int = Field(
         3, ge=1, description="Groups in a row lost to infrastructure errors before the command stops"
     )
+    inference_logprobs: Literal["raw_logits", "sampling_policy"] = Field(
+        "raw_logits",
+        description="Which distribution inference_logprobs describe: raw_logits = log-softmax of the model's logits "
+        "(temperature 1, no truncation; every engine's default); sampling_policy = the distribution actually sampled "
+        "(temperature, top-k/top-p/min-p applied; llama.cpp post_sampling_probs)",
+    )
+    missing_logprobs: Literal["mask", "drop", "keep"] = Field(
+        "mask",
+        description="Trained tokens the server reported no logprob for: mask = not trained (mask -100); "
+        "drop = leave the sequence out of the group; keep = train them with 1.0 (atroposlib's 'no logprob' marker)",
+    )
+    require_inference_logprobs: bool = Field(
+        False, description="Refuse to start without token mode's logprobs (set by a `tinker:` YAML section)"
+    )
     embedded_threads: int = Field(2, ge=1, description="CPU threads of the embedded llama.cpp server")
     embedded_parallel: int = Field(4, ge=1, description="Concurrent sequences of the embedded llama.cpp server")
     web: WebConfig = Field(default_factory=WebConfig, description="Backend of the web toolset, when it is enabled")
     eval_size: int | None = Field(None, ge=1, description="Eval items used by evaluate (None: all)")
+
+
+class BoundedModel:
+    """A ChatModel whose requests wait for a slot of their server's gate (atroposlib's
+    `num_max_requests_at_once` / `num_requests_for_eval`, applied to our own clients)."""
+
+    def __init__(self, inner: ChatModel, gate: asyncio.Semaphore) -> None:
+        self.inner = inner
+        self.gate = gate
+
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], **kwargs: Any) -> Any:
+        async with self.gate:
+            return await self.inner.chat(messages, tools, **kwargs)
+
+    def token_trace(self) -> Any:
+        trace = getattr(self.inner, "token_trace", None)
+        return trace() if callable(trace) else None
 
 
 def embedded_server_configs() -> list[APIServerConfig]:
@@ -141,6 +179,7 @@ def _wandb_logged_in() -> bool:
 
 class HermesAgentBaseEnv(BaseEnv):
     env_config_cls = HermesAgentEnvConfig
+    jsonl_writer: Any  # atroposlib's groups file (a jsonlines.Writer) or None
     default_toolsets: list[str] | None = None  # subclasses name the toolsets their task needs
     default_system_prompt: str | None = None
 
@@ -167,18 +206,43 @@ class HermesAgentBaseEnv(BaseEnv):
                     f"http://127.0.0.1:8000/v1, or '{EMBEDDED}' for the bundled model"
                 )
         config.tokenizer_name = resolve_tokenizer_name(config.tokenizer_name, _model_servers(server_configs))
+        for cfg in server_configs:
+            if cfg.server_type != "openai" and cfg.tokenizer_name in ("", "none"):
+                # atroposlib's sglang/vllm server classes load a tokenizer by model name from the hub at
+                # construction (we never route requests through them): give them the env's, found locally.
+                cfg.tokenizer_name = config.tokenizer_name
+        if config.max_num_workers == -1 and all(c.base_url == EMBEDDED for c in server_configs):
+            # atroposlib would run 8 groups at once; the embedded server serves embedded_parallel sequences.
+            config.max_num_workers = max(1, config.embedded_parallel // config.group_size)
         if config.use_wandb and not _wandb_logged_in():
             logger.warning("wandb is not logged in: running without wandb (run `wandb login` to enable it)")
             config.use_wandb = False
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: HermesAgentEnvConfig = config
         self.server_configs = server_configs
+        if self.jsonl_writer is not None:
+            # Each group reaches the file as a whole line at once: a killed command leaves the
+            # groups written so far readable, never a buffered half line.
+            self.jsonl_writer.close()
+            self.jsonl_writer = jsonlines.open(self.config.data_path_to_save_groups, "w", flush=True)
+        self._request_gates = [self._gates(c) for c in server_configs]
+        self._fatal: HermesEnvError | None = None
+        self._fatal_event: asyncio.Event | None = None
+        self._groups_sent = 0
+        self._groups_skipped = 0
+        self._sampling_record: dict[str, Any] | None = None
         self._consecutive_infra_failures = 0
         self.rollouts_done = 0
         self._train_items: list[Any] = []
         self._eval_items: list[Any] = []
         self._next_item = 0
         self.agent_runtime = AgentRuntime(self.runtime_config(), tokenizer=self.tokenizer, tools=self.tool_registry())
+
+    def _gates(self, cfg: APIServerConfig) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
+        train, evaluation = cfg.num_max_requests_at_once, cfg.num_requests_for_eval
+        if cfg.base_url == EMBEDDED:  # more would only queue inside llama.cpp
+            train, evaluation = min(train, self.config.embedded_parallel), min(evaluation, self.config.embedded_parallel)
+        return asyncio.Semaphore(max(1, train)), asyncio.Semaphore(max(1, evaluation))
 
     @classmethod
     def config_init(cls) -> tuple[HermesAgentEnvConfig, list[APIServerConfig]]:
@@ -191,6 +255,9 @@ class HermesAgentBaseEnv(BaseEnv):
             use_wandb=False,
             data_path_to_save_groups=f"out/{cls.name}.jsonl",
             data_dir_to_save_evals=f"out/{cls.name}_eval",
+            # atroposlib cancels a serve group after 600 s and loses it; a group may take a full
+            # trajectory budget plus a slow model call (the request timeout) per rollout.
+            worker_timeout=1800,
         )
         return config, embedded_server_configs()
 
@@ -260,10 +327,13 @@ class HermesAgentBaseEnv(BaseEnv):
         """Every eval item once at temperature 0; mean score as eval/accuracy; samples saved."""
         loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
         start = time.time()
-        rollouts = await asyncio.gather(*(self.rollout(item, loop_config=loop_config) for item in self._eval_items))
+        rollouts = await asyncio.gather(
+            *(self.rollout(item, loop_config=loop_config, for_eval=True) for item in self._eval_items)
+        )
         scores = [r.score for r in rollouts if r.score is not None]
         metrics = {
             "eval/accuracy": sum(scores) / len(scores) if scores else 0.0,
+            "eval/solved": sum(s == 1.0 for s in scores) / len(scores) if scores else 0.0,  # partial credit aside
             "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),
             "eval/n": len(rollouts),
         }
@@ -303,19 +373,60 @@ class HermesAgentBaseEnv(BaseEnv):
             time_budget_s=c.agent_time_budget_s,
             temperature=c.agent_temperature,
             max_tokens=c.agent_max_tokens,
+            model_timeout_s=float(max(s.timeout for s in self.server_configs)),
         )
+
+    def token_server_kind(self) -> str | None:
+        embedded = all(c.base_url == EMBEDDED for c in self.server_configs)
+        tinker = self.config.require_inference_logprobs and self.config.token_server == "auto"
+        return resolve_token_server(self.config.token_server, self.server_configs[0].server_type, embedded, tinker)
+
+    def check_config(self, command: str | None = None) -> tuple[str | None, dict[str, Any]]:
+        """What can be checked before a server starts: toolsets, token protocol, logprob
+        semantics, the trainer's needs. Returns (token-server kind, request fields to send)."""
+        self.tool_schemas()
+        return self._token_setup()
+
+    def _token_setup(self) -> tuple[str | None, dict[str, Any]]:
+        kind = self.token_server_kind()
+        if kind is None and self.config.require_inference_logprobs:
+            raise HermesEnvError(
+                "this trainer needs inference_logprobs (tinker-atropos reads them from every group), but the model "
+                "server is used in chat mode, which has none; pass --env.token_server tinker|sglang|vllm|llamacpp"
+            )
+        try:
+            extra, record = sampling_setup(
+                kind,  # type: ignore[arg-type]
+                self.config.agent_temperature,
+                self.config.agent_max_tokens,
+                self.config.extra_body,
+                self.config.inference_logprobs,
+            )
+        except ValueError as exc:
+            raise HermesEnvError(str(exc)) from exc
+        self._sampling_record = record
+        return kind, extra
+
+    @property
+    def sampling_record(self) -> dict[str, Any]:
+        """What every group records about its sampling (run-api keeps `generation_params`)."""
+        if self._sampling_record is None:
+            self._token_setup()
+        assert self._sampling_record is not None
+        return self._sampling_record
 
     def runtime_config(self) -> RuntimeConfig:
         """The env config, as the composition root's config."""
         c = self.config
+        kind, extra_body = self._token_setup()
         enabled = self.enabled_toolsets()
         web_on = (enabled is None or "web" in enabled) and "web" not in c.disabled_toolsets
         return RuntimeConfig(
             servers=_model_servers(self.server_configs),
-            token_server=c.token_server,
+            token_server=kind or "off",  # resolved here: a `tinker:` section picks tinker
             tool_call_parser=c.tool_call_parser,
             chat_template_path=c.chat_template_path,
-            extra_body=c.extra_body,
+            extra_body=extra_body,
             tools_in=c.tools_in,
             # Stay under the trainer's length: longer groups would be dropped by atroposlib.
             max_context_tokens=c.max_token_length - 1 if c.max_token_length > 1 else None,
@@ -330,9 +441,12 @@ class HermesAgentBaseEnv(BaseEnv):
             embedded_parallel=c.embedded_parallel,
         )
 
-    def make_model(self) -> ChatModel:
-        """A model client for one trajectory (servers are used round-robin)."""
-        return self.agent_runtime.make_model()
+    def make_model(self, for_eval: bool = False) -> ChatModel:
+        """A model client for one trajectory (servers are used round-robin), bounded by its
+        server's `num_max_requests_at_once` (`num_requests_for_eval` for evaluation)."""
+        model = self.agent_runtime.make_model()
+        index = self.agent_runtime.last_server_index
+        return BoundedModel(model, self._request_gates[index][1 if for_eval else 0])
 
     def initial_messages(self, item: Any) -> list[dict[str, Any]]:
         prompt = self.format_prompt(item)
@@ -343,7 +457,14 @@ class HermesAgentBaseEnv(BaseEnv):
         return messages
 
     @final
-    async def rollout(self, item: Any, *, model: ChatModel | None = None, loop_config: AgentLoopConfig | None = None) -> Rollout:
+    async def rollout(
+        self,
+        item: Any,
+        *,
+        model: ChatModel | None = None,
+        loop_config: AgentLoopConfig | None = None,
+        for_eval: bool = False,
+    ) -> Rollout:
         """One trajectory through the runtime: workspace -> agent loop -> compute_reward."""
 
         async def setup(ctx: ToolContext) -> None:
@@ -359,15 +480,28 @@ class HermesAgentBaseEnv(BaseEnv):
             setup=setup,
             score=score,
             loop=loop_config or self.loop_config(),
-            model=model or self.make_model(),
+            model=model or self.make_model(for_eval),
             task_id=f"{type(self).__name__}-{uuid.uuid4().hex[:10]}",
             workspace=lambda task_id: self.open_workspace(item, task_id),
         )
-        if not rollout.infrastructure_failure:
+        if not rollout.infrastructure_failure and rollout.result is not None:
             self.rollouts_done += 1
+            # Progress inside long groups: one line per finished rollout.
+            print(
+                f"[hermes-rl]   rollout done: score {rollout.score if rollout.score is not None else float('nan'):.2f}, "
+                f"{rollout.result.stop_reason}, {rollout.result.turns_used} turns, {rollout.duration_s:.1f}s",
+                file=sys.stderr,
+            )
         return rollout
 
     async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
+        try:
+            return await self._collect(item)
+        except HermesEnvError as exc:
+            self._set_fatal(exc)
+            raise
+
+    async def _collect(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         rollouts = list(await asyncio.gather(*(self.rollout(item) for _ in range(self.config.group_size))))
         for _ in range(self.config.rollout_infra_retries):
             redo = [i for i, r in enumerate(rollouts) if r.infrastructure_failure]
@@ -385,20 +519,17 @@ class HermesAgentBaseEnv(BaseEnv):
                 raise HermesEnvError(
                     f"{self._consecutive_infra_failures} groups in a row failed on infrastructure errors; last: {failed[0].error}"
                 )
+            print(f"[hermes-rl] group lost to infrastructure errors, retried later: {failed[0].error}", file=sys.stderr)
             return None, [item]  # retried later, never scored as the model's failure
         self._consecutive_infra_failures = 0
-        if getattr(self, "process_mode", False):
-            # atroposlib logs progress at INFO, which is off by default; long runs must show life.
-            total = getattr(self, "n_groups_to_process", "?")
-            scores = ", ".join(f"{r.score:.2f}" for r in usable)
-            slowest = max(r.duration_s for r in usable)
-            print(f"[hermes-rl] group {self.curr_step + 1}/{total}: scores [{scores}] ({slowest:.1f}s)", file=sys.stderr)
         return self.build_group(usable), []
 
     def build_group(self, rollouts: list[Rollout]) -> ScoredDataGroup:
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
         info: list[dict[str, Any]] = []
         logprobs: list[list[float]] = []
+        gaps: list[int] = []
+        dropped = 0
         tools = self.tool_schemas()
         for r in rollouts:
             assert r.result is not None and r.score is not None
@@ -407,9 +538,15 @@ class HermesAgentBaseEnv(BaseEnv):
                 items = trace_items(trace)
             else:
                 items = [(*tokenize_conversation(self.tokenizer, r.result.messages, tools), None)]
-            for tokens, masks, item_logprobs in items:
-                if item_logprobs is not None:
+            for tokens, masks, raw_logprobs in items:
+                if raw_logprobs is not None:
+                    finished = finish_logprobs(masks, raw_logprobs, self.config.missing_logprobs)
+                    if finished is None:
+                        dropped += 1
+                        continue
+                    masks, item_logprobs, n_gaps = finished
                     logprobs.append(item_logprobs)
+                    gaps.append(n_gaps)
                 group["tokens"].append(tokens)
                 group["masks"].append(masks)
                 group["scores"].append(r.score)
@@ -424,10 +561,22 @@ class HermesAgentBaseEnv(BaseEnv):
                         "token_sequences": len(items),
                     }
                 )
-        # Not `overrides`: trainers read that key as per-item training overrides.
+        # Not `overrides`: trainers read that key as per-item training overrides. (run-api drops it.)
         group["rollout_info"] = info
+        # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
+        group["tools"] = tools
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs
+        # run-api keeps `generation_params`: the one place a trainer sees how the group was sampled.
+        record = dict(self.sampling_record)
+        if gaps or dropped:
+            record["missing_logprobs"] = {"per_sequence": gaps, "policy": self.config.missing_logprobs, "dropped": dropped}
+            if any(gaps) or dropped:
+                logger.warning(
+                    "%d trained tokens without a logprob (--env.missing_logprobs %s; %d sequences dropped)",
+                    sum(gaps), self.config.missing_logprobs, dropped,
+                )
+        group["generation_params"] = record
         if len(group["tokens"]) != self.config.group_size:
             # Sequences split by a non-append-only template, or rollouts lost to infrastructure:
             # tell atroposlib the real size, or it drops the group as malformed.
@@ -458,7 +607,7 @@ class HermesAgentBaseEnv(BaseEnv):
         await self._in_runtime(super().process_manager, report=True)
 
     async def env_manager(self):
-        await self._in_runtime(super().env_manager, report=False)
+        await self._in_runtime(self._serve, report=False)
 
     async def _run_evaluate(self):
         await self._in_runtime(super()._run_evaluate, report=False)
@@ -467,10 +616,124 @@ class HermesAgentBaseEnv(BaseEnv):
         ok = False
         try:
             async with self.runtime():
-                await entry()
+                # atroposlib's serve swallows errors inside groups; a config error (a 4xx from the
+                # model server, a bad reward) must still stop the command, so it is raced here.
+                self._fatal_event = asyncio.Event()
+                main = asyncio.ensure_future(entry())
+                fatal = asyncio.ensure_future(self._fatal_event.wait())
+                try:
+                    await asyncio.wait({main, fatal}, return_when=asyncio.FIRST_COMPLETED)
+                finally:  # also on SIGINT/SIGTERM: serve's group workers end before the runtime does
+                    pending = [main, fatal, *getattr(self, "workers", ())]
+                    for task in pending:
+                        task.cancel()
+                    await asyncio.gather(*pending, return_exceptions=True)
+                if self._fatal is not None:
+                    raise self._fatal
+                main.result()
                 ok = True
         finally:
             self._finish_output(report and ok)
+
+    def _set_fatal(self, exc: HermesEnvError) -> None:
+        if self._fatal is None:
+            self._fatal = exc
+        if self._fatal_event is not None:
+            self._fatal_event.set()
+
+    # ---- serve: the trainer decides how long; every group says what happened to it ----------
+
+    async def register_env(self):
+        url = self.config.rollout_server_url
+        waiting_said = False
+        while True:
+            try:
+                data = await self._register_env()
+            except Exception as exc:  # tenacity's RetryError around a connection error
+                last = getattr(exc, "last_attempt", None)
+                cause = last.exception() if last is not None else exc
+                raise HermesEnvError(
+                    f"cannot register with the rollout API at {url} ({type(cause).__name__}: {cause}); "
+                    "start it with `run-api` or pass --env.rollout_server_url"
+                ) from None
+            if data.get("status") == "success":
+                break
+            if not waiting_said:
+                print(f"[hermes-rl] serve: waiting for a trainer to register with {url}", file=sys.stderr)
+                waiting_said = True
+            await asyncio.sleep(1)
+        self.env_id = data["env_id"]
+        self.wandb_prepend = data["wandb_name"]
+        self.curr_step = data["starting_step"]
+        self.checkpoint_dir = data["checkpoint_dir"]
+        self.checkpoint_interval = data["checkpoint_interval"]
+        if self.config.total_steps == -1:
+            self.config.total_steps = data["num_steps"]
+            if self.config.total_steps == -1:
+                raise HermesEnvError("neither --env.total_steps nor the trainer's registration sets a step count")
+        print(
+            f"[hermes-rl] serve: registered with {url} as {self.wandb_prepend}; the trainer's run has "
+            f"{self.config.total_steps} steps (starting at {self.curr_step})",
+            file=sys.stderr,
+        )
+        if self.curr_step > 0:
+            self.load_checkpoint()
+
+    async def _serve(self) -> None:
+        await BaseEnv.env_manager(self)
+        step = self.status_dict.get("current_step") if isinstance(getattr(self, "status_dict", None), dict) else None
+        print(
+            f"[hermes-rl] serve: stopping: the trainer's run is done (step {step} of {self.config.total_steps}); "
+            f"{self._groups_sent} groups sent, {self._groups_skipped} skipped",
+            file=sys.stderr,
+        )
+
+    def _skip_reason(self, group: ScoredDataGroup, check_length: bool) -> str | None:
+        """Why atroposlib 0.4.0's handle_send_to_api would drop this group (its checks, said aloud)."""
+        expected = (group.get("group_overrides") or {}).get("group_size", self.config.group_size)
+        if len(group.get("tokens", [])) != expected:
+            return f"{len(group.get('tokens', []))} sequences where the group size is {expected}"
+        if self.config.ensure_scores_are_not_same and len(set(group["scores"])) == 1:
+            return "all scores equal, no learning signal (--env.ensure_scores_are_not_same)"
+        if check_length and self.max_token_len > 0 and any(len(t) >= self.max_token_len for t in group["tokens"]):
+            return f"a sequence reaches the trainer's max_token_len {self.max_token_len}"
+        return None
+
+    async def handle_send_to_api(self, scored_data, item=None, do_send_to_api=True, abort_on_any_max_length_exceeded=True):
+        """One line per group, sent/written or skipped with the reason; then atroposlib's own path."""
+        was_list = isinstance(scored_data, list)
+        kept = []
+        for group in scored_data if was_list else [scored_data]:
+            if group is None:
+                continue
+            scores = "[" + ", ".join(f"{s:.2f}" for s in group["scores"]) + "]"
+            reason = self._skip_reason(group, abort_on_any_max_length_exceeded)
+            if reason is not None:
+                self._groups_skipped += 1
+                print(f"[hermes-rl] group skipped: {reason}; scores {scores}", file=sys.stderr)
+                continue
+            self._groups_sent += 1
+            if getattr(self, "process_mode", False):
+                total = getattr(self, "n_groups_to_process", "?")
+                print(f"[hermes-rl] group {self.curr_step + 1}/{total}: written; scores {scores}", file=sys.stderr)
+            else:
+                print(f"[hermes-rl] group {self._groups_sent} sent to the trainer; scores {scores}", file=sys.stderr)
+            kept.append(group)
+        if kept:
+            await super().handle_send_to_api(
+                kept if was_list else kept[0], item, do_send_to_api, abort_on_any_max_length_exceeded
+            )
+
+    async def add_rollouts_for_wandb(self, scored_data, item=None):
+        # atroposlib indexes `group_size` sequences; a short group (group_overrides) has fewer.
+        n = len(scored_data["tokens"])
+        keep = self.config.num_rollouts_per_group_for_logging
+        keep = n if keep == -1 else min(keep, n)
+        self.rollouts_for_wandb.append(
+            [(self.tokenizer.decode(scored_data["tokens"][i]), scored_data["scores"][i]) for i in range(keep)]
+        )
+        if len(self.rollouts_for_wandb) > self.config.num_rollouts_to_keep:
+            self.rollouts_for_wandb.pop(0)
 
     def _finish_output(self, report: bool) -> None:
         path = self.config.data_path_to_save_groups
@@ -491,11 +754,10 @@ class HermesAgentBaseEnv(BaseEnv):
 
     @classmethod
     def cli(cls):
-        try:
-            super().cli()
-        except HermesEnvError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            raise SystemExit(2) from None
+        """`process` / `serve` / `evaluate`: strict flags and YAML (environments/cli.py)."""
+        from environments.cli import main
+
+        raise SystemExit(main(cls))
 
 
 def _model_servers(server_configs: list[APIServerConfig]) -> list[ModelServer]:

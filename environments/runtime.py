@@ -28,7 +28,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
-from environments.models.base import ChatModel, ModelError
+from environments.models.base import ChatModel, ModelError, ModelRequestError
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.models.token_mode.chat_model import TokenChatConfig
 from environments.models.token_mode.servers import TokenServerConfig, TokenServerKind
@@ -149,6 +149,7 @@ class AgentRuntime:
         self._chat_clients: list[Any] = []
         self._token_models: TokenModeModels | None = None
         self._server_cycle = itertools.cycle(range(len(config.servers)))
+        self.last_server_index = 0  # the server make_model() chose last (the env gates requests per server)
         self._tool_backend: ToolBackend | None = None
         self._stack: AsyncExitStack | None = None
 
@@ -290,7 +291,7 @@ class AgentRuntime:
         """A model client for one trajectory; servers are used round-robin."""
         if self._injected_model is not None:
             return self._injected_model()
-        index = next(self._server_cycle)
+        index = self.last_server_index = next(self._server_cycle)
         if self._token_models is not None:
             return self._token_models.make_model(index)
         if not self._chat_clients:
@@ -380,6 +381,10 @@ class AgentRuntime:
                 value = float(await deferred())
         except HermesEnvError:
             raise
+        except ModelRequestError as exc:  # a 4xx: the request or config is wrong; retrying cannot help
+            raise HermesEnvError(
+                f"{exc}; fix the request options (--env.extra_body, --env.tools_in, --openai.*)"
+            ) from exc
         except Exception as exc:  # the workspace/sandbox or scoring broke: not the model's failure
             logger.exception("rollout %s failed outside the model", task_id)
             return Rollout(item, None, None, f"{type(exc).__name__}: {exc}", True, time.monotonic() - started)

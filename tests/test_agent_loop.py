@@ -6,7 +6,10 @@ import json
 import socket
 import time
 
+import pytest
+
 from environments.agent_loop import AgentLoopConfig, HermesAgentLoop
+from environments.models.base import ModelRequestError
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from model_tools import get_tool_definitions
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
@@ -96,10 +99,26 @@ async def test_time_budget_stops_a_slow_tool(tmp_path):
     assert len(server.requests) == 1
 
 
-async def test_time_budget_stops_a_slow_model(tmp_path):
+async def test_a_model_server_that_never_answers_is_infrastructure_not_a_score(tmp_path):
     async with ScriptedOpenAIServer([{"content": "late"}], delay_s=5) as server:
+        result = await make_loop(server.base_url, tmp_path, time_budget_s=60, model_timeout_s=1.0).run(USER)
+    assert result.stop_reason == "model_timeout" and result.turns_used == 0
+    assert result.infrastructure_failure  # voided and retried by the env, never scored 0
+
+
+async def test_a_slow_but_answering_server_is_scored_and_the_budget_stops_the_next_step(tmp_path):
+    script = [{"content": None, "tool_calls": [tool_call("python", {"code": "print(1)"})]}, {"content": "never asked"}]
+    async with ScriptedOpenAIServer(script, delay_s=2) as server:
         result = await make_loop(server.base_url, tmp_path, time_budget_s=1.0).run(USER)
-    assert result.stop_reason == "time_budget" and result.turns_used == 0
+    assert result.stop_reason == "time_budget" and result.turns_used == 1 and not result.infrastructure_failure
+    assert len(server.requests) == 1
+
+
+async def test_a_4xx_is_a_request_error_raised_once_not_retried(tmp_path):
+    async with ScriptedOpenAIServer([400, {"content": "never reached"}]) as server:
+        with pytest.raises(ModelRequestError, match="HTTP 400"):
+            await make_loop(server.base_url, tmp_path).run(USER)
+    assert len(server.requests) == 1
 
 
 async def test_server_5xx_is_a_model_error_not_a_crash(tmp_path):

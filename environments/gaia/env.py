@@ -2,7 +2,7 @@
 
     python -m environments.gaia_agent_env process --env.total_steps 12 --env.group_size 2
     python -m environments.gaia.data download --dest data/GAIA      # the gated real set
-    python -m environments.gaia_agent_env process --env.data_dir data/GAIA/2023/validation \
+    python -m environments.gaia_agent_env process --env.data_dir data/GAIA --env.split validation \
         --config gaia.yaml --openai.base_url URL --openai.model_name M
 
 (nested settings go in the YAML file, e.g. `env: {web: {backend: tavily}}`; the key is
@@ -19,11 +19,12 @@ term for the number of tool calls; the pure correctness is reported beside it.
 from __future__ import annotations
 
 import asyncio
+import time
 import logging
 import re
 import string
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -126,7 +127,11 @@ def efficiency(tool_calls: int, free_calls: int, max_calls: int) -> float:
 # ---- the env -------------------------------------------------------------------------------
 
 class GaiaAgentEnvConfig(HermesAgentEnvConfig):
-    data_dir: str = Field(str(OFFLINE_DIR), description="GAIA-format directory: metadata.jsonl + attachments")
+    data_dir: str = Field(
+        str(OFFLINE_DIR),
+        description="GAIA split directory (metadata.parquet or metadata.jsonl + attachments) or a GAIA snapshot root",
+    )
+    split: Literal["validation", "test"] = Field("validation", description="Split used when data_dir is a snapshot root")
     levels: list[int] | None = Field(None, description="Only tasks of these levels (None: all)")
     web: WebConfig = Field(default_factory=WebConfig, description="Backend of web_search/web_extract")
     correctness_weight: float = Field(0.9, ge=0, description="Weight of the quasi-exact match in the reward")
@@ -173,7 +178,7 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
         return config, embedded_server_configs()
 
     async def setup(self) -> None:
-        tasks = await asyncio.to_thread(load_tasks, Path(self.config.data_dir))
+        tasks = await asyncio.to_thread(load_tasks, Path(self.config.data_dir), self.config.split)
         if self.config.levels is not None:
             tasks = [t for t in tasks if int(t["Level"]) in self.config.levels]
         if not tasks:
@@ -216,8 +221,6 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
             info["correct"] = self.is_correct(r.item, r.result)
             info["model_answer"] = extract_final_answer(r.result.final_response)
             self._correct_since_log.append(info["correct"])
-        # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
-        group["tools"] = self.tool_schemas()
         return group
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:
@@ -231,7 +234,8 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
     async def evaluate(self, *args: Any, **kwargs: Any) -> None:
         tasks = self.tasks[: self.config.eval_size] if self.config.eval_size else self.tasks
         loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
-        rollouts = await asyncio.gather(*(self.rollout(t, loop_config=loop_config) for t in tasks))
+        start = time.time()
+        rollouts = await asyncio.gather(*(self.rollout(t, loop_config=loop_config, for_eval=True) for t in tasks))
         scored = [r for r in rollouts if r.score is not None and r.result is not None]
         correct = [self.is_correct(r.item, r.result) for r in scored]  # type: ignore[arg-type]
         metrics = {
@@ -241,8 +245,23 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
             "eval/n": len(rollouts),
         }
         print(f"[hermes-rl] evaluation: {metrics}")
-        await self.evaluate_log(metrics=metrics)
-
+        samples = [
+            {
+                **self.eval_sample(r),
+                "item": {"task_id": r.item["task_id"], "Question": r.item["Question"]},
+                "gold": str(r.item["Final answer"]),
+                "model_answer": extract_final_answer(r.result.final_response) if r.result else None,
+                "correct": bool(r.result) and self.is_correct(r.item, r.result),  # type: ignore[arg-type]
+            }
+            for r in rollouts
+        ]
+        await self.evaluate_log(
+            metrics=metrics,
+            samples=samples,
+            start_time=start,
+            end_time=time.time(),
+            generation_parameters={"temperature": 0.0, "max_tokens": loop_config.max_tokens},
+        )
 
 if __name__ == "__main__":
     GaiaAgentEnv.cli()

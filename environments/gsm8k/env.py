@@ -4,21 +4,27 @@
     python -m environments.gsm8k_agent_env process --openai.base_url URL --openai.model_name M ...
 
 The reward is 1.0 when math-verify finds the final answer equal to the number after
-`####`, else 0.0. Offline by default (`--env.dataset synthetic`); `--env.dataset
-openai/gsm8k` loads the real set through `datasets`.
+`####`. A wrong answer that still ends with a marked final number (`\\boxed{N}`, GSM8k's
+`#### N`, or `answer is N`) earns `--env.format_reward` (default 0.1; 0 turns it off), else
+0.0: even a tiny model then gets groups whose scores differ, which atroposlib needs to send
+them. Offline by default (`--env.dataset synthetic`); `--env.dataset openai/gsm8k` loads the
+real set through `datasets`; `--env.dataset PATH` reads a JSONL file of openai/gsm8k rows
+(`question`, `answer` ending in `#### N`) or a `save_to_disk` directory.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+import re
+from pathlib import Path
+from typing import Any
 
 from math_verify import parse, verify
 from pydantic import Field
 
 from environments.agent_loop import AgentResult
-from environments.gsm8k.data import gold_answer, load_gsm8k, synthetic_gsm8k
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, Rollout
+from environments.gsm8k.data import dataset_kind, gold_answer, load_gsm8k, load_local_gsm8k, synthetic_gsm8k
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from tools.context import ToolContext
 
 SYSTEM_PROMPT = (
@@ -29,10 +35,31 @@ SYSTEM_PROMPT = (
 
 
 class GSM8kAgentEnvConfig(HermesAgentEnvConfig):
-    dataset: Literal["synthetic", "openai/gsm8k"] = Field("synthetic", description="Problem source")
+    dataset: str = Field(
+        "synthetic",
+        description="'synthetic' (offline generator), a hub name (openai/gsm8k), or a JSONL file / datasets dir",
+    )
     synthetic_size: int = Field(200, ge=1, description="Problems the offline generator makes")
     eval_size: int = Field(16, ge=1, description="Problems used by evaluate")
     seed: int = Field(0, description="Seed of the generator and of the item order")
+    format_reward: float = Field(
+        0.1,
+        ge=0.0,
+        lt=1.0,
+        description="Reward of a wrong answer that marks its final number (\\boxed{N}, '#### N', 'answer is N'); 0: off",
+    )
+
+
+_NUMBER = r"\$?\s*-?[\d,]*\.?\d+"
+# A final number the reader cannot miss: \boxed{N} (asked for), GSM8k's "#### N", "answer is N".
+MARKED_ANSWER = re.compile(
+    rf"\\boxed\{{\s*{_NUMBER}\s*\}}|^####\s*{_NUMBER}\s*$|answer is:?\s*{_NUMBER}", re.IGNORECASE | re.MULTILINE
+)
+
+
+def has_marked_answer(response: str | None) -> bool:
+    """Whether the response states its final number in a recognised answer format."""
+    return bool(response and MARKED_ANSWER.search(response))
 
 
 def is_correct(response: str | None, gold: str) -> bool:
@@ -52,25 +79,37 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
     @classmethod
     def config_init(cls):
         config, servers = super().config_init()
-        return config.model_copy(update={"max_agent_turns": 4, "agent_max_tokens": 256}), servers
+        # group_size 4: more rollouts per group, more often scores that differ.
+        return config.model_copy(update={"max_agent_turns": 4, "agent_max_tokens": 256, "group_size": 4}), servers
+
+    async def _split(self, split: str) -> list[dict[str, str]]:
+        cfg: GSM8kAgentEnvConfig = self.config
+        try:
+            kind = dataset_kind(cfg.dataset)
+            if kind == "offline":
+                if split == "train":
+                    return synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
+                return synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
+            if kind == "local":
+                train, test = await asyncio.to_thread(load_local_gsm8k, Path(cfg.dataset))
+                return train if split == "train" else test
+            return await asyncio.to_thread(load_gsm8k, split, cfg.dataset)
+        except ValueError as exc:
+            raise HermesEnvError(str(exc)) from None
 
     async def items(self) -> list[dict[str, str]]:
-        cfg: GSM8kAgentEnvConfig = self.config
-        if cfg.dataset == "synthetic":
-            return synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
-        return await asyncio.to_thread(load_gsm8k, "train")
+        return await self._split("train")
 
     async def eval_items(self) -> list[dict[str, str]]:
-        cfg: GSM8kAgentEnvConfig = self.config
-        if cfg.dataset == "synthetic":
-            return synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
-        return (await asyncio.to_thread(load_gsm8k, "test"))[: cfg.eval_size]
+        return (await self._split("test"))[: self.config.eval_size]
 
     def format_prompt(self, item: dict[str, str]) -> str:
         return item["question"]
 
     async def compute_reward(self, item: dict[str, str], result: AgentResult, ctx: ToolContext) -> float:
-        return 1.0 if is_correct(result.final_response, gold_answer(item["answer"])) else 0.0
+        if is_correct(result.final_response, gold_answer(item["answer"])):
+            return 1.0
+        return self.config.format_reward if has_marked_answer(result.final_response) else 0.0
 
     def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
         return {**super().eval_sample(rollout), "gold": gold_answer(rollout.item["answer"])}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 if TYPE_CHECKING:
     from environments.tool_call_parsers import ToolCallParser
 
-__all__ = ["ModelTurn", "ChatModel", "ModelError", "turn_from_text"]
+__all__ = ["ModelTurn", "ChatModel", "ModelError", "ModelRequestError", "turn_from_text"]
 
 
 class ModelError(Exception):
@@ -22,6 +22,18 @@ class ModelError(Exception):
     def __init__(self, message: str, *, retryable: bool = True) -> None:
         super().__init__(message)
         self.retryable = retryable
+
+
+class ModelRequestError(ModelError):
+    """The server refused the request itself (HTTP 4xx other than 408/429): a request or config
+    error, the same for every retry; it stops the command instead of being retried."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
+def is_request_error(status: int) -> bool:
+    return 400 <= status < 500 and status not in (408, 429)
 
 
 @dataclass

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import openai
 from pydantic import BaseModel, Field
 
-from environments.models.base import ModelError, ModelTurn, turn_from_text
+from environments.models.base import ModelError, ModelRequestError, ModelTurn, is_request_error, turn_from_text
 
 __all__ = ["OpenAIChatConfig", "OpenAIChatModel"]
 
@@ -116,6 +116,10 @@ class OpenAIChatModel:
                 "check --openai.base_url and that the server is running"
             ) from exc
         except openai.APIStatusError as exc:
+            if is_request_error(exc.status_code):
+                raise ModelRequestError(
+                    f"model server at {self.config.base_url} refused the request (HTTP {exc.status_code}): {exc.message}"
+                ) from exc
             raise ModelError(
                 f"model server at {self.config.base_url} answered HTTP {exc.status_code}: {exc.message}",
                 retryable=exc.status_code >= 500 or exc.status_code == 429,

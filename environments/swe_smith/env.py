@@ -498,12 +498,12 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         self.iter += 1
         return item
 
-    def make_model(self) -> ChatModel:
+    def make_model(self, for_eval: bool = False) -> ChatModel:
         if self.config.agent == "oracle":
             return OracleAgent(self.by_id)
         if self.config.agent == "noop":
             return NoOpAgent()
-        return super().make_model()
+        return super().make_model(for_eval)
 
     def format_prompt(self, item: SweSmithInstance) -> str:
         return (

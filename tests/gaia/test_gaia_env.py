@@ -184,3 +184,15 @@ async def test_a_web_backend_that_cannot_start_is_a_clear_error(tokenizer_dir: s
     with pytest.raises(HermesEnvError, match="web backend could not start: .*no \\*.html pages"):
         async with env.runtime():
             pass
+
+
+async def test_evaluate_saves_its_samples(tokenizer_dir: str, tmp_path: Path) -> None:
+    async with ScriptedOpenAIServer([]) as model_server:
+        env = make_env(tokenizer_dir, model_server.base_url, tmp_path, eval_size=2,
+                       data_dir_to_save_evals=str(tmp_path / "eval"))
+        await env.setup()
+        async with env.runtime(model=lambda: AnswerAfterSearches("1887", 0)):
+            await env.evaluate()
+    samples = [json.loads(line) for line in (tmp_path / "eval" / "samples.jsonl").read_text().splitlines()]
+    assert [s["item"]["task_id"] for s in samples] == [t["task_id"] for t in env.tasks[:2]]
+    assert all(s["model_answer"] == "1887" and "gold" in s and s["messages"] for s in samples)

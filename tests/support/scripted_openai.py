@@ -33,6 +33,8 @@ class ScriptedOpenAIServer:
         self.script = list(script)
         self.requests: list[dict[str, Any]] = []
         self.delay_s = delay_s
+        self.in_flight = 0
+        self.max_in_flight = 0  # most requests the server held at once
         self._runner: web.AppRunner | None = None
         self.port = 0
 
@@ -59,6 +61,14 @@ class ScriptedOpenAIServer:
         return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
 
     async def _chat(self, request: web.Request) -> web.Response:
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            return await self._answer(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _answer(self, request: web.Request) -> web.Response:
         body = await request.json()
         self.requests.append(body)
         if self.delay_s:

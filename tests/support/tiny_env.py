@@ -37,3 +37,7 @@ class WriteWordEnv(HermesAgentBaseEnv):
 
     async def evaluate(self, *args, **kwargs):
         return None
+
+
+if __name__ == "__main__":  # the CLI tests run this env as a command
+    WriteWordEnv.cli()

@@ -44,6 +44,104 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
         proc.wait(15)
 
 
+def start_run_api(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}"
+    api = _start([str(RUN_API), "--host", "127.0.0.1", "--port", str(port)], tmp_path / "run-api.log")
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            if httpx.get(api_url + "/", timeout=2).status_code == 200:
+                return api, api_url
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline and api.poll() is None, (tmp_path / "run-api.log").read_text()[-2000:]
+        time.sleep(0.5)
+
+
+def register_trainer(api_url: str, tmp_path: Path, *, batch_size: int, num_steps: int) -> None:
+    """What a trainer (tinker-atropos, atropos's example trainer) sends to /register."""
+    reg = httpx.post(
+        api_url + "/register",
+        json={
+            "wandb_group": "test",
+            "wandb_project": "hermes-rl",
+            "batch_size": batch_size,
+            "max_token_len": 4096,
+            "checkpoint_dir": str(tmp_path / "ckpt"),
+            "save_checkpoint_interval": 100,
+            "starting_step": 0,
+            "num_steps": num_steps,
+        },
+        timeout=10,
+    )
+    assert reg.status_code == 200 and "uuid" in reg.json()
+
+
+def check_trainer_view(group: dict, *, logprobs_required: bool = True) -> None:
+    """What a trainer relies on in one group it pulled from run-api."""
+    n = len(group["tokens"])
+    assert n == len(group["masks"]) == len(group["scores"]) == len(group["messages"])
+    if logprobs_required:
+        assert len(group["inference_logprobs"]) == n
+        for tokens, masks, logprobs in zip(group["tokens"], group["masks"], group["inference_logprobs"]):
+            assert len(tokens) == len(masks) == len(logprobs) < 4096
+            # trained positions carry a real logprob; 1.0 marks exactly the untrained ones
+            assert all((m != -100) == (lp <= 0.0) for m, lp in zip(masks, logprobs))
+            assert all(m == t for m, t in zip(masks, tokens) if m != -100)
+            assert any(m != -100 for m in masks)
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+@pytest.mark.timeout(3600)  # on 2 shared cores a default group takes minutes
+def test_default_serve_feeds_a_trainer_groups_with_reward_variance(tmp_path):
+    """The README's serve command, no other flags: the embedded model, the GSM8k format reward,
+    the trainer's step count; run-api hands a trainer >= 2 groups whose scores differ."""
+    api, api_url = start_run_api(tmp_path)
+    env = None
+    batches: list[list[dict]] = []
+    try:
+        # batch_size 4 = one default group per step; 1 step: serve stops once 2 groups are queued.
+        register_trainer(api_url, tmp_path, batch_size=4, num_steps=1)
+        env = _start(
+            [sys.executable, "-m", "environments.gsm8k_agent_env", "serve", "--env.rollout_server_url", api_url],
+            tmp_path / "env.log",
+        )
+        deadline = time.monotonic() + 3600  # 2 cores shared by many jobs: minutes per group
+        while sum(len(b) for b in batches) < 2:
+            assert time.monotonic() < deadline, (tmp_path / "env.log").read_text()[-3000:]
+            batch = httpx.get(api_url + "/batch", timeout=10).json().get("batch")
+            if batch is not None:
+                batches.append(batch)
+                continue
+            if env.poll() is not None:  # serve stopped by itself: what it queued must still arrive
+                assert env.returncode == 0, (tmp_path / "env.log").read_text()[-3000:]
+            time.sleep(2)
+        env.wait(600)  # the trainer's single step is done: serve stops by itself
+        log = (tmp_path / "env.log").read_text()
+    finally:
+        if env is not None:
+            _stop(env)
+        _stop(api)
+    assert env.returncode == 0, log[-3000:]
+    assert "serve: stopping: the trainer's run is done" in log and "Traceback" not in log
+    assert "registered with" in log and "gsm8k_agent_0" in log  # wandb_name defaulted to the env's name
+    groups = [g for b in batches for g in b]
+    assert len(groups) >= 2
+    for group in groups:
+        check_trainer_view(group)
+        assert len(set(group["scores"])) > 1  # reward variance: the format reward separates answers
+        params = group["generation_params"]
+        assert params["token_server"] == "llamacpp" and params["temperature"] == 0.7
+        assert {"top_k", "top_p", "min_p", "max_tokens"} <= set(params)
+        assert params["logprobs"].startswith("log-softmax of the raw logits")
+        assert params["missing_logprobs"]["policy"] == "mask"
+        assert len(params["missing_logprobs"]["per_sequence"]) == len(group["tokens"])
+    sent = [line for line in log.splitlines() if "sent to the trainer" in line]
+    assert len(sent) >= 2
+
+
 @pytest.mark.llm
 @pytest.mark.slow
 def test_serve_feeds_run_api_and_a_trainer_pulls_exact_token_groups(embedded_llm, tmp_path):

@@ -6,6 +6,9 @@ Four wire protocols, one `TokenServer` interface:
 - `vllm_openai`: vLLM's own `/v1/completions` with a token-id prompt, `logprobs` and `return_token_ids`
 - `sglang`: SGLang `/generate` with `input_ids` and `return_logprob`
 - `llamacpp`: llama.cpp's native `/completion` with a token-id prompt, `n_probs` and `return_tokens`
+- `tinker`: tinker-atropos's SGLang-style `/generate` in front of Tinker's sampler: `input_ids` and
+  `sampling_params` with `stop` as token ids; the answer has `meta_info.output_token_logprobs` as
+  `(logprob, id, text)`, a string `finish_reason` (always "stop") and no `output_ids`
 
 Logprobs come back aligned one to one with the generated ids; where a server reports none
 for a token (llama.cpp omits entries for tokens that end inside a UTF-8 character) the entry
@@ -21,7 +24,7 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import BaseModel, Field
 
-from environments.models.base import ModelError
+from environments.models.base import ModelError, ModelRequestError, is_request_error
 
 __all__ = [
     "Generation",
@@ -33,7 +36,7 @@ __all__ = [
     "align_llamacpp_logprobs",
 ]
 
-TokenServerKind = Literal["vllm", "vllm_openai", "sglang", "llamacpp"]
+TokenServerKind = Literal["vllm", "vllm_openai", "sglang", "llamacpp", "tinker"]
 
 
 class TokenServerConfig(BaseModel):
@@ -125,6 +128,10 @@ class HTTPTokenServer:
             response = await self._client.post(url, json=body)
         except httpx.HTTPError as exc:
             raise ModelError(f"token server request to {url} failed: {type(exc).__name__}: {exc}") from exc
+        if is_request_error(response.status_code):
+            raise ModelRequestError(
+                f"token server at {url} refused the request (HTTP {response.status_code}): {response.text[:300]}"
+            )
         if response.status_code >= 400:
             raise ModelError(
                 f"token server at {url} answered HTTP {response.status_code}: {response.text[:300]}",
@@ -190,6 +197,14 @@ def _sglang_request(cfg, ids, max_tokens, temperature, stop_ids, seed):
     if seed is not None:
         params["sampling_seed"] = seed
     return "/generate", {"input_ids": ids, "sampling_params": params, "return_logprob": True, "return_text_in_logprobs": False}
+
+
+def _tinker_request(cfg, ids, max_tokens, temperature, stop_ids, seed):
+    # tinker-atropos reads max_new_tokens, temperature, n and stop; Tinker stops on token ids too.
+    params: dict[str, Any] = {"max_new_tokens": max_tokens, "temperature": temperature, "n": 1}
+    if stop_ids:
+        params["stop"] = list(stop_ids)
+    return "/generate", {"input_ids": ids, "sampling_params": params, "return_logprob": True}
 
 
 def _llamacpp_request(cfg, ids, max_tokens, temperature, stop_ids, seed):
@@ -286,5 +301,17 @@ def _finish(reason: Any) -> str:
     return str(reason or "stop")
 
 
-_REQUESTS = {"vllm": _vllm_request, "vllm_openai": _vllm_openai_request, "sglang": _sglang_request, "llamacpp": _llamacpp_request}
-_RESPONSES = {"vllm": _vllm_response, "vllm_openai": _vllm_openai_response, "sglang": _sglang_response, "llamacpp": _llamacpp_response}
+_REQUESTS = {
+    "vllm": _vllm_request,
+    "vllm_openai": _vllm_openai_request,
+    "sglang": _sglang_request,
+    "llamacpp": _llamacpp_request,
+    "tinker": _tinker_request,
+}
+_RESPONSES = {
+    "vllm": _vllm_response,
+    "vllm_openai": _vllm_openai_response,
+    "sglang": _sglang_response,
+    "llamacpp": _llamacpp_response,
+    "tinker": _sglang_response,  # the same shape, without output_ids
+}
