@@ -123,12 +123,12 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     def _sandboxes_per_image(self) -> bool:
         return self.config.sandbox.backend.kind != "local"
 
-    def make_model(self) -> ChatModel:
+    def make_model(self, for_eval: bool = False) -> ChatModel:
         if self.config.agent == "oracle":
             return OracleAgent(self.by_id, self.config.workspace_path)
         if self.config.agent == "noop":
             return NoOpAgent()
-        return super().make_model()
+        return super().make_model(for_eval)
 
     def make_tool_backend(self) -> TaskSandboxes:
         return TaskSandboxes(self.config.sandbox)
