@@ -46,6 +46,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, Field, SecretStr
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
+from environments.gc_tuning import GCConfig, collector
 from environments.models.base import ChatModel
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
 from environments.models.token_mode.wiring import TokenServerChoice, trace_items
@@ -119,6 +120,7 @@ class BatchConfig(BaseModel):
     workspace: LocalToolBackendConfig = Field(default_factory=LocalToolBackendConfig)
     sandbox: SandboxToolBackendConfig = Field(default_factory=SandboxToolBackendConfig)
     web: WebConfig = Field(default_factory=WebConfig)
+    gc: GCConfig = Field(default_factory=GCConfig, description="Collector settings while the prompts run")
     progress_interval_s: float = Field(0.5, gt=0)
 
     @property
@@ -383,7 +385,8 @@ async def run_batch(
                     progress.consecutive_failures += 1
                     last_error[:] = [str(error)]
 
-        await asyncio.gather(*(worker() for _ in range(min(config.concurrency, max(len(pending), 1)))))
+        with collector(config.gc):
+            await asyncio.gather(*(worker() for _ in range(min(config.concurrency, max(len(pending), 1)))))
     finally:
         ticker.cancel()
         writer.close()
@@ -469,6 +472,8 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     p.add_argument("--web_backend", choices=["auto", "offline", "tavily"], default="auto")
     p.add_argument("--tool_backend", choices=["local", "sandbox"], default="local",
                    help="sandbox: each prompt's tools run in an isolated sandbox slot (bubblewrap locally)")
+    p.add_argument("--gc_profile", choices=["default", "throughput"], default="default",
+                   help="throughput: collector settings for thousands of concurrent trajectories (environments/gc_tuning.py)")
     a = p.parse_args(argv)
     if a.model is None:
         if a.base_url != EMBEDDED:
@@ -478,10 +483,10 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
         extra_body = json.loads(a.extra_body)
     except json.JSONDecodeError as exc:
         p.error(f"--extra_body is not JSON: {exc}")
-    values = {k: v for k, v in vars(a).items() if k not in ("extra_body", "web_backend", "tool_call_parser")}
+    values = {k: v for k, v in vars(a).items() if k not in ("extra_body", "web_backend", "tool_call_parser", "gc_profile")}
     try:
         return BatchConfig(
-            **values, extra_body=extra_body, web=WebConfig(backend=a.web_backend),
+            **values, extra_body=extra_body, web=WebConfig(backend=a.web_backend), gc=GCConfig(profile=a.gc_profile),
             tool_call_parser=None if a.tool_call_parser == "none" else a.tool_call_parser,
         )
     except ValueError as exc:

@@ -23,6 +23,7 @@ import argparse
 import hashlib
 import json
 import re
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ __all__ = [
     "to_trajectory",
     "trajectory_to_messages",
     "build_tool_sft",
+    "task_key",
     "canonical_messages",
 ]
 
@@ -59,14 +61,21 @@ def read_conversations(path: Path) -> Iterator[Conversation]:
         for n, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            row = json.loads(line)
-            if "prompt_id" in row and "messages" in row:
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n} is not JSON ({exc.msg})") from None
+            if not isinstance(row, dict):
+                row = {}
+            if "prompt_id" in row and isinstance(row.get("messages"), list):
                 meta = {k: row[k] for k in ("stop_reason", "completed", "toolsets", "model", "turns", "usage", "tool_calls") if k in row}
                 meta.update(row.get("metadata") or {})
                 yield Conversation(str(row["prompt_id"]), row["messages"], row.get("tools") or [], "batch_runner", None, meta)
-            elif "scores" in row and isinstance(row.get("messages"), list):
+            elif isinstance(row.get("scores"), list) and isinstance(row.get("messages"), list):
                 infos = row.get("rollout_info") or [{} for _ in row["messages"]]
                 for i, (messages, score) in enumerate(zip(row["messages"], row["scores"])):
+                    if not isinstance(messages, list):
+                        raise ValueError(f"{path}:{n}: messages[{i}] is not a list of chat messages")
                     info = dict(infos[i]) if i < len(infos) else {}
                     task = info.get("task_id", "item")
                     yield Conversation(f"{task}#{n}.{i}", messages, row.get("tools") or [], "process", float(score), info)
@@ -179,6 +188,9 @@ def sharegpt_to_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
 
 def to_openai(conv: Conversation) -> dict[str, Any]:
     messages = [{k: m[k] for k in _OPENAI_KEYS if k in m} for m in conv.messages]
+    calls = [c for m in messages for c in m.get("tool_calls") or []]
+    if not all(isinstance(c.get("function"), dict) and "name" in c["function"] for c in calls):
+        raise ValueError(f"conversation {conv.id}: a tool call has no function name")
     return {"messages": messages, "tools": conv.tools}
 
 
@@ -249,8 +261,14 @@ def trajectory_to_messages(traj: dict[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
-def _split_of(task_id: str, val_fraction: float, seed: int) -> str:
-    digest = hashlib.sha256(f"{seed}:{task_id}".encode()).digest()
+def task_key(traj: dict[str, Any]) -> str:
+    """What makes two trajectories the same task: the question asked. Rollouts of one question
+    (`item#2.0`, `item#2.1`, or the same prompt in two groups) share it, whatever their ids."""
+    return f"{traj['metadata'].get('system') or ''}\x00{traj['question']}"
+
+
+def _split_of(key: str, val_fraction: float, seed: int) -> str:
+    digest = hashlib.sha256(f"{seed}:{key}".encode()).digest()
     return "val" if int.from_bytes(digest[:8], "big") / 2**64 < val_fraction else "train"
 
 
@@ -266,8 +284,8 @@ def build_tool_sft(
     """Per tool: examples whose last message is an assistant turn calling that tool.
 
     Each example is the conversation up to and including that turn, with the tools
-    offered. A task goes wholly to train or to val (by a hash of its id), so val never
-    sees a task train saw. Returns (and writes to manifest.json) the counts.
+    offered. A task (`task_key`: the question) goes wholly to train or to val by a hash,
+    so val never sees a question train saw. Returns (and writes to manifest.json) the counts.
     """
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
@@ -277,7 +295,7 @@ def build_tool_sft(
         if min_score is not None and (score is None or score < min_score):
             continue
         messages = trajectory_to_messages(traj)
-        split = _split_of(traj["task_id"], val_fraction, seed)
+        split = _split_of(task_key(traj), val_fraction, seed)
         # index of each turn's assistant message in `messages`
         turn_at = [i for i, m in enumerate(messages) if m["role"] == "assistant" and m.get("tool_calls")]
         for turn_index, position in enumerate(turn_at):
@@ -298,6 +316,12 @@ def build_tool_sft(
     return manifest
 
 
+def _records(args: argparse.Namespace) -> list[dict[str, Any]]:
+    convert = {"sharegpt": to_sharegpt, "openai": to_openai,
+               "trajectory": lambda c: to_trajectory(c, args.domain)}[args.format]
+    return [convert(c) for c in read_conversations(args.input)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m exports", description=__doc__.split("\n\n")[0])
     parser.add_argument("format", choices=["sharegpt", "openai", "trajectory", "sft"])
@@ -308,21 +332,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--min_score", type=float, default=None, help="sft: only trajectories scoring at least this")
     parser.add_argument("--domain", default=None, help="trajectory/sft: domain of every record (default: from metadata)")
     args = parser.parse_args(argv)
-    conversations = read_conversations(args.input)
-    if args.format == "sft":
-        manifest = build_tool_sft((to_trajectory(c, args.domain) for c in conversations), args.output,
-                                  val_fraction=args.val_fraction, seed=args.seed, min_score=args.min_score)
-        print(json.dumps(manifest))
-        return 0
-    convert = {"sharegpt": to_sharegpt, "openai": to_openai,
-               "trajectory": lambda c: to_trajectory(c, args.domain)}[args.format]
+    # Everything is read and converted before anything is written: bad input leaves no output behind.
+    try:
+        if not 0.0 <= args.val_fraction < 1.0:
+            raise ValueError(f"--val_fraction must be in [0, 1), got {args.val_fraction}")
+        if not args.input.is_file():
+            raise ValueError(f"{args.input} is not a file; give a batch_runner trajectories.jsonl or a process JSONL")
+        if args.format == "sft":
+            trajectories = [to_trajectory(c, args.domain) for c in read_conversations(args.input)]
+            if args.output.exists() and any(args.output.iterdir()):
+                raise ValueError(f"{args.output} exists and is not empty; give a new directory for the SFT sets")
+            manifest = build_tool_sft(trajectories, args.output, val_fraction=args.val_fraction, seed=args.seed,
+                                      min_score=args.min_score)
+            print(json.dumps(manifest))
+            return 0
+        records = _records(args)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        detail = f"{args.input}: a record lacks the key {exc}" if isinstance(exc, KeyError) else str(exc)
+        print(f"error: {detail}".splitlines()[0], file=sys.stderr)
+        return 2
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
     with open(args.output, "w", encoding="utf-8") as f:
-        for conv in conversations:
-            f.write(json.dumps(convert(conv), ensure_ascii=False) + "\n")
-            count += 1
-    print(f"wrote {count} {args.format} records to {args.output}")
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    print(f"wrote {len(records)} {args.format} records to {args.output}")
     return 0
 
 

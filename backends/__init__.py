@@ -1,7 +1,7 @@
 """Where sandbox_server instances run: local processes, Nomad allocations, Modal sandboxes.
 
-`make_backend(config)` picks the implementation from the config's `kind`; the Nomad and
-Modal SDKs are imported only when chosen (extras `nomad`, `modal`).
+`make_backend(config)` picks the implementation from the config's `kind`; Nomad is spoken
+over its HTTP API (httpx), the Modal SDK is imported only when chosen (extra `modal`).
 """
 
 from __future__ import annotations
@@ -10,13 +10,13 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
-from backends.base import SlotBackend
+from backends.base import ExecCall, SandboxBackend, SlotBackend
 from backends.local import LocalBackendConfig, local_backend
 from backends.modal import ModalBackendConfig, modal_backend
 from backends.nomad import NomadBackendConfig, nomad_backend
 
 __all__ = [
-    "SlotBackend", "BackendConfig", "LocalBackendConfig",
+    "ExecCall", "SandboxBackend", "SlotBackend", "BackendConfig", "LocalBackendConfig",
     "NomadBackendConfig", "ModalBackendConfig", "make_backend",
 ]  # fmt: skip
 
@@ -29,10 +29,10 @@ def make_backend(config: LocalBackendConfig | NomadBackendConfig | ModalBackendC
     if isinstance(config, NomadBackendConfig):
         import os  # noqa: PLC0415
 
-        from backends.nomad import PythonNomadAdapter  # noqa: PLC0415
+        from backends.nomad import NomadHTTP  # noqa: PLC0415
 
         # The ACL token is a secret: read from the environment here only, never logged.
-        return nomad_backend(config, PythonNomadAdapter(config, acl_token=os.environ.get("NOMAD_TOKEN")))
+        return nomad_backend(config, NomadHTTP(config, acl_token=os.environ.get("NOMAD_TOKEN")))
     if isinstance(config, ModalBackendConfig):
         return modal_backend(config)
     raise TypeError(f"unknown backend config {type(config).__name__}; use kind local, nomad or modal")

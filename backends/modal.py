@@ -1,31 +1,50 @@
 """Modal backend: a pool of `modal.Sandbox`es, each running sandbox_server with N slots.
 
-SDK calls (extra `modal`) live in `ModalSDKAdapter`; the provider adds what the pool
-needs on top: sandboxes named "<pool>-<n>" (a restart looks each name up, and the pool
-tag, and removes orphans), a creation rate limit, a cap on sandboxes starting at once,
-idle timeout and lifetime.
+SDK calls (extra `modal`, >= 1.4.3: `Sandbox.create(name=, tags=, idle_timeout=)` and
+`Sandbox.from_name`; `runtime=` needs >= 1.6.0) live in `ModalSDKAdapter`; the provider adds
+what the pool needs on top: sandboxes named "<pool>-<n>" and tagged at creation (a restart
+looks each name up, and the pool tag, and removes orphans), a creation rate limit, a cap on
+sandboxes starting at once, idle timeout and lifetime. The image is the project's Dockerfile,
+built by Modal (`Image.from_dockerfile`), unless a registry image is named.
+
+Bubblewrap under Modal's default runtime (gVisor) may be unable to create a network
+namespace (gVisor gives new namespaces a configured loopback; google/gvisor#13438,
+containers/bubblewrap#745), and sandbox_server then refuses every command. So the first
+sandbox's isolation is checked at start; with `isolation_fallback: vm` (the default) the pool
+moves to Modal's VM runtime, with `fail` it stops with a one-line error.
 `backends.testing.ModalTestDouble` implements `ModalAPI` with local processes.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
+import aiohttp
 from pydantic import BaseModel, Field
 
 from backends.base import SlotBackend
-from slots.client import SandboxAddress
+from slots.client import SandboxAddress, SandboxClient
 from slots.pool import SlotPoolConfig
 
-__all__ = ["ModalBackendConfig", "ModalSandboxSpec", "ModalAPI", "ModalSDKAdapter", "ModalSandboxProvider", "modal_backend"]
+__all__ = [
+    "ModalBackendConfig", "ModalSandboxSpec", "ModalAPI", "ModalSDKAdapter", "ModalSandboxProvider",
+    "ModalIsolationError", "modal_backend", "MODAL_MIN_VERSION",
+]  # fmt: skip
+
+log = logging.getLogger(__name__)
 
 TOKEN_ENV = "SANDBOX_SERVER_TOKEN"
 SERVER_PORT = 8080
 POOL_TAG = "hermes_rl_pool"
+MODAL_MIN_VERSION = "1.4.3"  # keep equal to the floor of the `modal` extra in pyproject.toml
+RUNTIME_MIN_VERSION = "1.6.0"
+DOCKERFILE = Path(__file__).resolve().parents[1] / "Dockerfile"
 
 
 class ModalBackendConfig(BaseModel):
@@ -33,7 +52,12 @@ class ModalBackendConfig(BaseModel):
     pool: SlotPoolConfig = Field(default_factory=SlotPoolConfig)
     app_name: str = "hermes-rl-sandboxes"
     pool_name: str = Field("default", description="Tags and names this pool's sandboxes, to find orphans")
-    image: str = Field("hermes-rl-sandbox:latest", description="Registry image built from the Dockerfile")
+    image: str | None = Field(None, description="A registry image built from our Dockerfile; None: Modal builds `dockerfile`")
+    dockerfile: str = Field(str(DOCKERFILE), description="Built with Image.from_dockerfile (context: its directory)")
+    runtime: Literal["gvisor", "vm"] | None = Field(None, description="Modal's sandbox runtime (modal>=1.6.0); None: Modal's default, gVisor")
+    isolation_fallback: Literal["vm", "fail"] = Field(
+        "vm", description="When bubblewrap cannot isolate under the runtime: move to the VM runtime, or fail"
+    )
     python: str = "python3"
     cpu: float = Field(2.0, gt=0)
     memory_mb: int = Field(4096, gt=0)
@@ -50,7 +74,8 @@ class ModalSandboxSpec:
 
     args: tuple[str, ...]
     name: str
-    image: str
+    image: str | None  # a registry reference, or None to build `dockerfile`
+    dockerfile: str
     secrets: dict[str, str]
     timeout: int
     idle_timeout: int | None
@@ -58,6 +83,11 @@ class ModalSandboxSpec:
     memory: int
     encrypted_ports: tuple[int, ...]
     tags: dict[str, str] = field(default_factory=dict)
+    runtime: str | None = None
+
+
+class ModalIsolationError(RuntimeError):
+    """bubblewrap cannot isolate commands in Modal sandboxes under the chosen runtime."""
 
 
 class ModalAPI(Protocol):
@@ -66,7 +96,7 @@ class ModalAPI(Protocol):
         ...
 
     async def create_sandbox(self, app_id: str, spec: ModalSandboxSpec) -> str:
-        """`modal.Sandbox.create(*args, app=..., name=..., ...)`; returns the sandbox's object id."""
+        """`modal.Sandbox.create(*args, app=..., name=..., tags=..., ...)`; returns the sandbox's object id."""
         ...
 
     async def tunnel_url(self, sandbox_id: str, port: int, timeout: float) -> str: ...
@@ -87,28 +117,49 @@ class ModalAPI(Protocol):
 
 
 class ModalSDKAdapter:
-    """`ModalAPI` over the `modal` SDK's async (`.aio`) interface."""
+    """`ModalAPI` over the `modal` SDK's async (`.aio`) interface.
 
-    def __init__(self) -> None:
-        try:
-            import modal  # noqa: PLC0415 - optional extra, imported only when Modal is chosen
-        except ImportError as exc:
-            raise ImportError("the Modal backend needs the modal SDK: pip install 'hermes-rl[modal]'") from exc
-        self._modal = modal
+    `sdk` is the `modal` module (imported when not given); tests hand in a recorder to bind
+    every call made here against the real SDK's signatures at its floor and newest versions.
+    """
+
+    def __init__(self, sdk: Any = None) -> None:
+        if sdk is None:
+            try:
+                import modal  # noqa: PLC0415 - optional extra, imported only when Modal is chosen
+            except ImportError as exc:
+                raise ImportError(f"the Modal backend needs the modal SDK: pip install 'hermes-rl[modal]' (modal>={MODAL_MIN_VERSION})") from exc
+            sdk = modal
+        self._modal = sdk
         self._apps: dict[str, Any] = {}
         self._sandboxes: dict[str, Any] = {}
+        self._images: dict[str, Any] = {}
 
     @staticmethod
     def create_kwargs(spec: ModalSandboxSpec) -> dict[str, Any]:
         """The keyword arguments given to `modal.Sandbox.create` (besides app, image, secrets objects)."""
-        return {
+        kwargs = {
             "name": spec.name,
+            "tags": dict(spec.tags),
             "timeout": spec.timeout,
             "idle_timeout": spec.idle_timeout,
             "cpu": spec.cpu,
             "memory": spec.memory,
             "encrypted_ports": list(spec.encrypted_ports),
         }
+        if spec.runtime is not None:  # only then: `runtime=` needs modal >= 1.6.0
+            kwargs["runtime"] = spec.runtime
+        return kwargs
+
+    def _image(self, spec: ModalSandboxSpec) -> Any:
+        key = spec.image or spec.dockerfile
+        if key not in self._images:
+            if spec.image:
+                self._images[key] = self._modal.Image.from_registry(spec.image)
+            else:  # Modal builds our Dockerfile once and caches the layers
+                context = str(Path(spec.dockerfile).parent)
+                self._images[key] = self._modal.Image.from_dockerfile(spec.dockerfile, context_dir=context)
+        return self._images[key]
 
     async def lookup_app(self, name):
         app = await self._modal.App.lookup.aio(name, create_if_missing=True)
@@ -117,15 +168,21 @@ class ModalSDKAdapter:
 
     async def create_sandbox(self, app_id, spec):
         m = self._modal
-        sb = await m.Sandbox.create.aio(
-            *spec.args,
-            app=self._apps[app_id],
-            image=m.Image.from_registry(spec.image),
-            secrets=[m.Secret.from_dict(spec.secrets)],
-            **self.create_kwargs(spec),
-        )
-        if spec.tags:
-            await sb.set_tags.aio(spec.tags)
+        try:
+            sb = await m.Sandbox.create.aio(
+                *spec.args,
+                app=self._apps[app_id],
+                image=self._image(spec),
+                secrets=[m.Secret.from_dict(spec.secrets)],
+                **self.create_kwargs(spec),
+            )
+        except TypeError as exc:
+            if spec.runtime is not None and "runtime" in str(exc):
+                raise TypeError(
+                    f"this modal SDK has no Sandbox runtime= (added in {RUNTIME_MIN_VERSION}): upgrade modal, "
+                    "or set isolation_fallback: fail and leave runtime unset"
+                ) from exc
+            raise
         self._sandboxes[sb.object_id] = sb
         return sb.object_id
 
@@ -188,6 +245,9 @@ class ModalSandboxProvider:
         self._starting = asyncio.Semaphore(config.max_starting)
         self._rate = _RateLimiter(config.create_rate_per_s)
         self.orphans_removed = 0
+        self.runtime = config.runtime  # moves to "vm" when bubblewrap cannot isolate under the default
+        self._isolation_checked = False
+        self._isolation_lock = asyncio.Lock()
 
     @property
     def tags(self) -> dict[str, str]:
@@ -199,6 +259,7 @@ class ModalSandboxProvider:
                   "--slots", str(self.config.pool.slots_per_sandbox), "--data-dir", "/var/lib/hermes-sandbox"),
             name=name,
             image=self.config.image,
+            dockerfile=self.config.dockerfile,
             secrets={TOKEN_ENV: self._token},
             timeout=self.config.lifetime_s,
             idle_timeout=self.config.idle_timeout_s,
@@ -206,6 +267,7 @@ class ModalSandboxProvider:
             memory=self.config.memory_mb,
             encrypted_ports=(SERVER_PORT,),
             tags=self.tags,
+            runtime=self.runtime,
         )  # fmt: skip
 
     async def start(self) -> None:
@@ -228,7 +290,35 @@ class ModalSandboxProvider:
             await self.api.terminate(sandbox_id)
             self.orphans_removed += 1
 
+    async def _isolation_problem(self, address: SandboxAddress) -> str | None:
+        """Why sandbox_server in this sandbox cannot isolate commands (its own bwrap probe), or None."""
+        async with aiohttp.ClientSession() as session:
+            isolation = (await SandboxClient(address, session).health(timeout=30.0))["isolation"]
+        return None if isolation["available"] else str(isolation.get("reason") or "no reason given")
+
     async def _one(self) -> SandboxAddress:
+        if self._isolation_checked:
+            return await self._create()
+        async with self._isolation_lock:  # the first sandbox settles the runtime; the others wait for it
+            while not self._isolation_checked:
+                address = await self._create()
+                problem = await self._isolation_problem(address)
+                if problem is None:
+                    self._isolation_checked = True
+                    return address
+                await self.terminate(address)
+                runtime = self.runtime or "default (gVisor)"
+                if self.runtime == "vm" or self.config.isolation_fallback == "fail":
+                    todo = "no runtime is left to try" if self.runtime == "vm" else "set `runtime: vm` or `isolation_fallback: vm`"
+                    raise ModalIsolationError(
+                        f"bubblewrap cannot isolate commands in Modal sandboxes under the {runtime} runtime: {problem}; {todo}"
+                    )
+                log.warning("bubblewrap cannot isolate under Modal's %s runtime (%s); using the vm runtime",
+                            runtime, problem)
+                self.runtime = "vm"
+        return await self._create()
+
+    async def _create(self) -> SandboxAddress:
         assert self._app_id is not None, "start() first"
         if not self._free_numbers:
             raise RuntimeError(f"all {self.config.pool.max_sandboxes} sandbox names of pool {self.config.pool_name!r} are in use")

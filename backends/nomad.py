@@ -1,17 +1,27 @@
-"""Nomad backend: a service job whose tasks run sandbox_server, scaled by its group count.
+"""Nomad backend: one service job per sandbox, each job one allocation running sandbox_server.
 
-The SDK (python-nomad, extra `nomad`) stays inside `PythonNomadAdapter`; the provider
-speaks only the small `NomadAPI` protocol whose payloads are Nomad's documented HTTP
-API shapes (`/v1/jobs`, `/v1/job/:id/allocations`, `/v1/allocation/:id`, ...).
-`backends.testing.NomadTestDouble` implements the same protocol with local processes.
+Why not one job scaled by its group count: Nomad offers no way to pick which allocation a
+scale-down stops (its reconciler stops the highest name index), and stopping an allocation
+makes it reschedule a replacement. Retiring "sandbox k" that way kills some other, in-use
+sandbox and leaves an untracked replacement running. With a job per sandbox, retiring k is
+`DELETE /v1/job/<k>?purge=true`, which can only ever stop k.
+
+`NomadHTTP` speaks Nomad's HTTP API (`/v1/jobs`, `/v1/job/:id`, `/v1/job/:id/allocations`,
+`/v1/allocation/:id`) with httpx, at the configured address only: no `$NOMAD_ADDR`,
+`$NOMAD_NAMESPACE` or proxy variables are read (the ACL token is passed in by `make_backend`).
+`backends.testing.NomadTestDouble` implements the same `NomadAPI` with local processes and
+serves it over HTTP for the adapter's own tests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
+import re
 import secrets
 from typing import Any, Literal, Protocol
 
+import httpx
 from pydantic import BaseModel, Field
 
 from backends.base import SlotBackend
@@ -19,7 +29,7 @@ from slots.client import SandboxAddress
 from slots.pool import SlotPoolConfig
 
 __all__ = [
-    "NomadBackendConfig", "NomadAPI", "PythonNomadAdapter", "NomadSandboxProvider",
+    "NomadBackendConfig", "NomadAPI", "NomadError", "NomadHTTP", "NomadSandboxProvider",
     "build_job_spec", "allocation_address", "nomad_backend",
 ]  # fmt: skip
 
@@ -30,11 +40,11 @@ PORT_LABEL = "http"
 class NomadBackendConfig(BaseModel):
     kind: Literal["nomad"] = "nomad"
     pool: SlotPoolConfig = Field(default_factory=SlotPoolConfig)
-    address: str = Field("http://127.0.0.1:4646", description="Nomad HTTP API")
-    namespace: str | None = None
-    region: str | None = None
+    address: str = Field("http://127.0.0.1:4646", description="Nomad HTTP API (used as given; $NOMAD_ADDR is ignored)")
+    namespace: str | None = Field(None, description="Nomad namespace (None: the agent's default)")
+    region: str | None = Field(None, description="Nomad region (None: the agent's own)")
     datacenters: list[str] = Field(default_factory=lambda: ["dc1"])
-    job_id: str = Field("hermes-rl-sandboxes", description="Service job holding the sandboxes")
+    job_id: str = Field("hermes-rl-sandboxes", description="Prefix of the sandbox jobs: <job_id>-<n>, one per sandbox")
     driver: Literal["docker", "raw_exec", "singularity"] = "docker"
     image: str = Field("hermes-rl-sandbox:latest", description="The project's sandbox image (see Dockerfile)")
     python: str = Field("python3", description="Interpreter inside the task that runs sandbox_server")
@@ -43,10 +53,11 @@ class NomadBackendConfig(BaseModel):
     memory_mb: int = Field(4096, gt=0)
     startup_timeout_s: float = Field(300.0, gt=0)
     poll_interval_s: float = Field(1.0, gt=0)
+    request_timeout_s: float = Field(30.0, gt=0)
 
 
-def build_job_spec(config: NomadBackendConfig, *, count: int, token: str) -> dict[str, Any]:
-    """The job in Nomad's JSON job specification (what `POST /v1/jobs` takes under "Job")."""
+def build_job_spec(config: NomadBackendConfig, *, job_id: str, token: str) -> dict[str, Any]:
+    """One sandbox's job in Nomad's JSON job specification (what `POST /v1/jobs` takes under "Job")."""
     args = [
         "-m", "sandbox_server", "--host", "0.0.0.0", "--port", f"${{NOMAD_PORT_{PORT_LABEL}}}",
         "--slots", str(config.pool.slots_per_sandbox), "--data-dir", "${NOMAD_TASK_DIR}/sandbox",
@@ -64,18 +75,21 @@ def build_job_spec(config: NomadBackendConfig, *, count: int, token: str) -> dic
     else:
         task_config = {"command": config.python, "args": args}
     return {
-        "ID": config.job_id,
-        "Name": config.job_id,
+        "ID": job_id,
+        "Name": job_id,
         "Type": "service",
         "Datacenters": config.datacenters,
+        "Meta": {"hermes_rl_pool": config.job_id},
         **({"Namespace": config.namespace} if config.namespace else {}),
         **({"Region": config.region} if config.region else {}),
         "TaskGroups": [
             {
                 "Name": "sandbox",
-                "Count": count,
+                "Count": 1,
                 "Networks": [{"DynamicPorts": [{"Label": PORT_LABEL}]}],
-                "RestartPolicy": {"Attempts": 0, "Mode": "fail"},  # a dead sandbox is replaced by the pool
+                # A dead sandbox is replaced by the pool (a new job), never by Nomad behind its back.
+                "RestartPolicy": {"Attempts": 0, "Mode": "fail"},
+                "ReschedulePolicy": {"Attempts": 0, "Unlimited": False},
                 "Tasks": [
                     {
                         "Name": "sandbox-server",
@@ -103,59 +117,73 @@ def allocation_address(alloc: dict[str, Any]) -> tuple[str, int] | None:
     return None
 
 
+class NomadError(RuntimeError):
+    """Nomad refused a request or could not be reached."""
+
+
 class NomadAPI(Protocol):
     """The Nomad calls the provider makes, with Nomad's documented JSON shapes."""
 
     async def register_job(self, job: dict[str, Any]) -> dict[str, Any]: ...
 
+    async def list_jobs(self, prefix: str) -> list[dict[str, Any]]: ...
+
     async def job_allocations(self, job_id: str) -> list[dict[str, Any]]: ...
 
     async def allocation(self, alloc_id: str) -> dict[str, Any]: ...
 
-    async def stop_allocation(self, alloc_id: str) -> None: ...
+    async def deregister_job(self, job_id: str, *, purge: bool) -> None:
+        """Stop the job's allocations (and with purge, forget it); a job that does not exist is fine."""
+        ...
 
-    async def deregister_job(self, job_id: str, *, purge: bool) -> None: ...
+    async def aclose(self) -> None:
+        """Release the connection (the provider's stop() calls it last)."""
+        ...
 
 
-class PythonNomadAdapter:
-    """`NomadAPI` over python-nomad (`nomad.Nomad(...).job / .allocation`)."""
+class NomadHTTP:
+    """`NomadAPI` over Nomad's HTTP API at `config.address`."""
 
     def __init__(self, config: NomadBackendConfig, acl_token: str | None = None) -> None:
-        try:
-            import nomad  # noqa: PLC0415 - optional extra, imported only when Nomad is chosen
-            from nomad.api.exceptions import URLNotFoundNomadException  # noqa: PLC0415
-        except ImportError as exc:
-            raise ImportError("the Nomad backend needs python-nomad: pip install 'hermes-rl[nomad]'") from exc
-        from urllib.parse import urlparse  # noqa: PLC0415
-
-        url = urlparse(config.address)
-        self._client = nomad.Nomad(
-            host=url.hostname, port=url.port or 4646, secure=url.scheme == "https",
-            token=acl_token, namespace=config.namespace, region=config.region,
+        self.address = config.address.rstrip("/")
+        params = {k: v for k, v in (("namespace", config.namespace), ("region", config.region)) if v}
+        self._client = httpx.AsyncClient(
+            base_url=self.address, params=params, timeout=config.request_timeout_s,
+            headers={"X-Nomad-Token": acl_token} if acl_token else {},
+            trust_env=False,  # the configured address, never a proxy or address from the environment
         )  # fmt: skip
-        self._not_found = URLNotFoundNomadException
 
-    async def _call(self, fn, *args, **kw):
-        # python-nomad is blocking (requests): its calls go to the loop's bounded thread pool.
-        return await asyncio.to_thread(fn, *args, **kw)
+    async def _request(self, method: str, path: str, *, ok_404: bool = False, **kw: Any) -> Any:
+        try:
+            response = await self._client.request(method, path, **kw)
+        except httpx.HTTPError as exc:
+            raise NomadError(
+                f"cannot reach Nomad at {self.address} ({type(exc).__name__}: {exc}); check the backend's address"
+            ) from exc
+        if response.status_code == 404 and ok_404:
+            return None
+        if response.status_code >= 400:
+            detail = response.text.strip()[:200]
+            raise NomadError(f"Nomad answered {method} {path} with HTTP {response.status_code}: {detail}")
+        return response.json() if response.content else None
 
     async def register_job(self, job):
-        return await self._call(self._client.job.register_job, job["ID"], {"Job": job})
+        return await self._request("POST", "/v1/jobs", json={"Job": job})
+
+    async def list_jobs(self, prefix):
+        return await self._request("GET", "/v1/jobs", params={"prefix": prefix})
 
     async def job_allocations(self, job_id):
-        return await self._call(self._client.job.get_allocations, job_id)
+        return await self._request("GET", f"/v1/job/{job_id}/allocations")
 
     async def allocation(self, alloc_id):
-        return await self._call(self._client.allocation.get_allocation, alloc_id)
-
-    async def stop_allocation(self, alloc_id):
-        await self._call(self._client.allocation.stop_allocation, alloc_id)
+        return await self._request("GET", f"/v1/allocation/{alloc_id}")
 
     async def deregister_job(self, job_id, *, purge):
-        try:
-            await self._call(self._client.job.deregister_job, job_id, purge=purge)
-        except self._not_found:
-            pass  # nothing to remove
+        await self._request("DELETE", f"/v1/job/{job_id}", params={"purge": str(purge).lower()}, ok_404=True)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
 
 
 class NomadSandboxProvider:
@@ -163,60 +191,72 @@ class NomadSandboxProvider:
         self.config = config
         self.api = api
         self._token = secrets.token_urlsafe(24)
-        self._count = 0
-        self._known: dict[str, str] = {}  # sandbox name -> allocation id
-        self._lock = asyncio.Lock()
+        self._serial = itertools.count()
+        self._allocs: dict[str, str] = {}  # sandbox name (= its job id) -> allocation id
+        self._ours = re.compile(re.escape(config.job_id) + r"-\d+")
+        self.orphans_removed = 0
 
-    def job(self, count: int) -> dict[str, Any]:
-        return build_job_spec(self.config, count=count, token=self._token)
+    def job(self, job_id: str) -> dict[str, Any]:
+        return build_job_spec(self.config, job_id=job_id, token=self._token)
+
+    async def _remove_orphans(self) -> None:
+        for stub in await self.api.list_jobs(self.config.job_id + "-"):
+            if self._ours.fullmatch(stub["ID"]) and stub["ID"] not in self._allocs:
+                await self.api.deregister_job(stub["ID"], purge=True)
+                self.orphans_removed += 1
 
     async def start(self) -> None:
-        # A job left by a crashed run holds sandboxes nobody uses: purge it first.
-        await self.api.deregister_job(self.config.job_id, purge=True)
+        # Jobs left by a crashed run hold sandboxes nobody uses.
+        await self._remove_orphans()
+
+    async def _one(self) -> SandboxAddress:
+        job_id = f"{self.config.job_id}-{next(self._serial)}"
+        await self.api.register_job(self.job(job_id))
+        try:
+            async with asyncio.timeout(self.config.startup_timeout_s):
+                while True:
+                    for stub in await self.api.job_allocations(job_id):
+                        if stub.get("ClientStatus") == "failed":
+                            raise NomadError(f"the allocation of sandbox job {job_id} failed while starting; "
+                                             f"see `nomad alloc status {stub['ID'][:8]}`")
+                        if stub.get("ClientStatus") != "running" or stub.get("DesiredStatus") != "run":
+                            continue
+                        where = allocation_address(await self.api.allocation(stub["ID"]))
+                        if where is not None:
+                            self._allocs[job_id] = stub["ID"]
+                            return SandboxAddress(job_id, f"http://{where[0]}:{where[1]}", self._token)
+                    await asyncio.sleep(self.config.poll_interval_s)
+        except BaseException:
+            await asyncio.shield(self.api.deregister_job(job_id, purge=True))  # never leave a half-started job
+            raise
 
     async def launch(self, count: int) -> list[SandboxAddress]:
-        async with self._lock:
-            self._count += count
-            await self.api.register_job(self.job(self._count))
-            found: list[SandboxAddress] = []
-            async with asyncio.timeout(self.config.startup_timeout_s):
-                while len(found) < count:
-                    for alloc in await self.api.job_allocations(self.config.job_id):
-                        name = f"nomad-{alloc['ID'][:8]}"
-                        if name in self._known or alloc.get("ClientStatus") != "running" or alloc.get("DesiredStatus") != "run":
-                            continue
-                        where = allocation_address(await self.api.allocation(alloc["ID"]))
-                        if where is None:
-                            continue
-                        self._known[name] = alloc["ID"]
-                        found.append(SandboxAddress(name, f"http://{where[0]}:{where[1]}", self._token))
-                        if len(found) == count:
-                            break
-                    else:
-                        await asyncio.sleep(self.config.poll_interval_s)
-            return found
+        results = await asyncio.gather(*(self._one() for _ in range(count)), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await asyncio.gather(*(self.terminate(r) for r in results if isinstance(r, SandboxAddress)))
+            raise errors[0]
+        return list(results)  # type: ignore[arg-type]
 
     async def alive(self, address: SandboxAddress) -> bool:
-        alloc_id = self._known.get(address.name)
+        alloc_id = self._allocs.get(address.name)
         if alloc_id is None:
             return False
         alloc = await self.api.allocation(alloc_id)
-        return alloc.get("ClientStatus") == "running"
+        return alloc.get("ClientStatus") == "running" and alloc.get("DesiredStatus") == "run"
 
     async def terminate(self, address: SandboxAddress) -> None:
-        alloc_id = self._known.pop(address.name, None)
-        if alloc_id is None:
-            return
-        async with self._lock:
-            self._count = max(0, self._count - 1)
-            await self.api.stop_allocation(alloc_id)
-            await self.api.register_job(self.job(self._count))
+        if self._allocs.pop(address.name, None) is not None:
+            await self.api.deregister_job(address.name, purge=True)
 
     async def stop(self) -> None:
-        self._known.clear()
-        self._count = 0
-        await self.api.deregister_job(self.config.job_id, purge=True)
+        names, self._allocs = list(self._allocs), {}
+        await asyncio.gather(*(self.api.deregister_job(n, purge=True) for n in names), return_exceptions=True)
+        try:
+            await self._remove_orphans()  # anything a cancelled launch left behind
+        finally:
+            await self.api.aclose()
 
 
 def nomad_backend(config: NomadBackendConfig, api: NomadAPI | None = None) -> SlotBackend:
-    return SlotBackend(NomadSandboxProvider(config, api or PythonNomadAdapter(config)), config.pool)
+    return SlotBackend(NomadSandboxProvider(config, api or NomadHTTP(config)), config.pool)

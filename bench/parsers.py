@@ -4,9 +4,11 @@ The corpus is the same for every family: the same conversations' assistant turns
 answers, one call, parallel calls, long file-writing arguments with escapes) written in
 each family's markup by `environments.tool_call_parsers.testing`. The baseline, measured
 in the same run, is `json.loads` of every call's arguments and nothing else: the least
-any parser must do. `x json` is how many times that floor a family costs.
+any parser must do. `x json` is how many times that floor a family costs. `vs 22ffc7b`
+is each family's speed over the same family as of commit 22ffc7b, read from git and timed
+in the same run, interleaved (above 1.00: faster than then).
 
-    .venv/bin/python bench/parsers.py [--repeats 5] [--min-seconds 0.3]
+    .venv/bin/python -m bench.parsers [--repeats 5] [--min-seconds 0.3] [--quick] [--families mistral,hermes]
 
 A second table times hostile inputs (thousands of broken or unterminated blocks in one
 long text): the worst case per family, with the plain-corpus time per MB for scale. A
@@ -16,10 +18,16 @@ parser that is quadratic somewhere shows up here as seconds instead of milliseco
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+import types
+from pathlib import Path
 from typing import Callable
 
 from environments.tool_call_parsers import get_parser
@@ -51,30 +59,67 @@ def corpus_calls(seed: int = 7) -> list[tuple[str, list[Call]]]:
     return turns
 
 
+BASELINE_COMMIT = "22ffc7b"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def baseline_package(commit: str = BASELINE_COMMIT) -> types.ModuleType:
+    """environments/tool_call_parsers as of `commit`, imported under a name of its own."""
+    where = "environments/tool_call_parsers"
+    names = subprocess.run(["git", "ls-tree", "--name-only", f"{commit}:{where}"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    tmp = Path(tempfile.mkdtemp(prefix="parsers-baseline-"))
+    for name in names:
+        if name.endswith(".py"):
+            source = subprocess.run(["git", "show", f"{commit}:{where}/{name}"], cwd=ROOT, check=True,
+                                    capture_output=True).stdout
+            (tmp / name).write_bytes(source)
+    package = f"bench_baseline_parsers_{commit}"
+    spec = importlib.util.spec_from_file_location(package, tmp / "__init__.py", submodule_search_locations=[str(tmp)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[package] = module  # its relative imports resolve through this name
+    spec.loader.exec_module(module)
+    return module
+
+
 def timed(fn: Callable[[], object], repeats: int, min_seconds: float) -> float:
     """Median seconds of one fn() over `repeats` timings of at least `min_seconds` each."""
     loops = 1
     while True:
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(loops):
             fn()
-        if time.perf_counter() - t0 >= min_seconds:
+        if time.process_time() - t0 >= min_seconds:
             break
         loops *= 2
     samples = []
     for _ in range(repeats):
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         for _ in range(loops):
             fn()
-        samples.append((time.perf_counter() - t0) / loops)
+        samples.append((time.process_time() - t0) / loops)
     return statistics.median(samples)
+
+
+def timed_pair(fn: Callable[[], object], other: Callable[[], object], repeats: int, min_seconds: float) -> tuple[float, float]:
+    """`timed` of two functions, alternating per repeat so load changes hit both alike."""
+    a, b = [], []
+    for _ in range(repeats):
+        a.append(timed(fn, 1, min_seconds))
+        b.append(timed(other, 1, min_seconds))
+    return statistics.median(a), statistics.median(b)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--min-seconds", type=float, default=0.3)
+    ap.add_argument("--quick", action="store_true", help="3 repeats of at least 0.1 s, no hostile table")
+    ap.add_argument("--families", default=None, help="comma-separated families to time (default: all)")
     args = ap.parse_args()
+    if args.quick:
+        args.repeats, args.min_seconds = 3, 0.1
+    old = baseline_package()
 
     turns = corpus_calls()
     n_calls = sum(len(c) for _, c in turns)
@@ -87,10 +132,10 @@ def main() -> None:
     base = timed(baseline, args.repeats, args.min_seconds)
     print(f"corpus: {len(turns)} turns, {n_calls} calls; baseline json.loads of the arguments: {n_calls / base:,.0f} calls/s")
     print()
-    header = f"{'family':<14} {'MB':>6} {'calls/s':>11} {'MB/s':>7} {'us/turn':>8} {'x json':>7}"
+    header = f"{'family':<14} {'MB':>6} {'calls/s':>11} {'MB/s':>7} {'us/turn':>8} {'x json':>7} {'vs ' + BASELINE_COMMIT:>11}"
     print(header)
     print("-" * len(header))
-    for family in sorted(LAYOUTS):
+    for family in sorted(LAYOUTS) if args.families is None else args.families.split(","):
         name, write = LAYOUTS[family]
         texts = [(prose + "\n" if prose and calls else prose) + (write(calls) if calls else "") for prose, calls in turns]
         parser = get_parser(name)
@@ -100,16 +145,23 @@ def main() -> None:
             raise SystemExit(f"{family}: parsed {got} calls from a corpus of {n_calls}")
         size_mb = sum(len(t.encode()) for t in texts) / 1e6
 
+        old_parser = old.get_parser(name)
+
         def run(parser=parser, texts=texts) -> None:
             for t in texts:
                 parser.parse(t)
 
-        sec = timed(run, args.repeats, args.min_seconds)
+        def run_old(parser=old_parser, texts=texts) -> None:
+            for t in texts:
+                parser.parse(t)
+
+        sec, old_sec = timed_pair(run, run_old, args.repeats, args.min_seconds)
         print(
             f"{family:<14} {size_mb:>6.2f} {n_calls / sec:>11,.0f} {size_mb / sec:>7.1f} "
-            f"{sec / len(texts) * 1e6:>8.1f} {sec / base:>7.1f}"
+            f"{sec / len(texts) * 1e6:>8.1f} {sec / base:>7.1f} {old_sec / sec:>10.2f}x"
         )
-    hostile_table()
+    if not args.quick:
+        hostile_table()
 
 
 def hostile_inputs() -> dict[str, str]:
@@ -139,9 +191,9 @@ def hostile_table() -> None:
         parser = get_parser(LAYOUTS[family][0])
         worst = (0.0, "", 0.0)
         for name, text in inputs.items():
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             parser.parse_detailed(text)
-            sec = time.perf_counter() - t0
+            sec = time.process_time() - t0
             if sec > worst[0]:
                 worst = (sec, name, sec / (len(text.encode()) / 1e6))
         print(f"{family:<14} {worst[0] * 1e3:>9.1f} {worst[1]:<28} {worst[2] * 1e3:>11.1f}")

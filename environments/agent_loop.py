@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
-import uuid
 from dataclasses import dataclass, field
+from random import getrandbits
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -41,7 +40,7 @@ class AgentLoopConfig(BaseModel):
     )
 
 
-@dataclass
+@dataclass(slots=True)  # slots: tens of thousands of trajectories keep ten of these each
 class TurnRecord:
     index: int
     model_s: float
@@ -53,7 +52,7 @@ class TurnRecord:
     parse_errors: list[str] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(slots=True)
 class ToolErrorRecord:
     turn: int
     tool: str
@@ -100,12 +99,24 @@ def _error_of(result: str) -> str | None:
     return str(err) if err else None
 
 
+_OUT_OF_TIME = json.dumps({"error": "the trajectory's time budget ran out before this call finished"})
+
+
 def _is_context_overflow(message: str) -> bool:
     text = message.lower()
     return "context" in text and ("length" in text or "exceed" in text or "too long" in text)
 
 
 class HermesAgentLoop:
+    """Runs trajectories; one instance may run many concurrently.
+
+    Built for tens of thousands of concurrent trajectories in one process: the model call and
+    the tool calls are each bounded by an `asyncio.timeout` (a timer, where `wait_for` made a
+    task, a waiter and a timer), a lone tool call is awaited directly (no task), and each turn
+    keeps as few objects alive as it can, because every live object is one more the garbage
+    collector walks in each full collection.
+    """
+
     def __init__(
         self,
         model: ChatModel,
@@ -125,8 +136,10 @@ class HermesAgentLoop:
         messages = list(messages)
         turns: list[TurnRecord] = []
         tool_errors: list[ToolErrorRecord] = []
-        started = time.monotonic()
+        clock = asyncio.get_running_loop().time  # time.monotonic, the clock asyncio's timers use
+        started = clock()
         deadline = started + self.config.time_budget_s
+        config = self.config
 
         def done(reason: StopReason, error: str | None = None) -> AgentResult:
             return AgentResult(
@@ -137,85 +150,90 @@ class HermesAgentLoop:
                 turns=turns,
                 tool_errors=tool_errors,
                 error=error,
-                duration_s=time.monotonic() - started,
+                duration_s=clock() - started,
             )
 
-        for index in range(self.config.max_turns):
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+        for index in range(config.max_turns):
+            t0 = clock()
+            if t0 >= deadline:
                 return done("time_budget")
-            t0 = time.monotonic()
             try:
                 # Bounded by the request timeout, not the budget: a slow but answering server gives a
                 # scored trajectory (the budget is checked before the next step); a silent one is
-                # an infrastructure failure, never a 0 for the model.
-                turn: ModelTurn = await asyncio.wait_for(
-                    self.model.chat(
-                        messages, self.tools, temperature=self.config.temperature, max_tokens=self.config.max_tokens
-                    ),
-                    self.config.model_timeout_s,
-                )
-            except asyncio.TimeoutError:
-                return done("model_timeout", f"the model server did not answer within {self.config.model_timeout_s:.0f}s")
+                # an infrastructure failure, never a 0 for the model. (A timer, not a task.)
+                async with asyncio.timeout(config.model_timeout_s):
+                    turn: ModelTurn = await self.model.chat(
+                        messages, self.tools, temperature=config.temperature, max_tokens=config.max_tokens
+                    )
+            except TimeoutError:
+                return done("model_timeout", f"the model server did not answer within {config.model_timeout_s:.0f}s")
             except ModelError as exc:
                 if _is_context_overflow(str(exc)):
                     return done("context_full", str(exc))
                 if isinstance(exc, ModelRequestError):
                     raise  # a 4xx: the request is wrong for every rollout; the env stops the command
                 return done("model_error", str(exc))
-            model_s = time.monotonic() - t0
-            for call in turn.tool_calls:
-                call.setdefault("id", f"call_{uuid.uuid4().hex[:12]}")
-                call.setdefault("type", "function")
+            t1 = clock()
+            calls = turn.tool_calls
+            for call in calls:
+                if "id" not in call:  # not setdefault: a fresh id per call would be wasted work
+                    call["id"] = f"call_{getrandbits(48):012x}"
+                if "type" not in call:
+                    call["type"] = "function"
             messages.append(turn.as_message())
             record = TurnRecord(
                 index=index,
-                model_s=model_s,
+                model_s=t1 - t0,
                 tools_s=0.0,
-                tool_calls=[c["function"]["name"] for c in turn.tool_calls],
+                tool_calls=[c["function"]["name"] for c in calls],
                 finish_reason=turn.finish_reason,
                 usage=turn.usage,
                 calls_from_text=turn.calls_from_text,
-                parse_errors=list(turn.parse_errors),
+                parse_errors=turn.parse_errors,  # the turn is dropped; its list is ours now
             )
             turns.append(record)
-            if not turn.tool_calls:
+            if not calls:
                 return done("finished")
-
-            t1 = time.monotonic()
+            del turn  # not kept alive across the tool calls: one object fewer for the collector
             try:
-                results = await self._run_calls(turn.tool_calls, deadline - t1)
+                if t1 >= deadline:
+                    raise TimeoutError  # the model answered after the deadline: no time for tools
+                async with asyncio.timeout_at(deadline):
+                    if len(calls) == 1:  # the common case needs no task of its own
+                        fn = calls[0]["function"]
+                        results = [
+                            await self.registry.call(fn["name"], fn.get("arguments"), self.context, self._allowed)
+                        ]
+                    else:
+                        results = await self._run_calls(calls)
             except ToolInfrastructureError as exc:
-                record.tools_s = time.monotonic() - t1
+                record.tools_s = clock() - t1
                 return done("infrastructure_error", str(exc))
-            record.tools_s = time.monotonic() - t1
-            out_of_time = results is None
-            for i, call in enumerate(turn.tool_calls):
-                result = (
-                    json.dumps({"error": "the trajectory's time budget ran out before this call finished"})
-                    if results is None
-                    else results[i]
-                )
-                messages.append(
-                    {"role": "tool", "tool_call_id": call["id"], "name": call["function"]["name"], "content": result}
-                )
-                if err := _error_of(result):
-                    tool_errors.append(
-                        ToolErrorRecord(index, call["function"]["name"], str(call["function"].get("arguments")), err)
-                    )
-            if out_of_time:
+            except TimeoutError:
+                record.tools_s = clock() - t1
+                for call in calls:
+                    self._answer(messages, tool_errors, index, call, _OUT_OF_TIME)
                 return done("time_budget")
+            record.tools_s = clock() - t1
+            for call, result in zip(calls, results):
+                self._answer(messages, tool_errors, index, call, result)
         return done("max_turns")
 
-    async def _run_calls(self, calls: list[dict[str, Any]], remaining: float) -> list[str] | None:
-        """All calls of one turn run concurrently; results come back in call order."""
-        if remaining <= 0:
-            return None
-        jobs = [
-            self.registry.call(c["function"]["name"], c["function"].get("arguments"), self.context, self._allowed)
-            for c in calls
-        ]
-        try:
-            return list(await asyncio.wait_for(asyncio.gather(*jobs), remaining))
-        except asyncio.TimeoutError:
-            return None
+    @staticmethod
+    def _answer(
+        messages: list[dict[str, Any]],
+        tool_errors: list[ToolErrorRecord],
+        index: int,
+        call: dict[str, Any],
+        result: str,
+    ) -> None:
+        fn = call["function"]
+        messages.append({"role": "tool", "tool_call_id": call["id"], "name": fn["name"], "content": result})
+        if err := _error_of(result):
+            tool_errors.append(ToolErrorRecord(index, fn["name"], str(fn.get("arguments")), err))
+
+    async def _run_calls(self, calls: list[dict[str, Any]]) -> list[str]:
+        """Several calls of one turn run concurrently; results come back in call order."""
+        call, context, allowed = self.registry.call, self.context, self._allowed
+        jobs = (call(c["function"]["name"], c["function"].get("arguments"), context, allowed) for c in calls)
+        return await asyncio.gather(*jobs)

@@ -27,7 +27,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Literal, final
 
@@ -57,8 +57,9 @@ from environments.runtime import (
     resolve_tokenizer_name,
 )
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.tool_backend import LocalToolBackendConfig
+from environments.tool_backend import LocalToolBackendConfig, ToolBackend
 from tools.context import ToolContext, ToolLimits
+from tools.executor import ToolExecutor
 from tools.registry import ToolRegistry
 from tools.web import WebConfig
 
@@ -281,6 +282,17 @@ class HermesAgentBaseEnv(BaseEnv):
     async def setup_trajectory_workspace(self, item: Any, ctx: ToolContext) -> None:
         """Prepare the trajectory's workspace before the agent starts (default: nothing)."""
 
+    def make_tool_backend(self) -> ToolBackend | None:
+        """The env's own tool backend (None: the runtime builds one from --env.tool_backend)."""
+        return None
+
+    def open_workspace(self, item: Any, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:
+        """This trajectory's executor (default: a workspace of the tool backend; e.g. a slot of the item's image)."""
+        backend = self.agent_runtime.tool_backend
+        if backend is None:
+            raise RuntimeError("rollout() outside the env's runtime; use process/serve/evaluate or `env.runtime()`")
+        return backend.trajectory(task_id)
+
     def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
         """One line of the saved evaluation samples."""
         result = rollout.result
@@ -470,6 +482,7 @@ class HermesAgentBaseEnv(BaseEnv):
             loop=loop_config or self.loop_config(),
             model=model or self.make_model(for_eval),
             task_id=f"{type(self).__name__}-{uuid.uuid4().hex[:10]}",
+            workspace=lambda task_id: self.open_workspace(item, task_id),
         )
         if not rollout.infrastructure_failure and rollout.result is not None:
             self.rollouts_done += 1
@@ -550,6 +563,8 @@ class HermesAgentBaseEnv(BaseEnv):
                 )
         # Not `overrides`: trainers read that key as per-item training overrides. (run-api drops it.)
         group["rollout_info"] = info
+        # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
+        group["tools"] = tools
         if logprobs and len(logprobs) == len(group["tokens"]):
             group["inference_logprobs"] = logprobs
         # run-api keeps `generation_params`: the one place a trainer sees how the group was sampled.
@@ -577,7 +592,11 @@ class HermesAgentBaseEnv(BaseEnv):
         `model` replaces the configured servers with a `ChatModel` factory (tests: no HTTP server).
         """
         self.agent_runtime = AgentRuntime(
-            self.runtime_config(), tokenizer=self.tokenizer, tools=self.tool_registry(), model=model
+            self.runtime_config(),
+            tokenizer=self.tokenizer,
+            tools=self.tool_registry(),
+            model=model,
+            tool_backend=self.make_tool_backend(),
         )
         async with self.agent_runtime:
             yield self

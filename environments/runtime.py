@@ -19,7 +19,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from contextlib import AsyncExitStack
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -42,6 +42,7 @@ from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendC
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
 from model_tools import builtin_tools
 from tools.context import ToolContext, ToolLimits
+from tools.executor import ToolExecutor
 from tools.registry import ToolRegistry
 from tools.web import WebBackend, WebConfig, make_web_backend, web_tools
 
@@ -121,6 +122,8 @@ Setup = Callable[[ToolContext], Awaitable[None]]
 # A score may instead be an async callable, run once the workspace is released (e.g. tests in a
 # fresh slot: holding the agent's slot too could exhaust the pool).
 Score = Callable[[AgentResult, ToolContext], Awaitable[float | Callable[[], Awaitable[float]]]]
+# task_id -> the trajectory's executor as an async context manager (default: the tool backend's).
+Workspace = Callable[[str], AbstractAsyncContextManager[ToolExecutor]]
 
 
 class AgentRuntime:
@@ -133,8 +136,10 @@ class AgentRuntime:
         tokenizer: Any = None,
         model: Callable[[], ChatModel] | None = None,
         tools: ToolRegistry | None = None,
+        tool_backend: ToolBackend | None = None,
     ) -> None:
         self.config = config
+        self._given_backend = tool_backend  # an env's own backend (e.g. a slot pool per task image)
         self._tokenizer = tokenizer  # token mode renders with it; loaded for the embedded model when None
         self._injected_model = model
         # Built now so tool schemas are known before the runtime starts; the web backend starts on enter.
@@ -173,7 +178,7 @@ class AgentRuntime:
             await self._start_web(self.web, stack)
         if self._injected_model is None:
             await self._start_models(stack)
-        backend: ToolBackend = (
+        backend: ToolBackend = self._given_backend or (
             SandboxToolBackend(c.sandbox) if c.tool_backend == "sandbox" else LocalToolBackend(c.workspace)
         )
         await backend.start()
@@ -322,6 +327,7 @@ class AgentRuntime:
         task_id: str | None = None,
         attempts: int = 1,
         backoff_s: float = 1.0,
+        workspace: Workspace | None = None,
     ) -> Rollout:
         """Workspace -> setup -> agent loop -> score; the workspace is always released.
 
@@ -334,7 +340,7 @@ class AgentRuntime:
         for attempt in range(1, attempts + 1):
             if attempt > 1:
                 await asyncio.sleep(backoff_s * 2 ** (attempt - 2))
-            rollout = await self._rollout_once(messages, tools, item, setup, score, loop, model, task_id)
+            rollout = await self._rollout_once(messages, tools, item, setup, score, loop, model, task_id, workspace)
             rollout.attempts = attempt
             if not rollout.infrastructure_failure:
                 break
@@ -351,6 +357,7 @@ class AgentRuntime:
         loop: AgentLoopConfig | None,
         model: ChatModel | None,
         task_id: str,
+        workspace: Workspace | None = None,
     ) -> Rollout:
         if self._tool_backend is None:
             raise RuntimeError("rollout() outside the runtime; use `async with AgentRuntime(...)`")
@@ -359,7 +366,7 @@ class AgentRuntime:
         value: float | None = None
         deferred: Callable[[], Awaitable[float]] | None = None
         try:
-            async with self._tool_backend.trajectory(task_id) as executor:
+            async with (workspace or self._tool_backend.trajectory)(task_id) as executor:
                 ctx = ToolContext(executor=executor, limits=self.config.tool_limits, task_id=task_id)
                 if setup is not None:
                     await setup(ctx)

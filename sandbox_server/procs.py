@@ -84,9 +84,14 @@ async def run_command(
         on_start(proc)
     loop = asyncio.get_running_loop()
     stream = asyncio.StreamReader(limit=2**20)
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0)
-    )
+    try:
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0)
+        )
+    except BaseException:  # cancelled between spawn and the guarded wait: the command must not outlive us
+        kill_process_group(proc.pid)
+        await proc.wait()
+        raise
     kept = bytearray()
     reader = asyncio.create_task(_read_capped(stream, max_output_bytes, kept))
     timed_out = False

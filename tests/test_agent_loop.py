@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 
@@ -171,3 +174,117 @@ async def test_a_dying_sandbox_voids_the_trajectory_instead_of_telling_the_model
     assert result.stop_reason == "infrastructure_error" and result.infrastructure_failure
     assert "sb-1 stopped answering" in result.error
     assert not any(m["role"] == "tool" for m in result.messages), "the model never sees the breakage"
+
+
+# --- time budget and cancellation: one timeout scope per trajectory must stay exact ---------
+
+
+async def test_model_timeout_is_never_cut_short_and_leaves_no_pending_cancel(tmp_path):
+    async with ScriptedOpenAIServer([{"content": "late"}], delay_s=5) as server:
+        t0 = time.monotonic()
+        result = await make_loop(server.base_url, tmp_path, model_timeout_s=0.8).run(USER)
+        elapsed = time.monotonic() - t0
+        # The timeout's cancellation belongs to the loop: the caller's task carries on undisturbed.
+        assert asyncio.current_task().cancelling() == 0
+        await asyncio.sleep(0.01)
+    assert result.stop_reason == "model_timeout"
+    assert 0.8 <= result.duration_s <= elapsed < 4.5  # not early; the 5 s reply was not waited for
+
+
+async def test_tool_budget_is_never_cut_short(tmp_path):
+    calls = [tool_call("terminal", {"command": "sleep 20", "timeout": 60}, "s")]
+    async with ScriptedOpenAIServer([{"content": None, "tool_calls": calls}, {"content": "never"}]) as server:
+        result = await make_loop(server.base_url, tmp_path, time_budget_s=1.0).run(USER)
+        assert asyncio.current_task().cancelling() == 0
+    assert result.stop_reason == "time_budget" and 1.0 <= result.duration_s < 8
+
+
+async def test_time_budget_answers_every_parallel_call_that_ran_out(tmp_path):
+    calls = [
+        tool_call("terminal", {"command": "echo quick"}, "q"),
+        tool_call("terminal", {"command": "sleep 20", "timeout": 60}, "s"),
+    ]
+    async with ScriptedOpenAIServer([{"content": None, "tool_calls": calls}, {"content": "never"}]) as server:
+        result = await make_loop(server.base_url, tmp_path, time_budget_s=1.5).run(USER)
+    assert result.stop_reason == "time_budget" and len(server.requests) == 1
+    tool_msgs = [m for m in result.messages if m["role"] == "tool"]
+    assert [m["tool_call_id"] for m in tool_msgs] == ["q", "s"]
+    assert all("time budget" in json.loads(m["content"])["error"] for m in tool_msgs)
+    assert [e.tool for e in result.tool_errors] == ["terminal", "terminal"]
+    assert result.turns[0].tools_s >= 1.5 - result.turns[0].model_s - 0.05
+
+
+async def _cancelled_mid_tool(tmp_path, server, calls) -> int:
+    pid_file = tmp_path / "ws" / "pid"
+    task = asyncio.create_task(make_loop(server.base_url, tmp_path, time_budget_s=60).run(USER))
+    for _ in range(400):  # the tool has started once its shell wrote its pid
+        if pid_file.exists() and pid_file.read_text().strip():
+            break
+        await asyncio.sleep(0.05)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    else:
+        raise AssertionError("cancelling the rollout must cancel it, not turn into a result")
+    return int(pid_file.read_text())
+
+
+async def test_cancelling_a_rollout_during_a_lone_tool_call_kills_the_command(tmp_path):
+    calls = [tool_call("terminal", {"command": "echo $$ > pid; exec sleep 30", "timeout": 60}, "a")]
+    async with ScriptedOpenAIServer([{"content": None, "tool_calls": calls}, {"content": "never"}]) as server:
+        pid = await _cancelled_mid_tool(tmp_path, server, calls)
+    assert not _alive(pid), "the cancelled tool's process outlived the rollout"
+
+
+async def test_cancelling_a_rollout_during_parallel_tool_calls_kills_every_command(tmp_path):
+    calls = [
+        tool_call("terminal", {"command": "echo $$ > pid; exec sleep 30", "timeout": 60}, "a"),
+        tool_call("terminal", {"command": "exec sleep 31", "timeout": 60}, "b"),
+    ]
+    async with ScriptedOpenAIServer([{"content": None, "tool_calls": calls}, {"content": "never"}]) as server:
+        pid = await _cancelled_mid_tool(tmp_path, server, calls)
+    assert not _alive(pid)
+    assert not _sleepers("31"), "the second call's command outlived the rollout"
+
+
+async def test_cancelling_a_rollout_during_the_model_call_propagates(tmp_path):
+    async with ScriptedOpenAIServer([{"content": "late"}], delay_s=5) as server:
+        task = asyncio.create_task(make_loop(server.base_url, tmp_path, time_budget_s=0.5).run(USER))
+        await asyncio.sleep(0.2)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass
+        else:
+            raise AssertionError("an outside cancel must not be reported as the time budget")
+
+
+def _alive(pid: int) -> bool:
+    """Whether pid still runs a moment later (a killed child may take a beat to be reaped)."""
+    for _ in range(50):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def _sleepers(arg: str) -> list[str]:
+    """Processes running `sleep ARG` a moment later (a killed child may take a beat to go)."""
+    for _ in range(50):
+        out = []
+        for proc in Path("/proc").iterdir():
+            try:
+                cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if cmd[:2] == [b"sleep", arg.encode()]:
+                out.append(proc.name)
+        if not out:
+            return out
+        time.sleep(0.1)
+    return out

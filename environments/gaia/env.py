@@ -2,7 +2,7 @@
 
     python -m environments.gaia_agent_env process --env.total_steps 12 --env.group_size 2
     python -m environments.gaia.data download --dest data/GAIA      # the gated real set
-    python -m environments.gaia_agent_env process --env.data_dir data/GAIA/2023/validation \
+    python -m environments.gaia_agent_env process --env.data_dir data/GAIA --env.split validation \
         --config gaia.yaml --openai.base_url URL --openai.model_name M
 
 (nested settings go in the YAML file, e.g. `env: {web: {backend: tavily}}`; the key is
@@ -24,7 +24,7 @@ import logging
 import re
 import string
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -127,7 +127,11 @@ def efficiency(tool_calls: int, free_calls: int, max_calls: int) -> float:
 # ---- the env -------------------------------------------------------------------------------
 
 class GaiaAgentEnvConfig(HermesAgentEnvConfig):
-    data_dir: str = Field(str(OFFLINE_DIR), description="GAIA-format directory: metadata.jsonl + attachments")
+    data_dir: str = Field(
+        str(OFFLINE_DIR),
+        description="GAIA split directory (metadata.parquet or metadata.jsonl + attachments) or a GAIA snapshot root",
+    )
+    split: Literal["validation", "test"] = Field("validation", description="Split used when data_dir is a snapshot root")
     levels: list[int] | None = Field(None, description="Only tasks of these levels (None: all)")
     web: WebConfig = Field(default_factory=WebConfig, description="Backend of web_search/web_extract")
     correctness_weight: float = Field(0.9, ge=0, description="Weight of the quasi-exact match in the reward")
@@ -174,7 +178,7 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
         return config, embedded_server_configs()
 
     async def setup(self) -> None:
-        tasks = await asyncio.to_thread(load_tasks, Path(self.config.data_dir))
+        tasks = await asyncio.to_thread(load_tasks, Path(self.config.data_dir), self.config.split)
         if self.config.levels is not None:
             tasks = [t for t in tasks if int(t["Level"]) in self.config.levels]
         if not tasks:
@@ -217,8 +221,6 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
             info["correct"] = self.is_correct(r.item, r.result)
             info["model_answer"] = extract_final_answer(r.result.final_response)
             self._correct_since_log.append(info["correct"])
-        # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
-        group["tools"] = self.tool_schemas()
         return group
 
     async def wandb_log(self, wandb_metrics: dict[str, Any] | None = None) -> None:

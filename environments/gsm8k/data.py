@@ -1,17 +1,23 @@
-"""GSM8K-format problems: the real dataset through `datasets`, or an offline generator.
+"""GSM8K-format problems: an offline generator, a hub dataset through `datasets`, or a local file.
 
 Every item has `question` and `answer`, where `answer` is a worked solution whose last
-line is `#### N` (GSM8K's own format). The generator is seeded and deterministic, so
-the offline default needs no network and gives the same problems every run.
+line is `#### N` (GSM8K's own format, as in openai/gsm8k). The generator is seeded and
+deterministic, so the offline default needs no network and gives the same problems every run.
+A local source is a JSONL file of such rows or a directory written by `datasets`' `save_to_disk`.
 """
 
 from __future__ import annotations
 
+import json
 import random
 import re
 from collections.abc import Callable
+from pathlib import Path
 
-__all__ = ["synthetic_gsm8k", "load_gsm8k", "gold_answer"]
+__all__ = ["synthetic_gsm8k", "load_gsm8k", "load_local_gsm8k", "dataset_kind", "gold_answer", "OFFLINE_NAMES"]
+
+OFFLINE_NAMES = ("synthetic", "offline")
+_HUB_NAME = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 _NAMES = ["Ava", "Ben", "Chloe", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines", "Jonah", "Kira", "Luis"]
 _ITEMS = [("apples", "apple"), ("marbles", "marble"), ("stickers", "sticker"), ("books", "book"), ("cookies", "cookie")]
@@ -95,12 +101,78 @@ def synthetic_gsm8k(n: int, seed: int = 0) -> list[dict[str, str]]:
     return [_TEMPLATES[i % len(_TEMPLATES)](rng) for i in range(n)]
 
 
-def load_gsm8k(split: str) -> list[dict[str, str]]:
-    """The real dataset from the Hugging Face hub (needs network the first time)."""
+def dataset_kind(value: str) -> str:
+    """ "offline", "local" or "hub" for a `--env.dataset` value; a one-line ValueError when it is none."""
+    if value in OFFLINE_NAMES:
+        return "offline"
+    path = Path(value).expanduser()
+    if path.exists():
+        return "local"
+    looks_like_path = value.startswith((".", "/", "~")) or path.suffix in (".jsonl", ".json")
+    if _HUB_NAME.fullmatch(value) and not looks_like_path:
+        return "hub"
+    raise ValueError(
+        f"--env.dataset {value!r} is neither 'synthetic', a hub dataset name (openai/gsm8k) nor an existing "
+        "JSONL file or `datasets` directory"
+    )
+
+
+def _checked(rows, source: str) -> list[dict[str, str]]:
+    out = []
+    for n, row in enumerate(rows, 1):
+        if (
+            not isinstance(row, dict)
+            or not isinstance(row.get("question"), str)
+            or not isinstance(row.get("answer"), str)
+        ):
+            raise ValueError(
+                f"{source} row {n}: expected openai/gsm8k's shape {{question, answer}}, got {str(row)[:80]}"
+            )
+        try:
+            gold_answer(row["answer"])
+        except ValueError:
+            raise ValueError(f"{source} row {n}: the answer has no final '#### N' line") from None
+        out.append({"question": row["question"], "answer": row["answer"]})
+    if not out:
+        raise ValueError(f"{source} has no problems")
+    return out
+
+
+def load_gsm8k(split: str, name: str = "openai/gsm8k") -> list[dict[str, str]]:
+    """A GSM8K-format dataset from the Hugging Face hub (needs network the first time)."""
     from datasets import load_dataset
 
-    ds = load_dataset("openai/gsm8k", "main", split=split)
-    return [{"question": row["question"], "answer": row["answer"]} for row in ds]
+    ds = load_dataset(name, "main" if name == "openai/gsm8k" else None, split=split)
+    return _checked(ds, f"{name}[{split}]")
+
+
+def load_local_gsm8k(path: Path) -> tuple[list[dict[str, str]], list[dict[str, str]]]:
+    """(train, test) from a JSONL file (the same rows serve both) or a `save_to_disk` directory."""
+    path = Path(path).expanduser()
+    if path.is_file():
+        rows = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rows.append(json.loads(line))
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{n} is not JSON ({exc.msg})") from None
+        problems = _checked(rows, str(path))
+        return problems, problems
+    from datasets import Dataset, DatasetDict, load_from_disk
+
+    try:
+        ds = load_from_disk(str(path))
+    except FileNotFoundError as exc:
+        raise ValueError(f"{path} is not a directory written by datasets' save_to_disk ({exc})") from None
+    if isinstance(ds, Dataset):
+        problems = _checked(ds, str(path))
+        return problems, problems
+    assert isinstance(ds, DatasetDict)
+    if "train" not in ds:
+        raise ValueError(f"{path} has splits {sorted(ds)}; a train split is needed")
+    train = _checked(ds["train"], f"{path}[train]")
+    return train, (_checked(ds["test"], f"{path}[test]") if "test" in ds else train)
 
 
 _GOLD = re.compile(r"####\s*([-\d,.\s]+)\s*$")

@@ -8,21 +8,23 @@ The reward is 1.0 when math-verify finds the final answer equal to the number af
 `#### N`, or `answer is N`) earns `--env.format_reward` (default 0.1; 0 turns it off), else
 0.0: even a tiny model then gets groups whose scores differ, which atroposlib needs to send
 them. Offline by default (`--env.dataset synthetic`); `--env.dataset openai/gsm8k` loads the
-real set through `datasets`.
+real set through `datasets`; `--env.dataset PATH` reads a JSONL file of openai/gsm8k rows
+(`question`, `answer` ending in `#### N`) or a `save_to_disk` directory.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any
 
 from math_verify import parse, verify
 from pydantic import Field
 
 from environments.agent_loop import AgentResult
-from environments.gsm8k.data import gold_answer, load_gsm8k, synthetic_gsm8k
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, Rollout
+from environments.gsm8k.data import dataset_kind, gold_answer, load_gsm8k, load_local_gsm8k, synthetic_gsm8k
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from tools.context import ToolContext
 
 SYSTEM_PROMPT = (
@@ -33,7 +35,10 @@ SYSTEM_PROMPT = (
 
 
 class GSM8kAgentEnvConfig(HermesAgentEnvConfig):
-    dataset: Literal["synthetic", "openai/gsm8k"] = Field("synthetic", description="Problem source")
+    dataset: str = Field(
+        "synthetic",
+        description="'synthetic' (offline generator), a hub name (openai/gsm8k), or a JSONL file / datasets dir",
+    )
     synthetic_size: int = Field(200, ge=1, description="Problems the offline generator makes")
     eval_size: int = Field(16, ge=1, description="Problems used by evaluate")
     seed: int = Field(0, description="Seed of the generator and of the item order")
@@ -77,17 +82,26 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
         # group_size 4: more rollouts per group, more often scores that differ.
         return config.model_copy(update={"max_agent_turns": 4, "agent_max_tokens": 256, "group_size": 4}), servers
 
-    async def items(self) -> list[dict[str, str]]:
+    async def _split(self, split: str) -> list[dict[str, str]]:
         cfg: GSM8kAgentEnvConfig = self.config
-        if cfg.dataset == "synthetic":
-            return synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
-        return await asyncio.to_thread(load_gsm8k, "train")
+        try:
+            kind = dataset_kind(cfg.dataset)
+            if kind == "offline":
+                if split == "train":
+                    return synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
+                return synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
+            if kind == "local":
+                train, test = await asyncio.to_thread(load_local_gsm8k, Path(cfg.dataset))
+                return train if split == "train" else test
+            return await asyncio.to_thread(load_gsm8k, split, cfg.dataset)
+        except ValueError as exc:
+            raise HermesEnvError(str(exc)) from None
+
+    async def items(self) -> list[dict[str, str]]:
+        return await self._split("train")
 
     async def eval_items(self) -> list[dict[str, str]]:
-        cfg: GSM8kAgentEnvConfig = self.config
-        if cfg.dataset == "synthetic":
-            return synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
-        return (await asyncio.to_thread(load_gsm8k, "test"))[: cfg.eval_size]
+        return (await self._split("test"))[: self.config.eval_size]
 
     def format_prompt(self, item: dict[str, str]) -> str:
         return item["question"]

@@ -8,11 +8,11 @@ from __future__ import annotations
 import ast
 import io
 import json
-import os
 import re
 import tokenize
 import warnings
 from dataclasses import dataclass, field
+from random import getrandbits
 from typing import Any, ClassVar, Iterable, Mapping
 
 __all__ = ["ParseIssue", "ParseResult", "ToolCallParser", "ToolCallStream", "make_call", "coerce_value", "NAME_PATTERN", "JSON_DECODER"]
@@ -136,16 +136,25 @@ def issue(text: str, start: int, end: int, reason: str) -> ParseIssue:
 
 
 def new_call_id() -> str:
-    return "call_" + os.urandom(12).hex()
+    # Ids only have to differ within one conversation; a syscall per id (os.urandom) is wasted.
+    return f"call_{getrandbits(96):024x}"
 
 
-def make_call(name: str, arguments: Mapping[str, Any], call_id: str | None = None) -> dict[str, Any]:
-    """An OpenAI-shaped tool call; `arguments` is always a JSON object encoded as a string."""
-    return {
-        "id": call_id or new_call_id(),
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(dict(arguments), ensure_ascii=False)},
-    }
+# One encoder for every call: `json.dumps(..., ensure_ascii=False)` builds a new one each time.
+_ENCODE = json.JSONEncoder(ensure_ascii=False).encode
+
+
+def make_call(
+    name: str, arguments: Mapping[str, Any], call_id: str | None = None, *, encoded: str | None = None
+) -> dict[str, Any]:
+    """An OpenAI-shaped tool call; `arguments` is always a JSON object encoded as a string.
+
+    `encoded`: the JSON text the model wrote for exactly this object, already decoded and checked
+    by the caller; it is kept as written (as vLLM does) instead of being encoded again.
+    """
+    if encoded is None:
+        encoded = _ENCODE(arguments if type(arguments) is dict else dict(arguments))
+    return {"id": call_id or new_call_id(), "type": "function", "function": {"name": name, "arguments": encoded}}
 
 
 def arguments_object(raw: Any) -> dict[str, Any] | str:
@@ -186,16 +195,22 @@ def strip_code_fence(body: str) -> str:
 
 def decode_json_exact(body: str) -> tuple[Any, str | None]:
     """Decode `body` as exactly one JSON value (code fences allowed); (value, error)."""
+    value, _, reason = decode_json_text(body)
+    return value, reason
+
+
+def decode_json_text(body: str) -> tuple[Any, str, str | None]:
+    """`decode_json_exact`, also returning the JSON text itself (fences and outer space removed)."""
     s = strip_code_fence(body)
     if not s:
-        return None, "empty tool call body"
+        return None, s, "empty tool call body"
     try:
         value, end = JSON_DECODER.raw_decode(s)
     except ValueError as exc:
-        return None, f"invalid JSON: {exc.msg} at position {exc.pos}"
-    if s[end:].strip():
-        return None, f"unexpected text after the JSON value: {s[end:end + 20]!r}"
-    return value, None
+        return None, s, f"invalid JSON: {exc.msg} at position {exc.pos}"
+    if end != len(s):  # s is stripped: anything after the value is more than space
+        return None, s, f"unexpected text after the JSON value: {s[end:end + 20]!r}"
+    return value, s, None
 
 
 def call_from_object(

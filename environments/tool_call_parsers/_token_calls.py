@@ -6,17 +6,18 @@ holds (see `TokenCallSpec.layout`), so those families are data for this one engi
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Literal, Mapping
 
 from ._core import (
-    Finder,
     ParseIssue,
     ParseResult,
     ToolCallParser,
     arguments_object,
-    decode_json_exact,
+    decode_json_text,
     issue,
     join_content,
     make_call,
@@ -25,7 +26,6 @@ from ._core import (
 )
 
 __all__ = ["TokenCallSpec", "TokenCallParser"]
-
 
 
 @dataclass(frozen=True)
@@ -41,20 +41,47 @@ class TokenCallSpec:
     layout: Literal["name_args", "type_name_fenced", "id_args"]
 
 
-class _AnyOf:
-    """The first of several tokens at or after a position (each token searched once, forward)."""
+_BEGIN, _END, _CALL, _CALL_END = range(4)
 
-    def __init__(self, text: str, tokens: tuple[str, ...]) -> None:
-        self._finders = [(Finder(text, tok), len(tok)) for tok in tokens]
 
-    def find(self, start: int, stop: int | None = None) -> tuple[int, int]:
-        """(position, token length) of the first hit in [start, stop), or (-1, 0)."""
-        best, length = -1, 0
-        for finder, n in self._finders:
-            p = finder.find(start)
-            if p != -1 and (stop is None or p + n <= stop) and (best == -1 or p < best):
-                best, length = p, n
-        return best, length
+@lru_cache(maxsize=None)
+def _scanner(spec: TokenCallSpec) -> tuple[str, tuple[tuple[str, int], ...]]:
+    """The prefix every token of the family starts with, and the tokens (longest first) with kinds.
+
+    Scanning for the shared prefix with `str.find` and then telling the tokens apart finds the
+    same tokens as searching each on its own, because no token contains another and none ends
+    with the start of another (checked here).
+    """
+    kinds = {t: _BEGIN for t in spec.section_begin}
+    kinds.update({t: _END for t in spec.section_end})
+    kinds[spec.call_begin] = _CALL
+    kinds[spec.call_end] = _CALL_END
+    for a in kinds:
+        for b in kinds:
+            if a != b and (a in b or any(a.endswith(b[:k]) for k in range(1, min(len(a), len(b))))):
+                raise ValueError(f"tool-call tokens {a!r} and {b!r} overlap; they cannot be scanned in one pass")
+    prefix = os.path.commonprefix(list(kinds))
+    if not prefix:
+        raise ValueError(f"tool-call tokens {sorted(kinds)} share no first character")
+    return prefix, tuple(sorted(kinds.items(), key=lambda kv: len(kv[0]), reverse=True))
+
+
+def _tokens(text: str, spec: TokenCallSpec) -> list[tuple[int, int, int]]:
+    """(start, end, kind) of every family token in the text, in order; linear however broken it is."""
+    prefix, table = _scanner(spec)
+    out = []
+    find, startswith = text.find, text.startswith
+    i = find(prefix)
+    while i != -1:
+        for tok, kind in table:
+            if startswith(tok, i):
+                j = i + len(tok)
+                out.append((i, j, kind))
+                break
+        else:
+            j = i + 1
+        i = find(prefix, j)
+    return out
 
 
 class TokenCallParser(ToolCallParser):
@@ -65,66 +92,72 @@ class TokenCallParser(ToolCallParser):
         return (*self.spec.section_begin, self.spec.call_begin)
 
     def _parse(self, text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParseResult:
-        spec = self.spec
+        toks = _tokens(text, self.spec)
+        n = len(toks)
         pieces: list[str] = []
         calls: list[dict[str, Any]] = []
         errors: list[ParseIssue] = []
-        copied = 0
-        tokens = {
-            "begin": _AnyOf(text, spec.section_begin),
-            "end": _AnyOf(text, spec.section_end),
-            "call": _AnyOf(text, (spec.call_begin,)),
-            "call_end": _AnyOf(text, (spec.call_end,)),
-        }
+        copied = i = 0
         while True:
-            s, slen = tokens["begin"].find(copied)
-            c, _ = tokens["call"].find(copied)
-            if c != -1 and (s == -1 or c < s):
-                s, slen = c, 0  # the section token is missing: the section starts at its first call
-            if s == -1:
+            # A section starts at a section token or, when that is missing, at its first call.
+            while i < n and toks[i][2] not in (_BEGIN, _CALL):
+                i += 1
+            if i == n:
                 break
+            s, after, kind = toks[i]
             pieces.append(text[copied:s])
-            body_start = s + slen
-            e, elen = tokens["end"].find(body_start)
-            nxt, _ = tokens["begin"].find(body_start)
-            if e != -1 and (nxt == -1 or e < nxt):
-                body_end, section_end = e, e + elen
-            else:  # section end missing: up to the next section or the end of the text
-                body_end = section_end = nxt if nxt != -1 else len(text)
-            self._section(text, body_start, body_end, tokens, calls, errors, pieces)
+            first = i + 1 if kind == _BEGIN else i
+            body_start = after if kind == _BEGIN else s
+            # It ends at its end token, else at the next section or the end of the text.
+            k = first
+            while k < n and toks[k][2] not in (_END, _BEGIN):
+                k += 1
+            if k == n:
+                body_end = section_end = len(text)
+                i = n
+            elif toks[k][2] == _END:
+                body_end, section_end = toks[k][0], toks[k][1]
+                i = k + 1
+            else:
+                body_end = section_end = toks[k][0]
+                i = k
+            self._section(text, body_start, body_end, toks, first, k, calls, errors, pieces)
             copied = section_end
         pieces.append(text[copied:])
         return ParseResult(join_content(pieces), calls, errors)
 
-    def _section(self, text, start, end, tokens, calls, errors, pieces) -> None:
-        spec = self.spec
+    def _section(self, text, start, end, toks, idx, stop, calls, errors, pieces) -> None:
+        """The calls in text[start:end]; toks[idx:stop] are the call tokens inside it."""
         pos = start
         while pos < end:
-            c, _ = tokens["call"].find(pos, end)
-            if c == -1:
-                c = end
+            while idx < stop and toks[idx][2] != _CALL:
+                idx += 1  # a stray call-end token: part of the text between calls
+            c = toks[idx][0] if idx < stop else end
             if text[pos:c].strip():
                 errors.append(issue(text, pos, c, "text between tool calls"))
                 pieces.append(text[pos:c])
             if c == end:
                 return
-            head = c + len(spec.call_begin)
-            ce, _ = tokens["call_end"].find(head, end)
-            nxt, _ = tokens["call"].find(head, end)
-            if ce != -1 and (nxt == -1 or ce < nxt):
-                body_end, call_end = ce, ce + len(spec.call_end)
-            else:
-                body_end = call_end = nxt if nxt != -1 else end
+            head = toks[idx][1]
+            idx += 1
+            if idx == stop:  # the call's end token is missing: it runs to the end of the section
+                body_end = call_end = end
+            elif toks[idx][2] == _CALL_END:
+                body_end, call_end = toks[idx][0], toks[idx][1]
+                idx += 1
+            else:  # the next call begins before this one ended
+                body_end = call_end = toks[idx][0]
             parsed = self._call(text[head:body_end])
             if isinstance(parsed, str):
                 errors.append(issue(text, c, call_end, parsed))
                 pieces.append(text[c:call_end])
             else:
-                name, args, call_id = parsed
-                calls.append(make_call(name, args, call_id))
+                name, args, call_id, written = parsed
+                calls.append(make_call(name, args, call_id, encoded=written))
             pos = call_end
 
-    def _call(self, body: str) -> tuple[str, dict[str, Any], str | None] | str:
+    def _call(self, body: str) -> tuple[str, dict[str, Any], str | None, str | None] | str:
+        """(name, arguments, call id, the arguments' JSON text when usable as is), or why not a call."""
         spec = self.spec
         header, sep, rest = body.partition(spec.sep)
         if not sep:
@@ -132,7 +165,7 @@ class TokenCallParser(ToolCallParser):
         call_id = None
         if spec.layout == "type_name_fenced":
             name, _, raw = rest.partition("\n")
-            raw = strip_code_fence(raw)
+            raw = strip_code_fence(raw)  # as before: a fence inside the fence is stripped too
         else:
             name, raw = header, rest
             if spec.layout == "id_args":
@@ -141,13 +174,15 @@ class TokenCallParser(ToolCallParser):
         name = name.strip()
         if not valid_name(name):
             return f"invalid function name {name[:40]!r}"
-        value, reason = decode_json_exact(raw)
+        value, text, reason = decode_json_text(raw)
         if reason is not None:
             return reason
+        if type(value) is dict:
+            return name, value, call_id, text
         args = arguments_object(value)
         if isinstance(args, str):
             return args
-        return name, args, call_id
+        return name, args, call_id, None
 
 
 _KIMI_ID = re.compile(r"functions\.([^:]+):\d+")

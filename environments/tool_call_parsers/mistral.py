@@ -14,8 +14,8 @@ token (servers that drop special tokens from the text).
 from __future__ import annotations
 
 import re
-import secrets
 import string
+from random import getrandbits
 from typing import Any, Mapping
 
 from ._core import (
@@ -38,10 +38,13 @@ _TOKEN = "[TOOL_CALLS]"
 _NAMED = re.compile(rf"\s*({NAME_PATTERN})(?:\[CALL_ID\]\s*([A-Za-z0-9]+))?\s*(\[ARGS\])?\s*(?=\{{)")
 _BARE_LIST = re.compile(r'\s*\[\s*\{\s*"name"\s*:')
 _ID_ALPHABET = string.ascii_letters + string.digits
+# Byte -> id character, one table lookup per character (the slight skew of 256 % 62 is harmless
+# in an id that only has to differ from the others of one conversation).
+_ID_TABLE = bytes((_ID_ALPHABET[b % len(_ID_ALPHABET)].encode()[0] for b in range(256)))
 
 
 def mistral_call_id() -> str:
-    return "".join(secrets.choice(_ID_ALPHABET) for _ in range(9))
+    return getrandbits(72).to_bytes(9, "big").translate(_ID_TABLE).decode("ascii")
 
 
 @register_parser("mistral")
@@ -109,10 +112,12 @@ class MistralParser(ToolCallParser):
                 value, stop = budget.decode(text, m.end())
             except ValueError as exc:
                 return [], pos, f"invalid JSON arguments for {m.group(1)}: {exc.msg}"
+            # An object is kept as the model wrote it; anything else is normalised first.
+            written = text[m.end():stop] if type(value) is dict else None
             args = arguments_object(value)
             if isinstance(args, str):
                 return [], pos, args
-            out.append(make_call(m.group(1), args, call_id=m.group(2) or mistral_call_id()))
+            out.append(make_call(m.group(1), args, call_id=m.group(2) or mistral_call_id(), encoded=written))
             k = stop
             # Several calls after one token only when each carries [ARGS] (never eat prose).
             nxt = _NAMED.match(text, k)

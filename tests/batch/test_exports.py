@@ -1,9 +1,12 @@
-"""Exports round-trip, from real batch_runner output and from GAIA env groups (what `process` writes)."""
+"""Exports round-trip, from real batch_runner output and from the groups all three envs' `process` writes;
+tools survive, SFT splits keep each question on one side, bad input fails in one line."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -11,9 +14,13 @@ from atroposlib.envs.base import APIServerConfig
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import exports
 from batch_runner import BatchConfig, run_batch
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
-import exports
+from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
+from environments.gsm8k.data import synthetic_gsm8k
+from environments.gsm8k.env import GSM8kAgentEnv, GSM8kAgentEnvConfig
+from environments.swe_smith.env import SweSmithOracleEnv, SweSmithOracleEnvConfig
 from exports import (
     Conversation,
     build_tool_sft,
@@ -25,10 +32,11 @@ from exports import (
     to_trajectory,
     trajectory_to_messages,
 )
-from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
-from tests.gaia.solver import GaiaScriptedSolver
 from tests.batch.batch_helpers import agent_policy, write_prompts
-from tests.support.scripted_openai import ScriptedOpenAIServer
+from tests.gaia.solver import GaiaScriptedSolver
+from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +78,58 @@ def process_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp / "gaia.jsonl"
     path.write_text("".join(json.dumps(g) + "\n" for g in asyncio.run(go())))
     return path
+
+
+async def _process(env, tmp: Path, steps: int) -> Path:
+    """Run the env's real `process` loop (what the CLI command runs) and return its groups file."""
+    env.process_mode = True
+    env.n_groups_to_process = steps
+    env.group_size_to_process = env.config.group_size
+    await env.process_manager()
+    return Path(env.config.data_path_to_save_groups)
+
+
+def _python_then_answer(request: dict) -> dict:
+    if request["messages"][-1]["role"] == "tool":
+        return {"content": "The answer is \\boxed{7}."}
+    return {"tool_calls": [tool_call("python", {"code": "print(3 + 4)"})]}
+
+
+@pytest.fixture(scope="module")
+def gsm8k_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """GSM8k groups from `process` over a local JSONL in openai/gsm8k's shape (3 groups of 2 over 2 questions)."""
+    tmp = tmp_path_factory.mktemp("gsm8k")
+    data = tmp / "gsm8k.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in synthetic_gsm8k(2, seed=5)))
+
+    async def go() -> Path:
+        async with ScriptedOpenAIServer([_python_then_answer] * 12) as server:
+            config = GSM8kAgentEnvConfig(
+                tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=3, dataset=str(data),
+                data_path_to_save_groups=str(tmp / "groups.jsonl"), ensure_scores_are_not_same=False,
+                include_messages=True, workspace_root=str(tmp / "ws"),
+            )  # fmt: skip
+            env = GSM8kAgentEnv(config, [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="k")])
+            return await _process(env, tmp, 3)
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def swe_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tmp = tmp_path_factory.mktemp("swe")
+
+    async def go() -> Path:
+        async with ScriptedOpenAIServer([]) as server:
+            config = SweSmithOracleEnvConfig(
+                tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1, agent="oracle",
+                tool_backend="local", workspace_root=str(tmp / "ws"), ensure_scores_are_not_same=False,
+                data_path_to_save_groups=str(tmp / "groups.jsonl"), include_messages=True,
+            )  # fmt: skip
+            env = SweSmithOracleEnv(config, [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="k")])
+            return await _process(env, tmp, 1)
+
+    return asyncio.run(go())
 
 
 def test_reads_both_sources(batch_output: Path, process_output: Path) -> None:
@@ -138,6 +198,71 @@ def test_unknown_input_is_named(tmp_path: Path) -> None:
     bad.write_text('{"foo": 1}\n')
     with pytest.raises(ValueError, match="x.jsonl:1 is neither"):
         list(read_conversations(bad))
+
+
+def test_every_env_keeps_its_tool_schemas(gsm8k_output: Path, swe_output: Path, process_output: Path) -> None:
+    expected = {gsm8k_output: {"python"}, swe_output: {"terminal"},
+                process_output: {"python", "read_file", "terminal", "web_search", "web_extract"}}
+    for path, must_offer in expected.items():
+        conversations = list(read_conversations(path))
+        assert conversations and all(c.source == "process" for c in conversations)
+        for conv in conversations:
+            offered = {t["function"]["name"] for t in conv.tools}
+            assert must_offer <= offered, (path, offered)
+            assert json.loads(to_sharegpt(conv)["tools"]) == conv.tools == to_openai(conv)["tools"]
+            assert to_trajectory(conv)["metadata"]["tools"] == conv.tools
+            called = {c["function"]["name"] for m in conv.messages for c in m.get("tool_calls") or []}
+            assert called <= offered  # every call the rollout made is to a tool the export describes
+
+
+def test_rollouts_of_one_question_never_straddle_the_split(gsm8k_output: Path, process_output: Path, tmp_path: Path) -> None:
+    gsm8k = [to_trajectory(c) for c in read_conversations(gsm8k_output)]
+    # 3 groups over 2 questions: ids item#1.0/item#1.1 and item#3.x share a question with different ids.
+    assert len({t["task_id"] for t in gsm8k}) == 6 and len({t["question"] for t in gsm8k}) == 2
+    gaia = [to_trajectory(c) for c in read_conversations(process_output)]
+    sides_seen = set()
+    for seed in range(12):
+        out = tmp_path / f"s{seed}"
+        build_tool_sft(gsm8k + gaia, out, val_fraction=0.5, seed=seed)
+        questions: dict[str, set[str]] = {"train": set(), "val": set()}
+        for split in questions:
+            for rows in out.glob(f"*/{split}.jsonl"):
+                for row in map(json.loads, rows.read_text().splitlines()):
+                    questions[split].add(next(m["content"] for m in row["messages"] if m["role"] == "user"))
+        assert not (questions["train"] & questions["val"]), seed
+        sides_seen |= {s for s, q in questions.items() if q}
+    assert sides_seen == {"train", "val"}
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "is not a file"),
+    ("not json\n", ":1 is not JSON"),
+    ('{"foo": 1}\n', ":1 is neither a batch_runner result"),
+    ('{"messages": [[{"role": "user", "content": "q"}]], "scores": [1.0]}\n'
+     '{"messages": ["oops"], "scores": [1.0]}\n', ":2: messages[0] is not a list"),
+    ('{"prompt_id": "p", "messages": [{"role": "assistant", "tool_calls": [{"id": "1"}]}]}\n', "lacks the key"),
+])
+@pytest.mark.parametrize("fmt", ["sharegpt", "openai", "trajectory", "sft"])
+def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path: Path, capsys, fmt: str, content, message: str) -> None:
+    src = tmp_path / "in.jsonl"
+    if content is not None:
+        src.write_text(content)
+    out = tmp_path / "out" / ("sft" if fmt == "sft" else "out.jsonl")
+    if "lacks the key" in message:  # each format finds the broken call its own way
+        message = {"openai": "has no function name", "sharegpt": "lacks the key"}.get(fmt, "exactly one user question")
+    assert exports.main([fmt, str(src), str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err
+    assert not out.exists() and not out.parent.exists()
+
+
+def test_bad_cli_input_has_no_traceback(tmp_path: Path) -> None:
+    proc = subprocess.run([sys.executable, "-m", "exports", "openai", str(tmp_path / "nope.jsonl"),
+                           str(tmp_path / "o.jsonl"), "--val_fraction", "0.2"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    assert not (tmp_path / "o.jsonl").exists()
+    assert exports.main(["sft", str(tmp_path / "nope.jsonl"), str(tmp_path / "d"), "--val_fraction", "1.5"]) == 2
 
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40).filter(lambda s: "<tool_call>" not in s)

@@ -1,0 +1,202 @@
+"""The agent loop at scale: N concurrent trajectories in one process, instant model, trivial tool.
+
+Every trajectory makes `--turns` tool turns and then answers; the model and the tool each
+answer at once but yield to the event loop once (the least a network round trip costs), so
+all N trajectories are alive together. Each configuration runs in a fresh process (its own
+heap, GC state and peak RSS). The baseline is the loop of commit 22ffc7b, read from git and
+run on the same workload in the same run.
+
+    .venv/bin/python -m bench.loop [--quick] [--sizes 1000,10000,65000] [--turns 10] [--gc default,throughput]
+
+Prints tool-turns/s, the share of wall time spent in the garbage collector, peak RSS per
+trajectory, and the ratios the targets are stated in: each size against this run's first size
+under the same collector settings, and ours against the baseline at 10,000 (both under
+CPython's default collector). `--gc throughput` rows run under the runner's `throughput`
+collector profile (environments/gc_tuning.py), applied the way a runner applies it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import importlib
+import json
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+from typing import Any
+
+BASELINE_COMMIT = "22ffc7b"
+ROOT = Path(__file__).resolve().parent.parent
+SYSTEM = "You are a careful agent. Use the echo tool, then answer."
+ARGS = json.dumps({"text": "ping"})
+
+
+def baseline_module() -> types.ModuleType:
+    """environments/agent_loop.py as of BASELINE_COMMIT, importing today's modules."""
+    from environments.models.base import ModelError
+
+    source = subprocess.run(
+        ["git", "show", f"{BASELINE_COMMIT}:environments/agent_loop.py"],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    ).stdout
+    # Model clients may have moved since; point the old import at where ModelError lives now.
+    source = source.replace("from environments.model_client import", f"from {ModelError.__module__} import")
+    name = f"bench_baseline_agent_loop_{BASELINE_COMMIT}"
+    module = types.ModuleType(name)
+    sys.modules[name] = module  # dataclasses and pydantic resolve annotations through it
+    exec(compile(source, f"{BASELINE_COMMIT}:environments/agent_loop.py", "exec"), module.__dict__)
+    return module
+
+
+class InstantModel:
+    """A tool call on each of the first `turns` turns, then an answer; one yield per call."""
+
+    def __init__(self, turns: int, opening: int) -> None:
+        self.turns = turns
+        self.opening = opening
+
+    async def chat(self, messages, tools, *, temperature, max_tokens):
+        from environments.models.base import ModelTurn
+
+        await asyncio.sleep(0)
+        done = (len(messages) - self.opening) // 2
+        if done >= self.turns:
+            usage = {"prompt_tokens": 90, "completion_tokens": 3}
+            return ModelTurn(content="All done.", finish_reason="stop", usage=usage)
+        call = {"id": f"call_{done}", "type": "function", "function": {"name": "echo", "arguments": ARGS}}
+        return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls",
+                         usage={"prompt_tokens": 80 + done, "completion_tokens": 12})
+
+
+class NoExecutor:
+    """The echo tool never reaches an executor."""
+
+    workspace = "/"
+    python = "python3"
+
+
+async def echo(args: dict[str, Any], context: Any) -> str:
+    await asyncio.sleep(0)
+    return args["text"]
+
+
+def rss_kb(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"{field} missing from /proc/self/status")
+
+
+async def trajectories(loop_module: types.ModuleType, n: int, turns: int) -> list[Any]:
+    from tools.context import ToolContext, ToolLimits
+    from tools.registry import Tool, ToolRegistry
+
+    registry = ToolRegistry([Tool("echo", "bench", "Echo the text back.", {
+        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}, echo)])
+    tools = registry.definitions()
+    config = loop_module.AgentLoopConfig(max_turns=turns + 1, time_budget_s=3600)
+    model = InstantModel(turns, opening=2)
+    limits, executor = ToolLimits(), NoExecutor()
+    runs = []
+    for i in range(n):
+        ctx = ToolContext(executor, limits, task_id=f"t{i}")
+        agent = loop_module.HermesAgentLoop(model, tools, ctx, config, registry)
+        runs.append(agent.run([{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"task {i}"}]))
+    return await asyncio.gather(*runs)
+
+
+def worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
+    from environments.gc_tuning import GCConfig, collector
+
+    module = baseline_module() if impl == "baseline" else importlib.import_module("environments.agent_loop")
+    with collector(GCConfig(profile=gc_profile)):
+        return measure(module, impl, n, turns)
+
+
+def measure(module: types.ModuleType, impl: str, n: int, turns: int) -> dict[str, Any]:
+    gc.collect()
+    rss0 = rss_kb("VmRSS")
+    gc_time = [0.0, 0.0, 0.0]  # seconds per generation
+    gc_count = [0, 0, 0]
+    gc_started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:  # observes only; thresholds stay default
+        if phase == "start":
+            gc_started[0] = time.perf_counter()
+        else:
+            gc_time[info["generation"]] += time.perf_counter() - gc_started[0]
+            gc_count[info["generation"]] += 1
+
+    gc.callbacks.append(on_gc)
+    t0, c0 = time.perf_counter(), time.process_time()
+    results = asyncio.run(trajectories(module, n, turns))
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    gc.callbacks.remove(on_gc)
+    bad = [r.stop_reason for r in results if r.stop_reason != "finished" or r.tool_call_count != turns]
+    if bad:
+        raise SystemExit(f"{impl} at {n}: {len(bad)} trajectories did not make {turns} tool turns ({bad[0]})")
+    return {
+        "impl": impl, "n": n, "turns": turns, "wall_s": wall, "cpu_s": cpu, "tool_turns_per_s": n * turns / wall,
+        "tool_turns_per_cpu_s": n * turns / cpu,
+        "gc_share": sum(gc_time) / wall, "full_collections": gc_count[2],
+        "gc_s_by_generation": gc_time, "collections_by_generation": gc_count,
+        "kb_per_trajectory": (rss_kb("VmHWM") - rss0) / n,
+    }
+
+
+def run_worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.loop", "--worker", impl, "--n", str(n), "--turns", str(turns),
+         "--gc", gc_profile],
+        cwd=ROOT, check=True, capture_output=True, text=True,
+    ).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="1000,10000,65000",
+                    help="comma-separated trajectory counts; the first is the reference")
+    ap.add_argument("--turns", type=int, default=10, help="tool turns per trajectory")
+    ap.add_argument("--quick", action="store_true", help="5 tool turns per trajectory (about half the time)")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the 22ffc7b loop at 10,000")
+    ap.add_argument("--gc", default="default,throughput", help="collector profiles to run ours under")
+    ap.add_argument("--worker", choices=("current", "baseline"), help=argparse.SUPPRESS)
+    ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    turns = 5 if args.quick else args.turns
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.n, turns, args.gc)))
+        return
+
+    sizes = [int(s) for s in args.sizes.split(",")]
+    profiles = args.gc.split(",")
+    print(f"agent loop, instant model, {turns} tool turns per trajectory, one process per row")
+    print(f"{'loop':<9} {'collector':<10} {'trajectories':>12} {'tool-turns/s':>13} {'GC % wall':>9} {'full GCs':>8} "
+          f"{'KB/traj':>8} {'vs ' + format(sizes[0], ','):>9}")
+    rows = {}
+    plan = [("current", p, n) for p in profiles for n in sizes]
+    if not args.no_baseline:
+        plan.insert(min(2, len(plan)), ("baseline", "default", 10_000))
+    for impl, profile, n in plan:
+        r = run_worker(impl, n, turns, profile)
+        rows[impl, profile, n] = r
+        first = rows.get(("current", profile, sizes[0]), r)["tool_turns_per_s"]
+        print(f"{impl:<9} {profile:<10} {n:>12,} {r['tool_turns_per_s']:>13,.0f} {r['gc_share'] * 100:>9.1f} "
+              f"{r['full_collections']:>8} {r['kb_per_trajectory']:>8.1f} {r['tool_turns_per_s'] / first:>9.2f}",
+              flush=True)
+    base = rows.get(("baseline", "default", 10_000))
+    for profile in profiles:
+        ours = rows.get(("current", profile, 10_000))
+        if base and ours:
+            ratio = ours["tool_turns_per_s"] / base["tool_turns_per_s"]
+            print(f"ours ({profile} collector) / {BASELINE_COMMIT} (default collector) "
+                  f"at 10,000 trajectories: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

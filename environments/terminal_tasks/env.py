@@ -1,0 +1,186 @@
+"""Terminal tasks (Terminal-Bench 2 / Harbor, Endless Terminals) in sandbox slots.
+
+Each trajectory gets a slot with the task's initial state built in its workspace; the
+instruction is the prompt; the tools are terminal and file. Afterwards the task's own
+tests run on a pristine copy (verify.py) and their verdict is the reward: Harbor's
+reward.txt / reward.json (partial credit as the task writes it), Endless Terminals'
+pytest exit status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from environments.agent_loop import AgentResult
+from environments.hermes_base_env import (
+    HermesAgentBaseEnv,
+    HermesAgentEnvConfig,
+    HermesEnvError,
+    Rollout,
+)
+from environments.models.base import ChatModel
+from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
+from environments.terminal_tasks.sandboxes import TaskSandboxes, task_image
+from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask, load_endless_rows, load_tasks_dir
+from environments.terminal_tasks.verify import parse_verdict, setup_script, verify_script
+from tools.context import ToolContext
+
+__all__ = ["TerminalTasksEnvConfig", "TerminalTasksEnv", "load_dataset_tasks"]
+
+logger = logging.getLogger(__name__)
+
+SYSTEM_PROMPT = (
+    "You are an expert at the Linux command line. Complete the task with the terminal and file tools. "
+    "Work in the given working directory. When the task is done, reply with a short summary and no tool call."
+)
+
+
+class TerminalTasksEnvConfig(HermesAgentEnvConfig):
+    tool_backend: Literal["local", "sandbox"] = Field("sandbox", description="Terminal tasks run in sandbox slots")
+    max_token_length: int = Field(8192, gt=0, description="Longest token sequence a group may hold")
+    tasks_dir: str | None = Field(
+        None, description="Directory of Harbor and/or Endless Terminals tasks (default: the bundled ones)"
+    )
+    dataset: str | None = Field(
+        None,
+        description="Endless Terminals rows (description, task_dir) from the hub "
+        "(e.g. obiwan96/endless-terminals-train) "
+        "or a local .parquet/.jsonl/save_to_disk directory; task_dir is looked up in --env.tasks_dir",
+    )
+    split: str = Field("train", description="Split of --env.dataset")
+    limit: int | None = Field(None, ge=1, description="Use at most this many tasks")
+    agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
+    workspace_path: str = Field(
+        "/workspace", description="Where the sandbox shows a slot's workspace (sandbox_server --workspace_mount)"
+    )
+    image_registry: str = Field("hermes-rl-tasks", description="Registry prefix of the task images Nomad/Modal run")
+    setup_timeout_s: float = Field(300.0, gt=0, description="Building a task's initial state in its slot")
+    check_initial_state: bool = Field(
+        True,
+        description="Run an Endless Terminals task's test_initial_state.py once built (failing it voids the rollout)",
+    )
+
+
+def load_dataset_tasks(name: str, split: str, tasks_dir: Path | None) -> list[TerminalTask]:
+    from datasets import load_dataset, load_from_disk  # noqa: PLC0415 - only for --env.dataset
+
+    path = Path(name)
+    if path.is_dir():
+        rows = load_from_disk(str(path))
+        rows = rows[split] if hasattr(rows, "keys") else rows
+    elif path.suffix in (".parquet", ".json", ".jsonl"):
+        rows = load_dataset("parquet" if path.suffix == ".parquet" else "json", data_files=str(path), split="train")
+    else:
+        rows = load_dataset(name, split=split)
+    return load_endless_rows(rows, tasks_dir)
+
+
+class TerminalTasksEnv(HermesAgentBaseEnv):
+    name = "terminal_tasks"
+    env_config_cls = TerminalTasksEnvConfig
+    default_toolsets = ["terminal", "file"]
+    default_system_prompt = SYSTEM_PROMPT
+
+    async def items(self) -> list[TerminalTask]:
+        cfg: TerminalTasksEnvConfig = self.config
+        if cfg.tool_backend != "sandbox":
+            raise HermesEnvError("terminal tasks run in sandbox slots: use --env.tool_backend sandbox")
+        tasks_dir = Path(cfg.tasks_dir) if cfg.tasks_dir else None
+        try:
+            if cfg.dataset:
+                tasks = await asyncio.to_thread(load_dataset_tasks, cfg.dataset, cfg.split, tasks_dir)
+            else:
+                tasks = await asyncio.to_thread(load_tasks_dir, tasks_dir or BUNDLED_TASKS)
+        except (ValueError, OSError) as exc:
+            raise HermesEnvError(f"cannot load terminal tasks: {exc}") from exc
+        self.skipped: Counter[str] = Counter()
+        if not self._sandboxes_per_image():
+            # The local backend runs tasks on this machine's base environment: only those it reproduces.
+            self.skipped.update(t.local_skip for t in tasks if t.local_skip)
+            tasks = [t for t in tasks if not t.local_skip]
+        if cfg.agent == "oracle":
+            self.skipped.update("no solution for the oracle" for t in tasks if t.solution_dir is None)
+            tasks = [t for t in tasks if t.solution_dir is not None]
+        tasks = tasks[: cfg.limit]
+        for reason, n in sorted(self.skipped.items()):
+            print(f"[hermes-rl] skipped {n} task(s): {reason}", file=sys.stderr)
+        if not tasks:
+            raise HermesEnvError(f"no runnable terminal tasks ({sum(self.skipped.values())} skipped; see above)")
+        self.tasks = tasks
+        self.by_id = {t.id: t for t in tasks}
+        return tasks
+
+    async def eval_items(self) -> list[TerminalTask]:
+        return self.tasks  # evaluate runs every loaded task once
+
+    def _sandboxes_per_image(self) -> bool:
+        return self.config.sandbox.backend.kind != "local"
+
+    def make_model(self, for_eval: bool = False) -> ChatModel:
+        if self.config.agent == "oracle":
+            return OracleAgent(self.by_id, self.config.workspace_path)
+        if self.config.agent == "noop":
+            return NoOpAgent()
+        return super().make_model(for_eval)
+
+    def make_tool_backend(self) -> TaskSandboxes:
+        return TaskSandboxes(self.config.sandbox)
+
+    def open_workspace(self, item: TerminalTask, task_id: str):
+        image = task_image(item, self.config.image_registry) if self._sandboxes_per_image() else None
+        backend = self.agent_runtime.tool_backend
+        if not isinstance(backend, TaskSandboxes):
+            raise RuntimeError(
+                "rollout() outside the env's runtime; use process/serve/evaluate or `async with env.runtime()`"
+            )
+        return backend.trajectory(task_id, image=image)
+
+    def format_prompt(self, item: TerminalTask) -> str:
+        ws = self.config.workspace_path
+        instruction = PathMap.for_task(item, ws)(item.instruction).strip()
+        workdir = PathMap.for_task(item, ws)(item.workdir)
+        return f"{instruction}\n\nTask: {item.id}\nWorking directory: {workdir}"
+
+    async def setup_trajectory_workspace(self, item: TerminalTask, ctx: ToolContext) -> None:
+        ws = self.config.workspace_path
+        where = await ctx.executor.exec("pwd", timeout=30, max_output_bytes=1000)
+        if where.output.strip() != ws:
+            raise RuntimeError(
+                f"the slot's workspace is {where.output.strip()!r}, not {ws!r}; is bubblewrap isolation available?"
+            )
+        script, payload = setup_script(item, ws, image_has_packages=self._sandboxes_per_image())
+        result = await ctx.executor.exec(
+            script, timeout=self.config.setup_timeout_s, max_output_bytes=20_000, stdin=payload
+        )
+        if result.exit_code != 0:
+            raise RuntimeError(f"building {item.id} failed (exit {result.exit_code}): {result.output[-2000:]}")
+        if self.config.check_initial_state and item.initial_test is not None:
+            # The replayed state must be the one the task was written against, or its verdict means nothing.
+            script, payload, nonce = verify_script(item, ws, initial=True)
+            run = await ctx.executor.exec(
+                script, timeout=item.verifier_timeout_s, max_output_bytes=50_000, stdin=payload
+            )
+            verdict = parse_verdict(item, run.output, nonce)
+            if verdict.reward != 1.0:
+                raise RuntimeError(
+                    f"{item.id}: the built initial state fails test_initial_state.py: {verdict.log[-1500:]}"
+                )
+
+    async def compute_reward(self, item: TerminalTask, result: AgentResult, ctx: ToolContext) -> float:
+        script, payload, nonce = verify_script(item, self.config.workspace_path)
+        run = await ctx.executor.exec(
+            script, timeout=item.verifier_timeout_s + 30, max_output_bytes=200_000, stdin=payload
+        )
+        verdict = parse_verdict(item, run.output, nonce)
+        logger.info("task %s: reward %.3f (%s)", item.id, verdict.reward, verdict.reason)
+        return verdict.reward
+
+    def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
+        return {**super().eval_sample(rollout), "item": {"id": rollout.item.id, "format": rollout.item.format}}

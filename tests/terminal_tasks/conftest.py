@@ -1,0 +1,32 @@
+from __future__ import annotations
+
+import pytest
+from atroposlib.envs.base import APIServerConfig
+
+from backends import LocalBackendConfig
+from environments.sandbox_backend import SandboxToolBackendConfig
+from environments.terminal_tasks import TerminalTasksEnv, TerminalTasksEnvConfig
+from slots.pool import SlotPoolConfig
+from tests.support.scripted_openai import ScriptedOpenAIServer
+
+
+def make_env(base_url: str, tmp_path, backend=None, env_cls=TerminalTasksEnv, **overrides) -> TerminalTasksEnv:
+    pool = SlotPoolConfig(slots_per_sandbox=6, min_sandboxes=1, max_sandboxes=2, health_interval_s=30)
+    backend = backend or LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sandboxes"))
+    settings = (
+        dict(tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1, tool_backend="sandbox")
+        | overrides
+    )
+    config = TerminalTasksEnvConfig(
+        sandbox=SandboxToolBackendConfig(backend=backend),
+        data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
+        ensure_scores_are_not_same=False,
+        **settings,
+    )
+    return env_cls(config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="")])
+
+
+@pytest.fixture
+async def scripted_server():
+    async with ScriptedOpenAIServer([]) as server:
+        yield server

@@ -1,0 +1,84 @@
+"""The terminal-tasks env on local sandbox slots: oracle 1.0 and no-op 0.0 on every bundled task."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from environments.terminal_tasks import BUNDLED_TASKS, NoOpAgent, OracleAgent, load_tasks_dir
+from tests.terminal_tasks.conftest import make_env
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bundled_tasks_cover_both_formats_and_all_run_locally():
+    tasks = load_tasks_dir(BUNDLED_TASKS)
+    assert len(tasks) >= 8
+    assert {t.format for t in tasks} == {"harbor", "endless"}
+    assert all(t.local_skip is None and t.solution_dir is not None for t in tasks)
+
+
+@pytest.mark.slow
+async def test_oracle_scores_one_and_noop_zero_on_every_bundled_task(scripted_server, tmp_path):
+    env = make_env(scripted_server.base_url, tmp_path)
+    async with env.runtime():
+        await env.setup()
+        assert sum(env.skipped.values()) == 0
+        oracle = OracleAgent(env.by_id)
+        n = len(env.tasks)
+        rollouts = await asyncio.gather(
+            *(env.rollout(t, model=oracle) for t in env.tasks), *(env.rollout(t, model=NoOpAgent()) for t in env.tasks)
+        )
+    ids = [t.id for t in env.tasks]
+    assert {i: r.error for i, r in zip(ids * 2, rollouts) if r.error} == {}
+    assert dict(zip(ids, (r.score for r in rollouts[:n]))) == dict.fromkeys(ids, 1.0)
+    assert dict(zip(ids, (r.score for r in rollouts[n:]))) == dict.fromkeys(ids, 0.0)
+    # the oracle went through the terminal tool, and saw the task's paths mapped into the workspace
+    tool = json.loads(next(m for m in rollouts[0].result.messages if m["role"] == "tool")["content"])
+    assert tool["exit_code"] == 0
+    prompt = next(m for m in rollouts[0].result.messages if m["role"] == "user")["content"]
+    assert "/workspace" in prompt and "/home/user" not in prompt and "/app" not in prompt
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_process_cli_runs_end_to_end_against_the_embedded_model(embedded_llm, tmp_path):
+    out = tmp_path / "groups.jsonl"
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "environments.terminal_tasks_env", "process",
+            "--openai.base_url", embedded_llm.base_url,
+            "--openai.model_name", embedded_llm.model_name,
+            "--openai.api_key", "local",
+            "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
+            "--env.total_steps", "1", "--env.group_size", "2",
+            "--env.max_agent_turns", "2", "--env.agent_max_tokens", "48",
+            "--env.ensure_scores_are_not_same", "False",
+            "--env.data_path_to_save_groups", str(out),
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    groups = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(groups) == 1 and len(groups[0]["scores"]) == 2
+    assert all(0.0 <= s <= 1.0 for s in groups[0]["scores"])
+    first_user = next(m for m in groups[0]["messages"][0] if m["role"] == "user")["content"]
+    assert "Working directory: /workspace" in first_user
+
+
+def test_evaluate_cli_with_the_oracle_scores_every_task(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable, "-m", "environments.terminal_tasks_env", "evaluate", "--env.agent", "oracle",
+            "--env.data_dir_to_save_evals", str(tmp_path / "eval"),
+            "--env.data_path_to_save_groups", str(tmp_path / "g.jsonl"),
+        ],
+        cwd=ROOT, capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "'eval/accuracy': 1.0" in proc.stdout and "'eval/n': 9" in proc.stdout

@@ -1,0 +1,95 @@
+"""One real data path for the training tests, run once per session.
+
+atroposlib's `run-api` runs as a process; `python -m training.grpo` registers with it and waits
+for a batch; the hash-reward GSM8k env serves groups into it from the embedded llama.cpp model
+(exact tokens, a grammar forcing python tool calls); the trainer takes one step and saves its
+weights and the batch it trained on. A `process` run on the same model writes groups in the
+env's own JSONL format. Tests then read what those real processes left behind.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.tokens.test_phase2_env import TOOL_CALL_GRAMMAR
+from tests.tokens.test_serve import RUN_API, _free_port, _start, _stop
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class TrainedRun:
+    grpo_out: Path  # weights, metrics.jsonl, batches.jsonl
+    grpo_log: str
+    grpo_returncode: int
+    processed: Path  # `process` JSONL of the same env
+
+
+def _env_args(llm, config: Path, out: Path) -> list[str]:
+    return [
+        "--config", str(config),
+        "--openai.base_url", llm.base_url,
+        "--openai.model_name", llm.model_name,
+        "--openai.api_key", "local",
+        "--env.token_server", "llamacpp",
+        "--env.tokenizer_name", str(llm.tokenizer_dir),
+        "--env.group_size", "2",
+        "--env.max_agent_turns", "2",
+        "--env.agent_max_tokens", "48",
+        "--env.agent_temperature", "1.0",
+        "--env.data_path_to_save_groups", str(out),
+    ]
+
+
+@pytest.fixture(scope="session")
+def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
+    tmp = tmp_path_factory.mktemp("trained_run")
+    config = tmp / "config.yaml"
+    config.write_text(yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}))
+    env_cmd = [sys.executable, "-m", "tests.training.hash_reward_env"]
+
+    processed = tmp / "processed.jsonl"
+    proc = subprocess.run([*env_cmd, "process", *_env_args(embedded_llm, config, processed), "--env.total_steps", "1"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+    port = _free_port()
+    api_url = f"http://127.0.0.1:{port}"
+    api = _start([str(RUN_API), "--host", "127.0.0.1", "--port", str(port)], tmp / "run-api.log")
+    trainer = env = None
+    grpo_out, grpo_log = tmp / "grpo", tmp / "grpo.log"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(api_url + "/", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline and api.poll() is None, (tmp / "run-api.log").read_text()[-2000:]
+            time.sleep(0.5)
+        # lr large enough that one step visibly moves float32 weights.
+        trainer = _start([sys.executable, "-m", "training.grpo", "--api_url", api_url, "--model", "embedded",
+                          "--out", str(grpo_out), "--steps", "1", "--batch_size", "2", "--lr", "1e-4",
+                          "--batch_timeout_s", "900"], grpo_log)
+        env = _start([*env_cmd, "serve", *_env_args(embedded_llm, config, tmp / "served.jsonl"),
+                      "--env.rollout_server_url", api_url, "--env.wandb_name", "grpo-test",
+                      "--env.max_num_workers", "1"], tmp / "env.log")
+        try:
+            trainer.wait(1200)
+        except subprocess.TimeoutExpired:
+            pytest.fail("training.grpo did not finish: " + grpo_log.read_text()[-3000:]
+                        + (tmp / "env.log").read_text()[-3000:])
+    finally:
+        for p in (env, trainer, api):
+            if p is not None:
+                _stop(p)
+    return TrainedRun(grpo_out, grpo_log.read_text(), trainer.returncode, processed)

