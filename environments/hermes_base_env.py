@@ -1,9 +1,9 @@
 """HermesAgentBaseEnv: atroposlib's BaseEnv for tool-using agents.
 
 A task env subclasses it and implements `items()`, `format_prompt(item)` and
-`compute_reward(item, result, ctx)` (optionally `eval_items()` and
-`setup_trajectory_workspace(item, ctx)`); it gets atroposlib's `process`, `serve` and
-`evaluate` commands with `--env.*` / `--openai.*` flags. The smallest one is
+`compute_reward(item, result, ctx)` (optionally `eval_items()`, `eval_sample(rollout)`,
+`eval_metrics(rollouts)` and `setup_trajectory_workspace(item, ctx)`); it gets atroposlib's
+`process`, `serve` and `evaluate` commands with `--env.*` / `--openai.*` flags. The smallest one is
 environments/examples/count_files.py. Models, tools and rollouts live in the composition
 root (environments/runtime.py); this class is the atroposlib glue around it.
 
@@ -305,6 +305,14 @@ class HermesAgentBaseEnv(BaseEnv):
             "messages": result.messages if result else None,
         }
 
+    def eval_metrics(self, rollouts: list[Rollout]) -> dict[str, float]:
+        """The score metrics of one evaluation (default: mean score, and the share scoring 1.0)."""
+        scores = [r.score for r in rollouts if r.score is not None]
+        return {
+            "eval/accuracy": sum(scores) / len(scores) if scores else 0.0,
+            "eval/solved": sum(s == 1.0 for s in scores) / len(scores) if scores else 0.0,  # partial credit aside
+        }
+
     def tool_registry(self) -> ToolRegistry | None:
         """The tools offered (None: the built-in toolsets, plus `web` when it is enabled)."""
         return None
@@ -330,10 +338,8 @@ class HermesAgentBaseEnv(BaseEnv):
         rollouts = await asyncio.gather(
             *(self.rollout(item, loop_config=loop_config, for_eval=True) for item in self._eval_items)
         )
-        scores = [r.score for r in rollouts if r.score is not None]
         metrics = {
-            "eval/accuracy": sum(scores) / len(scores) if scores else 0.0,
-            "eval/solved": sum(s == 1.0 for s in scores) / len(scores) if scores else 0.0,  # partial credit aside
+            **self.eval_metrics(rollouts),
             "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),
             "eval/n": len(rollouts),
         }

@@ -19,7 +19,6 @@ term for the number of tool calls; the pure correctness is reported beside it.
 from __future__ import annotations
 
 import asyncio
-import time
 import logging
 import re
 import string
@@ -30,14 +29,8 @@ from pydantic import Field, model_validator
 
 from environments.agent_loop import AgentResult
 from environments.gaia.data import OFFLINE_DIR, load_tasks
-from environments.hermes_base_env import (
-    HermesAgentBaseEnv,
-    HermesAgentEnvConfig,
-    Rollout,
-    embedded_server_configs,
-)
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from tools.context import ToolContext
-from tools.web import WebConfig
 
 __all__ = [
     "GaiaAgentEnv",
@@ -133,12 +126,10 @@ class GaiaAgentEnvConfig(HermesAgentEnvConfig):
     )
     split: Literal["validation", "test"] = Field("validation", description="Split used when data_dir is a snapshot root")
     levels: list[int] | None = Field(None, description="Only tasks of these levels (None: all)")
-    web: WebConfig = Field(default_factory=WebConfig, description="Backend of web_search/web_extract")
     correctness_weight: float = Field(0.9, ge=0, description="Weight of the quasi-exact match in the reward")
     efficiency_weight: float = Field(0.1, ge=0, description="Weight of the tool-call efficiency term (counts only when correct)")
     efficiency_free_calls: int = Field(4, ge=0, description="Tool calls that cost nothing")
     efficiency_max_calls: int = Field(20, ge=1, description="Tool calls at which the efficiency term reaches 0")
-    eval_size: int | None = Field(None, ge=1, description="Tasks used by evaluate (None: all)")
 
     @model_validator(mode="after")
     def _weights(self) -> "GaiaAgentEnvConfig":
@@ -159,37 +150,26 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
     def __init__(self, config: GaiaAgentEnvConfig, server_configs, slurm: bool = False, testing: bool = False) -> None:
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: GaiaAgentEnvConfig = config
-        self.tasks: list[dict[str, Any]] = []
-        self.iter = 0
         self._correct_since_log: list[bool] = []
 
     @classmethod
     def config_init(cls):
-        config = GaiaAgentEnvConfig(
-            tokenizer_name="embedded",
-            group_size=2,
-            total_steps=12,
-            max_token_length=8192,
-            use_wandb=False,
-            max_agent_turns=8,
-            agent_max_tokens=512,
-            data_path_to_save_groups="out/gaia_agent.jsonl",
-        )
-        return config, embedded_server_configs()
+        config, servers = super().config_init()
+        # Research questions with attachments need longer trajectories than the base defaults.
+        update = {"total_steps": 12, "max_token_length": 8192, "max_agent_turns": 8, "agent_max_tokens": 512}
+        return config.model_copy(update=update), servers
 
-    async def setup(self) -> None:
+    async def items(self) -> list[dict[str, Any]]:
         tasks = await asyncio.to_thread(load_tasks, Path(self.config.data_dir), self.config.split)
         if self.config.levels is not None:
             tasks = [t for t in tasks if int(t["Level"]) in self.config.levels]
         if not tasks:
-            raise ValueError(f"no GAIA tasks in {self.config.data_dir!r} at levels {self.config.levels}")
+            raise HermesEnvError(f"no GAIA tasks in {self.config.data_dir!r} at levels {self.config.levels}")
         self.tasks = tasks
-        self.iter = 0
+        return tasks
 
-    async def get_next_item(self) -> dict[str, Any]:
-        item = self.tasks[self.iter % len(self.tasks)]
-        self.iter += 1
-        return item
+    async def eval_items(self) -> list[dict[str, Any]]:
+        return self.tasks  # GAIA's validation split is the one with answers: evaluate runs the loaded tasks
 
     def format_prompt(self, item: dict[str, Any]) -> str:
         prompt = item["Question"]
@@ -231,37 +211,24 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
             self._correct_since_log = []
         await super().wandb_log(metrics)
 
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        tasks = self.tasks[: self.config.eval_size] if self.config.eval_size else self.tasks
-        loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
-        start = time.time()
-        rollouts = await asyncio.gather(*(self.rollout(t, loop_config=loop_config, for_eval=True) for t in tasks))
-        scored = [r for r in rollouts if r.score is not None and r.result is not None]
-        correct = [self.is_correct(r.item, r.result) for r in scored]  # type: ignore[arg-type]
-        metrics = {
-            "eval/accuracy": sum(correct) / len(scored) if scored else 0.0,
-            "eval/mean_reward": sum(r.score for r in scored) / len(scored) if scored else 0.0,  # type: ignore[misc]
-            "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),
-            "eval/n": len(rollouts),
+    def eval_metrics(self, rollouts: list[Rollout]) -> dict[str, float]:
+        # The reward mixes in efficiency: accuracy is the pure quasi-exact match, the reward beside it.
+        correct = [self.is_correct(r.item, r.result) for r in rollouts if r.score is not None and r.result is not None]
+        return {
+            "eval/accuracy": sum(correct) / len(correct) if correct else 0.0,
+            "eval/mean_reward": super().eval_metrics(rollouts)["eval/accuracy"],
         }
-        print(f"[hermes-rl] evaluation: {metrics}")
-        samples = [
-            {
-                **self.eval_sample(r),
-                "item": {"task_id": r.item["task_id"], "Question": r.item["Question"]},
-                "gold": str(r.item["Final answer"]),
-                "model_answer": extract_final_answer(r.result.final_response) if r.result else None,
-                "correct": bool(r.result) and self.is_correct(r.item, r.result),  # type: ignore[arg-type]
-            }
-            for r in rollouts
-        ]
-        await self.evaluate_log(
-            metrics=metrics,
-            samples=samples,
-            start_time=start,
-            end_time=time.time(),
-            generation_parameters={"temperature": 0.0, "max_tokens": loop_config.max_tokens},
-        )
+
+    def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
+        item, result = rollout.item, rollout.result
+        return {
+            **super().eval_sample(rollout),
+            "item": {"task_id": item["task_id"], "Question": item["Question"]},
+            "gold": str(item["Final answer"]),
+            "model_answer": extract_final_answer(result.final_response) if result else None,
+            "correct": result is not None and self.is_correct(item, result),
+        }
+
 
 if __name__ == "__main__":
     GaiaAgentEnv.cli()

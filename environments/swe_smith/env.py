@@ -36,7 +36,6 @@ import re
 import shlex
 import sys
 import tempfile
-import time
 from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
@@ -45,14 +44,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from environments.agent_loop import AgentResult
-from environments.hermes_base_env import (
-    HermesAgentBaseEnv,
-    HermesAgentEnvConfig,
-    HermesEnvError,
-    embedded_server_configs,
-)
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from environments.models.base import ChatModel, ModelTurn
-from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.verifier import (
     GIT_SAFE,
     TestVerifier,
@@ -381,6 +374,7 @@ class NoOpAgent:
 
 
 class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
+    tool_backend: Literal["local", "sandbox"] = Field("sandbox", description="SWE-smith instances run in sandbox slots")
     dataset: str = Field(
         "offline",
         description="offline (bundled), a hub dataset name, or a path: JSONL/JSON of instances or a saved dataset dir",
@@ -426,23 +420,20 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
     def __init__(self, config: SweSmithOracleEnvConfig, *args: Any, **kwargs: Any) -> None:
         check_dataset(config.dataset)
         super().__init__(config, *args, **kwargs)
+        self._cache = Path(config.cache_dir) if config.cache_dir else _default_cache()
+        self._snapshots: dict[str, tuple[Path, str]] = {}
+        self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
+        self._verifier = TestVerifier(TestVerifierConfig(timeout_s=config.test_timeout_s))
+        self.verdicts: dict[str, Verdict] = {}
+        self._preds_lock = asyncio.Lock()
+        self._preds_path: Path | None = None
 
     @classmethod
     def config_init(cls):
-        config = SweSmithOracleEnvConfig(
-            tokenizer_name="embedded",
-            group_size=2,
-            total_steps=2,
-            max_token_length=8192,
-            use_wandb=False,
-            max_agent_turns=6,
-            agent_max_tokens=512,
-            tool_backend="sandbox",
-            sandbox=SandboxToolBackendConfig(),
-            data_path_to_save_groups="out/swe_smith_oracle.jsonl",
-            data_dir_to_save_evals="out/swe_smith_oracle_eval",
-        )
-        return config, embedded_server_configs()
+        config, servers = super().config_init()
+        # A repository and its test output need a longer context than the base defaults.
+        update = {"max_token_length": 8192, "max_agent_turns": 6, "agent_max_tokens": 512}
+        return config.model_copy(update=update), servers
 
     def _runs_images(self) -> bool:
         cfg: SweSmithOracleEnvConfig = self.config
@@ -450,9 +441,8 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
             return cfg.image_policy == "base"
         return cfg.tool_backend == "sandbox" and cfg.sandbox.backend.kind in ("nomad", "modal")
 
-    async def setup(self) -> None:
+    async def items(self) -> list[SweSmithInstance]:
         cfg: SweSmithOracleEnvConfig = self.config
-        self._cache = Path(cfg.cache_dir) if cfg.cache_dir else _default_cache()
         self._cache.mkdir(parents=True, exist_ok=True)
         self.mirror_base = cfg.mirror_base
         if cfg.dataset == "offline":
@@ -485,18 +475,10 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
             )
         self.instances = instances
         self.by_id = {i.instance_id: i for i in instances}
-        self.iter = 0
-        self._snapshots: dict[str, tuple[Path, str]] = {}
-        self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
-        self._verifier = TestVerifier(TestVerifierConfig(timeout_s=cfg.test_timeout_s))
-        self.verdicts: dict[str, Verdict] = {}
-        self._preds_lock = asyncio.Lock()
-        self._preds_path: Path | None = None
+        return instances
 
-    async def get_next_item(self) -> SweSmithInstance:
-        item = self.instances[self.iter % len(self.instances)]
-        self.iter += 1
-        return item
+    async def eval_items(self) -> list[SweSmithInstance]:
+        return self.instances  # evaluate runs every usable instance once
 
     def make_model(self, for_eval: bool = False) -> ChatModel:
         if self.config.agent == "oracle":
@@ -646,24 +628,12 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
                 mode = "a"
             await asyncio.to_thread(_append, self._preds_path, json.dumps(line) + "\n", mode)
 
-    async def evaluate(self, *args: Any, **kwargs: Any) -> None:
-        loop_config = self.loop_config().model_copy(update={"temperature": 0.0})
-        start = time.time()
-        rollouts = await asyncio.gather(*(self.rollout(item, loop_config=loop_config) for item in self.instances))
-        scored = [r.score for r in rollouts if r.score is not None]
-        metrics = {
-            "eval/resolved": sum(scored) / len(scored) if scored else 0.0,
-            "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),
-            "eval/n": len(rollouts),
-            "eval/skipped": sum(self.skipped.values()),
-        }
-        print(f"[hermes-rl] evaluation: {metrics}")
-        samples = [
-            {"instance_id": r.item.instance_id, "score": r.score, "error": r.error,
-             "stop_reason": r.result.stop_reason if r.result else None}
-            for r in rollouts
-        ]  # fmt: skip
-        await self.evaluate_log(metrics=metrics, samples=samples, start_time=start, end_time=time.time())
+    def eval_metrics(self, rollouts: list[Rollout]) -> dict[str, float]:
+        # SWE-bench's names: the mean score is the resolved rate; skipped rows are reported beside it.
+        return {"eval/resolved": super().eval_metrics(rollouts)["eval/accuracy"], "eval/skipped": sum(self.skipped.values())}
+
+    def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
+        return {**super().eval_sample(rollout), "item": {"instance_id": rollout.item.instance_id}}
 
 
 def _append(path: Path, text: str, mode: str) -> None:
