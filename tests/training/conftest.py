@@ -2,9 +2,11 @@
 
 atroposlib's `run-api` runs as a process; `python -m training.grpo` registers with it and waits
 for a batch; the hash-reward GSM8k env serves groups into it from the embedded llama.cpp model
-(exact tokens, a grammar forcing python tool calls); the trainer takes one step and saves its
-weights and the batch it trained on. A `process` run on the same model writes groups in the
-env's own JSONL format. Tests then read what those real processes left behind.
+(exact tokens, free sampling at temperature 1); the trainer takes one step and saves its
+weights and the batch it trained on. Two `process` runs on the same model write groups in the
+env's own JSONL format: one with a grammar forcing python tool calls (for the per-tool SFT
+split), one sampled freely at temperature 1 (the tokens the model itself chose, for the logprob
+check). Tests then read what those real processes left behind.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ class TrainedRun:
     grpo_out: Path  # weights, metrics.jsonl, batches.jsonl
     grpo_log: str
     grpo_returncode: int
-    processed: Path  # `process` JSONL of the same env
+    processed: Path  # `process` JSONL of the same env, tool calls forced by a grammar
+    free_processed: Path  # `process` JSONL of the same env, free sampling at temperature 1
 
 
 def _env_args(llm, config: Path, out: Path) -> list[str]:
@@ -52,14 +55,23 @@ def _env_args(llm, config: Path, out: Path) -> list[str]:
 @pytest.fixture(scope="session")
 def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
     tmp = tmp_path_factory.mktemp("trained_run")
-    config = tmp / "config.yaml"
-    config.write_text(yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}))
+    grammar_config, free_config = tmp / "grammar.yaml", tmp / "free.yaml"
+    grammar_config.write_text(yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}))
+    free_config.write_text(yaml.safe_dump({"env": {}}))
     env_cmd = [sys.executable, "-m", "tests.training.hash_reward_env"]
 
-    processed = tmp / "processed.jsonl"
-    proc = subprocess.run([*env_cmd, "process", *_env_args(embedded_llm, config, processed), "--env.total_steps", "1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # Both `process` runs at once: the llama.cpp server has slots for both.
+    processed, free_processed = tmp / "processed.jsonl", tmp / "free_processed.jsonl"
+    runs = [subprocess.Popen([*env_cmd, "process", *_env_args(embedded_llm, config, out), "--env.total_steps", "1"],
+                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for config, out in ((grammar_config, processed), (free_config, free_processed))]
+    for run in runs:
+        try:
+            _, stderr = run.communicate(timeout=900)
+        finally:
+            if run.poll() is None:
+                run.kill()
+        assert run.returncode == 0, stderr[-3000:]
 
     port = _free_port()
     api_url = f"http://127.0.0.1:{port}"
@@ -80,7 +92,7 @@ def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
         trainer = _start([sys.executable, "-m", "training.grpo", "--api_url", api_url, "--model", "embedded",
                           "--out", str(grpo_out), "--steps", "1", "--batch_size", "2", "--lr", "1e-4",
                           "--batch_timeout_s", "900"], grpo_log)
-        env = _start([*env_cmd, "serve", *_env_args(embedded_llm, config, tmp / "served.jsonl"),
+        env = _start([*env_cmd, "serve", *_env_args(embedded_llm, free_config, tmp / "served.jsonl"),
                       "--env.rollout_server_url", api_url, "--env.wandb_name", "grpo-test",
                       "--env.max_num_workers", "1"], tmp / "env.log")
         try:
@@ -92,4 +104,4 @@ def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
         for p in (env, trainer, api):
             if p is not None:
                 _stop(p)
-    return TrainedRun(grpo_out, grpo_log.read_text(), trainer.returncode, processed)
+    return TrainedRun(grpo_out, grpo_log.read_text(), trainer.returncode, processed, free_processed)

@@ -17,15 +17,18 @@ from training.groups import IGNORE, Group, LogprobSemantics, read_groups
 @pytest.mark.timeout(2400)  # the first user of `trained_run` also runs the env and the trainer
 @pytest.mark.parametrize("source", ["processed", "batch"])
 def test_recomputed_logprobs_match_llama_cpp(trained_run, tmp_path, source):
-    groups_file = trained_run.processed if source == "processed" else trained_run.grpo_out / "batches.jsonl"
+    # Free sampling at temperature 1 (no grammar): the check is on tokens the model itself chose.
+    groups_file = trained_run.free_processed if source == "processed" else trained_run.grpo_out / "batches.jsonl"
     report_file = tmp_path / "report.json"
-    # Measured here (2 cores, llama.cpp Q4_1 vs dequantized float32): 0.039-0.046 nats on free text,
-    # 0.042-0.060 on grammar-forced tool calls (tokens the model finds unlikely carry more noise).
-    # The bound leaves room for that; a misalignment costs 1-2 nats (see the shifted test).
-    assert main([str(groups_file), "--model", "embedded", "--report", str(report_file), "--max_mean_delta", "0.08"]) == 0
+    # Measured here (2 cores, llama.cpp Q4_1 vs dequantized float32, ~100 trained tokens per run):
+    # 0.039-0.052 nats on free sampling, 0.038-0.048 with the tool-call grammar; the error sits on
+    # tokens the model found unlikely (p < 1/e: ~0.07, likelier ones ~0.02), with no bias. The
+    # issue's 0.05 is not met reliably, so the bound is 0.06 (README, Training tools). A
+    # misalignment costs about 1-2 nats (see the shifted test).
+    assert main([str(groups_file), "--model", "embedded", "--report", str(report_file), "--max_mean_delta", "0.06"]) == 0
     report = json.loads(report_file.read_text())
     assert report["ok"] and report["tokens"] >= 20 and report["gaps"] == 0
-    assert report["mean_delta"] <= 0.08 and report["within"] >= 0.6
+    assert report["mean_delta"] <= 0.06 and report["within"] >= 0.6
     assert report["shift"]["0"] < report["shift"]["-1"] and report["shift"]["0"] < report["shift"]["+1"]
 
 
@@ -34,7 +37,7 @@ def test_recomputed_logprobs_match_llama_cpp(trained_run, tmp_path, source):
 @pytest.mark.timeout(2400)  # the first user of `trained_run` also runs the env and the trainer
 def test_logprobs_shifted_by_one_token_fail_loudly(trained_run, tmp_path):
     shifted = tmp_path / "shifted.jsonl"
-    rows = [json.loads(line) for line in trained_run.processed.read_text().splitlines()]
+    rows = [json.loads(line) for line in trained_run.free_processed.read_text().splitlines()]
     for row in rows:
         # Each logprob moves one token later: position t now carries the logprob of token t-1.
         row["inference_logprobs"] = [[lps[0], *lps[:-1]] for lps in row["inference_logprobs"]]
