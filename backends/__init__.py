@@ -1,6 +1,7 @@
 """Where sandbox_server instances run: local processes, Nomad allocations, Modal sandboxes.
 
-`make_backend(config)` picks the implementation from the config's `kind`; Nomad is spoken
+Each backend is a `SandboxProvider`; `make_backend(config)` picks it from the config's `kind`
+and returns a `SlotPool` (slots/pool.py) over it. Nomad is spoken
 over its HTTP API (httpx), the Modal SDK is imported only when chosen (extra `modal`).
 """
 
@@ -10,20 +11,17 @@ from typing import Annotated, Union
 
 from pydantic import Field
 
-from backends.base import ExecCall, SandboxBackend, SlotBackend
 from backends.local import LocalBackendConfig, local_backend
 from backends.modal import ModalBackendConfig, modal_backend
 from backends.nomad import NomadBackendConfig, nomad_backend
+from slots.pool import SlotPool
 
-__all__ = [
-    "ExecCall", "SandboxBackend", "SlotBackend", "BackendConfig", "LocalBackendConfig",
-    "NomadBackendConfig", "ModalBackendConfig", "make_backend",
-]  # fmt: skip
+__all__ = ["BackendConfig", "LocalBackendConfig", "NomadBackendConfig", "ModalBackendConfig", "make_backend"]
 
 BackendConfig = Annotated[Union[LocalBackendConfig, NomadBackendConfig, ModalBackendConfig], Field(discriminator="kind")]
 
 
-def make_backend(config: LocalBackendConfig | NomadBackendConfig | ModalBackendConfig) -> SlotBackend:
+def make_backend(config: LocalBackendConfig | NomadBackendConfig | ModalBackendConfig) -> SlotPool:
     if isinstance(config, LocalBackendConfig):
         return local_backend(config)
     if isinstance(config, NomadBackendConfig):

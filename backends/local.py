@@ -11,11 +11,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from backends.base import SlotBackend
 from backends.process import SandboxProcess, start_sandbox_process
 from sandbox_server.isolation import SlotLimits
 from slots.client import SandboxAddress
-from slots.pool import SlotPoolConfig
+from slots.pool import SlotPool, SlotPoolConfig
 
 __all__ = ["LocalBackendConfig", "LocalSandboxProvider", "local_backend"]
 
@@ -90,6 +89,6 @@ class LocalSandboxProvider:
         self._root = None
 
 
-def local_backend(config: LocalBackendConfig | None = None) -> SlotBackend:
+def local_backend(config: LocalBackendConfig | None = None) -> SlotPool:
     config = config or LocalBackendConfig()
-    return SlotBackend(LocalSandboxProvider(config), config.pool)
+    return SlotPool(LocalSandboxProvider(config), config.pool)

@@ -28,9 +28,8 @@ from typing import Any, Literal, Protocol
 import aiohttp
 from pydantic import BaseModel, Field
 
-from backends.base import SlotBackend
 from slots.client import SandboxAddress, SandboxClient
-from slots.pool import SlotPoolConfig
+from slots.pool import SlotPool, SlotPoolConfig
 
 __all__ = [
     "ModalBackendConfig", "ModalSandboxSpec", "ModalAPI", "ModalSDKAdapter", "ModalSandboxProvider",
@@ -361,5 +360,5 @@ class ModalSandboxProvider:
             await self._remove_orphans()  # anything a cancelled launch left behind
 
 
-def modal_backend(config: ModalBackendConfig, api: ModalAPI | None = None) -> SlotBackend:
-    return SlotBackend(ModalSandboxProvider(config, api or ModalSDKAdapter()), config.pool)
+def modal_backend(config: ModalBackendConfig, api: ModalAPI | None = None) -> SlotPool:
+    return SlotPool(ModalSandboxProvider(config, api or ModalSDKAdapter()), config.pool)

@@ -24,9 +24,8 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import BaseModel, Field
 
-from backends.base import SlotBackend
 from slots.client import SandboxAddress
-from slots.pool import SlotPoolConfig
+from slots.pool import SlotPool, SlotPoolConfig
 
 __all__ = [
     "NomadBackendConfig", "NomadAPI", "NomadError", "NomadHTTP", "NomadSandboxProvider",
@@ -258,5 +257,5 @@ class NomadSandboxProvider:
             await self.api.aclose()
 
 
-def nomad_backend(config: NomadBackendConfig, api: NomadAPI | None = None) -> SlotBackend:
-    return SlotBackend(NomadSandboxProvider(config, api or NomadHTTP(config)), config.pool)
+def nomad_backend(config: NomadBackendConfig, api: NomadAPI | None = None) -> SlotPool:
+    return SlotPool(NomadSandboxProvider(config, api or NomadHTTP(config)), config.pool)

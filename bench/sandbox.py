@@ -72,7 +72,7 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
 
         # 2. throughput, 32 slots busy at once
         slots = [await backend.acquire() for _ in range(32)]
-        sandboxes = list(backend.pool._sandboxes.values())
+        sandboxes = list(backend._sandboxes.values())
         batches0 = sum(sb.batcher.batches_sent for sb in sandboxes)
         calls0 = sum(sb.batcher.calls_sent for sb in sandboxes)
 

@@ -27,6 +27,7 @@ from typing import Any, Literal
 import httpx
 from pydantic import BaseModel, Field
 
+from backends import make_backend
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
 from environments.models.base import ChatModel, ModelError, ModelRequestError
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
@@ -38,7 +39,7 @@ from environments.models.token_mode.wiring import (
     TokenServerChoice,
     resolve_token_server,
 )
-from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
+from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
 from model_tools import builtin_tools
 from tools.context import ToolContext, ToolLimits
@@ -179,7 +180,7 @@ class AgentRuntime:
         if self._injected_model is None:
             await self._start_models(stack)
         backend: ToolBackend = self._given_backend or (
-            SandboxToolBackend(c.sandbox) if c.tool_backend == "sandbox" else LocalToolBackend(c.workspace)
+            make_backend(c.sandbox.resolved_backend()) if c.tool_backend == "sandbox" else LocalToolBackend(c.workspace)
         )
         await backend.start()
         stack.push_async_callback(backend.stop)

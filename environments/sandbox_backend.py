@@ -1,24 +1,19 @@
-"""Tool backend over sandbox slots: each trajectory gets a slot, reset and released after.
+"""The `sandbox` section of an env config: where sandbox slots come from.
 
 Selected in the env config with `tool_backend: sandbox`; `sandbox.backend.kind` picks
-where the sandbox_server instances run (local processes, Nomad, Modal).
+where the sandbox_server instances run (local processes, Nomad, Modal). The tool backend
+itself is the `SlotPool` that `make_backend` returns (slots/pool.py).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from backends import BackendConfig, LocalBackendConfig, SlotBackend, make_backend
-from slots.client import SandboxUnavailable
-from slots.executor import SlotExecutor
-from slots.pool import SlotState
+from backends import BackendConfig, LocalBackendConfig
 
-__all__ = ["SandboxToolBackendConfig", "SandboxToolBackend"]
+__all__ = ["SandboxToolBackendConfig"]
 
 
 class SandboxToolBackendConfig(BaseModel):
@@ -26,28 +21,9 @@ class SandboxToolBackendConfig(BaseModel):
     backend: BackendConfig = Field(default_factory=LocalBackendConfig, description="local | nomad | modal")
     acquire_timeout_s: float | None = Field(None, gt=0, description="Override of the pool's acquire timeout")
 
-
-class SandboxToolBackend:
-    """`ToolBackend` (environments/tool_backend.py) whose executors are sandbox slots."""
-
-    def __init__(self, config: SandboxToolBackendConfig | None = None, backend: SlotBackend | None = None) -> None:
-        self.config = config or SandboxToolBackendConfig()
-        self.backend = backend or make_backend(self.config.backend)
-
-    async def start(self) -> None:
-        await self.backend.start()
-
-    async def stop(self) -> None:
-        await self.backend.stop()
-
-    @asynccontextmanager
-    async def trajectory(self, task_id: str) -> AsyncIterator[SlotExecutor]:
-        slot = await self.backend.acquire(self.config.acquire_timeout_s)
-        try:
-            yield self.backend.executor(slot)
-        finally:
-            # Shielded: a cancelled trajectory still gives its slot back (reset) to the pool.
-            await asyncio.shield(self.backend.release(slot))
-        if slot.state is SlotState.DEAD:
-            # The sandbox died under this trajectory: whatever it scored is not the model's doing.
-            raise SandboxUnavailable(f"sandbox {slot.sandbox.name} died during trajectory {task_id}; the result is void")
+    def resolved_backend(self) -> BackendConfig:
+        """`backend` with this section's acquire-timeout override folded into its pool config."""
+        if self.acquire_timeout_s is None:
+            return self.backend
+        pool = self.backend.pool.model_copy(update={"acquire_timeout_s": self.acquire_timeout_s})
+        return self.backend.model_copy(update={"pool": pool})

@@ -1,7 +1,9 @@
 """A pool of slots spread over sandboxes: acquire, release-with-reset, health, replacement, scale-up.
 
 Where sandboxes come from is a `SandboxProvider` (backends/): local processes, Nomad
-allocations or Modal sandboxes. The pool only speaks sandbox_server's HTTP API.
+allocations or Modal sandboxes. The pool only speaks sandbox_server's HTTP API. It is also
+the `ToolBackend` (environments/tool_backend.py) of `tool_backend: sandbox`: each trajectory
+gets a slot's executor, and the slot is reset and released when the trajectory leaves.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -102,9 +106,13 @@ class SlotPool:
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=self.config.max_connections))
-        await self.provider.start()
-        if self.config.min_sandboxes:
-            await self._add(self.config.min_sandboxes)
+        try:
+            await self.provider.start()
+            if self.config.min_sandboxes:
+                await self._add(self.config.min_sandboxes)
+        except BaseException:
+            await self.stop()  # half-started sandboxes must not outlive a failed start
+            raise
         self._health = asyncio.create_task(self._health_loop())
 
     async def stop(self) -> None:
@@ -178,6 +186,19 @@ class SlotPool:
                 self._free.append(slot)
                 self._cond.notify()
 
+    @asynccontextmanager
+    async def trajectory(self, task_id: str) -> AsyncIterator[SlotExecutor]:
+        """A slot's executor for one trajectory; the slot is reset and released when it leaves."""
+        slot = await self.acquire()
+        try:
+            yield self.executor(slot)
+        finally:
+            # Shielded: a cancelled trajectory still gives its slot back (reset) to the pool.
+            await asyncio.shield(self.release(slot))
+        if slot.state is SlotState.DEAD:
+            # The sandbox died under this trajectory: whatever it scored is not the model's doing.
+            raise SandboxUnavailable(f"sandbox {slot.sandbox.name} died during trajectory {task_id}; the result is void")
+
     def executor(self, slot: Slot) -> SlotExecutor:
         sb = self._sandboxes.get(slot.sandbox.name)
         if sb is None:
@@ -189,6 +210,14 @@ class SlotPool:
         if sb is None:
             raise SandboxUnavailable(f"slot {slot.id} belongs to a sandbox that is gone")
         return sb.client
+
+    async def artifacts(self, slot: Slot, path: str = ".") -> list[dict]:
+        """The files under `path` in the slot's workspace (path, size, ...)."""
+        return (await self.client(slot).list_artifacts(slot.index, path))["files"]
+
+    async def archive(self, slot: Slot, path: str = ".") -> bytes:
+        """`path` in the slot's workspace as a tar.gz."""
+        return await self.client(slot).archive(slot.index, path)
 
     # -- growing, checking, replacing ---------------------------------------------------------
     def _maybe_scale_up(self) -> None:

@@ -18,10 +18,11 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from backends import BackendConfig, LocalBackendConfig, SlotBackend, make_backend
-from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
+from backends import BackendConfig, LocalBackendConfig, make_backend
+from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.terminal_tasks.tasks import TerminalTask
 from slots.executor import SlotExecutor
+from slots.pool import SlotPool
 
 __all__ = ["TaskSandboxes", "task_image", "write_build_context", "SANDBOX_LAYER"]
 
@@ -91,11 +92,11 @@ class TaskSandboxes:
     def __init__(
         self,
         config: SandboxToolBackendConfig,
-        factory: Callable[[BackendConfig], SlotBackend] = make_backend,
+        factory: Callable[[BackendConfig], SlotPool] = make_backend,
     ) -> None:
         self.config = config
         self.factory = factory
-        self.pools: dict[str | None, SandboxToolBackend] = {}
+        self.pools: dict[str | None, SlotPool] = {}
         self._lock = asyncio.Lock()
 
     @property
@@ -111,7 +112,7 @@ class TaskSandboxes:
         await asyncio.gather(*(p.stop() for p in pools), return_exceptions=True)
 
     def _config_for(self, image: str) -> BackendConfig:
-        backend = self.config.backend
+        backend = self.config.resolved_backend()
         suffix = hashlib.sha1(image.encode()).hexdigest()[:8]
         update: dict[str, object] = {"image": image}
         if hasattr(backend, "job_id"):
@@ -120,15 +121,12 @@ class TaskSandboxes:
             update["pool_name"] = f"{backend.pool_name}-{suffix}"  # Modal: names and tags per pool
         return backend.model_copy(update=update)
 
-    async def _pool(self, image: str | None) -> SandboxToolBackend:
+    async def _pool(self, image: str | None) -> SlotPool:
         key = image if self.per_image else None
         async with self._lock:
             pool = self.pools.get(key)
             if pool is None:
-                backend_config = self.config.backend if key is None else self._config_for(key)
-                pool = SandboxToolBackend(
-                    self.config.model_copy(update={"backend": backend_config}), self.factory(backend_config)
-                )
+                pool = self.factory(self.config.resolved_backend() if key is None else self._config_for(key))
                 await pool.start()
                 self.pools[key] = pool
         return pool

@@ -17,20 +17,19 @@ from typing import Callable
 import pytest
 
 from backends import make_backend
-from backends.base import ExecCall, SlotBackend
 from backends.local import LocalBackendConfig, local_backend
 from backends.modal import ModalBackendConfig, ModalIsolationError, ModalSDKAdapter, modal_backend
 from backends.nomad import NomadBackendConfig, NomadError, NomadHTTP, build_job_spec, nomad_backend
 from backends.testing import MODAL_SANDBOX_CREATE_PARAMS, ModalTestDouble, NomadTestDouble, check_job_spec
 from slots.client import SandboxUnavailable
-from slots.pool import SlotAcquireTimeout, SlotPoolConfig, SlotState
+from slots.pool import SlotAcquireTimeout, SlotPool, SlotPoolConfig, SlotState
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
 class Harness:
-    backend: SlotBackend
+    pool: SlotPool
     pid_of: Callable[[str], int]
     marker: str  # a path every process of this backend has on its command line
     double: object | None = None
@@ -44,7 +43,7 @@ def _pool(**kw) -> SlotPoolConfig:
 def make_harness(kind: str, tmp_path, **pool) -> Harness:
     if kind == "local":
         backend = local_backend(LocalBackendConfig(pool=_pool(**pool), data_root=str(tmp_path / "local")))
-        return Harness(backend, lambda name: backend.provider.pid(next(a for a in backend.pool.sandboxes if a.name == name)), str(tmp_path))
+        return Harness(backend, lambda name: backend.provider.pid(next(a for a in backend.sandboxes if a.name == name)), str(tmp_path))
     if kind == "nomad":
         double = NomadTestDouble(tmp_path / "nomad")
         config = NomadBackendConfig(pool=_pool(**pool), driver="raw_exec", poll_interval_s=0.05, startup_timeout_s=30)
@@ -62,75 +61,75 @@ def count_processes(marker: str) -> int:
 @pytest.fixture(params=["local", "nomad", "modal"])
 async def harness(request, tmp_path):
     h = make_harness(request.param, tmp_path)
-    await h.backend.start()
+    await h.pool.start()
     try:
         yield h
     finally:
-        await h.backend.stop()
+        await h.pool.stop()
         if h.double is not None:
             await h.double.close()
 
 
 async def test_execute_in_a_slot_and_release_resets_it(harness):
-    backend = harness.backend
+    backend = harness.pool
     slot = await backend.acquire()
     assert slot.state is SlotState.BUSY and slot.workspace == "/workspace"
-    result = await backend.execute(slot, ExecCall("echo data > f.txt && cat f.txt && pwd"))
+    result = await backend.executor(slot).exec("echo data > f.txt && cat f.txt && pwd", timeout=30, max_output_bytes=100_000)
     assert result.exit_code == 0 and result.output == "data\n/workspace\n"
     assert [f["path"] for f in await backend.artifacts(slot)] == ["f.txt"]
     await backend.release(slot)
     assert slot.state is SlotState.FREE
     again = [await backend.acquire() for _ in range(2)]
     assert slot in again  # the same slot, handed out again, is empty
-    assert (await backend.execute(slot, ExecCall("ls -A"))).output == ""
+    assert (await backend.executor(slot).exec("ls -A", timeout=30, max_output_bytes=100_000)).output == ""
 
 
 async def test_scales_up_to_max_then_acquire_times_out(harness):
-    backend = harness.backend
-    assert len(backend.pool.sandboxes) == 1
+    backend = harness.pool
+    assert len(backend.sandboxes) == 1
     slots = [await backend.acquire() for _ in range(4)]
-    assert len(backend.pool.sandboxes) == 2
+    assert len(backend.sandboxes) == 2
     assert len({s.sandbox.name for s in slots}) == 2
     with pytest.raises(SlotAcquireTimeout, match="max_sandboxes"):
         await backend.acquire(timeout=0.5)
-    results = await backend.execute_batch([(s, ExecCall(f"echo {i}; echo {i} > mine")) for i, s in enumerate(slots)])
+    results = await asyncio.gather(*(backend.executor(s).exec(f"echo {i}; echo {i} > mine", timeout=30, max_output_bytes=100_000) for i, s in enumerate(slots)))
     assert [r.output for r in results] == [f"{i}\n" for i in range(4)]
     # each slot saw only its own file
-    listing = await backend.execute_batch([(s, ExecCall("cat mine; ls -A | wc -l")) for s in slots])
+    listing = await asyncio.gather(*(backend.executor(s).exec("cat mine; ls -A | wc -l", timeout=30, max_output_bytes=100_000) for s in slots))
     assert [r.output.split() for r in listing] == [[str(i), "1"] for i in range(4)]
     for s in slots:
         await backend.release(s)
 
 
 async def test_killed_sandbox_is_detected_and_its_slots_replaced(harness):
-    backend = harness.backend
+    backend = harness.pool
     slot = await backend.acquire()
     doomed = slot.sandbox.name
     os.kill(harness.pid_of(doomed), signal.SIGKILL)
     with pytest.raises(SandboxUnavailable):
-        await backend.execute(slot, ExecCall("true"))
-    assert await backend.pool.check_now() == 1
-    assert backend.pool.replaced == 1
-    assert doomed not in [a.name for a in backend.pool.sandboxes]
+        await backend.executor(slot).exec("true", timeout=30, max_output_bytes=100_000)
+    assert await backend.check_now() == 1
+    assert backend.replaced == 1
+    assert doomed not in [a.name for a in backend.sandboxes]
     assert slot.state is SlotState.DEAD
     await backend.release(slot)  # releasing a dead slot drops it quietly
     fresh = await backend.acquire()
     assert fresh.sandbox.name != doomed
-    assert (await backend.execute(fresh, ExecCall("echo alive"))).output == "alive\n"
+    assert (await backend.executor(fresh).exec("echo alive", timeout=30, max_output_bytes=100_000)).output == "alive\n"
 
 
 @pytest.mark.slow
 async def test_stop_leaves_no_sandbox_server_or_bwrap_process(tmp_path):
     for kind in ("local", "nomad", "modal"):
         h = make_harness(kind, tmp_path / kind)
-        await h.backend.start()
-        slots = [await h.backend.acquire() for _ in range(3)]
+        await h.pool.start()
+        slots = [await h.pool.acquire() for _ in range(3)]
         # a long command is running in a slot while we shut down
-        running = asyncio.create_task(h.backend.execute(slots[0], ExecCall("sleep 336.5", timeout=60)))
+        running = asyncio.create_task(h.pool.executor(slots[0]).exec("sleep 336.5", timeout=60, max_output_bytes=100_000))
         await asyncio.sleep(0.5)
         assert count_processes(h.marker) >= 2  # 2 servers (+ bwrap of the running command)
         assert count_processes("bwrap.*sleep 336.5") + count_processes("sleep 336.5") >= 1
-        await h.backend.stop()
+        await h.pool.stop()
         with pytest.raises((SandboxUnavailable, asyncio.CancelledError)):
             await running
         if h.double is not None:
@@ -206,41 +205,41 @@ async def test_nomad_retiring_sandbox_k_leaves_every_other_in_use_sandbox_runnin
     for k in range(n):
         h = make_harness("nomad", tmp_path / f"k{k}", min_sandboxes=n, max_sandboxes=n, slots_per_sandbox=1)
         double: NomadTestDouble = h.double
-        await h.backend.start()
+        await h.pool.start()
         try:
-            slots = [await h.backend.acquire() for _ in range(n)]  # every sandbox in use
+            slots = [await h.pool.acquire() for _ in range(n)]  # every sandbox in use
             names = [s.sandbox.name for s in slots]
             assert sorted(names) == [f"hermes-rl-sandboxes-{i}" for i in range(n)]
             pids = {name: h.pid_of(name) for name in names}
-            await h.backend.provider.terminate(slots[k].sandbox)
+            await h.pool.provider.terminate(slots[k].sandbox)
             assert double.jobs.keys() == set(names) - {names[k]}
             others = [s for i, s in enumerate(slots) if i != k]
             for s in others:
                 assert h.pid_of(s.sandbox.name) == pids[s.sandbox.name]  # the same process, untouched
-                assert (await h.backend.execute(s, ExecCall("echo still here"))).output == "still here\n"
+                assert (await h.pool.executor(s).exec("echo still here", timeout=30, max_output_bytes=100_000)).output == "still here\n"
             assert double.running() == n - 1  # and nothing untracked was started in its place
             with pytest.raises(KeyError):
                 h.pid_of(names[k])
         finally:
-            await h.backend.stop()
+            await h.pool.stop()
             await double.close()
 
 
 async def test_nomad_job_per_sandbox_and_orphans_purged(tmp_path):
     h = make_harness("nomad", tmp_path)
     double: NomadTestDouble = h.double
-    crashed = nomad_backend(h.backend.provider.config, double)  # an earlier run that never stopped
+    crashed = nomad_backend(h.pool.provider.config, double)  # an earlier run that never stopped
     await crashed.provider.launch(1)
     assert list(double.jobs) == ["hermes-rl-sandboxes-0"]
-    await h.backend.start()
+    await h.pool.start()
     try:
-        assert h.backend.provider.orphans_removed == 1
-        [await h.backend.acquire() for _ in range(3)]
+        assert h.pool.provider.orphans_removed == 1
+        [await h.pool.acquire() for _ in range(3)]
         registered = [c[1]["ID"] for c in double.calls if c[0] == "register_job"]
         assert registered == ["hermes-rl-sandboxes-0", "hermes-rl-sandboxes-0", "hermes-rl-sandboxes-1"]
         assert all(c[1]["TaskGroups"][0]["Count"] == 1 for c in double.calls if c[0] == "register_job")
         assert not [c for c in double.calls if c[0] == "stop_allocation"]
-        await h.backend.stop()
+        await h.pool.stop()
         purged = [c[1]["job_id"] for c in double.calls if c[0] == "deregister_job" and c[1]["purge"]]
         assert purged[-2:] == ["hermes-rl-sandboxes-0", "hermes-rl-sandboxes-1"]
         assert double.jobs == {} and double.running() == 0
@@ -261,7 +260,7 @@ async def test_nomad_http_uses_the_configured_address_and_token_not_the_environm
     await backend.start()
     try:
         slot = await backend.acquire()
-        assert (await backend.execute(slot, ExecCall("echo via http"))).output == "via http\n"
+        assert (await backend.executor(slot).exec("echo via http", timeout=30, max_output_bytes=100_000)).output == "via http\n"
         name = slot.sandbox.name
         await backend.provider.terminate(slot.sandbox)
         assert name not in double.jobs and ("DELETE", f"/v1/job/{name}", {"purge": "true"}) in double.http_requests
@@ -344,7 +343,7 @@ async def test_modal_moves_to_the_vm_runtime_when_bwrap_cannot_isolate_under_gvi
         assert backend.provider.runtime == "vm" and double.running() == 2
         assert "using the vm runtime" in caplog.text and "RTM_NEWADDR" in caplog.text
         slot = await backend.acquire()
-        assert (await backend.execute(slot, ExecCall("echo isolated"))).output == "isolated\n"
+        assert (await backend.executor(slot).exec("echo isolated", timeout=30, max_output_bytes=100_000)).output == "isolated\n"
     finally:
         await backend.stop()
         await double.close()
@@ -381,15 +380,15 @@ async def test_modal_sandbox_past_its_lifetime_is_replaced(tmp_path):
     backend = modal_backend(ModalBackendConfig(pool=_pool(), lifetime_s=6, create_rate_per_s=50), double)
     await backend.start()
     try:
-        first = backend.pool.sandboxes[0].name
+        first = backend.sandboxes[0].name
         sandbox = next(s for s in double.sandboxes.values() if s.spec.name == first)
         for _ in range(300):  # Modal stops it once `timeout` seconds have passed
             if sandbox.terminated:
                 break
             await asyncio.sleep(0.1)
         assert sandbox.terminated
-        assert await backend.pool.check_now() == 1
-        assert backend.pool.sandboxes[0].name != first
+        assert await backend.check_now() == 1
+        assert backend.sandboxes[0].name != first
     finally:
         await backend.stop()
         await double.close()
@@ -397,18 +396,18 @@ async def test_modal_sandbox_past_its_lifetime_is_replaced(tmp_path):
 
 async def test_health_loop_replaces_a_dead_sandbox_on_its_own(tmp_path):
     h = make_harness("local", tmp_path, health_interval_s=0.3)
-    await h.backend.start()
+    await h.pool.start()
     try:
-        doomed = h.backend.pool.sandboxes[0].name
+        doomed = h.pool.sandboxes[0].name
         os.kill(h.pid_of(doomed), signal.SIGKILL)
         for _ in range(100):
-            if h.backend.pool.replaced:
+            if h.pool.replaced:
                 break
             await asyncio.sleep(0.1)
-        assert h.backend.pool.replaced == 1
-        slot = await h.backend.acquire(timeout=10)
+        assert h.pool.replaced == 1
+        slot = await h.pool.acquire(timeout=10)
         assert slot.sandbox.name != doomed
-        assert (await h.backend.execute(slot, ExecCall("echo up"))).output == "up\n"
+        assert (await h.pool.executor(slot).exec("echo up", timeout=30, max_output_bytes=100_000)).output == "up\n"
     finally:
-        await h.backend.stop()
+        await h.pool.stop()
     assert count_processes(h.marker) == 0

@@ -85,8 +85,7 @@ async def test_oracle_resolves_every_instance_and_noop_none(tmp_path):
             hack = await env.rollout(env.instances[0], model=EditsTheTests())
             assert "1 passed" in json.loads(next(m for m in hack.result.messages if m["role"] == "tool")["content"])["output"]
             assert hack.score == 0.0  # the tests are restored before scoring
-            pool = env.agent_runtime.tool_backend.backend.pool
-            assert all(s.state.value == "free" for s in pool.slots())
+            assert all(s.state.value == "free" for s in env.agent_runtime.tool_backend.slots())
             # Workspaces are built from snapshots this process keeps: nothing in the slots' shared cache.
             assert list((tmp_path / "sandboxes").glob("sb-*/cache/**/*.git")) == []
             # Every scored trajectory was verified, and the test edit was seen and left out.

@@ -10,17 +10,20 @@ import subprocess
 
 import pytest
 
-from backends import LocalBackendConfig
-from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
+from backends import LocalBackendConfig, make_backend
+from environments.sandbox_backend import SandboxToolBackendConfig
 from model_tools import default_registry
 from slots.client import SandboxUnavailable
-from slots.pool import SlotPoolConfig, SlotState
+from slots.pool import SlotAcquireTimeout, SlotPool, SlotPoolConfig, SlotState
 from tools.context import ToolContext
 
 
-def backend_for(tmp_path, *, sandboxes: int, slots: int) -> SandboxToolBackend:
+def backend_for(tmp_path, *, sandboxes: int, slots: int, acquire_timeout_s: float | None = None) -> SlotPool:
     pool = SlotPoolConfig(slots_per_sandbox=slots, min_sandboxes=sandboxes, max_sandboxes=sandboxes, health_interval_s=30)
-    return SandboxToolBackend(SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path))))
+    section = SandboxToolBackendConfig(
+        backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path)), acquire_timeout_s=acquire_timeout_s
+    )
+    return make_backend(section.resolved_backend())
 
 
 async def call(registry, ctx, name, **args) -> dict:
@@ -48,12 +51,11 @@ async def test_32_concurrent_trajectories_on_4_sandboxes_of_8_slots(tmp_path):
         results = await asyncio.gather(*(trajectory(i) for i in range(32)))
         assert results == [str(i * i + i) for i in range(32)]
         assert len(seen_slots) == 32
-        pool = backend.backend.pool
-        assert len(pool.sandboxes) == 4
-        assert all(s.state is SlotState.FREE for s in pool.slots())
+        assert len(backend.sandboxes) == 4
+        assert all(s.state is SlotState.FREE for s in backend.slots())
         # calls that arrived together travelled together
-        batches = sum(sb.batcher.batches_sent for sb in pool._sandboxes.values())
-        calls = sum(sb.batcher.calls_sent for sb in pool._sandboxes.values())
+        batches = sum(sb.batcher.batches_sent for sb in backend._sandboxes.values())
+        calls = sum(sb.batcher.calls_sent for sb in backend._sandboxes.values())
         assert calls == 32 * 3 and batches < calls
     finally:
         await backend.stop()
@@ -93,12 +95,25 @@ async def test_a_sandbox_dying_mid_trajectory_voids_the_trajectory(tmp_path):
     try:
         with pytest.raises(SandboxUnavailable, match="died during trajectory"):
             async with backend.trajectory("t") as executor:
-                provider = backend.backend.provider
+                provider = backend.provider
                 os.kill(provider.pid(executor.slot.sandbox), signal.SIGKILL)
                 with pytest.raises(SandboxUnavailable):
                     await executor.exec("true", timeout=5, max_output_bytes=100)
-        assert backend.backend.pool.replaced == 1
+        assert backend.replaced == 1
         async with backend.trajectory("after") as executor:
             assert (await executor.exec("echo ok", timeout=5, max_output_bytes=100)).output == "ok\n"
+    finally:
+        await backend.stop()
+
+
+async def test_the_sections_acquire_timeout_overrides_the_pools(tmp_path):
+    backend = backend_for(tmp_path, sandboxes=1, slots=1, acquire_timeout_s=0.5)
+    assert backend.config.acquire_timeout_s == 0.5
+    await backend.start()
+    try:
+        async with backend.trajectory("holds the only slot"):
+            with pytest.raises(SlotAcquireTimeout, match="within 0.5s"):
+                async with backend.trajectory("waits"):
+                    pass
     finally:
         await backend.stop()

@@ -18,12 +18,11 @@ from typing import Any
 
 import pytest
 
-from backends import LocalBackendConfig
+from backends import LocalBackendConfig, make_backend
 from environments.agent_loop import AgentLoopConfig, HermesAgentLoop
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
-from environments.sandbox_backend import SandboxToolBackend, SandboxToolBackendConfig
 from model_tools import get_tool_definitions
-from slots.pool import SlotPoolConfig
+from slots.pool import SlotPool, SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tools.context import ToolContext, ToolLimits
 
@@ -56,15 +55,15 @@ async def play(executor, turns: list[list[tuple[str, dict[str, Any]]]], *, time_
     return tool_msgs
 
 
-def sandbox_backend(tmp_path, *, slots: int = 2, sandboxes: int = 1, limits: dict | None = None, **pool) -> SandboxToolBackend:
+def sandbox_backend(tmp_path, *, slots: int = 2, sandboxes: int = 1, limits: dict | None = None, **pool) -> SlotPool:
     config = SlotPoolConfig(slots_per_sandbox=slots, min_sandboxes=sandboxes, max_sandboxes=sandboxes,
                             health_interval_s=30, **pool)
     local = LocalBackendConfig(pool=config, data_root=str(tmp_path / "sb"), **({"limits": limits} if limits else {}))
-    return SandboxToolBackend(SandboxToolBackendConfig(backend=local))
+    return make_backend(local)
 
 
-def server_data_dir(backend: SandboxToolBackend) -> Path:
-    (proc,) = backend.backend.provider._procs.values()
+def server_data_dir(backend: SlotPool) -> Path:
+    (proc,) = backend.provider._procs.values()
     return proc.data_dir
 
 
@@ -78,8 +77,8 @@ async def sandbox(tmp_path):
         await backend.stop()
 
 
-def server_token(backend: SandboxToolBackend) -> str:
-    (sb,) = backend.backend.pool._sandboxes.values()
+def server_token(backend: SlotPool) -> str:
+    (sb,) = backend._sandboxes.values()
     return sb.address.token
 
 

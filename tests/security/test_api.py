@@ -51,7 +51,7 @@ async def test_reset_kills_queued_and_running_commands(tmp_path):
             assert play.last_result.stop_reason == "time_budget"
             t0 = time.monotonic()
         assert time.monotonic() - t0 < 8  # the release (reset) did not wait for the queued sleeps
-        (slot,) = backend.backend.pool.slots()
+        (slot,) = backend.slots()
         assert slot.state.value == "free"
         async with backend.trajectory("next") as ex:
             assert (await ex.exec("echo ok", timeout=5, max_output_bytes=100)).output == "ok\n"
@@ -101,12 +101,11 @@ async def test_a_slot_whose_reset_fails_is_replaced(tmp_path):
         with pytest.raises(SandboxUnavailable):  # its sandbox went away under it: void, run again
             async with backend.trajectory("t") as ex:
                 await ex.write_file("f.txt", b"x")
-                (proc,) = backend.backend.provider._procs.values()
+                (proc,) = backend.provider._procs.values()
                 stuck = proc.data_dir / "slots" / "0"
                 # a workspace the server can neither empty nor move aside
                 subprocess.run(["chattr", "+i", str(stuck)], check=True)
-        pool = backend.backend.pool
-        assert pool.replaced == 1
+        assert backend.replaced == 1
         async with backend.trajectory("next") as ex:
             assert (await ex.exec("ls -A; echo ok", timeout=5, max_output_bytes=100)).output == "ok\n"
     finally:

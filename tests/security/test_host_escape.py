@@ -107,10 +107,9 @@ async def test_fifo_reads_in_one_slot_do_not_freeze_the_others(sandbox, tmp_path
         msgs = await asyncio.wait_for(attack, 30)
         assert all("error" in m["result"] for m in msgs[1:])
     # both slots were reset and came back
-    pool = sandbox.backend.pool
-    assert all(s.state.value == "free" for s in pool.slots())
-    (sb,) = pool._sandboxes.values()
-    proc = sandbox.backend.provider._procs[sb.address.name].proc
+    assert all(s.state.value == "free" for s in sandbox.slots())
+    (sb,) = sandbox._sandboxes.values()
+    proc = sandbox.provider._procs[sb.address.name].proc
     proc.send_signal(signal.SIGTERM)
     await asyncio.wait_for(proc.wait(), 10)
 

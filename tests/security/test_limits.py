@@ -61,7 +61,7 @@ async def test_limits_trip_at_their_configured_values(tmp_path):
         assert "No space left on device" in out[3] and out[3].split()[-1] == str(8 * MiB)
         assert out[4].split()[-1] == str(12 * MiB) and "rc=153" in out[4]  # SIGXFSZ
         assert "rc=152" in out[5]  # SIGXCPU after 1 s of CPU
-        health = await backend.backend.pool.client(ex.slot).health()
+        health = await backend.client(ex.slot).health()
         enforced = health["enforced"]
         assert enforced["max_processes"]["value"] == 40 and enforced["max_memory_bytes"]["value"] == 256 * MiB
         assert enforced["tmp_bytes"]["value"] == 8 * MiB and enforced["cache"] == "read-only"
