@@ -67,16 +67,18 @@ from tools.web import WebConfig
 __all__ = ["BatchConfig", "DISTRIBUTIONS", "sample_toolsets", "load_prompts", "run_batch", "main"]
 
 # Probability that each toolset is offered to a prompt. Names are public API (--distribution).
-DISTRIBUTIONS: MappingProxyType[str, MappingProxyType[str, float]] = MappingProxyType({
-    name: MappingProxyType(dist)
-    for name, dist in {
-        "default": {"terminal": 1.0, "file": 1.0, "python": 1.0, "web": 1.0},
-        "research": {"web": 1.0, "python": 0.6, "file": 0.4},
-        "coding": {"terminal": 1.0, "file": 1.0, "python": 0.8},
-        "math": {"python": 1.0},
-        "mixed": {"terminal": 0.5, "file": 0.5, "python": 0.5, "web": 0.5},
-    }.items()
-})
+DISTRIBUTIONS: MappingProxyType[str, MappingProxyType[str, float]] = MappingProxyType(
+    {
+        name: MappingProxyType(dist)
+        for name, dist in {
+            "default": {"terminal": 1.0, "file": 1.0, "python": 1.0, "web": 1.0},
+            "research": {"web": 1.0, "python": 0.6, "file": 0.4},
+            "coding": {"terminal": 1.0, "file": 1.0, "python": 0.8},
+            "math": {"python": 1.0},
+            "mixed": {"terminal": 0.5, "file": 0.5, "python": 0.5, "web": 0.5},
+        }.items()
+    }
+)
 
 _LOOP = AgentLoopConfig()
 
@@ -94,7 +96,9 @@ class BatchConfig(BaseModel):
     token_server: TokenServerChoice = Field(
         "off", description="token mode on request: the server's token protocol (auto: llamacpp for the embedded model)"
     )
-    api_key: SecretStr | None = Field(None, description="Model server key (default: $OPENAI_API_KEY, else a placeholder)")
+    api_key: SecretStr | None = Field(
+        None, description="Model server key (default: $OPENAI_API_KEY, else a placeholder)"
+    )
     output_dir: Path = Path("runs")
     resume: bool = False
     concurrency: int = Field(8, ge=1)
@@ -116,7 +120,9 @@ class BatchConfig(BaseModel):
     tool_call_parser: str | None = "hermes"
     extra_body: dict[str, Any] = Field(default_factory=dict)
     tool_limits: ToolLimits = Field(default_factory=ToolLimits)
-    tool_backend: Literal["local", "sandbox"] = Field("local", description="Where tools run: local processes or sandbox slots")
+    tool_backend: Literal["local", "sandbox"] = Field(
+        "local", description="Where tools run: local processes or sandbox slots"
+    )
     workspace: LocalToolBackendConfig = Field(default_factory=LocalToolBackendConfig)
     sandbox: SandboxToolBackendConfig = Field(default_factory=SandboxToolBackendConfig)
     web: WebConfig = Field(default_factory=WebConfig)
@@ -133,14 +139,28 @@ class BatchConfig(BaseModel):
         return os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
 
     def runtime_config(self) -> RuntimeConfig:
-        server = ModelServer(base_url=self.base_url, model=self.model, api_key=self.resolved_api_key(),
-                             timeout_s=self.request_timeout_s)
-        loop = AgentLoopConfig(max_turns=self.max_turns, time_budget_s=self.time_budget_s,
-                               temperature=self.temperature, max_tokens=self.max_tokens)
-        return RuntimeConfig(servers=[server], token_server=self.token_server, tool_call_parser=self.tool_call_parser,
-                             extra_body=self.extra_body, model_max_retries=self.request_retries, loop=loop,
-                             tool_limits=self.tool_limits, tool_backend=self.tool_backend, workspace=self.workspace,
-                             sandbox=self.sandbox, web=self.web)
+        server = ModelServer(
+            base_url=self.base_url, model=self.model, api_key=self.resolved_api_key(), timeout_s=self.request_timeout_s
+        )
+        loop = AgentLoopConfig(
+            max_turns=self.max_turns,
+            time_budget_s=self.time_budget_s,
+            temperature=self.temperature,
+            max_tokens=self.max_tokens,
+        )
+        return RuntimeConfig(
+            servers=[server],
+            token_server=self.token_server,
+            tool_call_parser=self.tool_call_parser,
+            extra_body=self.extra_body,
+            model_max_retries=self.request_retries,
+            loop=loop,
+            tool_limits=self.tool_limits,
+            tool_backend=self.tool_backend,
+            workspace=self.workspace,
+            sandbox=self.sandbox,
+            web=self.web,
+        )
 
 
 class BatchError(RuntimeError):
@@ -165,7 +185,9 @@ def load_prompts(path: Path) -> list[Prompt]:
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise BatchError(f"{path}:{n} is not JSON ({exc.msg}); each line must be an object with a 'prompt'") from exc
+            raise BatchError(
+                f"{path}:{n} is not JSON ({exc.msg}); each line must be an object with a 'prompt'"
+            ) from exc
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) or not row["prompt"].strip():
             raise BatchError(f"{path}:{n} has no non-empty string 'prompt'")
         pid = str(row.get("id", f"line-{n}"))
@@ -192,6 +214,7 @@ def sample_toolsets(distribution: str, prompt_id: str, seed: int) -> list[str]:
 
 # ---- the output file ---------------------------------------------------------------------
 
+
 def recover_output(path: Path) -> set[str]:
     """Ids already recorded; a torn last line (killed mid-write) is cut off."""
     if not path.exists():
@@ -208,7 +231,9 @@ def recover_output(path: Path) -> set[str]:
         try:
             pid = json.loads(line)["prompt_id"]
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
-            raise BatchError(f"{path}:{n} is not a result line ({exc}); move the file away or pick another --run_name") from exc
+            raise BatchError(
+                f"{path}:{n} is not a result line ({exc}); move the file away or pick another --run_name"
+            ) from exc
         if pid in done:
             raise BatchError(f"{path}:{n} records {pid!r} twice; the output was edited by hand")
         done.add(pid)
@@ -234,8 +259,16 @@ class LineWriter:
 
 # ---- one prompt ----------------------------------------------------------------------------
 
-def result_record(prompt: Prompt, toolsets: list[str], tools: list[dict[str, Any]], result: AgentResult,
-                  attempts: int, model: str, token_trace: Any = None) -> dict[str, Any]:
+
+def result_record(
+    prompt: Prompt,
+    toolsets: list[str],
+    tools: list[dict[str, Any]],
+    result: AgentResult,
+    attempts: int,
+    model: str,
+    token_trace: Any = None,
+) -> dict[str, Any]:
     usage: Counter[str] = Counter()
     for turn in result.turns:
         for key, value in (turn.usage or {}).items():
@@ -260,8 +293,11 @@ def result_record(prompt: Prompt, toolsets: list[str], tools: list[dict[str, Any
         "model": model,
         "metadata": prompt.extra,
         # Token mode: the exact ids the model saw and sampled, masks (-100: not trained) and logprobs.
-        **({"token_sequences": [{"tokens": t, "masks": m, "logprobs": lp} for t, m, lp in trace_items(token_trace)]}
-           if token_trace is not None else {}),
+        **(
+            {"token_sequences": [{"tokens": t, "masks": m, "logprobs": lp} for t, m, lp in trace_items(token_trace)]}
+            if token_trace is not None
+            else {}
+        ),
     }
 
 
@@ -280,8 +316,10 @@ class Progress:
         rate = self.done / elapsed if elapsed > 0 else 0.0
         left = self.total - self.already - self.done - self.failed
         eta = f"{left / rate:.0f}s" if rate > 0 else "?"
-        return (f"[{self.already + self.done}/{self.total}] done {self.done} failed {self.failed} "
-                f"retries {self.retries} | {rate:.2f}/s | ETA {eta}")
+        return (
+            f"[{self.already + self.done}/{self.total}] done {self.done} failed {self.failed} "
+            f"retries {self.retries} | {rate:.2f}/s | ETA {eta}"
+        )
 
 
 class Runner:
@@ -294,7 +332,9 @@ class Runner:
     async def run_prompt(self, prompt: Prompt, progress: Progress) -> tuple[dict[str, Any] | None, str | None, int]:
         """(record, None, attempts) on an outcome of the model's; (None, error, attempts) when infrastructure failed every try."""
         c = self.config
-        toolsets = prompt.toolsets if prompt.toolsets is not None else sample_toolsets(c.distribution, prompt.id, c.seed)
+        toolsets = (
+            prompt.toolsets if prompt.toolsets is not None else sample_toolsets(c.distribution, prompt.id, c.seed)
+        )
         tools = self.runtime.tool_schemas(toolsets)
         messages = [{"role": "system", "content": c.system_prompt}, {"role": "user", "content": prompt.text}]
         rollout: Rollout = await self.runtime.rollout(
@@ -303,8 +343,9 @@ class Runner:
         progress.retries += rollout.attempts - 1
         if rollout.infrastructure_failure or rollout.result is None:
             return None, rollout.error or "infrastructure failure", rollout.attempts
-        record = result_record(prompt, toolsets, tools, rollout.result, rollout.attempts, c.model,
-                               rollout.extras.get("token_trace"))
+        record = result_record(
+            prompt, toolsets, tools, rollout.result, rollout.attempts, c.model, rollout.extras.get("token_trace")
+        )
         return record, None, rollout.attempts
 
 
@@ -335,13 +376,17 @@ async def run_batch(
     run_dir = config.run_dir
     out_path = run_dir / "trajectories.jsonl"
     if out_path.exists() and out_path.stat().st_size and not config.resume:
-        raise BatchError(f"{out_path} already has results; pass --resume to continue that run or choose another --run_name")
+        raise BatchError(
+            f"{out_path} already has results; pass --resume to continue that run or choose another --run_name"
+        )
     run_dir.mkdir(parents=True, exist_ok=True)
     done_ids = recover_output(out_path)
     known = {p.id for p in prompts}
     if done_ids - known:
-        raise BatchError(f"{out_path} has results for {len(done_ids - known)} ids not in {config.dataset_file}; "
-                         "is this the same dataset?")
+        raise BatchError(
+            f"{out_path} has results for {len(done_ids - known)} ids not in {config.dataset_file}; "
+            "is this the same dataset?"
+        )
     (run_dir / "run_config.json").write_text(config.model_dump_json(indent=2, exclude={"api_key"}))
     pending = [p for p in prompts if p.id not in done_ids]
     runtime = AgentRuntime(config.runtime_config(), model=model)
@@ -350,7 +395,9 @@ async def run_batch(
         ts = p.toolsets if p.toolsets is not None else sample_toolsets(config.distribution, p.id, config.seed)
         unknown = set(ts) - registry.toolsets
         if unknown:
-            raise BatchError(f"prompt {p.id!r} asks for unknown toolsets {sorted(unknown)}; known: {sorted(registry.toolsets)}")
+            raise BatchError(
+                f"prompt {p.id!r} asks for unknown toolsets {sorted(unknown)}; known: {sorted(registry.toolsets)}"
+            )
 
     progress = Progress(total=len(prompts), already=len(done_ids))
     wall_started = time.monotonic()
@@ -396,8 +443,13 @@ async def run_batch(
             stream.write("\n")
         print(progress.line(), file=stream, flush=True)
     stats = compute_stats(out_path, total_prompts=len(prompts))
-    stats["session"] = {"wall_time_s": round(time.monotonic() - wall_started, 3), "ran": len(pending),
-                        "recorded": progress.done, "infra_failed": progress.failed, "retries": progress.retries}
+    stats["session"] = {
+        "wall_time_s": round(time.monotonic() - wall_started, 3),
+        "ran": len(pending),
+        "recorded": progress.done,
+        "infra_failed": progress.failed,
+        "retries": progress.retries,
+    }
     (run_dir / "stats.json").write_text(json.dumps(stats, indent=2))
     if progress.consecutive_failures >= config.max_consecutive_failures and not queue.empty():
         raise BatchError(
@@ -409,7 +461,9 @@ async def run_batch(
 
 def compute_stats(out_path: Path, total_prompts: int) -> dict[str, Any]:
     """Statistics over every recorded trajectory of the run (all sessions)."""
-    records = [json.loads(line) for line in out_path.read_text(encoding="utf-8").splitlines()] if out_path.exists() else []
+    records = (
+        [json.loads(line) for line in out_path.read_text(encoding="utf-8").splitlines()] if out_path.exists() else []
+    )
     calls: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     stops: Counter[str] = Counter()
@@ -432,13 +486,21 @@ def compute_stats(out_path: Path, total_prompts: int) -> dict[str, Any]:
         "missing": total_prompts - n,
         "completed": sum(1 for r in records if r["completed"]),
         "stop_reasons": dict(stops),
-        "tools": {name: {"calls": calls[name], "errors": errors[name],
-                         "error_rate": round(errors[name] / calls[name], 4) if calls[name] else 0.0}
-                  for name in sorted(calls | errors)},
+        "tools": {
+            name: {
+                "calls": calls[name],
+                "errors": errors[name],
+                "error_rate": round(errors[name] / calls[name], 4) if calls[name] else 0.0,
+            }
+            for name in sorted(calls | errors)
+        },
         "toolsets_offered": dict(toolsets),
         "turns": {"total": sum(turns), "mean": round(sum(turns) / n, 3) if n else 0.0, "max": max(turns, default=0)},
         "tokens": {**dict(tokens), "mean_completion": round(tokens["completion_tokens"] / n, 1) if n else 0.0},
-        "trajectory_time_s": {"total": round(math.fsum(durations), 3), "mean": round(math.fsum(durations) / n, 3) if n else 0.0},
+        "trajectory_time_s": {
+            "total": round(math.fsum(durations), 3),
+            "mean": round(math.fsum(durations) / n, 3) if n else 0.0,
+        },
         "format_errors": sum(r.get("format_errors", 0) for r in records),
     }
 
@@ -447,15 +509,26 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     p = argparse.ArgumentParser(prog="batch_runner.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--dataset_file", type=Path, required=True)
     p.add_argument("--run_name", required=True)
-    p.add_argument("--model", default=None, help=f"model name (required with --base_url; default: {EMBEDDED_MODEL_NAME})")
-    p.add_argument("--base_url", default=EMBEDDED,
-                   help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (default: the embedded model)")
-    p.add_argument("--token_server", default="off", choices=list(get_args(TokenServerChoice)),
-                   help="token mode: record exact token ids, masks and logprobs through the server's token protocol "
-                   "(auto: llamacpp for the embedded model, else from vllm/sglang); off: chat mode")
+    p.add_argument(
+        "--model", default=None, help=f"model name (required with --base_url; default: {EMBEDDED_MODEL_NAME})"
+    )
+    p.add_argument(
+        "--base_url",
+        default=EMBEDDED,
+        help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (default: the embedded model)",
+    )
+    p.add_argument(
+        "--token_server",
+        default="off",
+        choices=list(get_args(TokenServerChoice)),
+        help="token mode: record exact token ids, masks and logprobs through the server's token protocol "
+        "(auto: llamacpp for the embedded model, else from vllm/sglang); off: chat mode",
+    )
     p.add_argument("--api_key", default=None, help="default: $OPENAI_API_KEY")
     p.add_argument("--output_dir", type=Path, default=Path("runs"))
-    p.add_argument("--resume", action="store_true", help="continue a killed run: run only prompts not yet in the output")
+    p.add_argument(
+        "--resume", action="store_true", help="continue a killed run: run only prompts not yet in the output"
+    )
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--distribution", default="default", help=f"toolset distribution: {', '.join(DISTRIBUTIONS)}")
     p.add_argument("--seed", type=int, default=0)
@@ -467,13 +540,23 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     p.add_argument("--retry_backoff_s", type=float, default=1.0)
     p.add_argument("--request_retries", type=int, default=2)
     p.add_argument("--system_prompt", default=DEFAULT_SYSTEM_PROMPT)
-    p.add_argument("--tool_call_parser", default="hermes", help="parser for tool calls returned as text ('none' disables)")
+    p.add_argument(
+        "--tool_call_parser", default="hermes", help="parser for tool calls returned as text ('none' disables)"
+    )
     p.add_argument("--extra_body", default="{}", help="JSON object merged into every chat request")
     p.add_argument("--web_backend", choices=["auto", "offline", "tavily"], default="auto")
-    p.add_argument("--tool_backend", choices=["local", "sandbox"], default="local",
-                   help="sandbox: each prompt's tools run in an isolated sandbox slot (bubblewrap locally)")
-    p.add_argument("--gc_profile", choices=["default", "throughput"], default="default",
-                   help="throughput: collector settings for thousands of concurrent trajectories (environments/gc_tuning.py)")
+    p.add_argument(
+        "--tool_backend",
+        choices=["local", "sandbox"],
+        default="local",
+        help="sandbox: each prompt's tools run in an isolated sandbox slot (bubblewrap locally)",
+    )
+    p.add_argument(
+        "--gc_profile",
+        choices=["default", "throughput"],
+        default="default",
+        help="throughput: collector settings for thousands of concurrent trajectories (environments/gc_tuning.py)",
+    )
     a = p.parse_args(argv)
     if a.model is None:
         if a.base_url != EMBEDDED:
@@ -483,10 +566,15 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
         extra_body = json.loads(a.extra_body)
     except json.JSONDecodeError as exc:
         p.error(f"--extra_body is not JSON: {exc}")
-    values = {k: v for k, v in vars(a).items() if k not in ("extra_body", "web_backend", "tool_call_parser", "gc_profile")}
+    values = {
+        k: v for k, v in vars(a).items() if k not in ("extra_body", "web_backend", "tool_call_parser", "gc_profile")
+    }
     try:
         return BatchConfig(
-            **values, extra_body=extra_body, web=WebConfig(backend=a.web_backend), gc=GCConfig(profile=a.gc_profile),
+            **values,
+            extra_body=extra_body,
+            web=WebConfig(backend=a.web_backend),
+            gc=GCConfig(profile=a.gc_profile),
             tool_call_parser=None if a.tool_call_parser == "none" else a.tool_call_parser,
         )
     except ValueError as exc:
@@ -512,8 +600,11 @@ def main(argv: list[str] | None = None) -> int:
         loop.close()
     print(f"wrote {config.run_dir / 'trajectories.jsonl'} and {config.run_dir / 'stats.json'}")
     if stats["missing"]:
-        print(f"{stats['missing']} prompts have no result (infrastructure failures, see infra_failures.jsonl); "
-              f"rerun with --resume to retry them", file=sys.stderr)
+        print(
+            f"{stats['missing']} prompts have no result (infrastructure failures, see infra_failures.jsonl); "
+            f"rerun with --resume to retry them",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

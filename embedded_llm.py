@@ -531,7 +531,9 @@ def _tokenizer_files(gguf_path: Path, chat_template: str | None) -> dict[str, st
     merges = [tuple(m.split(" ", 1)) for m in f["tokenizer.ggml.merges"]]
 
     tok = Tokenizer(models.BPE(vocab={t: i for i, t in enumerate(tokens)}, merges=merges, fuse_unk=False))
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=bool(f.get("tokenizer.ggml.add_space_prefix")), use_regex=True)
+    byte_level = pre_tokenizers.ByteLevel(
+        add_prefix_space=bool(f.get("tokenizer.ggml.add_space_prefix")), use_regex=True
+    )
     if _PRE_TOKENIZERS[pre] == "digits+bytelevel":
         tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True), byte_level])
     else:
@@ -562,7 +564,9 @@ def _tokenizer_files(gguf_path: Path, chat_template: str | None) -> dict[str, st
     else:
         tok.post_processor = processors.ByteLevel(trim_offsets=False)
 
-    special_map = {k: v for k, v in (("bos_token", bos), ("eos_token", eos), ("unk_token", unk), ("pad_token", pad)) if v}
+    special_map = {
+        k: v for k, v in (("bos_token", bos), ("eos_token", eos), ("unk_token", unk), ("pad_token", pad)) if v
+    }
     template = chat_template if chat_template is not None else f.get("tokenizer.chat_template")
     ctx_len = next((int(v) for k, v in f.items() if k.endswith(".context_length")), None)
     config: dict[str, Any] = {

@@ -68,9 +68,15 @@ def read_conversations(path: Path) -> Iterator[Conversation]:
             if not isinstance(row, dict):
                 row = {}
             if "prompt_id" in row and isinstance(row.get("messages"), list):
-                meta = {k: row[k] for k in ("stop_reason", "completed", "toolsets", "model", "turns", "usage", "tool_calls") if k in row}
+                meta = {
+                    k: row[k]
+                    for k in ("stop_reason", "completed", "toolsets", "model", "turns", "usage", "tool_calls")
+                    if k in row
+                }
                 meta.update(row.get("metadata") or {})
-                yield Conversation(str(row["prompt_id"]), row["messages"], row.get("tools") or [], "batch_runner", None, meta)
+                yield Conversation(
+                    str(row["prompt_id"]), row["messages"], row.get("tools") or [], "batch_runner", None, meta
+                )
             elif isinstance(row.get("scores"), list) and isinstance(row.get("messages"), list):
                 infos = row.get("rollout_info") or [{} for _ in row["messages"]]
                 for i, (messages, score) in enumerate(zip(row["messages"], row["scores"])):
@@ -78,10 +84,14 @@ def read_conversations(path: Path) -> Iterator[Conversation]:
                         raise ValueError(f"{path}:{n}: messages[{i}] is not a list of chat messages")
                     info = dict(infos[i]) if i < len(infos) else {}
                     task = info.get("task_id", "item")
-                    yield Conversation(f"{task}#{n}.{i}", messages, row.get("tools") or [], "process", float(score), info)
+                    yield Conversation(
+                        f"{task}#{n}.{i}", messages, row.get("tools") or [], "process", float(score), info
+                    )
             else:
-                raise ValueError(f"{path}:{n} is neither a batch_runner result (prompt_id, messages) "
-                                 "nor a process group (messages, scores)")
+                raise ValueError(
+                    f"{path}:{n} is neither a batch_runner result (prompt_id, messages) "
+                    "nor a process group (messages, scores)"
+                )
 
 
 def _arguments(raw: Any) -> Any:
@@ -111,8 +121,16 @@ def canonical_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
             calls = []
             for call in c["tool_calls"]:
                 ids[call.get("id", "")] = f"call_{len(ids)}"
-                calls.append({"id": ids[call.get("id", "")], "type": "function",
-                              "function": {"name": call["function"]["name"], "arguments": _arguments(call["function"].get("arguments"))}})
+                calls.append(
+                    {
+                        "id": ids[call.get("id", "")],
+                        "type": "function",
+                        "function": {
+                            "name": call["function"]["name"],
+                            "arguments": _arguments(call["function"].get("arguments")),
+                        },
+                    }
+                )
             c["tool_calls"] = calls
         elif "tool_calls" in c:
             del c["tool_calls"]
@@ -163,8 +181,13 @@ def sharegpt_to_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
                 call_id = f"call_{count}"
                 count += 1
                 pending.append(call_id)
-                calls.append({"id": call_id, "type": "function",
-                              "function": {"name": body["name"], "arguments": _arguments_str(body["arguments"])}})
+                calls.append(
+                    {
+                        "id": call_id,
+                        "type": "function",
+                        "function": {"name": body["name"], "arguments": _arguments_str(body["arguments"])},
+                    }
+                )
             start = value.find("<tool_call>\n") if calls else -1
             # to_sharegpt joins the content and the call blocks with one newline
             content = (value if start < 0 else value[: max(start - 1, 0)]) or None
@@ -177,14 +200,21 @@ def sharegpt_to_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
             if match is None:
                 raise ValueError(f"tool turn is not a <tool_response> block: {value[:80]!r}")
             body = json.loads(match.group(1))
-            messages.append({"role": "tool", "tool_call_id": pending.pop(0) if pending else None,
-                             "name": body["name"], "content": body["content"]})
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": pending.pop(0) if pending else None,
+                    "name": body["name"],
+                    "content": body["content"],
+                }
+            )
         else:
             messages.append({"role": {"system": "system", "human": "user"}[kind], "content": value})
     return messages
 
 
 # ---- OpenAI messages + tools --------------------------------------------------------------
+
 
 def to_openai(conv: Conversation) -> dict[str, Any]:
     messages = [{k: m[k] for k in _OPENAI_KEYS if k in m} for m in conv.messages]
@@ -195,6 +225,7 @@ def to_openai(conv: Conversation) -> dict[str, Any]:
 
 
 # ---- unified trajectory -------------------------------------------------------------------
+
 
 def to_trajectory(conv: Conversation, domain: str | None = None) -> dict[str, Any]:
     msgs = conv.messages
@@ -219,15 +250,17 @@ def to_trajectory(conv: Conversation, domain: str | None = None) -> dict[str, An
             error = None
             if isinstance(content, str) and content.startswith('{"error"'):
                 error = _arguments(content).get("error") if isinstance(_arguments(content), dict) else None
-            actions.append({
-                "step": len(actions) + 1,
-                "turn": turn,
-                "tool": call["function"]["name"],
-                "arguments": _arguments(call["function"].get("arguments")),
-                "result": content,
-                "error": error,
-                "thought": m.get("content"),
-            })
+            actions.append(
+                {
+                    "step": len(actions) + 1,
+                    "turn": turn,
+                    "tool": call["function"]["name"],
+                    "arguments": _arguments(call["function"].get("arguments")),
+                    "result": content,
+                    "error": error,
+                    "thought": m.get("content"),
+                }
+            )
         turn += 1
     metadata = {**conv.metadata, "system": system, "tools": conv.tools, "source": conv.source, "score": conv.score}
     return {
@@ -250,8 +283,14 @@ def trajectory_to_messages(traj: dict[str, Any]) -> list[dict[str, Any]]:
         by_turn.setdefault(action["turn"], []).append(action)
     for turn in sorted(by_turn):
         actions = by_turn[turn]
-        calls = [{"id": f"call_{a['step'] - 1}", "type": "function",
-                  "function": {"name": a["tool"], "arguments": _arguments_str(a["arguments"])}} for a in actions]
+        calls = [
+            {
+                "id": f"call_{a['step'] - 1}",
+                "type": "function",
+                "function": {"name": a["tool"], "arguments": _arguments_str(a["arguments"])},
+            }
+            for a in actions
+        ]
         messages.append({"role": "assistant", "content": actions[0]["thought"], "tool_calls": calls})
         for a, call in zip(actions, calls):
             if a["result"] is not None:
@@ -303,22 +342,29 @@ def build_tool_sft(
             for tool in dict.fromkeys(a["tool"] for a in actions):
                 if skip_failed_calls and any(a["error"] for a in actions if a["tool"] == tool):
                     continue
-                example = {"task_id": traj["task_id"], "tool": tool, "messages": messages[: position + 1],
-                           "tools": traj["metadata"].get("tools") or []}
+                example = {
+                    "task_id": traj["task_id"],
+                    "tool": tool,
+                    "messages": messages[: position + 1],
+                    "tools": traj["metadata"].get("tools") or [],
+                }
                 sets.setdefault(tool, {"train": [], "val": []})[split].append(example)
     manifest = {tool: {s: len(rows) for s, rows in parts.items()} for tool, parts in sorted(sets.items())}
     out_dir.mkdir(parents=True, exist_ok=True)
     for tool, parts in sets.items():
         (out_dir / tool).mkdir(exist_ok=True)
         for split, rows in parts.items():
-            (out_dir / tool / f"{split}.jsonl").write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+            (out_dir / tool / f"{split}.jsonl").write_text(
+                "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+            )
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
 
 
 def _records(args: argparse.Namespace) -> list[dict[str, Any]]:
-    convert = {"sharegpt": to_sharegpt, "openai": to_openai,
-               "trajectory": lambda c: to_trajectory(c, args.domain)}[args.format]
+    convert = {"sharegpt": to_sharegpt, "openai": to_openai, "trajectory": lambda c: to_trajectory(c, args.domain)}[
+        args.format
+    ]
     return [convert(c) for c in read_conversations(args.input)]
 
 
@@ -330,7 +376,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--val_fraction", type=float, default=0.1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--min_score", type=float, default=None, help="sft: only trajectories scoring at least this")
-    parser.add_argument("--domain", default=None, help="trajectory/sft: domain of every record (default: from metadata)")
+    parser.add_argument(
+        "--domain", default=None, help="trajectory/sft: domain of every record (default: from metadata)"
+    )
     args = parser.parse_args(argv)
     # Everything is read and converted before anything is written: bad input leaves no output behind.
     try:
@@ -342,8 +390,9 @@ def main(argv: list[str] | None = None) -> int:
             trajectories = [to_trajectory(c, args.domain) for c in read_conversations(args.input)]
             if args.output.exists() and any(args.output.iterdir()):
                 raise ValueError(f"{args.output} exists and is not empty; give a new directory for the SFT sets")
-            manifest = build_tool_sft(trajectories, args.output, val_fraction=args.val_fraction, seed=args.seed,
-                                      min_score=args.min_score)
+            manifest = build_tool_sft(
+                trajectories, args.output, val_fraction=args.val_fraction, seed=args.seed, min_score=args.min_score
+            )
             print(json.dumps(manifest))
             return 0
         records = _records(args)

@@ -18,7 +18,9 @@ from slots.pool import SlotPool
 
 __all__ = ["BackendConfig", "LocalBackendConfig", "NomadBackendConfig", "ModalBackendConfig", "make_backend"]
 
-BackendConfig = Annotated[Union[LocalBackendConfig, NomadBackendConfig, ModalBackendConfig], Field(discriminator="kind")]
+BackendConfig = Annotated[
+    Union[LocalBackendConfig, NomadBackendConfig, ModalBackendConfig], Field(discriminator="kind")
+]
 
 
 def make_backend(config: LocalBackendConfig | NomadBackendConfig | ModalBackendConfig) -> SlotPool:

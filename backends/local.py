@@ -27,9 +27,12 @@ class LocalBackendConfig(BaseModel):
     bwrap: str = "bwrap"
     limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
 
-
     def limits_args(self) -> list[str]:
-        return [w for k, v in self.limits.model_dump(exclude_none=True).items() for w in (f"--{k.replace('_', '-')}", str(v))]
+        return [
+            w
+            for k, v in self.limits.model_dump(exclude_none=True).items()
+            for w in (f"--{k.replace('_', '-')}", str(v))
+        ]
 
 
 class LocalSandboxProvider:

@@ -51,9 +51,13 @@ class ModalBackendConfig(BaseModel):
     pool: SlotPoolConfig = Field(default_factory=SlotPoolConfig)
     app_name: str = "hermes-rl-sandboxes"
     pool_name: str = Field("default", description="Tags and names this pool's sandboxes, to find orphans")
-    image: str | None = Field(None, description="A registry image built from our Dockerfile; None: Modal builds `dockerfile`")
+    image: str | None = Field(
+        None, description="A registry image built from our Dockerfile; None: Modal builds `dockerfile`"
+    )
     dockerfile: str = Field(str(DOCKERFILE), description="Built with Image.from_dockerfile (context: its directory)")
-    runtime: Literal["gvisor", "vm"] | None = Field(None, description="Modal's sandbox runtime (modal>=1.6.0); None: Modal's default, gVisor")
+    runtime: Literal["gvisor", "vm"] | None = Field(
+        None, description="Modal's sandbox runtime (modal>=1.6.0); None: Modal's default, gVisor"
+    )
     isolation_fallback: Literal["vm", "fail"] = Field(
         "vm", description="When bubblewrap cannot isolate under the runtime: move to the VM runtime, or fail"
     )
@@ -127,7 +131,9 @@ class ModalSDKAdapter:
             try:
                 import modal  # noqa: PLC0415 - optional extra, imported only when Modal is chosen
             except ImportError as exc:
-                raise ImportError(f"the Modal backend needs the modal SDK: pip install 'hermes-rl[modal]' (modal>={MODAL_MIN_VERSION})") from exc
+                raise ImportError(
+                    f"the Modal backend needs the modal SDK: pip install 'hermes-rl[modal]' (modal>={MODAL_MIN_VERSION})"
+                ) from exc
             sdk = modal
         self._modal = sdk
         self._apps: dict[str, Any] = {}
@@ -308,19 +314,26 @@ class ModalSandboxProvider:
                 await self.terminate(address)
                 runtime = self.runtime or "default (gVisor)"
                 if self.runtime == "vm" or self.config.isolation_fallback == "fail":
-                    todo = "no runtime is left to try" if self.runtime == "vm" else "set `runtime: vm` or `isolation_fallback: vm`"
+                    todo = (
+                        "no runtime is left to try"
+                        if self.runtime == "vm"
+                        else "set `runtime: vm` or `isolation_fallback: vm`"
+                    )
                     raise ModalIsolationError(
                         f"bubblewrap cannot isolate commands in Modal sandboxes under the {runtime} runtime: {problem}; {todo}"
                     )
-                log.warning("bubblewrap cannot isolate under Modal's %s runtime (%s); using the vm runtime",
-                            runtime, problem)
+                log.warning(
+                    "bubblewrap cannot isolate under Modal's %s runtime (%s); using the vm runtime", runtime, problem
+                )
                 self.runtime = "vm"
         return await self._create()
 
     async def _create(self) -> SandboxAddress:
         assert self._app_id is not None, "start() first"
         if not self._free_numbers:
-            raise RuntimeError(f"all {self.config.pool.max_sandboxes} sandbox names of pool {self.config.pool_name!r} are in use")
+            raise RuntimeError(
+                f"all {self.config.pool.max_sandboxes} sandbox names of pool {self.config.pool_name!r} are in use"
+            )
         number = self._free_numbers.pop(0)
         name = self.name(number)
         try:

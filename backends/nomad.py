@@ -216,8 +216,10 @@ class NomadSandboxProvider:
                 while True:
                     for stub in await self.api.job_allocations(job_id):
                         if stub.get("ClientStatus") == "failed":
-                            raise NomadError(f"the allocation of sandbox job {job_id} failed while starting; "
-                                             f"see `nomad alloc status {stub['ID'][:8]}`")
+                            raise NomadError(
+                                f"the allocation of sandbox job {job_id} failed while starting; "
+                                f"see `nomad alloc status {stub['ID'][:8]}`"
+                            )
                         if stub.get("ClientStatus") != "running" or stub.get("DesiredStatus") != "run":
                             continue
                         where = allocation_address(await self.api.allocation(stub["ID"]))

@@ -16,7 +16,6 @@ from sandbox_server.procs import die_with_parent
 __all__ = ["SandboxProcess", "SandboxStartError", "start_sandbox_process"]
 
 
-
 class SandboxStartError(RuntimeError):
     """A sandbox_server did not come up."""
 

@@ -196,7 +196,9 @@ class NomadTestDouble:
         job = self.jobs[job_id]
         for group in job["TaskGroups"]:
             mine = [a for a in self.allocs.values() if a.job_id == job_id and a.group == group["Name"]]
-            for failed in [a for a in mine if a.desired == "run" and not a.next_allocation and a.client_status() == "failed"]:
+            for failed in [
+                a for a in mine if a.desired == "run" and not a.next_allocation and a.client_status() == "failed"
+            ]:
                 if _may_reschedule(group, failed):
                     failed.next_allocation = self._start(job, group, failed.index, failed.reschedules + 1).id
             live = [a for a in self.allocs.values() if a.job_id == job_id and a.group == group["Name"]
@@ -204,7 +206,9 @@ class NomadTestDouble:
             for extra in sorted((a for a in live if a.index >= group["Count"]), key=lambda a: -a.index):
                 await self._stop(extra)  # scale-down: the highest name indexes go, whoever uses them
             taken = {a.index for a in live}
-            taken |= {a.index for a in mine if a.desired == "run" and a.client_status() == "failed" and not a.next_allocation}
+            taken |= {
+                a.index for a in mine if a.desired == "run" and a.client_status() == "failed" and not a.next_allocation
+            }
             for index in range(group["Count"]):
                 if index not in taken:
                     self._start(job, group, index)
@@ -216,7 +220,10 @@ class NomadTestDouble:
                        create_index=self._index, reschedules=reschedules)  # fmt: skip
         task_dir = self.root / alloc.id
         config = task["Config"]
-        args = [a.replace("${NOMAD_PORT_http}", str(alloc.state.port)).replace("${NOMAD_TASK_DIR}", str(task_dir)) for a in config["args"]]
+        args = [
+            a.replace("${NOMAD_PORT_http}", str(alloc.state.port)).replace("${NOMAD_TASK_DIR}", str(task_dir))
+            for a in config["args"]
+        ]
         argv = _local_argv(args, alloc.state.port, task_dir / "sandbox")
         self.allocs[alloc.id] = alloc
         t = asyncio.create_task(_spawn(argv, dict(task.get("Env") or {}), task_dir, alloc.state))
@@ -421,7 +428,9 @@ class ModalTestDouble:
         if unknown:
             raise TypeError(f"Sandbox.create() got unexpected keyword arguments {sorted(unknown)}")
         if any(s.spec.name == spec.name and s.app_id == app_id and not s.terminated for s in self.sandboxes.values()):
-            raise ValueError(f"a running sandbox named {spec.name!r} already exists in this app")  # Modal: names are unique
+            raise ValueError(
+                f"a running sandbox named {spec.name!r} already exists in this app"
+            )  # Modal: names are unique
         image = f"registry:{spec.image}" if spec.image else f"dockerfile:{spec.dockerfile}"
         if not spec.image and not Path(spec.dockerfile).is_file():
             raise FileNotFoundError(f"Image.from_dockerfile: {spec.dockerfile} does not exist")
@@ -450,7 +459,9 @@ class ModalTestDouble:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
         # `timeout` is the sandbox's maximum lifetime.
-        sb.lifetime = asyncio.get_running_loop().call_later(spec.timeout, lambda: self._spawn_task(self.terminate(sb.id)))
+        sb.lifetime = asyncio.get_running_loop().call_later(
+            spec.timeout, lambda: self._spawn_task(self.terminate(sb.id))
+        )
         return sb.id
 
     def _spawn_task(self, coro) -> None:

@@ -28,13 +28,29 @@ async def chat(request: web.Request) -> web.Response:
     body = await request.json()
     await asyncio.sleep(request.app["delay"])
     if body["messages"][-1]["role"] == "user":
-        message = {"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{uuid.uuid4().hex[:6]}", "type": "function", "function": {"name": "python", "arguments": json.dumps({"code": "print(6*7)"})}}]}
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {
+                    "id": f"c{uuid.uuid4().hex[:6]}",
+                    "type": "function",
+                    "function": {"name": "python", "arguments": json.dumps({"code": "print(6*7)"})},
+                }
+            ],
+        }
     else:
         message = {"role": "assistant", "content": "42"}
-    return web.json_response({"id": "x", "object": "chat.completion", "created": 0, "model": "bench",
-                              "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
-                              "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}})
+    return web.json_response(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 0,
+            "model": "bench",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }
+    )
 
 
 async def models(request: web.Request) -> web.Response:
@@ -60,9 +76,15 @@ async def main() -> None:
         dataset.write_text("".join(json.dumps({"prompt": f"p{i}"}) + "\n" for i in range(args.prompts)))
         baseline = None
         for concurrency in (1, 4, 8):
-            cfg = BatchConfig(dataset_file=dataset, run_name=f"c{concurrency}", model="bench",
-                              base_url=f"http://127.0.0.1:{port}/v1", output_dir=Path(tmp), distribution="math",
-                              concurrency=concurrency)
+            cfg = BatchConfig(
+                dataset_file=dataset,
+                run_name=f"c{concurrency}",
+                model="bench",
+                base_url=f"http://127.0.0.1:{port}/v1",
+                output_dir=Path(tmp),
+                distribution="math",
+                concurrency=concurrency,
+            )
             t0 = time.monotonic()
             await run_batch(cfg, stream=io.StringIO())
             rate = args.prompts / (time.monotonic() - t0)

@@ -41,7 +41,10 @@ def baseline_module() -> types.ModuleType:
 
     source = subprocess.run(
         ["git", "show", f"{BASELINE_COMMIT}:environments/agent_loop.py"],
-        cwd=ROOT, check=True, capture_output=True, text=True,
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     # Model clients may have moved since; point the old import at where ModelError lives now.
     source = source.replace("from environments.model_client import", f"from {ModelError.__module__} import")
@@ -68,8 +71,12 @@ class InstantModel:
             usage = {"prompt_tokens": 90, "completion_tokens": 3}
             return ModelTurn(content="All done.", finish_reason="stop", usage=usage)
         call = {"id": f"call_{done}", "type": "function", "function": {"name": "echo", "arguments": ARGS}}
-        return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls",
-                         usage={"prompt_tokens": 80 + done, "completion_tokens": 12})
+        return ModelTurn(
+            content=None,
+            tool_calls=[call],
+            finish_reason="tool_calls",
+            usage={"prompt_tokens": 80 + done, "completion_tokens": 12},
+        )
 
 
 class NoExecutor:
@@ -95,8 +102,17 @@ async def trajectories(loop_module: types.ModuleType, n: int, turns: int) -> lis
     from tools.context import ToolContext, ToolLimits
     from tools.registry import Tool, ToolRegistry
 
-    registry = ToolRegistry([Tool("echo", "bench", "Echo the text back.", {
-        "type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}, echo)])
+    registry = ToolRegistry(
+        [
+            Tool(
+                "echo",
+                "bench",
+                "Echo the text back.",
+                {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+                echo,
+            )
+        ]
+    )
     tools = registry.definitions()
     config = loop_module.AgentLoopConfig(max_turns=turns + 1, time_budget_s=3600)
     model = InstantModel(turns, opening=2)
@@ -140,27 +156,49 @@ def measure(module: types.ModuleType, impl: str, n: int, turns: int) -> dict[str
     if bad:
         raise SystemExit(f"{impl} at {n}: {len(bad)} trajectories did not make {turns} tool turns ({bad[0]})")
     return {
-        "impl": impl, "n": n, "turns": turns, "wall_s": wall, "cpu_s": cpu, "tool_turns_per_s": n * turns / wall,
+        "impl": impl,
+        "n": n,
+        "turns": turns,
+        "wall_s": wall,
+        "cpu_s": cpu,
+        "tool_turns_per_s": n * turns / wall,
         "tool_turns_per_cpu_s": n * turns / cpu,
-        "gc_share": sum(gc_time) / wall, "full_collections": gc_count[2],
-        "gc_s_by_generation": gc_time, "collections_by_generation": gc_count,
+        "gc_share": sum(gc_time) / wall,
+        "full_collections": gc_count[2],
+        "gc_s_by_generation": gc_time,
+        "collections_by_generation": gc_count,
         "kb_per_trajectory": (rss_kb("VmHWM") - rss0) / n,
     }
 
 
 def run_worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
     out = subprocess.run(
-        [sys.executable, "-m", "bench.loop", "--worker", impl, "--n", str(n), "--turns", str(turns),
-         "--gc", gc_profile],
-        cwd=ROOT, check=True, capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "bench.loop",
+            "--worker",
+            impl,
+            "--n",
+            str(n),
+            "--turns",
+            str(turns),
+            "--gc",
+            gc_profile,
+        ],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sizes", default="1000,10000,65000",
-                    help="comma-separated trajectory counts; the first is the reference")
+    ap.add_argument(
+        "--sizes", default="1000,10000,65000", help="comma-separated trajectory counts; the first is the reference"
+    )
     ap.add_argument("--turns", type=int, default=10, help="tool turns per trajectory")
     ap.add_argument("--quick", action="store_true", help="5 tool turns per trajectory (about half the time)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the 22ffc7b loop at 10,000")
@@ -176,8 +214,10 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     profiles = args.gc.split(",")
     print(f"agent loop, instant model, {turns} tool turns per trajectory, one process per row")
-    print(f"{'loop':<9} {'collector':<10} {'trajectories':>12} {'tool-turns/s':>13} {'GC % wall':>9} {'full GCs':>8} "
-          f"{'KB/traj':>8} {'vs ' + format(sizes[0], ','):>9}")
+    print(
+        f"{'loop':<9} {'collector':<10} {'trajectories':>12} {'tool-turns/s':>13} {'GC % wall':>9} {'full GCs':>8} "
+        f"{'KB/traj':>8} {'vs ' + format(sizes[0], ','):>9}"
+    )
     rows = {}
     plan = [("current", p, n) for p in profiles for n in sizes]
     if not args.no_baseline:
@@ -186,16 +226,20 @@ def main() -> None:
         r = run_worker(impl, n, turns, profile)
         rows[impl, profile, n] = r
         first = rows.get(("current", profile, sizes[0]), r)["tool_turns_per_s"]
-        print(f"{impl:<9} {profile:<10} {n:>12,} {r['tool_turns_per_s']:>13,.0f} {r['gc_share'] * 100:>9.1f} "
-              f"{r['full_collections']:>8} {r['kb_per_trajectory']:>8.1f} {r['tool_turns_per_s'] / first:>9.2f}",
-              flush=True)
+        print(
+            f"{impl:<9} {profile:<10} {n:>12,} {r['tool_turns_per_s']:>13,.0f} {r['gc_share'] * 100:>9.1f} "
+            f"{r['full_collections']:>8} {r['kb_per_trajectory']:>8.1f} {r['tool_turns_per_s'] / first:>9.2f}",
+            flush=True,
+        )
     base = rows.get(("baseline", "default", 10_000))
     for profile in profiles:
         ours = rows.get(("current", profile, 10_000))
         if base and ours:
             ratio = ours["tool_turns_per_s"] / base["tool_turns_per_s"]
-            print(f"ours ({profile} collector) / {BASELINE_COMMIT} (default collector) "
-                  f"at 10,000 trajectories: {ratio:.2f}x")
+            print(
+                f"ours ({profile} collector) / {BASELINE_COMMIT} (default collector) "
+                f"at 10,000 trajectories: {ratio:.2f}x"
+            )
 
 
 if __name__ == "__main__":

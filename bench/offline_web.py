@@ -43,8 +43,12 @@ async def main() -> None:
         for _ in range(n):
             await engine.extract([url])
         extract = (time.perf_counter() - t0) / n
-    print(f"web_search : {search * 1e3:7.3f} ms/call  (bare FTS5 query {bare_query * 1e3:.3f} ms; ratio {search / bare_query:5.1f}x)")
-    print(f"web_extract: {extract * 1e3:7.3f} ms/call  (bare HTTP GET   {bare_get * 1e3:.3f} ms; ratio {extract / bare_get:5.1f}x)")
+    print(
+        f"web_search : {search * 1e3:7.3f} ms/call  (bare FTS5 query {bare_query * 1e3:.3f} ms; ratio {search / bare_query:5.1f}x)"
+    )
+    print(
+        f"web_extract: {extract * 1e3:7.3f} ms/call  (bare HTTP GET   {bare_get * 1e3:.3f} ms; ratio {extract / bare_get:5.1f}x)"
+    )
 
 
 if __name__ == "__main__":

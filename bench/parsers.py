@@ -51,10 +51,14 @@ def corpus_calls(seed: int = 7) -> list[tuple[str, list[Call]]]:
             if pick == 0:
                 calls.append(("get_weather", {"city": rng.choice(["Paris", "Tokyo", "São Paulo"]), "unit": "celsius"}))
             elif pick == 1:
-                body = "\n".join(f"line {j}: it's \"quoted\" — naïve 日本語 \\ {{json}}" for j in range(rng.randrange(1, 40)))
+                body = "\n".join(
+                    f'line {j}: it\'s "quoted" — naïve 日本語 \\ {{json}}' for j in range(rng.randrange(1, 40))
+                )
                 calls.append(("write_file", {"path": f"src/mod_{i}.py", "content": body}))
             else:
-                calls.append(("configure", {"options": {"depth": i, "flags": [True, False, None]}, "count": i, "ratio": i / 7}))
+                calls.append(
+                    ("configure", {"options": {"depth": i, "flags": [True, False, None]}, "count": i, "ratio": i / 7})
+                )
         turns.append((prose, calls))
     return turns
 
@@ -66,13 +70,15 @@ ROOT = Path(__file__).resolve().parent.parent
 def baseline_package(commit: str = BASELINE_COMMIT) -> types.ModuleType:
     """environments/tool_call_parsers as of `commit`, imported under a name of its own."""
     where = "environments/tool_call_parsers"
-    names = subprocess.run(["git", "ls-tree", "--name-only", f"{commit}:{where}"], cwd=ROOT, check=True,
-                           capture_output=True, text=True).stdout.split()
+    names = subprocess.run(
+        ["git", "ls-tree", "--name-only", f"{commit}:{where}"], cwd=ROOT, check=True, capture_output=True, text=True
+    ).stdout.split()
     tmp = Path(tempfile.mkdtemp(prefix="parsers-baseline-"))
     for name in names:
         if name.endswith(".py"):
-            source = subprocess.run(["git", "show", f"{commit}:{where}/{name}"], cwd=ROOT, check=True,
-                                    capture_output=True).stdout
+            source = subprocess.run(
+                ["git", "show", f"{commit}:{where}/{name}"], cwd=ROOT, check=True, capture_output=True
+            ).stdout
             (tmp / name).write_bytes(source)
     package = f"bench_baseline_parsers_{commit}"
     spec = importlib.util.spec_from_file_location(package, tmp / "__init__.py", submodule_search_locations=[str(tmp)])
@@ -101,7 +107,9 @@ def timed(fn: Callable[[], object], repeats: int, min_seconds: float) -> float:
     return statistics.median(samples)
 
 
-def timed_pair(fn: Callable[[], object], other: Callable[[], object], repeats: int, min_seconds: float) -> tuple[float, float]:
+def timed_pair(
+    fn: Callable[[], object], other: Callable[[], object], repeats: int, min_seconds: float
+) -> tuple[float, float]:
     """`timed` of two functions, alternating per repeat so load changes hit both alike."""
     a, b = [], []
     for _ in range(repeats):
@@ -130,14 +138,18 @@ def main() -> None:
             json.loads(t)
 
     base = timed(baseline, args.repeats, args.min_seconds)
-    print(f"corpus: {len(turns)} turns, {n_calls} calls; baseline json.loads of the arguments: {n_calls / base:,.0f} calls/s")
+    print(
+        f"corpus: {len(turns)} turns, {n_calls} calls; baseline json.loads of the arguments: {n_calls / base:,.0f} calls/s"
+    )
     print()
     header = f"{'family':<14} {'MB':>6} {'calls/s':>11} {'MB/s':>7} {'us/turn':>8} {'x json':>7} {'vs ' + BASELINE_COMMIT:>11}"
     print(header)
     print("-" * len(header))
     for family in sorted(LAYOUTS) if args.families is None else args.families.split(","):
         name, write = LAYOUTS[family]
-        texts = [(prose + "\n" if prose and calls else prose) + (write(calls) if calls else "") for prose, calls in turns]
+        texts = [
+            (prose + "\n" if prose and calls else prose) + (write(calls) if calls else "") for prose, calls in turns
+        ]
         parser = get_parser(name)
         # Correctness first: a fast parser that drops calls would be a meaningless row.
         got = sum(len(parser.parse(t)[1]) for t in texts)

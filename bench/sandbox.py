@@ -57,7 +57,9 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
     class Plain:  # a plain local subprocess through the same runner: no namespaces, no HTTP
         @staticmethod
         async def exec(command: str, **kw):
-            return await run_command(["bash", "-c", command], cwd=str(root / "plain"), env={"PATH": "/usr/bin:/bin"}, **kw)
+            return await run_command(
+                ["bash", "-c", command], cwd=str(root / "plain"), env={"PATH": "/usr/bin:/bin"}, **kw
+            )
 
     local = Plain()
     call = "true"
@@ -128,7 +130,9 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
     print("sandbox slots, local backend (4 sandbox_server x 8 slots, bubblewrap per command)")
     print(f"  exec round trip, 1 slot ({n_round_trips}x `true`)")
     print(f"    slot  p50 {ms(statistics.median(slot_rt))}   p95 {ms(pct(slot_rt, 0.95))}")
-    print(f"    plain p50 {ms(statistics.median(plain_rt))}   p95 {ms(pct(plain_rt, 0.95))}   (local subprocess, baseline)")
+    print(
+        f"    plain p50 {ms(statistics.median(plain_rt))}   p95 {ms(pct(plain_rt, 0.95))}   (local subprocess, baseline)"
+    )
     print(f"    ratio slot/plain p50: {statistics.median(slot_rt) / statistics.median(plain_rt):.2f}x")
     print(f"  throughput, 32 slots busy ({32 * per_slot} execs)")
     print(f"    slot  {slot_tput:8.1f} execs/s   ({calls} calls in {batches} batch requests)")

@@ -119,7 +119,10 @@ async def run_managed(tokenizer, template, opening, turns, generations) -> tuple
 
 def _args_as_mapping(message: dict) -> dict:
     # HF templates expect arguments as a mapping; a JSON string would be re-encoded by `tojson`.
-    calls = [{**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}} for c in message["tool_calls"]]
+    calls = [
+        {**c, "function": {**c["function"], "arguments": json.loads(c["function"]["arguments"])}}
+        for c in message["tool_calls"]
+    ]
     return {**message, "tool_calls": calls}
 
 
@@ -143,8 +146,15 @@ def main() -> None:
     for _ in range(args.repeats):  # interleaved, so machine load hits both alike
         costs, trace = asyncio.run(run_ours(renderer, opening, turns, generations))
         ours_runs.append(costs)
-        mcosts, mtokens = asyncio.run(run_managed(AutoTokenizer.from_pretrained(str(tok_dir)), template, opening,
-                                                  turns[:managed_turns], generations[:managed_turns]))
+        mcosts, mtokens = asyncio.run(
+            run_managed(
+                AutoTokenizer.from_pretrained(str(tok_dir)),
+                template,
+                opening,
+                turns[:managed_turns],
+                generations[:managed_turns],
+            )
+        )
         managed_runs.append(mcosts)
 
     def dup(ids: list[int]) -> int:
@@ -156,7 +166,9 @@ def main() -> None:
         return statistics.median(c for r in runs for c in r[first:n]) * 1e3
 
     seq = trace.sequences[-1]
-    print(f"token path per-turn CPU cost, {args.repeats} repeats, {args.template} + Qwen3 tokenizer, tools rendered in both")
+    print(
+        f"token path per-turn CPU cost, {args.repeats} repeats, {args.template} + Qwen3 tokenizer, tools rendered in both"
+    )
     print(f"{'turn':>5} {'ours ms':>9} {'ManagedServer ms':>17} {'MS/ours':>8}")
     for n in sorted({1, 10, 100, 200, 1000, args.turns} & set(range(1, args.turns + 1))):
         ours = at(ours_runs, n)
@@ -168,8 +180,12 @@ def main() -> None:
     first_ours, first_ms = at(ours_runs, 1), at(managed_runs, 1)
     print(f"turn 1: ours / ManagedServer = {first_ours / first_ms:.2f} (target <= 1.00)")
     print(f"flat: ours turn {args.turns} / turn 10 = {at(ours_runs, args.turns) / at(ours_runs, 10):.2f}")
-    print(f"ours: {len(seq.tokens)} held ids, restarts={trace.restarts}, duplicated {renderer.close.text} pairs={dup(seq.tokens)}")
-    print(f"ManagedServer ({managed_turns} turns): {len(mtokens)} ids, duplicated {renderer.close.text} pairs={dup(mtokens)}")
+    print(
+        f"ours: {len(seq.tokens)} held ids, restarts={trace.restarts}, duplicated {renderer.close.text} pairs={dup(seq.tokens)}"
+    )
+    print(
+        f"ManagedServer ({managed_turns} turns): {len(mtokens)} ids, duplicated {renderer.close.text} pairs={dup(mtokens)}"
+    )
 
 
 if __name__ == "__main__":

@@ -206,7 +206,9 @@ def _field_path(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
         if current is not None and isinstance(part, str) and part not in current.model_fields:
             continue  # a discriminator tag (e.g. `local`), not a key the user wrote
         out.append(str(part))
-        annotation = current.model_fields[part].annotation if current is not None and part in current.model_fields else None
+        annotation = (
+            current.model_fields[part].annotation if current is not None and part in current.model_fields else None
+        )
     return out
 
 
@@ -240,7 +242,11 @@ def parse_invocation(env_cls: Any, argv: list[str]) -> Invocation:
     for key in flags:
         if key.startswith(("env.", "openai.")) or key in GLOBAL_FLAGS:
             continue
-        choices = [*GLOBAL_FLAGS, *(f"env.{f}" for f in config_cls.model_fields), *(f"openai.{f}" for f in APIServerConfig.model_fields)]
+        choices = [
+            *GLOBAL_FLAGS,
+            *(f"env.{f}" for f in config_cls.model_fields),
+            *(f"openai.{f}" for f in APIServerConfig.model_fields),
+        ]
         raise _unknown("flag", key, choices, "--")
     source = str(flags.get("config")) if isinstance(flags.get("config"), str) else "the config file"
     yaml_config = _load_yaml(flags["config"]) if isinstance(flags.get("config"), str) else {}
@@ -408,7 +414,9 @@ def main(env_cls: Any, argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] in ("-h", "--help"):
-        print(f"usage: {Path(sys.argv[0]).name} {{{','.join(COMMANDS)}}} [--config FILE] [--verbose] [--env.KEY VALUE ...] [--openai.KEY VALUE ...]")
+        print(
+            f"usage: {Path(sys.argv[0]).name} {{{','.join(COMMANDS)}}} [--config FILE] [--verbose] [--env.KEY VALUE ...] [--openai.KEY VALUE ...]"
+        )
         return 0
     # Before the event loop runs, a signal still ends the command in one line.
     signal.signal(signal.SIGTERM, _raise_interrupted)

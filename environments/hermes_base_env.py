@@ -63,7 +63,14 @@ from tools.executor import ToolExecutor
 from tools.registry import ToolRegistry
 from tools.web import WebConfig
 
-__all__ = ["EMBEDDED", "HermesAgentEnvConfig", "HermesAgentBaseEnv", "HermesEnvError", "Rollout", "embedded_server_configs"]
+__all__ = [
+    "EMBEDDED",
+    "HermesAgentEnvConfig",
+    "HermesAgentBaseEnv",
+    "HermesEnvError",
+    "Rollout",
+    "embedded_server_configs",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -71,14 +78,18 @@ _LOOP_DEFAULTS = AgentLoopConfig()  # one set of loop defaults for the env and b
 
 
 class HermesAgentEnvConfig(BaseEnvConfig):
-    enabled_toolsets: list[str] | None = Field(None, description="Toolsets offered to the model (None: the env's default)")
+    enabled_toolsets: list[str] | None = Field(
+        None, description="Toolsets offered to the model (None: the env's default)"
+    )
     disabled_toolsets: list[str] = Field(default_factory=list, description="Toolsets never offered")
     max_agent_turns: int = Field(_LOOP_DEFAULTS.max_turns, ge=1, description="Model calls per trajectory")
     agent_time_budget_s: float = Field(
         _LOOP_DEFAULTS.time_budget_s, gt=0, description="Wall-clock budget of one trajectory"
     )
     system_prompt: str | None = Field(None, description="System prompt (None: the env's default)")
-    agent_temperature: float = Field(_LOOP_DEFAULTS.temperature, ge=0, description="Sampling temperature of agent turns")
+    agent_temperature: float = Field(
+        _LOOP_DEFAULTS.temperature, ge=0, description="Sampling temperature of agent turns"
+    )
     agent_max_tokens: int | None = Field(_LOOP_DEFAULTS.max_tokens, ge=1, description="Cap on tokens per agent turn")
     tool_timeout_s: float = Field(30.0, gt=0, description="Default timeout of a terminal command")
     tool_max_timeout_s: float = Field(300.0, gt=0, description="Largest timeout a model may ask for")
@@ -241,7 +252,10 @@ class HermesAgentBaseEnv(BaseEnv):
     def _gates(self, cfg: APIServerConfig) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
         train, evaluation = cfg.num_max_requests_at_once, cfg.num_requests_for_eval
         if cfg.base_url == EMBEDDED:  # more would only queue inside llama.cpp
-            train, evaluation = min(train, self.config.embedded_parallel), min(evaluation, self.config.embedded_parallel)
+            train, evaluation = (
+                min(train, self.config.embedded_parallel),
+                min(evaluation, self.config.embedded_parallel),
+            )
         return asyncio.Semaphore(max(1, train)), asyncio.Semaphore(max(1, evaluation))
 
     @classmethod
@@ -576,11 +590,17 @@ class HermesAgentBaseEnv(BaseEnv):
         # run-api keeps `generation_params`: the one place a trainer sees how the group was sampled.
         record = dict(self.sampling_record)
         if gaps or dropped:
-            record["missing_logprobs"] = {"per_sequence": gaps, "policy": self.config.missing_logprobs, "dropped": dropped}
+            record["missing_logprobs"] = {
+                "per_sequence": gaps,
+                "policy": self.config.missing_logprobs,
+                "dropped": dropped,
+            }
             if any(gaps) or dropped:
                 logger.warning(
                     "%d trained tokens without a logprob (--env.missing_logprobs %s; %d sequences dropped)",
-                    sum(gaps), self.config.missing_logprobs, dropped,
+                    sum(gaps),
+                    self.config.missing_logprobs,
+                    dropped,
                 )
         group["generation_params"] = record
         if len(group["tokens"]) != self.config.group_size:
@@ -705,7 +725,9 @@ class HermesAgentBaseEnv(BaseEnv):
             return f"a sequence reaches the trainer's max_token_len {self.max_token_len}"
         return None
 
-    async def handle_send_to_api(self, scored_data, item=None, do_send_to_api=True, abort_on_any_max_length_exceeded=True):
+    async def handle_send_to_api(
+        self, scored_data, item=None, do_send_to_api=True, abort_on_any_max_length_exceeded=True
+    ):
         """One line per group, sent/written or skipped with the reason; then atroposlib's own path."""
         was_list = isinstance(scored_data, list)
         kept = []

@@ -36,7 +36,9 @@ class ToolBackend(Protocol):
 
 class LocalToolBackendConfig(BaseModel):
     kind: Literal["local"] = "local"
-    workspace_root: str | None = Field(None, description="Parent directory of per-trajectory workspaces (default: a temp dir)")
+    workspace_root: str | None = Field(
+        None, description="Parent directory of per-trajectory workspaces (default: a temp dir)"
+    )
     keep_workspaces: bool = Field(False, description="Leave workspaces on disk after a trajectory (debugging)")
 
 

@@ -79,7 +79,7 @@ class Workspace:
             prefixes = [p.rstrip("/") for p in (self.mount, self.root) if p]
             for prefix in prefixes:
                 if path == prefix or path.startswith(prefix + "/"):
-                    path = path[len(prefix):]
+                    path = path[len(prefix) :]
                     break
             else:
                 shown = self.mount or self.root
@@ -164,9 +164,7 @@ class Workspace:
     def _not_regular(path: str, mode: int) -> FileOpError:
         if stat.S_ISDIR(mode):
             return IsDirectory(f"{path!r} is a directory; give a file path")
-        return NotRegular(
-            f"{path!r} is not a regular file (a FIFO, socket or device); file tools read only files"
-        )
+        return NotRegular(f"{path!r} is not a regular file (a FIFO, socket or device); file tools read only files")
 
     # -- operations ---------------------------------------------------------------------------
     def read(self, path: object) -> bytes:
@@ -196,7 +194,7 @@ class Workspace:
             os.ftruncate(fd, 0)
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         return len(data)

@@ -95,7 +95,9 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
     """Run a trivial command the way slots run theirs; report why it failed if it did."""
     path = shutil.which(bwrap)
     if path is None:
-        return IsolationStatus(False, None, f"bubblewrap executable {bwrap!r} not found; install the 'bubblewrap' package")
+        return IsolationStatus(
+            False, None, f"bubblewrap executable {bwrap!r} not found; install the 'bubblewrap' package"
+        )
     setpriv, prlimit = shutil.which("setpriv"), shutil.which("prlimit")
     if setpriv is None or prlimit is None:
         return IsolationStatus(
@@ -155,7 +157,18 @@ class Sandboxing:
         self._limits = limits.prlimit_args()
 
     def _fixed_binds(self) -> list[str]:
-        args = ["--dev", "/dev", "--proc", "/proc", "--perms", "1777", "--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        args = [
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--perms",
+            "1777",
+            "--size",
+            str(self.limits.tmp_bytes),
+            "--tmpfs",
+            "/tmp",
+        ]
         covered: list[str] = []
         binds: list[str] = []
         for p in self._ro:
@@ -186,7 +199,9 @@ class Sandboxing:
             args += ["--tmpfs", data]
         return args
 
-    def argv(self, workspace: Path, uid: int, command: list[str], *, network: bool, command_file: Path | None = None) -> list[str]:
+    def argv(
+        self, workspace: Path, uid: int, command: list[str], *, network: bool, command_file: Path | None = None
+    ) -> list[str]:
         # Not --as-pid-1: bwrap's own init stays pid 1 (as root, so --die-with-parent holds after
         # setpriv changes uid) and ends the namespace, background children included, when the
         # command exits.

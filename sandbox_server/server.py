@@ -173,7 +173,9 @@ class SandboxServer:
     def _slot(self, slot_id: str) -> SlotState:
         slot = self.slots.get(slot_id)
         if slot is None:
-            raise RequestError(404, "unknown_slot", f"no slot {slot_id!r}; this server has slots 0..{len(self.slots) - 1}")
+            raise RequestError(
+                404, "unknown_slot", f"no slot {slot_id!r}; this server has slots 0..{len(self.slots) - 1}"
+            )
         return slot
 
     def _kill_slot(self, slot: SlotState) -> None:
@@ -327,8 +329,12 @@ class SandboxServer:
             },
             # What is enforced on each slot's commands, and how (nothing when isolation is unavailable).
             "enforced": {
-                "namespaces": ["mount", "pid", "ipc", "uts", "cgroup", "net (unless the call asks for network)"] if iso else [],
-                "uid": f"one unprivileged uid per slot ({self.uid_base}+slot), no capabilities, no_new_privs" if iso else None,
+                "namespaces": ["mount", "pid", "ipc", "uts", "cgroup", "net (unless the call asks for network)"]
+                if iso
+                else [],
+                "uid": f"one unprivileged uid per slot ({self.uid_base}+slot), no capabilities, no_new_privs"
+                if iso
+                else None,
                 "max_processes": {"value": lim.max_processes, "how": "RLIMIT_NPROC per slot uid"} if iso else None,
                 "max_memory_bytes": {"value": lim.max_memory_bytes, "how": "RLIMIT_AS per process"} if iso else None,
                 "max_cpu_s": {"value": lim.max_cpu_s, "how": "RLIMIT_CPU per process"} if iso else None,
@@ -424,7 +430,13 @@ def build_app(server: SandboxServer) -> web.Application:
                 line = {"index": i, "ok": False, "status": exc.status, "kind": exc.kind, "error": str(exc)}
             except Exception as exc:  # noqa: BLE001 - one bad call must never break the others' stream
                 log.exception("batch call %d failed", i)
-                line = {"index": i, "ok": False, "status": 500, "kind": "internal", "error": f"{type(exc).__name__}: {exc}"}
+                line = {
+                    "index": i,
+                    "ok": False,
+                    "status": 500,
+                    "kind": "internal",
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
             return (json.dumps(line) + "\n").encode()
 
         # Lines go out as calls finish, so a slow command does not hold back quick ones.

@@ -56,7 +56,9 @@ def raise_for_error(status: int, kind: str, message: str) -> None:
 class SandboxClient:
     """Talks to one server; shares the caller's aiohttp session."""
 
-    def __init__(self, address: SandboxAddress, session: aiohttp.ClientSession, *, request_margin_s: float = 30.0) -> None:
+    def __init__(
+        self, address: SandboxAddress, session: aiohttp.ClientSession, *, request_margin_s: float = 30.0
+    ) -> None:
         self.address = address
         self._session = session
         self._headers = {"Authorization": f"Bearer {address.token}"}
@@ -98,7 +100,13 @@ class SandboxClient:
 
     async def exec(self, slot: str, command: str, *, timeout: float, max_output_bytes: int,
                    stdin: str | None = None, network: bool = False) -> ExecResult:  # fmt: skip
-        body = {"command": command, "timeout": timeout, "max_output_bytes": max_output_bytes, "stdin": stdin, "network": network}
+        body = {
+            "command": command,
+            "timeout": timeout,
+            "max_output_bytes": max_output_bytes,
+            "stdin": stdin,
+            "network": network,
+        }
         return exec_result(await self._json("POST", f"/slots/{slot}/exec", json=body, timeout=timeout + self._margin))
 
     async def reset(self, slot: str, timeout: float = 60.0) -> dict:
@@ -137,7 +145,9 @@ class SandboxClient:
                     if raw.strip():
                         yield json.loads(raw)
         except (aiohttp.ClientConnectionError, asyncio.TimeoutError, aiohttp.ClientPayloadError) as exc:
-            raise SandboxUnavailable(f"sandbox {self.address.name} at {self.address.url} broke off a batch: {exc!r}") from exc
+            raise SandboxUnavailable(
+                f"sandbox {self.address.name} at {self.address.url} broke off a batch: {exc!r}"
+            ) from exc
 
 
 def decode_b64(payload: dict) -> bytes:

@@ -53,7 +53,9 @@ class SandboxBatcher:
         self.calls_sent += len(batch)
         live = [(c, f, t) for c, f, t in batch if not f.cancelled()]
         try:
-            async for line in self.client.batch([c for c, _, _ in live], timeout=max((t for _, _, t in live), default=1)):
+            async for line in self.client.batch(
+                [c for c, _, _ in live], timeout=max((t for _, _, t in live), default=1)
+            ):
                 fut = live[line["index"]][1]
                 if not fut.done():
                     fut.set_result(line)
@@ -66,7 +68,9 @@ class SandboxBatcher:
             for _, fut, _ in live:
                 if not fut.done():
                     fut.set_exception(
-                        SandboxUnavailable(f"sandbox {self.client.address.name} ended a batch without this call's result")
+                        SandboxUnavailable(
+                            f"sandbox {self.client.address.name} ended a batch without this call's result"
+                        )
                     )
 
     async def close(self) -> None:

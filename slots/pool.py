@@ -197,7 +197,9 @@ class SlotPool:
             await asyncio.shield(self.release(slot))
         if slot.state is SlotState.DEAD:
             # The sandbox died under this trajectory: whatever it scored is not the model's doing.
-            raise SandboxUnavailable(f"sandbox {slot.sandbox.name} died during trajectory {task_id}; the result is void")
+            raise SandboxUnavailable(
+                f"sandbox {slot.sandbox.name} died during trajectory {task_id}; the result is void"
+            )
 
     def executor(self, slot: Slot) -> SlotExecutor:
         sb = self._sandboxes.get(slot.sandbox.name)
@@ -253,7 +255,9 @@ class SlotPool:
                 )
             sb = _Sandbox(address, client, SandboxBatcher(client, window_s=self.config.batch_window_s))
             sb.python = f"{health['python']} -"
-            sb.slots = [Slot(f"{address.name}/{s['id']}", address, s["id"], health["workspace"]) for s in health["slots"]]
+            sb.slots = [
+                Slot(f"{address.name}/{s['id']}", address, s["id"], health["workspace"]) for s in health["slots"]
+            ]
             async with self._cond:
                 self._sandboxes[address.name] = sb
                 self._free.extend(sb.slots)

@@ -36,7 +36,12 @@ def writer(word: str):
 
     def reply(request):
         asked = request["messages"][1]["content"].split()[3]
-        return {"content": None, "tool_calls": [tool_call("write_file", {"path": "answer.txt", "content": word if asked == word else "wrong"})]}
+        return {
+            "content": None,
+            "tool_calls": [
+                tool_call("write_file", {"path": "answer.txt", "content": word if asked == word else "wrong"})
+            ],
+        }
 
     return reply
 
@@ -54,7 +59,12 @@ async def test_process_writes_scored_groups_with_workspace_rewards(tmp_path):
     assert info["stop_reason"] == "finished" and info["tool_calls"] == 1 and info["turns"] == 2
     assert (tmp_path / "groups.html").exists()
     # each request carried only the env's toolset
-    assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {"read_file", "write_file", "patch", "search_files"}
+    assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {
+        "read_file",
+        "write_file",
+        "patch",
+        "search_files",
+    }
 
 
 async def test_infrastructure_failures_are_not_scored_and_stop_the_command(tmp_path):
@@ -109,7 +119,11 @@ def test_phase1_masks_cover_exactly_the_assistant_turns(tmp_path):
     messages = [
         {"role": "system", "content": "sys"},
         {"role": "user", "content": "write apple"},
-        {"role": "assistant", "content": None, "tool_calls": [tool_call("write_file", {"path": "a", "content": "apple"})]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [tool_call("write_file", {"path": "a", "content": "apple"})],
+        },
         {"role": "tool", "tool_call_id": "x", "name": "write_file", "content": '{"bytes_written": 5}'},
         {"role": "assistant", "content": "All done."},
     ]

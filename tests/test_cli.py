@@ -18,7 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 def run_env(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "environments.gsm8k_agent_env", *args],
-        cwd=ROOT, capture_output=True, text=True, timeout=timeout,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -37,11 +40,17 @@ def write_yaml(tmp_path: Path, data: dict) -> str:
     ("args", "expected"),
     [
         (["--env.group_sise", "4"], "unknown flag --env.group_sise; did you mean --env.group_size?"),
-        (["--env.sandbox.backend.pool.slots_per_sandbx", "4"], "did you mean --env.sandbox.backend.pool.slots_per_sandbox?"),
+        (
+            ["--env.sandbox.backend.pool.slots_per_sandbx", "4"],
+            "did you mean --env.sandbox.backend.pool.slots_per_sandbox?",
+        ),
         (["--openai.api_kye", "k"], "unknown flag --openai.api_kye; did you mean --openai.api_key?"),
         (["--verbos"], "unknown flag --verbos; did you mean --verbose?"),
         (["--env.group_size", "many"], "--env.group_size: Input should be a valid integer"),
-        (["--env.sandbox.backend.pool.slots_per_sandbox", "lots"], "--env.sandbox.backend.pool.slots_per_sandbox: Input should be a valid integer"),
+        (
+            ["--env.sandbox.backend.pool.slots_per_sandbox", "lots"],
+            "--env.sandbox.backend.pool.slots_per_sandbox: Input should be a valid integer",
+        ),
         (["--env.enabled_toolsets", "python,nope"], "unknown toolset(s) ['nope']"),
     ],
 )
@@ -57,13 +66,17 @@ def test_bad_flags_exit_2_with_one_line(args, expected):
     ("config", "expected"),
     [
         ({"env": {"group_sise": 4}}, "unknown key env.group_sise in"),
-        ({"env": {"sandbox": {"backend": {"kind": "local", "pool": {"slots_per_sandbx": 8}}}}},
-         "did you mean env.sandbox.backend.pool.slots_per_sandbox?"),
+        (
+            {"env": {"sandbox": {"backend": {"kind": "local", "pool": {"slots_per_sandbx": 8}}}}},
+            "did you mean env.sandbox.backend.pool.slots_per_sandbox?",
+        ),
         ({"envv": {}}, "unknown section envv in"),
         ({"openai": {"base_ulr": "http://x/v1"}}, "did you mean openai.base_url?"),
         ({"env": {"max_agent_turns": "few"}}, "env.max_agent_turns in"),
-        ({"env": {"sandbox": {"backend": {"kind": "local", "pool": {"slots_per_sandbox": "x"}}}}},
-         "env.sandbox.backend.pool.slots_per_sandbox in"),
+        (
+            {"env": {"sandbox": {"backend": {"kind": "local", "pool": {"slots_per_sandbox": "x"}}}}},
+            "env.sandbox.backend.pool.slots_per_sandbox in",
+        ),
     ],
 )
 def test_bad_yaml_exits_2_with_one_line(tmp_path, config, expected):
@@ -105,7 +118,9 @@ def test_keys_are_redacted_in_the_dump_and_only_shown_with_verbose(tmp_path):
     assert inv.server_configs[0].api_key == secret
     dump = config_dump(inv)
     assert secret not in dump and "api_key: '***'" in dump
-    assert redact({"a": {"tavily_api_key": "x", "n": [{"token": "t"}]}}) == {"a": {"tavily_api_key": "***", "n": [{"token": "***"}]}}
+    assert redact({"a": {"tavily_api_key": "x", "n": [{"token": "t"}]}}) == {
+        "a": {"tavily_api_key": "***", "n": [{"token": "***"}]}
+    }
     # --verbose prints the dump (redacted), then the bad toolset stops the command before any server.
     quiet = run_env("process", "--openai.api_key", secret, "--env.enabled_toolsets", "nope")
     loud = run_env("process", "--verbose", "--openai.api_key", secret, "--env.enabled_toolsets", "nope")

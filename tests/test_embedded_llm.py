@@ -57,7 +57,11 @@ CONVERSATIONS = {
             "role": "assistant",
             "content": "",
             "tool_calls": [
-                {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": '{"command": "ls /tmp"}'}},
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "terminal", "arguments": '{"command": "ls /tmp"}'},
+                },
                 {"id": "c2", "type": "function", "function": {"name": "terminal", "arguments": '{"command": "ls -a"}'}},
             ],
         },
@@ -71,7 +75,9 @@ CONVERSATIONS = {
         {
             "role": "assistant",
             "content": "Let me check.",
-            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": '{"command": "pwd"}'}}],
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": '{"command": "pwd"}'}}
+            ],
         },
         {"role": "tool", "tool_call_id": "c1", "content": "/work"},
     ],
@@ -303,9 +309,7 @@ async def test_chat_completion_with_tools_in_prompt(embedded_llm, tokenizer):
 
 
 async def test_completion_with_token_ids_returns_ids_and_logprobs(embedded_llm, tokenizer):
-    prompt = tokenizer.apply_chat_template(
-        CONVERSATIONS["no_system"], tokenize=False, add_generation_prompt=True
-    )
+    prompt = tokenizer.apply_chat_template(CONVERSATIONS["no_system"], tokenize=False, add_generation_prompt=True)
     prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     async with httpx.AsyncClient(base_url=embedded_llm.server_url, timeout=60) as c:
         r = await c.post(
@@ -332,7 +336,11 @@ async def test_completion_with_token_ids_returns_ids_and_logprobs(embedded_llm, 
         detok = (await c.post("/detokenize", json={"tokens": text_ids})).json()["content"]
         assert detok == body["content"]
         # Deterministic at temperature 0: the same ids again (prompt cache or not).
-        again = (await c.post("/completion", json={"prompt": prompt_ids, "n_predict": 12, "temperature": 0, "return_tokens": True})).json()
+        again = (
+            await c.post(
+                "/completion", json={"prompt": prompt_ids, "n_predict": 12, "temperature": 0, "return_tokens": True}
+            )
+        ).json()
         assert again["tokens"] == ids
 
 
@@ -398,7 +406,11 @@ def test_tokenizer_ids_match_server(embedded_llm, tokenizer):
             assert ours == server_ids, f"tokenizer mismatch for {text!r}"
             assert c.post("/detokenize", json={"tokens": server_ids}).json()["content"] == tokenizer.decode(ours)
     assert tokenizer.convert_tokens_to_ids("<|im_start|>") == 1
-    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == ("<|im_start|>", "<|im_end|>", "<|im_end|>")
+    assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token) == (
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|im_end|>",
+    )
     assert tokenizer.decode([1, 19556, 2], skip_special_tokens=True) == "Hello"
 
 
@@ -446,7 +458,11 @@ def test_cli_tokenizer_builds_a_loadable_dir_once(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert Path(result.stdout.strip()) == out
-    assert sorted(p.name for p in out.iterdir()) == ["special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"]
+    assert sorted(p.name for p in out.iterdir()) == [
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    ]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["template.jinja", "tok"]  # no temp dirs left behind
     tok = AutoTokenizer.from_pretrained(str(out))
     assert tok("Hello world")["input_ids"] == [19556, 905]

@@ -18,8 +18,8 @@ from environments.gsm8k.data import gold_answer, synthetic_gsm8k
 ROOT = Path(__file__).resolve().parents[1]
 
 # llama.cpp grammar: the model must write one hermes-format python call computing a product.
-TOOL_CALL_GRAMMAR = r'''root ::= "<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"print(" num " * " num ")\"}}\n</tool_call>"
-num ::= [1-9] [0-9]?'''
+TOOL_CALL_GRAMMAR = r"""root ::= "<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"print(" num " * " num ")\"}}\n</tool_call>"
+num ::= [1-9] [0-9]?"""
 
 
 def run_env(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -67,16 +67,26 @@ def test_process_runs_against_embedded_llama_cpp_and_executes_model_tool_calls(e
     )
     proc = run_env(
         "process",
-        "--config", str(config),
-        "--openai.base_url", embedded_llm.base_url,
-        "--openai.model_name", embedded_llm.model_name,
-        "--openai.api_key", "local",
-        "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
-        "--env.total_steps", "2",
-        "--env.group_size", "2",
-        "--env.max_agent_turns", "2",
-        "--env.agent_max_tokens", "64",
-        "--env.data_path_to_save_groups", str(out),
+        "--config",
+        str(config),
+        "--openai.base_url",
+        embedded_llm.base_url,
+        "--openai.model_name",
+        embedded_llm.model_name,
+        "--openai.api_key",
+        "local",
+        "--env.tokenizer_name",
+        str(embedded_llm.tokenizer_dir),
+        "--env.total_steps",
+        "2",
+        "--env.group_size",
+        "2",
+        "--env.max_agent_turns",
+        "2",
+        "--env.agent_max_tokens",
+        "64",
+        "--env.data_path_to_save_groups",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert str(out.resolve()) in proc.stdout and str(out.with_suffix(".html").resolve()) in proc.stdout
@@ -112,8 +122,16 @@ def test_unreachable_base_url_fails_fast_and_writes_nothing(tmp_path):
     url = f"http://127.0.0.1:{_free_port()}/v1"
     out = tmp_path / "never.jsonl"
     proc = run_env(
-        "process", "--openai.base_url", url, "--openai.model_name", "m", "--env.tokenizer_name",
-        "embedded", "--env.data_path_to_save_groups", str(out), timeout=120,
+        "process",
+        "--openai.base_url",
+        url,
+        "--openai.model_name",
+        "m",
+        "--env.tokenizer_name",
+        "embedded",
+        "--env.data_path_to_save_groups",
+        str(out),
+        timeout=120,
     )
     assert proc.returncode != 0
     assert url in proc.stderr and "cannot reach the model server" in proc.stderr
@@ -122,8 +140,14 @@ def test_unreachable_base_url_fails_fast_and_writes_nothing(tmp_path):
 
 
 def test_base_url_that_is_not_a_url_is_refused(tmp_path):
-    proc = run_env("process", "--openai.base_url", "localhost:8000", "--env.data_path_to_save_groups",
-                   str(tmp_path / "x.jsonl"), timeout=120)
+    proc = run_env(
+        "process",
+        "--openai.base_url",
+        "localhost:8000",
+        "--env.data_path_to_save_groups",
+        str(tmp_path / "x.jsonl"),
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert "'localhost:8000' is not an http(s) URL" in proc.stderr
 
@@ -145,8 +169,15 @@ def test_default_command_starts_the_embedded_model_and_gives_exact_tokens(tmp_pa
     """The README's main job, shortened: no --openai flags at all."""
     out = tmp_path / "default.jsonl"
     proc = run_env(
-        "process", "--env.total_steps", "1", "--env.group_size", "2", "--env.agent_max_tokens", "48",
-        "--env.data_path_to_save_groups", str(out),
+        "process",
+        "--env.total_steps",
+        "1",
+        "--env.group_size",
+        "2",
+        "--env.agent_max_tokens",
+        "48",
+        "--env.data_path_to_save_groups",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "starting the embedded model server" in proc.stderr and "token mode" in proc.stderr

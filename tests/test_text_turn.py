@@ -17,7 +17,11 @@ TOOLS = [
             "name": "search_files",
             "parameters": {
                 "type": "object",
-                "properties": {"pattern": {"type": "string"}, "regex": {"type": "boolean"}, "limit": {"type": "integer"}},
+                "properties": {
+                    "pattern": {"type": "string"},
+                    "regex": {"type": "boolean"},
+                    "limit": {"type": "integer"},
+                },
             },
         },
     }

@@ -24,10 +24,15 @@ ROOT = Path(__file__).resolve().parents[1]
 def make_env(base_url: str, tmp_path: Path, server: dict | None = None, **overrides) -> WriteWordEnv:
     settings = {"group_size": 4, "total_steps": 1, **overrides}
     config = HermesAgentEnvConfig(
-        tokenizer_name="embedded", use_wandb=False, data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
-        ensure_scores_are_not_same=False, **settings,
+        tokenizer_name="embedded",
+        use_wandb=False,
+        data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
+        ensure_scores_are_not_same=False,
+        **settings,
     )
-    env = WriteWordEnv(config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="", **(server or {}))])
+    env = WriteWordEnv(
+        config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="", **(server or {}))]
+    )
     env.process_mode = True
     env.n_groups_to_process = config.total_steps
     env.group_size_to_process = config.group_size
@@ -61,8 +66,14 @@ async def test_a_4xx_stops_the_command_once_instead_of_being_retried(tmp_path):
 
 async def test_a_silent_model_server_voids_rollouts_instead_of_scoring_them(tmp_path):
     async with ScriptedOpenAIServer([{"content": "late"}] * 20, delay_s=5) as server:
-        env = make_env(server.base_url, tmp_path, {"timeout": 1}, group_size=2, max_consecutive_infra_failures=1,
-                       model_max_retries=0)
+        env = make_env(
+            server.base_url,
+            tmp_path,
+            {"timeout": 1},
+            group_size=2,
+            max_consecutive_infra_failures=1,
+            model_max_retries=0,
+        )
         with pytest.raises(HermesEnvError, match="failed on infrastructure errors"):
             await env.process_manager()
     assert not (tmp_path / "groups.jsonl").exists()  # nothing scored 0.0
@@ -89,14 +100,22 @@ def test_the_sampling_record_says_what_was_sent_and_what_logprobs_mean():
 
 async def _run_tiny(*args: str, env_vars: dict[str, str] | None = None) -> asyncio.subprocess.Process:
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tests.support.tiny_env", *args, cwd=ROOT,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env={**os.environ, **(env_vars or {})},
+        sys.executable,
+        "-m",
+        "tests.support.tiny_env",
+        *args,
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, **(env_vars or {})},
     )
 
 
 def _write_then_done():
-    return [{"content": None, "tool_calls": [tool_call("write_file", {"path": "answer.txt", "content": "apple"})]},
-            {"content": "done"}]
+    return [
+        {"content": None, "tool_calls": [tool_call("write_file", {"path": "answer.txt", "content": "apple"})]},
+        {"content": "done"},
+    ]
 
 
 async def test_a_short_group_survives_wandb_rollout_logging(tmp_path):
@@ -104,10 +123,24 @@ async def test_a_short_group_survives_wandb_rollout_logging(tmp_path):
     script = [*_write_then_done()[:1], 503, _write_then_done()[1]]
     async with ScriptedOpenAIServer(script) as server:
         proc = await _run_tiny(
-            "process", "--openai.base_url", server.base_url, "--openai.model_name", "scripted",
-            "--env.group_size", "2", "--env.total_steps", "1", "--env.rollout_infra_retries", "0",
-            "--env.model_max_retries", "0", "--env.use_wandb", "true", "--env.num_rollouts_per_group_for_logging=-1",
-            "--env.data_path_to_save_groups", str(tmp_path / "short.jsonl"),
+            "process",
+            "--openai.base_url",
+            server.base_url,
+            "--openai.model_name",
+            "scripted",
+            "--env.group_size",
+            "2",
+            "--env.total_steps",
+            "1",
+            "--env.rollout_infra_retries",
+            "0",
+            "--env.model_max_retries",
+            "0",
+            "--env.use_wandb",
+            "true",
+            "--env.num_rollouts_per_group_for_logging=-1",
+            "--env.data_path_to_save_groups",
+            str(tmp_path / "short.jsonl"),
             env_vars={"WANDB_MODE": "offline", "WANDB_DIR": str(tmp_path), "WANDB_SILENT": "true"},
         )
         out, err = await asyncio.wait_for(proc.communicate(), 600)
@@ -139,9 +172,20 @@ async def test_a_signal_stops_process_in_one_line_with_whole_lines_and_no_temp_d
     script = [*_write_then_done(), *_write_then_done()] + [{"content": "late"}] * 8
     async with HangAfter(4, script) as server:
         proc = await _run_tiny(
-            "process", "--openai.base_url", server.base_url, "--openai.model_name", "scripted",
-            "--env.group_size", "2", "--env.total_steps", "5", "--env.data_path_to_save_groups", str(out),
-            "--env.workspace_root", str(ws), env_vars={"TMPDIR": str(tmp)},
+            "process",
+            "--openai.base_url",
+            server.base_url,
+            "--openai.model_name",
+            "scripted",
+            "--env.group_size",
+            "2",
+            "--env.total_steps",
+            "5",
+            "--env.data_path_to_save_groups",
+            str(out),
+            "--env.workspace_root",
+            str(ws),
+            env_vars={"TMPDIR": str(tmp)},
         )
         for _ in range(1200):
             if out.exists() and out.read_text().endswith("\n"):

@@ -200,8 +200,7 @@ FILE_TOOLS = [
         name="patch",
         toolset="file",
         description=(
-            "Replace an exact piece of text in a file. old_string must occur exactly once "
-            "unless replace_all is true."
+            "Replace an exact piece of text in a file. old_string must occur exactly once unless replace_all is true."
         ),
         parameters={
             "type": "object",

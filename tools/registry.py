@@ -77,13 +77,9 @@ class ToolRegistry:
         disabled = set(disabled_toolsets or ())
         unknown = ((enabled or set()) | disabled) - self.toolsets
         if unknown:
-            raise ValueError(
-                f"unknown toolset(s) {sorted(unknown)}; known toolsets: {sorted(self.toolsets)}"
-            )
+            raise ValueError(f"unknown toolset(s) {sorted(unknown)}; known toolsets: {sorted(self.toolsets)}")
         return [
-            t
-            for t in self._tools.values()
-            if (enabled is None or t.toolset in enabled) and t.toolset not in disabled
+            t for t in self._tools.values() if (enabled is None or t.toolset in enabled) and t.toolset not in disabled
         ]
 
     def definitions(
@@ -109,7 +105,9 @@ class ToolRegistry:
             try:
                 arguments = json.loads(arguments) if arguments.strip() else {}
             except json.JSONDecodeError as exc:
-                return tool_error(f"arguments of {name!r} are not valid JSON ({exc.msg} at position {exc.pos}); send a JSON object")
+                return tool_error(
+                    f"arguments of {name!r} are not valid JSON ({exc.msg} at position {exc.pos}); send a JSON object"
+                )
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):

@@ -77,7 +77,9 @@ def compare(groups: list[Group], recomputed: list[list[list[float]]], config: Ch
     all_turns: list[TurnDelta] = []
     for g, (group, group_lp) in enumerate(zip(groups, recomputed)):
         if group.inference_logprobs is None:
-            raise ValueError(f"{group.source}: the group has no inference_logprobs (made in chat mode?); nothing to check")
+            raise ValueError(
+                f"{group.source}: the group has no inference_logprobs (made in chat mode?); nothing to check"
+            )
         declared = group.semantics.declared_gaps
         group_gaps = 0
         for s, (masks, inference, mine) in enumerate(zip(group.masks, group.inference_logprobs, group_lp)):
@@ -108,20 +110,27 @@ def compare(groups: list[Group], recomputed: list[list[list[float]]], config: Ch
     report.shift = {f"{k:+d}" if k else "0": sum(v) / len(v) for k, v in shifted.items() if v}
     report.worst_turns = sorted(all_turns, key=lambda t: -t.mean)[: config.worst_turns]
     if report.mean_delta > config.max_mean_delta:
-        report.failures.append(f"mean |delta| {report.mean_delta:.4f} nats is above {config.max_mean_delta}: the "
-                               "logprobs do not come from these weights, or describe another distribution")
+        report.failures.append(
+            f"mean |delta| {report.mean_delta:.4f} nats is above {config.max_mean_delta}: the "
+            "logprobs do not come from these weights, or describe another distribution"
+        )
     if report.within < config.min_within:
-        report.failures.append(f"only {report.within:.1%} of tokens within {config.tolerance} nats "
-                               f"(need {config.min_within:.0%})")
+        report.failures.append(
+            f"only {report.within:.1%} of tokens within {config.tolerance} nats (need {config.min_within:.0%})"
+        )
     best = min(report.shift, key=report.shift.__getitem__)
     if best != "0":
-        report.failures.append(f"the logprobs line up best shifted by {best} position(s) "
-                               f"({report.shift[best]:.3f} vs {report.shift['0']:.3f} nats aligned): an off-by-one "
-                               "between tokens and inference_logprobs")
+        report.failures.append(
+            f"the logprobs line up best shifted by {best} position(s) "
+            f"({report.shift[best]:.3f} vs {report.shift['0']:.3f} nats aligned): an off-by-one "
+            "between tokens and inference_logprobs"
+        )
     if report.undeclared_gaps:
-        report.failures.append(f"{report.undeclared_gaps} trained token(s) carry the 1.0 'no logprob' marker and no "
-                               "sampling record declares them: a trainer would use 1.0 as a logprob "
-                               "(mask or drop them: --env.missing_logprobs)")
+        report.failures.append(
+            f"{report.undeclared_gaps} trained token(s) carry the 1.0 'no logprob' marker and no "
+            "sampling record declares them: a trainer would use 1.0 as a logprob "
+            "(mask or drop them: --env.missing_logprobs)"
+        )
     return report
 
 

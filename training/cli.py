@@ -20,16 +20,18 @@ C = TypeVar("C", bound=BaseModel)
 
 def parse_config(cls: type[C], argv: list[str] | None, prog: str, positional: tuple[str, ...] = ()) -> C:
     doc = (sys.modules[cls.__module__].__doc__ or "").strip()
-    parser = argparse.ArgumentParser(prog=prog, description=doc.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog=prog, description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     for name, field in cls.model_fields.items():
         help_text = field.description or ""
         if name in positional:
             parser.add_argument(name, help=help_text)
             continue
         default = "" if field.is_required() else f" (default: {field.get_default(call_default_factory=True)})"
-        parser.add_argument(f"--{name}", default=argparse.SUPPRESS, required=field.is_required(),
-                            help=help_text + default)
+        parser.add_argument(
+            f"--{name}", default=argparse.SUPPRESS, required=field.is_required(), help=help_text + default
+        )
     values = vars(parser.parse_args(argv))
     try:
         return cls.model_validate(values)

@@ -48,8 +48,10 @@ class LogprobSemantics:
             return cls()
         described = params["logprobs"]
         if described is None:
-            raise ValueError("this group was made in chat mode (generation_params.logprobs is null): it has no "
-                             "inference_logprobs to check or to train against; use a token server (--env.token_server)")
+            raise ValueError(
+                "this group was made in chat mode (generation_params.logprobs is null): it has no "
+                "inference_logprobs to check or to train against; use a token server (--env.token_server)"
+            )
         gaps = params.get("missing_logprobs")
         declared = sum(gaps.get("per_sequence") or []) if isinstance(gaps, dict) else None
         if described == LOGPROB_SEMANTICS["sampling_policy"]:
@@ -79,14 +81,18 @@ class Group:
         try:
             tokens, masks, scores = row["tokens"], row["masks"], row["scores"]
         except KeyError as exc:
-            raise ValueError(f"{source}: a scored group needs tokens, masks and scores; {exc.args[0]!r} is missing") from None
+            raise ValueError(
+                f"{source}: a scored group needs tokens, masks and scores; {exc.args[0]!r} is missing"
+            ) from None
         logprobs = row.get("inference_logprobs")
         lengths = {len(tokens), len(masks), len(scores)} | ({len(logprobs)} if logprobs is not None else set())
         if len(lengths) != 1:
             raise ValueError(f"{source}: tokens/masks/scores/inference_logprobs hold different numbers of sequences")
         for i, (t, m) in enumerate(zip(tokens, masks)):
             if len(t) != len(m) or (logprobs is not None and len(logprobs[i]) != len(t)):
-                raise ValueError(f"{source}: sequence {i} has tokens, masks and inference_logprobs of different lengths")
+                raise ValueError(
+                    f"{source}: sequence {i} has tokens, masks and inference_logprobs of different lengths"
+                )
         semantics = LogprobSemantics.from_generation_params(row.get("generation_params"))
         return cls(tokens, masks, [float(s) for s in scores], logprobs, semantics, row.get("advantages"), source)
 

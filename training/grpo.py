@@ -38,8 +38,17 @@ from pydantic import BaseModel, ConfigDict, Field
 from training.cli import parse_config
 from training.groups import IGNORE, NOT_SAMPLED, Group, parse_groups
 
-__all__ = ["GRPOConfig", "RunApiClient", "SequenceInputs", "StepStats", "sequence_inputs", "policy_loss", "train_step",
-           "run", "main"]
+__all__ = [
+    "GRPOConfig",
+    "RunApiClient",
+    "SequenceInputs",
+    "StepStats",
+    "sequence_inputs",
+    "policy_loss",
+    "train_step",
+    "run",
+    "main",
+]
 
 
 class GRPOConfig(BaseModel):
@@ -69,11 +78,19 @@ class RunApiClient:
 
     async def register(self) -> str:
         c = self.config
-        response = await self.http.post(f"{c.api_url}/register", json={
-            "wandb_group": c.wandb_group, "wandb_project": c.wandb_project, "batch_size": c.batch_size,
-            "max_token_len": c.max_token_len, "checkpoint_dir": str(c.out), "save_checkpoint_interval": c.steps,
-            "starting_step": 0, "num_steps": c.steps,
-        })
+        response = await self.http.post(
+            f"{c.api_url}/register",
+            json={
+                "wandb_group": c.wandb_group,
+                "wandb_project": c.wandb_project,
+                "batch_size": c.batch_size,
+                "max_token_len": c.max_token_len,
+                "checkpoint_dir": str(c.out),
+                "save_checkpoint_interval": c.steps,
+                "starting_step": 0,
+                "num_steps": c.steps,
+            },
+        )
         response.raise_for_status()
         return str(response.json()["uuid"])
 
@@ -86,8 +103,10 @@ class RunApiClient:
             if batch:
                 return batch
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no batch from {self.config.api_url} within {self.config.batch_timeout_s:.0f} s; "
-                                   "is an env serving into it (`serve --env.rollout_server_url ...`)?")
+                raise TimeoutError(
+                    f"no batch from {self.config.api_url} within {self.config.batch_timeout_s:.0f} s; "
+                    "is an env serving into it (`serve --env.rollout_server_url ...`)?"
+                )
             await asyncio.sleep(self.config.poll_interval_s)
 
 
@@ -183,9 +202,18 @@ def train_step(model: Any, optimizer: Any, groups: list[Group], config: GRPOConf
             totals[k] += v
     optimizer.step()
     scores = [s for g in groups for s in g.scores]
-    return StepStats(step, totals["loss"] / tokens, totals["kl"] / tokens, totals["mismatch"] / tokens,
-                     totals["clipped"] / tokens, tokens, sum(s.gaps for _, s in prepared), len(prepared),
-                     sum(scores) / len(scores), time.monotonic() - start)
+    return StepStats(
+        step,
+        totals["loss"] / tokens,
+        totals["kl"] / tokens,
+        totals["mismatch"] / tokens,
+        totals["clipped"] / tokens,
+        tokens,
+        sum(s.gaps for _, s in prepared),
+        len(prepared),
+        sum(scores) / len(scores),
+        time.monotonic() - start,
+    )
 
 
 async def run(config: GRPOConfig) -> list[StepStats]:

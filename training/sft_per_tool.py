@@ -55,8 +55,10 @@ def to_prompt_completion(example: dict[str, Any], known: dict[str, dict[str, Any
     then the schemas of the tools the conversation calls are taken from `known` (by name)."""
     messages = example["messages"]
     if not messages or messages[-1].get("role") != "assistant" or not messages[-1].get("tool_calls"):
-        raise ValueError(f"example {example.get('task_id')!r} does not end with an assistant tool call: "
-                         "is this an `exports sft` split?")
+        raise ValueError(
+            f"example {example.get('task_id')!r} does not end with an assistant tool call: "
+            "is this an `exports sft` split?"
+        )
     tools = example.get("tools") or []
     if not tools and known:
         called = dict.fromkeys(c["function"]["name"] for m in messages for c in m.get("tool_calls") or [])
@@ -84,8 +86,10 @@ def train_tool(config: SFTPerToolConfig, tool: str) -> Path:
     known = registry_schemas()
     train_rows = load_split(config.data / tool / "train.jsonl", known)
     if not train_rows:
-        raise ValueError(f"{config.data / tool / 'train.jsonl'} has no examples; tools with data: "
-                         f"{sorted(p.parent.name for p in config.data.glob('*/train.jsonl'))}")
+        raise ValueError(
+            f"{config.data / tool / 'train.jsonl'} has no examples; tools with data: "
+            f"{sorted(p.parent.name for p in config.data.glob('*/train.jsonl'))}"
+        )
     val_rows = load_split(config.data / tool / "val.jsonl", known)
     model, model_dir = load_causal_lm(config.model)
     tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
@@ -116,8 +120,11 @@ def train_tool(config: SFTPerToolConfig, tool: str) -> Path:
     result = trainer.train()
     trainer.save_model(str(out))
     copy_tokenizer(model_dir, out)
-    (out / "sft_metrics.json").write_text(json.dumps(
-        {"tool": tool, "train_examples": len(train_rows), "val_examples": len(val_rows), **result.metrics}, indent=2))
+    (out / "sft_metrics.json").write_text(
+        json.dumps(
+            {"tool": tool, "train_examples": len(train_rows), "val_examples": len(val_rows), **result.metrics}, indent=2
+        )
+    )
     return out
 
 

@@ -57,21 +57,31 @@ SALES = [
 ]
 
 INVENTORY = [
-    ("Copper Wire", "Aldermoor", 140), ("Copper Wire", "Lunsby", 12),
-    ("Lamp Oil", "Aldermoor", 35), ("Lamp Oil", "Lunsby", 48),
-    ("Tar Rope", "Aldermoor", 20), ("Tar Rope", "Lunsby", 19),
-    ("Brass Hinges", "Aldermoor", 77), ("Brass Hinges", "Lunsby", 3),
-    ("Sail Cloth", "Aldermoor", 64), ("Sail Cloth", "Lunsby", 90),
+    ("Copper Wire", "Aldermoor", 140),
+    ("Copper Wire", "Lunsby", 12),
+    ("Lamp Oil", "Aldermoor", 35),
+    ("Lamp Oil", "Lunsby", 48),
+    ("Tar Rope", "Aldermoor", 20),
+    ("Tar Rope", "Lunsby", 19),
+    ("Brass Hinges", "Aldermoor", 77),
+    ("Brass Hinges", "Lunsby", 3),
+    ("Sail Cloth", "Aldermoor", 64),
+    ("Sail Cloth", "Lunsby", 90),
 ]
 
 STAFF = [
     {"name": n, "department": d, "hired": h}
     for n, d, h in [
-        ("Ada Brekke", "Engineering", "2016-03-01"), ("Bo Lind", "Sales", "2018-07-15"),
-        ("Cora Dahl", "Engineering", "2019-11-30"), ("Dag Moe", "Engineering", "2020-01-02"),
-        ("Eli Vik", "Support", "2015-05-20"), ("Fia Nes", "Engineering", "2017-09-09"),
-        ("Gro Aas", "Engineering", "2021-04-12"), ("Hal Ruud", "Sales", "2019-02-28"),
-        ("Ina Berg", "Engineering", "2012-06-18"), ("Jon Foss", "Engineering", "2023-08-01"),
+        ("Ada Brekke", "Engineering", "2016-03-01"),
+        ("Bo Lind", "Sales", "2018-07-15"),
+        ("Cora Dahl", "Engineering", "2019-11-30"),
+        ("Dag Moe", "Engineering", "2020-01-02"),
+        ("Eli Vik", "Support", "2015-05-20"),
+        ("Fia Nes", "Engineering", "2017-09-09"),
+        ("Gro Aas", "Engineering", "2021-04-12"),
+        ("Hal Ruud", "Sales", "2019-02-28"),
+        ("Ina Berg", "Engineering", "2012-06-18"),
+        ("Jon Foss", "Engineering", "2023-08-01"),
     ]
 ]
 
@@ -81,7 +91,9 @@ def _log_lines() -> list[str]:
     for i in range(48):
         hour, minute = 8 + i // 12, (i * 5) % 60
         level = "ERROR" if i % 5 == 2 else ("WARN" if i % 7 == 3 else "INFO")
-        lines.append(f"2024-03-05 {hour:02d}:{minute:02d}:00 {level} worker-{i % 3} job {1000 + i} {'failed' if level == 'ERROR' else 'ok'}")
+        lines.append(
+            f"2024-03-05 {hour:02d}:{minute:02d}:00 {level} worker-{i % 3} job {1000 + i} {'failed' if level == 'ERROR' else 'ok'}"
+        )
     return lines
 
 
@@ -102,13 +114,17 @@ PALETTE = {"red": (220, 30, 30), "green": (30, 160, 60), "blue": (40, 70, 200), 
 GRID = [[["red", "green", "blue", "white"][(r * 3 + c * 5 + (r * c) % 3) % 4] for c in range(8)] for r in range(8)]
 CELL_PX = 10
 
-VISITORS = [("2023-%02d" % m, v) for m, v in enumerate([2100, 2350, 3020, 3680, 4410, 5590, 7240, 8160, 4930, 3110, 1840, 1390], 1)]
+VISITORS = [
+    ("2023-%02d" % m, v)
+    for m, v in enumerate([2100, 2350, 3020, 3680, 4410, 5590, 7240, 8160, 4930, 3110, 1840, 1390], 1)
+]
 LUNSBY_POPULATION = 23_910  # tools/web/corpus/wiki/lunsby.html
 CALDWYN_KM = 412  # tools/web/corpus/wiki/caldwyn_river.html
 ROUTE = {"trip": "source-to-sea", "river": "Caldwyn", "paddling_speed_kmh": 8, "notes": "no portages counted"}
 
 
 # ---- deterministic writers --------------------------------------------------------------------
+
 
 def _zip(members: dict[str, str]) -> bytes:
     buf = io.BytesIO()
@@ -143,62 +159,67 @@ def make_xlsx(rows: list[list[Any]], sheet: str = "Sheet1") -> bytes:
                 cells.append(f'<c r="{ref}" t="inlineStr"><is><t>{escape(str(value))}</t></is></c>')
         xml_rows.append(f'<row r="{r}">{"".join(cells)}</row>')
     ns = "http://schemas.openxmlformats.org"
-    return _zip({
-        "[Content_Types].xml": (
-            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><Types xmlns="{ns}/package/2006/content-types">'
-            '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
-            '<Default Extension="xml" ContentType="application/xml"/>'
-            '<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>'
-            '<Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>'
-            "</Types>"
-        ),
-        "_rels/.rels": (
-            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><Relationships xmlns="{ns}/package/2006/relationships">'
-            f'<Relationship Id="rId1" Type="{ns}/officeDocument/2006/relationships/officeDocument" Target="xl/workbook.xml"/>'
-            "</Relationships>"
-        ),
-        "xl/workbook.xml": (
-            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><workbook xmlns="{ns}/spreadsheetml/2006/main" '
-            f'xmlns:r="{ns}/officeDocument/2006/relationships"><sheets><sheet name="{escape(sheet)}" sheetId="1" r:id="rId1"/></sheets></workbook>'
-        ),
-        "xl/_rels/workbook.xml.rels": (
-            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><Relationships xmlns="{ns}/package/2006/relationships">'
-            f'<Relationship Id="rId1" Type="{ns}/officeDocument/2006/relationships/worksheet" Target="worksheets/sheet1.xml"/>'
-            "</Relationships>"
-        ),
-        "xl/worksheets/sheet1.xml": (
-            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><worksheet xmlns="{ns}/spreadsheetml/2006/main">'
-            f'<sheetData>{"".join(xml_rows)}</sheetData></worksheet>'
-        ),
-    })
+    return _zip(
+        {
+            "[Content_Types].xml": (
+                f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><Types xmlns="{ns}/package/2006/content-types">'
+                '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+                '<Default Extension="xml" ContentType="application/xml"/>'
+                '<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml"/>'
+                '<Override PartName="/xl/worksheets/sheet1.xml" ContentType="application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>'
+                "</Types>"
+            ),
+            "_rels/.rels": (
+                f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><Relationships xmlns="{ns}/package/2006/relationships">'
+                f'<Relationship Id="rId1" Type="{ns}/officeDocument/2006/relationships/officeDocument" Target="xl/workbook.xml"/>'
+                "</Relationships>"
+            ),
+            "xl/workbook.xml": (
+                f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><workbook xmlns="{ns}/spreadsheetml/2006/main" '
+                f'xmlns:r="{ns}/officeDocument/2006/relationships"><sheets><sheet name="{escape(sheet)}" sheetId="1" r:id="rId1"/></sheets></workbook>'
+            ),
+            "xl/_rels/workbook.xml.rels": (
+                f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><Relationships xmlns="{ns}/package/2006/relationships">'
+                f'<Relationship Id="rId1" Type="{ns}/officeDocument/2006/relationships/worksheet" Target="worksheets/sheet1.xml"/>'
+                "</Relationships>"
+            ),
+            "xl/worksheets/sheet1.xml": (
+                f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><worksheet xmlns="{ns}/spreadsheetml/2006/main">'
+                f"<sheetData>{''.join(xml_rows)}</sheetData></worksheet>"
+            ),
+        }
+    )
 
 
 def make_docx(paragraphs: list[str]) -> bytes:
     """A minimal valid WordprocessingML document."""
     ns = "http://schemas.openxmlformats.org"
-    body = "".join(f"<w:p><w:r><w:t xml:space=\"preserve\">{escape(p)}</w:t></w:r></w:p>" for p in paragraphs)
-    return _zip({
-        "[Content_Types].xml": (
-            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><Types xmlns="{ns}/package/2006/content-types">'
-            '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
-            '<Default Extension="xml" ContentType="application/xml"/>'
-            '<Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/>'
-            "</Types>"
-        ),
-        "_rels/.rels": (
-            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><Relationships xmlns="{ns}/package/2006/relationships">'
-            f'<Relationship Id="rId1" Type="{ns}/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/>'
-            "</Relationships>"
-        ),
-        "word/document.xml": (
-            f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><w:document xmlns:w="{ns}/wordprocessingml/2006/main">'
-            f"<w:body>{body}</w:body></w:document>"
-        ),
-    })
+    body = "".join(f'<w:p><w:r><w:t xml:space="preserve">{escape(p)}</w:t></w:r></w:p>' for p in paragraphs)
+    return _zip(
+        {
+            "[Content_Types].xml": (
+                f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><Types xmlns="{ns}/package/2006/content-types">'
+                '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+                '<Default Extension="xml" ContentType="application/xml"/>'
+                '<Override PartName="/word/document.xml" ContentType="application/vnd.openxmlformats-officedocument.wordprocessingml.document.main+xml"/>'
+                "</Types>"
+            ),
+            "_rels/.rels": (
+                f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><Relationships xmlns="{ns}/package/2006/relationships">'
+                f'<Relationship Id="rId1" Type="{ns}/officeDocument/2006/relationships/officeDocument" Target="word/document.xml"/>'
+                "</Relationships>"
+            ),
+            "word/document.xml": (
+                f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?><w:document xmlns:w="{ns}/wordprocessingml/2006/main">'
+                f"<w:body>{body}</w:body></w:document>"
+            ),
+        }
+    )
 
 
 def make_pdf(lines: list[str]) -> bytes:
     """A one-page PDF 1.4 with an uncompressed text stream (Helvetica) and a correct xref table."""
+
     def pdf_str(s: str) -> str:
         return s.replace("\\", "\\\\").replace("(", "\\(").replace(")", "\\)")
 
@@ -236,7 +257,12 @@ def make_png(grid: list[list[str]], cell: int = CELL_PX) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(bytes(raw), 9)) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(bytes(raw), 9))
+        + chunk(b"IEND", b"")
+    )
 
 
 def _csv(rows: list[list[Any]]) -> bytes:
@@ -250,7 +276,9 @@ def offline_files() -> dict[str, bytes]:
     return {
         "harbour_sales_2023.csv": _csv([["region", "quarter", "product", "revenue_usd"], *map(list, SALES)]),
         "warehouse_stock.xlsx": make_xlsx([["Item", "Warehouse", "Units in stock"], *map(list, INVENTORY)], "Stock"),
-        "staff_directory.json": (json.dumps({"company": "Vellmar Marine Supply", "employees": STAFF}, indent=2) + "\n").encode(),
+        "staff_directory.json": (
+            json.dumps({"company": "Vellmar Marine Supply", "employees": STAFF}, indent=2) + "\n"
+        ).encode(),
         "worker_log.txt": ("\n".join(_log_lines()) + "\n").encode(),
         "rowing_club_agm_2024.docx": make_docx(MINUTES),
         "invoice_4471.pdf": make_pdf(
@@ -279,39 +307,99 @@ def offline_tasks() -> list[dict[str, Any]]:
     reds = sum(row.count("red") for row in GRID)
     visitors = sum(v for _, v in VISITORS)
     specs = [
-        ("csv-sales", 1, "harbour_sales_2023.csv",
-         "The attached CSV lists 2023 sales by region, quarter and product. What was the total revenue, in US dollars, "
-         "of the North region in Q3?", _num(north_q3)),
-        ("xlsx-stock", 1, "warehouse_stock.xlsx",
-         "The attached spreadsheet lists stock per item and warehouse. Which item has the smallest total number of "
-         "units across all warehouses?", min(totals, key=totals.__getitem__)),
-        ("json-staff", 1, "staff_directory.json",
-         "According to the attached staff directory, how many employees of the Engineering department were hired "
-         "before 2020?", _num(early_engineers)),
-        ("txt-log", 1, "worker_log.txt",
-         "How many ERROR entries in the attached log were written between 10:00 and 11:59 (inclusive)?", _num(morning_errors)),
-        ("docx-minutes", 1, "rowing_club_agm_2024.docx",
-         "Who was elected treasurer at the meeting recorded in the attached minutes? Give the full name.", "Marta Quist"),
-        ("pdf-invoice", 1, "invoice_4471.pdf",
-         "What is the total amount due on the attached invoice, in US dollars?", _num(INVOICE_TOTAL)),
-        ("png-grid", 2, "colour_grid.png",
-         "The attached image is a grid of coloured square cells, 8 by 8. How many of the cells are red?", _num(reds)),
-        ("web-lighthouse-year", 1, "",
-         "In what year was the Halvorsen Point Lighthouse first lit?", "1887"),
-        ("web-architect-town", 2, "",
-         "In which town was the architect of the Halvorsen Point Lighthouse born?", "Tromvik"),
-        ("web-orvane-moons", 2, "",
-         "List the known moons of the planet Orvane in alphabetical order, as a comma separated list.", "Aurel, Brin, Tessaly"),
-        ("json-web-paddling", 3, "paddling_trip.json",
-         "The attached file describes a paddling trip. Using the river's full length as given in the Vellmar "
-         "Encyclopedia, how many hours does the trip take at the stated speed?", _num(CALDWYN_KM / ROUTE["paddling_speed_kmh"])),
-        ("csv-web-visitors", 3, "lunsby_visitors_2023.csv",
-         "The attached file counts 2023 visitors to a town by month. Divide the year's total by the town's population "
-         "at the 2021 census and round to two decimal places.", _num(round(visitors / LUNSBY_POPULATION, 2))),
+        (
+            "csv-sales",
+            1,
+            "harbour_sales_2023.csv",
+            "The attached CSV lists 2023 sales by region, quarter and product. What was the total revenue, in US dollars, "
+            "of the North region in Q3?",
+            _num(north_q3),
+        ),
+        (
+            "xlsx-stock",
+            1,
+            "warehouse_stock.xlsx",
+            "The attached spreadsheet lists stock per item and warehouse. Which item has the smallest total number of "
+            "units across all warehouses?",
+            min(totals, key=totals.__getitem__),
+        ),
+        (
+            "json-staff",
+            1,
+            "staff_directory.json",
+            "According to the attached staff directory, how many employees of the Engineering department were hired "
+            "before 2020?",
+            _num(early_engineers),
+        ),
+        (
+            "txt-log",
+            1,
+            "worker_log.txt",
+            "How many ERROR entries in the attached log were written between 10:00 and 11:59 (inclusive)?",
+            _num(morning_errors),
+        ),
+        (
+            "docx-minutes",
+            1,
+            "rowing_club_agm_2024.docx",
+            "Who was elected treasurer at the meeting recorded in the attached minutes? Give the full name.",
+            "Marta Quist",
+        ),
+        (
+            "pdf-invoice",
+            1,
+            "invoice_4471.pdf",
+            "What is the total amount due on the attached invoice, in US dollars?",
+            _num(INVOICE_TOTAL),
+        ),
+        (
+            "png-grid",
+            2,
+            "colour_grid.png",
+            "The attached image is a grid of coloured square cells, 8 by 8. How many of the cells are red?",
+            _num(reds),
+        ),
+        ("web-lighthouse-year", 1, "", "In what year was the Halvorsen Point Lighthouse first lit?", "1887"),
+        (
+            "web-architect-town",
+            2,
+            "",
+            "In which town was the architect of the Halvorsen Point Lighthouse born?",
+            "Tromvik",
+        ),
+        (
+            "web-orvane-moons",
+            2,
+            "",
+            "List the known moons of the planet Orvane in alphabetical order, as a comma separated list.",
+            "Aurel, Brin, Tessaly",
+        ),
+        (
+            "json-web-paddling",
+            3,
+            "paddling_trip.json",
+            "The attached file describes a paddling trip. Using the river's full length as given in the Vellmar "
+            "Encyclopedia, how many hours does the trip take at the stated speed?",
+            _num(CALDWYN_KM / ROUTE["paddling_speed_kmh"]),
+        ),
+        (
+            "csv-web-visitors",
+            3,
+            "lunsby_visitors_2023.csv",
+            "The attached file counts 2023 visitors to a town by month. Divide the year's total by the town's population "
+            "at the 2021 census and round to two decimal places.",
+            _num(round(visitors / LUNSBY_POPULATION, 2)),
+        ),
     ]
     return [
-        {"task_id": f"offline-{key}", "Question": q, "Level": level, "Final answer": answer,
-         "file_name": name, "file_path": name}
+        {
+            "task_id": f"offline-{key}",
+            "Question": q,
+            "Level": level,
+            "Final answer": answer,
+            "file_name": name,
+            "file_path": name,
+        }
         for key, level, name, q, answer in specs
     ]
 
@@ -370,7 +458,7 @@ def _attachment(directory: Path, task: dict[str, Any]) -> Path:
     if rel.is_absolute() or ".." in rel.parts:
         raise ValueError(f"task {task['task_id']}: file_path {str(rel)!r} must be relative and stay inside the dataset")
     prefix = rel.parts[:-1]
-    if prefix and directory.resolve().parts[-len(prefix):] != prefix:
+    if prefix and directory.resolve().parts[-len(prefix) :] != prefix:
         raise ValueError(f"task {task['task_id']}: file_path {str(rel)!r} does not lie in {str(directory)!r}")
     return directory / rel.name
 
@@ -423,11 +511,15 @@ def download_gaia(dest: Path, split: str = "validation", year: str = GAIA_YEAR) 
     except LocalEntryNotFoundError as exc:
         raise GaiaAccessError(f"cannot reach the Hugging Face Hub to fetch {GAIA_REPO} (offline?): {exc}") from exc
     except HfHubHTTPError as exc:
-        raise GaiaAccessError(f"the Hub refused {GAIA_REPO} ({exc}); check `huggingface-cli whoami` and your access") from exc
+        raise GaiaAccessError(
+            f"the Hub refused {GAIA_REPO} ({exc}); check `huggingface-cli whoami` and your access"
+        ) from exc
     directory = Path(root) / year / split
     if not any((directory / name).is_file() for name in _METADATA):
-        raise GaiaAccessError(f"downloaded {GAIA_REPO} but {directory} has no metadata.parquet or metadata.jsonl; "
-                              "the repo layout may have changed")
+        raise GaiaAccessError(
+            f"downloaded {GAIA_REPO} but {directory} has no metadata.parquet or metadata.jsonl; "
+            "the repo layout may have changed"
+        )
     return directory
 
 

@@ -55,6 +55,7 @@ SYSTEM_PROMPT = (
 
 # ---- GAIA's quasi-exact match -------------------------------------------------------------
 
+
 def _is_float(text: str) -> bool:
     try:
         float(text)
@@ -119,15 +120,20 @@ def efficiency(tool_calls: int, free_calls: int, max_calls: int) -> float:
 
 # ---- the env -------------------------------------------------------------------------------
 
+
 class GaiaAgentEnvConfig(HermesAgentEnvConfig):
     data_dir: str = Field(
         str(OFFLINE_DIR),
         description="GAIA split directory (metadata.parquet or metadata.jsonl + attachments) or a GAIA snapshot root",
     )
-    split: Literal["validation", "test"] = Field("validation", description="Split used when data_dir is a snapshot root")
+    split: Literal["validation", "test"] = Field(
+        "validation", description="Split used when data_dir is a snapshot root"
+    )
     levels: list[int] | None = Field(None, description="Only tasks of these levels (None: all)")
     correctness_weight: float = Field(0.9, ge=0, description="Weight of the quasi-exact match in the reward")
-    efficiency_weight: float = Field(0.1, ge=0, description="Weight of the tool-call efficiency term (counts only when correct)")
+    efficiency_weight: float = Field(
+        0.1, ge=0, description="Weight of the tool-call efficiency term (counts only when correct)"
+    )
     efficiency_free_calls: int = Field(4, ge=0, description="Tool calls that cost nothing")
     efficiency_max_calls: int = Field(20, ge=1, description="Tool calls at which the efficiency term reaches 0")
 

@@ -33,7 +33,9 @@ class OpenAIChatConfig(BaseModel):
     text_tool_parser: str | None = Field(
         "hermes", description="Parser for tool calls a server returns as text; None disables recovery"
     )
-    extra_body: dict[str, Any] = Field(default_factory=dict, description="Extra request fields, e.g. a llama.cpp grammar")
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Extra request fields, e.g. a llama.cpp grammar"
+    )
     tools_in: Literal["request", "system_prompt"] = Field(
         "request",
         description="'request': send tools= (the server's template renders them); 'system_prompt': describe "
@@ -132,7 +134,11 @@ class OpenAIChatModel:
         msg = choice.message
         extra = msg.model_extra or {}
         reasoning = extra.get("reasoning_content") or extra.get("reasoning")
-        usage = response.usage.model_dump(include={"prompt_tokens", "completion_tokens", "total_tokens"}) if response.usage else None
+        usage = (
+            response.usage.model_dump(include={"prompt_tokens", "completion_tokens", "total_tokens"})
+            if response.usage
+            else None
+        )
         calls = [
             {
                 "id": c.id or f"call_{uuid.uuid4().hex[:12]}",
@@ -152,7 +158,9 @@ class OpenAIChatModel:
         if calls or not msg.content or self._parser is None:
             return turn
         # The server left the calls in the text: read them the same way token mode does.
-        recovered = turn_from_text(self._parser, msg.content, tools, reasoning=reasoning, finish_reason=choice.finish_reason)
+        recovered = turn_from_text(
+            self._parser, msg.content, tools, reasoning=reasoning, finish_reason=choice.finish_reason
+        )
         recovered.usage = usage
         if not recovered.tool_calls:
             recovered.content = msg.content  # nothing to take out: the text stays as the server sent it

@@ -73,7 +73,5 @@ def tokenize_conversation(tokenizer: Any, messages: list[dict[str, Any]], tools:
         spans.append((start, end))
     enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
     ids = list(enc["input_ids"])
-    masks = [
-        tok if any(s <= a < e for s, e in spans) else IGNORE for tok, (a, _b) in zip(ids, enc["offset_mapping"])
-    ]
+    masks = [tok if any(s <= a < e for s, e in spans) else IGNORE for tok, (a, _b) in zip(ids, enc["offset_mapping"])]
     return ids, masks

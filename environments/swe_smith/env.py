@@ -630,7 +630,10 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
 
     def eval_metrics(self, rollouts: list[Rollout]) -> dict[str, float]:
         # SWE-bench's names: the mean score is the resolved rate; skipped rows are reported beside it.
-        return {"eval/resolved": super().eval_metrics(rollouts)["eval/accuracy"], "eval/skipped": sum(self.skipped.values())}
+        return {
+            "eval/resolved": super().eval_metrics(rollouts)["eval/accuracy"],
+            "eval/skipped": sum(self.skipped.values()),
+        }
 
     def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
         return {**super().eval_sample(rollout), "item": {"instance_id": rollout.item.instance_id}}

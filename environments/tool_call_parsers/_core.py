@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 from random import getrandbits
 from typing import Any, ClassVar, Iterable, Mapping
 
-__all__ = ["ParseIssue", "ParseResult", "ToolCallParser", "ToolCallStream", "make_call", "coerce_value", "NAME_PATTERN", "JSON_DECODER"]
+__all__ = [
+    "ParseIssue",
+    "ParseResult",
+    "ToolCallParser",
+    "ToolCallStream",
+    "make_call",
+    "coerce_value",
+    "NAME_PATTERN",
+    "JSON_DECODER",
+]
 
 _SNIPPET = 80
 
@@ -209,13 +218,11 @@ def decode_json_text(body: str) -> tuple[Any, str, str | None]:
     except ValueError as exc:
         return None, s, f"invalid JSON: {exc.msg} at position {exc.pos}"
     if end != len(s):  # s is stripped: anything after the value is more than space
-        return None, s, f"unexpected text after the JSON value: {s[end:end + 20]!r}"
+        return None, s, f"unexpected text after the JSON value: {s[end : end + 20]!r}"
     return value, s, None
 
 
-def call_from_object(
-    obj: Any, name_keys: Iterable[str], arg_keys: Iterable[str]
-) -> tuple[str, dict[str, Any]] | str:
+def call_from_object(obj: Any, name_keys: Iterable[str], arg_keys: Iterable[str]) -> tuple[str, dict[str, Any]] | str:
     """(name, arguments) from `{"name": ..., "arguments"|"parameters": ...}`, or the reason not."""
     if not isinstance(obj, dict):
         return f"tool call must be a JSON object, got {type(obj).__name__}"
@@ -414,7 +421,9 @@ class ToolCallParser:
         """A fresh per-request stream: `feed(delta) -> content to show now`, then `finish()`."""
         return ToolCallStream(self, tools if tools is not None else self._tools)
 
-    def parse(self, text: str | None, tools: Iterable[Mapping[str, Any]] | None = None) -> tuple[str | None, list[dict[str, Any]]]:
+    def parse(
+        self, text: str | None, tools: Iterable[Mapping[str, Any]] | None = None
+    ) -> tuple[str | None, list[dict[str, Any]]]:
         result = self.parse_detailed(text, tools)
         return result.content, result.tool_calls
 
@@ -422,7 +431,9 @@ class ToolCallParser:
         if not text:
             return ParseResult(content=None)
         if not isinstance(text, str):
-            return ParseResult(content=None, errors=[ParseIssue(0, 0, f"expected the completion text, got {type(text).__name__}", "")])
+            return ParseResult(
+                content=None, errors=[ParseIssue(0, 0, f"expected the completion text, got {type(text).__name__}", "")]
+            )
         schemas = tool_schemas(tools) if tools is not None else self._schemas
         try:
             result = self._parse(text, schemas)

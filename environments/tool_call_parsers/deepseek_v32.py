@@ -95,7 +95,7 @@ class DeepSeekV32Parser(ToolCallParser):
         pos = m.end()
         while (p := _PARAM.search(text, pos, end)) is not None:
             if text[pos : p.start()].strip():
-                return f"unexpected text inside invoke {name}: {text[pos:p.start()].strip()[:30]!r}"
+                return f"unexpected text inside invoke {name}: {text[pos : p.start()].strip()[:30]!r}"
             key = p.group(1).strip()
             if not valid_key(key):
                 return f"invalid parameter name {key[:30]!r} in {name}"
@@ -111,7 +111,7 @@ class DeepSeekV32Parser(ToolCallParser):
                 try:
                     args[key] = JSON_DECODER.decode(raw.strip())
                 except ValueError as exc:
-                    return f"parameter {key} of {name} is marked string=\"false\" but is not JSON: {getattr(exc, 'msg', exc)}"
+                    return f'parameter {key} of {name} is marked string="false" but is not JSON: {getattr(exc, "msg", exc)}'
             pos = close + len(_PARAM_END)
         rest = text[pos:end].strip()
         if rest:

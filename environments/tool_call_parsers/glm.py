@@ -18,11 +18,21 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from ._core import Finder, ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call, valid_key, valid_name
+from ._core import (
+    Finder,
+    ParseIssue,
+    ParseResult,
+    ToolCallParser,
+    coerce_value,
+    issue,
+    join_content,
+    make_call,
+    valid_key,
+    valid_name,
+)
 from ._registry import register_parser
 
 __all__ = ["GlmSpec", "GlmParser", "GLM"]
-
 
 
 @dataclass(frozen=True)
@@ -83,7 +93,11 @@ class GlmParser(ToolCallParser):
             else:
                 body_end = block_end = nxt if nxt != -1 else len(text)
             parsed = self._call(text, body_start, body_end, schemas)
-            if block_end == body_end and not isinstance(parsed, str) and not text[body_start:body_end].rstrip().endswith(spec.value[1]):
+            if (
+                block_end == body_end
+                and not isinstance(parsed, str)
+                and not text[body_start:body_end].rstrip().endswith(spec.value[1])
+            ):
                 # Without its closing tag a call must end on a complete value: `<tool_call>get_wea`
                 # is a truncated name, not a call to `get_wea`.
                 parsed = f"unterminated tool call (no {spec.end})"
@@ -126,4 +140,3 @@ class GlmParser(ToolCallParser):
             args[key] = coerce_value(m.group(2), props.get(key))
             pos = m.end()
         return name, args
-

@@ -16,7 +16,16 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from ._core import NAME_PATTERN, ParseIssue, ParseResult, ToolCallParser, arguments_object, decode_json_exact, issue, make_call
+from ._core import (
+    NAME_PATTERN,
+    ParseIssue,
+    ParseResult,
+    ToolCallParser,
+    arguments_object,
+    decode_json_exact,
+    issue,
+    make_call,
+)
 from ._registry import register_parser
 
 __all__ = ["GptOssParser"]
@@ -74,7 +83,9 @@ class GptOssParser(ToolCallParser):
                 else:
                     calls.append(make_call(recipient.group(1), args))
             elif "to=" in header and "to=assistant" not in header:
-                errors.append(issue(text, header_start, end + end_len, "message to a recipient that is not functions.NAME"))
+                errors.append(
+                    issue(text, header_start, end + end_len, "message to a recipient that is not functions.NAME")
+                )
                 content.append(body)
             elif channel and channel.group(1) == "analysis":
                 reasoning.append(body)

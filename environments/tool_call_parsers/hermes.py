@@ -196,4 +196,3 @@ def _next_open(text: str, start: int, stop: int) -> int:
 @register_parser("hermes", "qwen", "qwen25")
 class HermesParser(JsonTagParser):
     spec = HERMES
-

@@ -16,7 +16,16 @@ import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
 
-from ._core import DecodeBudget, ParseIssue, ParseResult, ToolCallParser, call_from_object, issue, join_content, make_call
+from ._core import (
+    DecodeBudget,
+    ParseIssue,
+    ParseResult,
+    ToolCallParser,
+    call_from_object,
+    issue,
+    join_content,
+    make_call,
+)
 from ._registry import register_parser
 
 __all__ = ["BareJsonSpec", "Llama3JsonParser", "Llama4JsonParser", "LLAMA3_JSON", "LLAMA4_JSON"]
@@ -59,7 +68,9 @@ class BareJsonParser(ToolCallParser):
                 continue
             start, announced = lead
             if budget.exhausted:
-                errors.append(issue(text, start, len(text), "too many malformed JSON objects; the rest is left as text"))
+                errors.append(
+                    issue(text, start, len(text), "too many malformed JSON objects; the rest is left as text")
+                )
                 break
             try:
                 obj, stop = budget.decode(text, j)
@@ -69,7 +80,10 @@ class BareJsonParser(ToolCallParser):
                 j = text.find("{", j + 1)
                 continue
             is_dict = isinstance(obj, dict)
-            if not (announced or (is_dict and any(k in obj for k in spec.name_keys) and any(k in obj for k in spec.arg_keys))):
+            if not (
+                announced
+                or (is_dict and any(k in obj for k in spec.name_keys) and any(k in obj for k in spec.arg_keys))
+            ):
                 j = text.find("{", stop)  # ordinary JSON in the answer, not a call
                 continue
             call = call_from_object(obj, spec.name_keys, spec.arg_keys)

@@ -113,7 +113,7 @@ class MistralParser(ToolCallParser):
             except ValueError as exc:
                 return [], pos, f"invalid JSON arguments for {m.group(1)}: {exc.msg}"
             # An object is kept as the model wrote it; anything else is normalised first.
-            written = text[m.end():stop] if type(value) is dict else None
+            written = text[m.end() : stop] if type(value) is dict else None
             args = arguments_object(value)
             if isinstance(args, str):
                 return [], pos, args

@@ -24,7 +24,18 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
-from ._core import Finder, ParseIssue, ParseResult, ToolCallParser, coerce_value, issue, join_content, make_call, valid_key, valid_name
+from ._core import (
+    Finder,
+    ParseIssue,
+    ParseResult,
+    ToolCallParser,
+    coerce_value,
+    issue,
+    join_content,
+    make_call,
+    valid_key,
+    valid_name,
+)
 from ._registry import register_parser
 
 __all__ = ["Qwen3CoderParser"]
@@ -94,7 +105,7 @@ class Qwen3CoderParser(ToolCallParser):
         pos = name_end + 1
         while (m := _PARAM.search(text, pos, body_end)) is not None:
             if text[pos : m.start()].strip():
-                return f"unexpected text inside <function={name}>: {text[pos:m.start()].strip()[:30]!r}"
+                return f"unexpected text inside <function={name}>: {text[pos : m.start()].strip()[:30]!r}"
             key = m.group(1).strip()
             if not valid_key(key):
                 return f"invalid parameter name {key[:30]!r} in {name}"

@@ -60,7 +60,8 @@ def glm(calls: list[Call], newlines: bool = True) -> str:
     out = []
     for n, a in calls:
         pairs = "".join(
-            f"{nl}<arg_key>{k}</arg_key>{nl}<arg_value>{v if isinstance(v, str) else _json(v)}</arg_value>" for k, v in a.items()
+            f"{nl}<arg_key>{k}</arg_key>{nl}<arg_value>{v if isinstance(v, str) else _json(v)}</arg_value>"
+            for k, v in a.items()
         )
         out.append(f"<tool_call>{n}{pairs}{nl}</tool_call>")
     return nl.join(out)
@@ -168,8 +169,23 @@ MARKUP: dict[str, tuple[str, ...]] = {
     "glm47": ("<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"),
     "deepseek_v3": (DS_BEGIN, DS_END, DS_CALL, DS_CALL_END, DS_SEP, "```json", "```"),
     "deepseek_v31": (DS_BEGIN, DS_END, DS_CALL, DS_CALL_END, DS_SEP),
-    "deepseek_v32": (f"<{DSML}function_calls>", f"</{DSML}function_calls>", f"<{DSML}invoke", f"</{DSML}invoke>", f"<{DSML}parameter", f"</{DSML}parameter>", 'string="'),
-    "longcat:xml": ("<longcat_tool_call>", "</longcat_tool_call>", "<longcat_arg_key>", "</longcat_arg_key>", "<longcat_arg_value>", "</longcat_arg_value>"),
+    "deepseek_v32": (
+        f"<{DSML}function_calls>",
+        f"</{DSML}function_calls>",
+        f"<{DSML}invoke",
+        f"</{DSML}invoke>",
+        f"<{DSML}parameter",
+        f"</{DSML}parameter>",
+        'string="',
+    ),
+    "longcat:xml": (
+        "<longcat_tool_call>",
+        "</longcat_tool_call>",
+        "<longcat_arg_key>",
+        "</longcat_arg_key>",
+        "<longcat_arg_value>",
+        "</longcat_arg_value>",
+    ),
     "kimi_k2": (K_BEGIN, K_END, K_CALL, K_CALL_END, K_ARGS, "functions."),
     "llama3_json": ('"name"', '"parameters"', "; "),
     "llama4_json": ("<|python_start|>", "<|python_end|>", '"name"', '"parameters"'),

@@ -23,9 +23,17 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def config(tmp_path: Path, dataset: Path, base_url: str, **kw: Any) -> BatchConfig:
-    return BatchConfig(dataset_file=dataset, run_name="t", model="scripted", base_url=base_url,
-                       output_dir=tmp_path / "runs", distribution="math", retry_backoff_s=0.01,
-                       request_retries=0, **kw)
+    return BatchConfig(
+        dataset_file=dataset,
+        run_name="t",
+        model="scripted",
+        base_url=base_url,
+        output_dir=tmp_path / "runs",
+        distribution="math",
+        retry_backoff_s=0.01,
+        request_retries=0,
+        **kw,
+    )
 
 
 def test_toolset_sampling_is_deterministic_and_never_empty() -> None:
@@ -66,8 +74,10 @@ async def test_run_records_every_prompt_once_with_stats(tmp_path: Path) -> None:
 
 
 async def test_infrastructure_failures_are_retried_never_recorded(tmp_path: Path) -> None:
-    dataset = write_prompts(tmp_path / "p.jsonl", [{"id": "ok", "prompt": "fine"}, {"id": "flaky", "prompt": "flaky"},
-                                                   {"id": "down", "prompt": "down"}])
+    dataset = write_prompts(
+        tmp_path / "p.jsonl",
+        [{"id": "ok", "prompt": "fine"}, {"id": "flaky", "prompt": "flaky"}, {"id": "down", "prompt": "down"}],
+    )
     failures = {"flaky": 1, "down": -1}
     async with ScriptedOpenAIServer([agent_policy(failures)] * 50) as server:
         cfg = config(tmp_path, dataset, server.base_url, concurrency=1, max_attempts=3)
@@ -106,22 +116,60 @@ async def test_resume_cuts_a_torn_line_and_reruns_that_prompt(tmp_path: Path) ->
 
 def test_unreachable_server_fails_fast_with_the_url(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     dataset = write_prompts(tmp_path / "p.jsonl", [{"prompt": "x"}])
-    code = batch_runner.main(["--dataset_file", str(dataset), "--run_name", "r", "--model", "m",
-                              "--base_url", "http://127.0.0.1:9/v1", "--output_dir", str(tmp_path)])
+    code = batch_runner.main(
+        [
+            "--dataset_file",
+            str(dataset),
+            "--run_name",
+            "r",
+            "--model",
+            "m",
+            "--base_url",
+            "http://127.0.0.1:9/v1",
+            "--output_dir",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and "cannot reach the model server at http://127.0.0.1:9/v1" in err and "--base_url" in err
-    assert not (tmp_path / "r" / "trajectories.jsonl").exists() or not (tmp_path / "r" / "trajectories.jsonl").read_bytes()
+    assert (
+        not (tmp_path / "r" / "trajectories.jsonl").exists() or not (tmp_path / "r" / "trajectories.jsonl").read_bytes()
+    )
 
 
 @pytest.mark.llm
 @pytest.mark.slow
 def test_sigkill_midway_then_resume_gives_each_prompt_exactly_once(embedded_llm, tmp_path: Path) -> None:
     n = 20
-    dataset = write_prompts(tmp_path / "p.jsonl", [{"id": f"q{i:02d}", "prompt": f"What is {i} plus {i}?"} for i in range(n)])
-    args = [sys.executable, "batch_runner.py", "--dataset_file", str(dataset), "--run_name", "kill",
-            "--model", embedded_llm.model_name, "--base_url", embedded_llm.base_url, "--api_key", "local",
-            "--output_dir", str(tmp_path / "runs"), "--distribution", "math", "--concurrency", "2",
-            "--max_turns", "2", "--max_tokens", "24", "--temperature", "0"]
+    dataset = write_prompts(
+        tmp_path / "p.jsonl", [{"id": f"q{i:02d}", "prompt": f"What is {i} plus {i}?"} for i in range(n)]
+    )
+    args = [
+        sys.executable,
+        "batch_runner.py",
+        "--dataset_file",
+        str(dataset),
+        "--run_name",
+        "kill",
+        "--model",
+        embedded_llm.model_name,
+        "--base_url",
+        embedded_llm.base_url,
+        "--api_key",
+        "local",
+        "--output_dir",
+        str(tmp_path / "runs"),
+        "--distribution",
+        "math",
+        "--concurrency",
+        "2",
+        "--max_turns",
+        "2",
+        "--max_tokens",
+        "24",
+        "--temperature",
+        "0",
+    ]
     out_path = tmp_path / "runs/kill/trajectories.jsonl"
     proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 300
@@ -190,7 +238,9 @@ async def test_progress_is_live_on_a_terminal_and_quiet_in_logs() -> None:
 
 async def test_unknown_toolsets_in_the_dataset_fail_before_running(tmp_path: Path) -> None:
     dataset = write_prompts(tmp_path / "p.jsonl", [{"prompt": "x", "toolsets": ["python", "browser"]}])
-    with pytest.raises(BatchError, match=r"unknown toolsets \['browser'\]; known: \['file', 'python', 'terminal', 'web'\]"):
+    with pytest.raises(
+        BatchError, match=r"unknown toolsets \['browser'\]; known: \['file', 'python', 'terminal', 'web'\]"
+    ):
         await run_batch(config(tmp_path, dataset, "http://127.0.0.1:9/v1"))
 
 

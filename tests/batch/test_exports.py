@@ -42,12 +42,23 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def batch_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
     tmp = tmp_path_factory.mktemp("batch")
-    dataset = write_prompts(tmp / "p.jsonl", [{"id": f"b{i}", "prompt": f"count me {'x' * i}", "domain": "demo"} for i in range(5)])
+    dataset = write_prompts(
+        tmp / "p.jsonl", [{"id": f"b{i}", "prompt": f"count me {'x' * i}", "domain": "demo"} for i in range(5)]
+    )
 
     async def go() -> None:
         async with ScriptedOpenAIServer([agent_policy()] * 10) as server:
-            await run_batch(BatchConfig(dataset_file=dataset, run_name="e", model="scripted", base_url=server.base_url,
-                                        output_dir=tmp, distribution="math", request_retries=0))
+            await run_batch(
+                BatchConfig(
+                    dataset_file=dataset,
+                    run_name="e",
+                    model="scripted",
+                    base_url=server.base_url,
+                    output_dir=tmp,
+                    distribution="math",
+                    request_retries=0,
+                )
+            )
 
     asyncio.run(go())
     return tmp / "e" / "trajectories.jsonl"
@@ -63,15 +74,21 @@ def process_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
     async def go() -> list[dict]:
         async with ScriptedOpenAIServer([]) as server:
             env = GaiaAgentEnv(
-                GaiaAgentEnvConfig(tokenizer_name=tokenizer, use_wandb=False, data_path_to_save_groups=None,
-                                   workspace_root=str(tmp / "ws")),
+                GaiaAgentEnvConfig(
+                    tokenizer_name=tokenizer,
+                    use_wandb=False,
+                    data_path_to_save_groups=None,
+                    workspace_root=str(tmp / "ws"),
+                ),
                 [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="k", server_type="openai")],
             )
             await env.setup()
             async with env.runtime():
                 groups = []
                 for task in env.tasks:
-                    rollouts = await asyncio.gather(*(env.rollout(task, model=GaiaScriptedSolver(task)) for _ in range(2)))
+                    rollouts = await asyncio.gather(
+                        *(env.rollout(task, model=GaiaScriptedSolver(task)) for _ in range(2))
+                    )
                     groups.append(dict(env.build_group(list(rollouts))))
                 return groups
 
@@ -126,7 +143,9 @@ def swe_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 tool_backend="local", workspace_root=str(tmp / "ws"), ensure_scores_are_not_same=False,
                 data_path_to_save_groups=str(tmp / "groups.jsonl"), include_messages=True,
             )  # fmt: skip
-            env = SweSmithOracleEnv(config, [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="k")])
+            env = SweSmithOracleEnv(
+                config, [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="k")]
+            )
             return await _process(env, tmp, 1)
 
     return asyncio.run(go())
@@ -201,8 +220,11 @@ def test_unknown_input_is_named(tmp_path: Path) -> None:
 
 
 def test_every_env_keeps_its_tool_schemas(gsm8k_output: Path, swe_output: Path, process_output: Path) -> None:
-    expected = {gsm8k_output: {"python"}, swe_output: {"terminal"},
-                process_output: {"python", "read_file", "terminal", "web_search", "web_extract"}}
+    expected = {
+        gsm8k_output: {"python"},
+        swe_output: {"terminal"},
+        process_output: {"python", "read_file", "terminal", "web_search", "web_extract"},
+    }
     for path, must_offer in expected.items():
         conversations = list(read_conversations(path))
         assert conversations and all(c.source == "process" for c in conversations)
@@ -215,7 +237,9 @@ def test_every_env_keeps_its_tool_schemas(gsm8k_output: Path, swe_output: Path, 
             assert called <= offered  # every call the rollout made is to a tool the export describes
 
 
-def test_rollouts_of_one_question_never_straddle_the_split(gsm8k_output: Path, process_output: Path, tmp_path: Path) -> None:
+def test_rollouts_of_one_question_never_straddle_the_split(
+    gsm8k_output: Path, process_output: Path, tmp_path: Path
+) -> None:
     gsm8k = [to_trajectory(c) for c in read_conversations(gsm8k_output)]
     # 3 groups over 2 questions: ids item#1.0/item#1.1 and item#3.x share a question with different ids.
     assert len({t["task_id"] for t in gsm8k}) == 6 and len({t["question"] for t in gsm8k}) == 2
@@ -234,14 +258,20 @@ def test_rollouts_of_one_question_never_straddle_the_split(gsm8k_output: Path, p
     assert sides_seen == {"train", "val"}
 
 
-@pytest.mark.parametrize("content, message", [
-    (None, "is not a file"),
-    ("not json\n", ":1 is not JSON"),
-    ('{"foo": 1}\n', ":1 is neither a batch_runner result"),
-    ('{"messages": [[{"role": "user", "content": "q"}]], "scores": [1.0]}\n'
-     '{"messages": ["oops"], "scores": [1.0]}\n', ":2: messages[0] is not a list"),
-    ('{"prompt_id": "p", "messages": [{"role": "assistant", "tool_calls": [{"id": "1"}]}]}\n', "lacks the key"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "is not a file"),
+        ("not json\n", ":1 is not JSON"),
+        ('{"foo": 1}\n', ":1 is neither a batch_runner result"),
+        (
+            '{"messages": [[{"role": "user", "content": "q"}]], "scores": [1.0]}\n'
+            '{"messages": ["oops"], "scores": [1.0]}\n',
+            ":2: messages[0] is not a list",
+        ),
+        ('{"prompt_id": "p", "messages": [{"role": "assistant", "tool_calls": [{"id": "1"}]}]}\n', "lacks the key"),
+    ],
+)
 @pytest.mark.parametrize("fmt", ["sharegpt", "openai", "trajectory", "sft"])
 def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path: Path, capsys, fmt: str, content, message: str) -> None:
     src = tmp_path / "in.jsonl"
@@ -257,9 +287,22 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path: Path, capsys, fmt:
 
 
 def test_bad_cli_input_has_no_traceback(tmp_path: Path) -> None:
-    proc = subprocess.run([sys.executable, "-m", "exports", "openai", str(tmp_path / "nope.jsonl"),
-                           str(tmp_path / "o.jsonl"), "--val_fraction", "0.2"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "exports",
+            "openai",
+            str(tmp_path / "nope.jsonl"),
+            str(tmp_path / "o.jsonl"),
+            "--val_fraction",
+            "0.2",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
     assert not (tmp_path / "o.jsonl").exists()
     assert exports.main(["sft", str(tmp_path / "nope.jsonl"), str(tmp_path / "d"), "--val_fraction", "1.5"]) == 2
@@ -274,11 +317,19 @@ def conversations(draw) -> Conversation:
     messages = [{"role": "system", "content": draw(_text)}, {"role": "user", "content": draw(_text)}]
     for turn in range(draw(st.integers(0, 3))):
         names = draw(st.lists(st.sampled_from(["python", "web_search", "read_file"]), min_size=1, max_size=2))
-        calls = [{"id": f"x{turn}{i}", "type": "function",
-                  "function": {"name": n, "arguments": json.dumps(a) if isinstance(a := draw(_args), dict) else a}}
-                 for i, n in enumerate(names)]
+        calls = [
+            {
+                "id": f"x{turn}{i}",
+                "type": "function",
+                "function": {"name": n, "arguments": json.dumps(a) if isinstance(a := draw(_args), dict) else a},
+            }
+            for i, n in enumerate(names)
+        ]
         messages.append({"role": "assistant", "content": draw(st.one_of(st.none(), _text)), "tool_calls": calls})
-        messages += [{"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"], "content": draw(_text)} for c in calls]
+        messages += [
+            {"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"], "content": draw(_text)}
+            for c in calls
+        ]
     messages.append({"role": "assistant", "content": draw(_text)})
     return Conversation("h", messages, [], "batch_runner")
 

@@ -93,27 +93,37 @@ def txt_log(file: str) -> Recipe:
     lines = [line.split("|", 1)[1] for line in answer["content"].splitlines()]
     count = sum(1 for line in lines if line.split()[2] == "ERROR" and "10:00:00" <= line.split()[1] <= "11:59:59")
     # ... and check the count with the terminal toolset.
-    check = _output((yield "terminal", {"command": f"awk '$3==\"ERROR\" && $2>=\"10:00:00\" && $2<=\"11:59:59\"' {file} | wc -l"}))
+    check = _output(
+        (yield "terminal", {"command": f'awk \'$3=="ERROR" && $2>="10:00:00" && $2<="11:59:59"\' {file} | wc -l'})
+    )
     if check.split()[-1] != str(count):
         raise RuntimeError(f"read_file count {count} and awk count {check!r} disagree")
     return str(count)
 
 
 def docx_minutes(file: str) -> Recipe:
-    text = _output((yield _py(
-        "import zipfile, re\n"
-        f"xml = zipfile.ZipFile({file!r}).read('word/document.xml').decode()\n"
-        "print('\\n'.join(re.findall(r'<w:t[^>]*>(.*?)</w:t>', xml)))"
-    )))
+    text = _output(
+        (
+            yield _py(
+                "import zipfile, re\n"
+                f"xml = zipfile.ZipFile({file!r}).read('word/document.xml').decode()\n"
+                "print('\\n'.join(re.findall(r'<w:t[^>]*>(.*?)</w:t>', xml)))"
+            )
+        )
+    )
     return re.search(r"([A-Z]\w+ [A-Z]\w+) was elected treasurer", text).group(1)  # type: ignore[union-attr]
 
 
 def pdf_invoice(file: str) -> Recipe:
-    text = _output((yield _py(
-        "import re\n"
-        f"data = open({file!r}, 'rb').read().decode('latin-1')\n"
-        "print('\\n'.join(re.findall(r'\\((.*?)\\) \\'', data)))"
-    )))
+    text = _output(
+        (
+            yield _py(
+                "import re\n"
+                f"data = open({file!r}, 'rb').read().decode('latin-1')\n"
+                "print('\\n'.join(re.findall(r'\\((.*?)\\) \\'', data)))"
+            )
+        )
+    )
     amount = re.search(r"Total due: \$([\d,]+\.\d\d)", text).group(1)  # type: ignore[union-attr]
     return _fmt(float(amount.replace(",", "")))
 
@@ -164,11 +174,15 @@ def json_web_paddling(file: str) -> Recipe:
 
 
 def csv_web_visitors(file: str) -> Recipe:
-    town, total = _output((yield _py(
-        "import csv\n"
-        f"rows = list(csv.DictReader(open({file!r})))\n"
-        "print(rows[0]['town'], sum(int(r['visitors']) for r in rows))"
-    ))).split()
+    town, total = _output(
+        (
+            yield _py(
+                "import csv\n"
+                f"rows = list(csv.DictReader(open({file!r})))\n"
+                "print(rows[0]['town'], sum(int(r['visitors']) for r in rows))"
+            )
+        )
+    ).split()
     text = yield from _search_and_read(f"{town} population 2021 census")
     population = int(re.search(r"population of\s*([\d,]+)", text).group(1).replace(",", ""))  # type: ignore[union-attr]
     return f"{int(total) / population:.2f}"
@@ -201,7 +215,9 @@ class GaiaScriptedSolver:
         self._started = False
         self.calls: list[str] = []
 
-    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, temperature: float, max_tokens: int | None) -> ModelTurn:
+    async def chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, temperature: float, max_tokens: int | None
+    ) -> ModelTurn:
         try:
             if not self._started:
                 self._started = True
@@ -215,8 +231,13 @@ class GaiaScriptedSolver:
             return ModelTurn(content=f"I checked the sources.\nFINAL ANSWER: {stop.value}", finish_reason="stop")
         offered = {t["function"]["name"] for t in tools}
         if name not in offered:
-            raise ModelError(f"scripted solver needs tool {name!r}, which is not offered ({sorted(offered)})", retryable=False)
+            raise ModelError(
+                f"scripted solver needs tool {name!r}, which is not offered ({sorted(offered)})", retryable=False
+            )
         self.calls.append(name)
-        call = {"id": f"call_{uuid.uuid4().hex[:10]}", "type": "function",
-                "function": {"name": name, "arguments": json.dumps(args)}}
+        call = {
+            "id": f"call_{uuid.uuid4().hex[:10]}",
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(args)},
+        }
         return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls")

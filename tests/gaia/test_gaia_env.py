@@ -32,8 +32,11 @@ def tokenizer_dir() -> str:
 
 def make_env(tokenizer_dir: str, base_url: str, tmp_path: Path, **overrides: Any) -> GaiaAgentEnv:
     config = GaiaAgentEnvConfig(
-        tokenizer_name=tokenizer_dir, use_wandb=False, data_path_to_save_groups=None,
-        workspace_root=str(tmp_path / "ws"), **overrides,
+        tokenizer_name=tokenizer_dir,
+        use_wandb=False,
+        data_path_to_save_groups=None,
+        workspace_root=str(tmp_path / "ws"),
+        **overrides,
     )
     server = APIServerConfig(base_url=base_url, model_name="scripted", api_key="local", server_type="openai")
     return GaiaAgentEnv(config, [server])
@@ -48,8 +51,11 @@ class AnswerAfterSearches:
     async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
         if self.left:
             self.left -= 1
-            call = {"id": f"c{uuid.uuid4().hex[:6]}", "type": "function",
-                    "function": {"name": "web_search", "arguments": json.dumps({"query": "lighthouse"})}}
+            call = {
+                "id": f"c{uuid.uuid4().hex[:6]}",
+                "type": "function",
+                "function": {"name": "web_search", "arguments": json.dumps({"query": "lighthouse"})},
+            }
             return ModelTurn(content=None, tool_calls=[call])
         return ModelTurn(content=f"FINAL ANSWER: {self.answer}")
 
@@ -89,7 +95,16 @@ async def test_attachment_is_in_the_workspace_and_named_in_the_prompt(tokenizer_
         assert "`colour_grid.png`" in env.format_prompt(task)
         assert "FINAL ANSWER" in env.initial_messages(task)[0]["content"]
         tools = {t["function"]["name"] for t in env.tool_schemas()}
-        assert tools == {"web_search", "web_extract", "read_file", "write_file", "patch", "search_files", "python", "terminal"}
+        assert tools == {
+            "web_search",
+            "web_extract",
+            "read_file",
+            "write_file",
+            "patch",
+            "search_files",
+            "python",
+            "terminal",
+        }
         async with env.runtime():
             # Wrong answer after reading nothing: 0, whatever the efficiency.
             wrong = await env.rollout(task, model=AnswerAfterSearches("15", 0))
@@ -124,15 +139,34 @@ def test_reward_weights_must_sum_to_one() -> None:
 def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path) -> None:
     out = tmp_path / "gaia.jsonl"
     proc = subprocess.run(
-        [sys.executable, "-m", "environments.gaia_agent_env", "process",
-         "--openai.base_url", embedded_llm.base_url,
-         "--openai.model_name", embedded_llm.model_name,
-         "--openai.api_key", "local",
-         "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
-         "--env.total_steps", "2", "--env.group_size", "2",
-         "--env.max_agent_turns", "2", "--env.agent_max_tokens", "48",
-         "--env.data_path_to_save_groups", str(out)],
-        cwd=ROOT, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "environments.gaia_agent_env",
+            "process",
+            "--openai.base_url",
+            embedded_llm.base_url,
+            "--openai.model_name",
+            embedded_llm.model_name,
+            "--openai.api_key",
+            "local",
+            "--env.tokenizer_name",
+            str(embedded_llm.tokenizer_dir),
+            "--env.total_steps",
+            "2",
+            "--env.group_size",
+            "2",
+            "--env.max_agent_turns",
+            "2",
+            "--env.agent_max_tokens",
+            "48",
+            "--env.data_path_to_save_groups",
+            str(out),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]
@@ -162,7 +196,9 @@ async def test_web_backend_follows_config_tavily_double(tokenizer_dir: str, tmp_
 
     page = FakePage("https://example.org/lighthouse", "Halvorsen Point Lighthouse", "It was first lit in 1887.")
     async with FakeTavilyServer([page]) as tavily, ScriptedOpenAIServer([]) as model_server:
-        web = WebConfig(backend="tavily", tavily=TavilyConfig(api_key=SecretStr(tavily.api_key), base_url=tavily.base_url))
+        web = WebConfig(
+            backend="tavily", tavily=TavilyConfig(api_key=SecretStr(tavily.api_key), base_url=tavily.base_url)
+        )
         env = make_env(tokenizer_dir, model_server.base_url, tmp_path, web=web)
         await env.setup()
         task = next(t for t in env.tasks if t["task_id"] == "offline-web-lighthouse-year")
@@ -188,8 +224,9 @@ async def test_a_web_backend_that_cannot_start_is_a_clear_error(tokenizer_dir: s
 
 async def test_evaluate_saves_its_samples(tokenizer_dir: str, tmp_path: Path) -> None:
     async with ScriptedOpenAIServer([]) as model_server:
-        env = make_env(tokenizer_dir, model_server.base_url, tmp_path, eval_size=2,
-                       data_dir_to_save_evals=str(tmp_path / "eval"))
+        env = make_env(
+            tokenizer_dir, model_server.base_url, tmp_path, eval_size=2, data_dir_to_save_evals=str(tmp_path / "eval")
+        )
         await env.setup()
         async with env.runtime(model=lambda: AnswerAfterSearches("1887", 0)):
             await env.evaluate()

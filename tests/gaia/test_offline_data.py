@@ -40,8 +40,10 @@ def test_metadata_has_gaia_fields_and_attachment_kinds() -> None:
 
 def test_office_files_are_well_formed_zip_xml() -> None:
     files = offline_files()
-    for name, parts in [("warehouse_stock.xlsx", ["xl/workbook.xml", "xl/worksheets/sheet1.xml"]),
-                        ("rowing_club_agm_2024.docx", ["word/document.xml"])]:
+    for name, parts in [
+        ("warehouse_stock.xlsx", ["xl/workbook.xml", "xl/worksheets/sheet1.xml"]),
+        ("rowing_club_agm_2024.docx", ["word/document.xml"]),
+    ]:
         with zipfile.ZipFile(io.BytesIO(files[name])) as zf:
             assert zf.testzip() is None
             for part in ["[Content_Types].xml", "_rels/.rels", *parts]:
@@ -81,8 +83,14 @@ def test_png_chunks_and_pixels() -> None:
 def test_answers_are_consistent_with_the_web_corpus() -> None:
     corpus = REPO / "tools" / "web" / "corpus" / "wiki"
     by_id = {t["task_id"]: t for t in offline_tasks()}
-    assert "first lit in <b>" + by_id["offline-web-lighthouse-year"]["Final answer"] in (corpus / "halvorsen_point_lighthouse.html").read_text()
-    assert "<b>" + by_id["offline-web-architect-town"]["Final answer"] + "</b>" in (corpus / "ingrid_solberg.html").read_text()
+    assert (
+        "first lit in <b>" + by_id["offline-web-lighthouse-year"]["Final answer"]
+        in (corpus / "halvorsen_point_lighthouse.html").read_text()
+    )
+    assert (
+        "<b>" + by_id["offline-web-architect-town"]["Final answer"] + "</b>"
+        in (corpus / "ingrid_solberg.html").read_text()
+    )
 
 
 def test_download_without_access_says_what_to_do(tmp_path: Path) -> None:
@@ -90,7 +98,11 @@ def test_download_without_access_says_what_to_do(tmp_path: Path) -> None:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path / "hf")}
     proc = subprocess.run(
         [sys.executable, "-m", "environments.gaia.data", "download", "--dest", str(tmp_path / "gaia")],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: ") and "gaia-benchmark/GAIA" in proc.stderr

@@ -66,7 +66,11 @@ TOOLS: list[dict[str, Any]] = [
     },
     {
         "type": "function",
-        "function": {"name": "ping", "description": "No arguments.", "parameters": {"type": "object", "properties": {}}},
+        "function": {
+            "name": "ping",
+            "description": "No arguments.",
+            "parameters": {"type": "object", "properties": {}},
+        },
     },
 ]
 
@@ -86,7 +90,7 @@ TYPED: Call = (
 ESCAPES: Call = (
     "write_file",
     {
-        "path": "notes/it's \"quoted\".txt",
+        "path": 'notes/it\'s "quoted".txt',
         "content": "line 1\nline 2\twith tab\nbackslash \\ and unicode: naïve café 日本語 🎉\n{\"json\": 'like'}",
     },
 )

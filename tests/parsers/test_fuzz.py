@@ -126,17 +126,37 @@ def test_fuzz(family):
             if i % 25 == 0:  # 400 streamed mutants per family
                 check_stream(parser, mutated, rng)
         except AssertionError as exc:
-            raise AssertionError(f"{family} mutant #{i} (seed {seed}): {json.dumps(mutated, ensure_ascii=False)}\n{exc}") from None
+            raise AssertionError(
+                f"{family} mutant #{i} (seed {seed}): {json.dumps(mutated, ensure_ascii=False)}\n{exc}"
+            ) from None
 
 
 def test_empty_and_odd_inputs_never_raise():
-    odd = ["", " ", "\x00", "<", "[", "{", "<tool_call>", "[TOOL_CALLS]", "<|message|>", "<｜tool▁calls▁begin｜>", "{" * 5000, "[" * 5000 + "f(", "a" * 100_000]
+    odd = [
+        "",
+        " ",
+        "\x00",
+        "<",
+        "[",
+        "{",
+        "<tool_call>",
+        "[TOOL_CALLS]",
+        "<|message|>",
+        "<｜tool▁calls▁begin｜>",
+        "{" * 5000,
+        "[" * 5000 + "f(",
+        "a" * 100_000,
+    ]
     for family in sorted(WRITERS):
         parser = get_parser(family)
         for text in odd:
             result = parser.parse_detailed(text)
             assert result.tool_calls == []
-            assert all("internal parser error" not in e.reason for e in result.errors), (family, text[:20], result.errors)
+            assert all("internal parser error" not in e.reason for e in result.errors), (
+                family,
+                text[:20],
+                result.errors,
+            )
         for wrong in (b"<tool_call>", 42, ["<tool_call>"]):
             assert parser.parse(wrong) == (None, [])
             assert "expected the completion text" in parser.parse_detailed(wrong).errors[0].reason

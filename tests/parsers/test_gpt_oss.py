@@ -25,7 +25,7 @@ class TestGptOss(ParserConformance):
 
 GPT_OSS_CASES = {
     "analysis then call (as generated after '<|start|>assistant')": (
-        '<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.ping<|channel|>commentary json<|message|>{}<|call|>',
+        "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant to=functions.ping<|channel|>commentary json<|message|>{}<|call|>",
         None,
         "Need the weather.",
         [PING],
@@ -36,8 +36,18 @@ GPT_OSS_CASES = {
         None,
         [WEATHER],
     ),
-    "final answer": ("<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>", "It is sunny.", "think", []),
-    "call without <|call|> at the end": (" to=functions.ping<|channel|>commentary json<|message|>{}", None, None, [PING]),
+    "final answer": (
+        "<|channel|>analysis<|message|>think<|end|><|start|>assistant<|channel|>final<|message|>It is sunny.<|return|>",
+        "It is sunny.",
+        "think",
+        [],
+    ),
+    "call without <|call|> at the end": (
+        " to=functions.ping<|channel|>commentary json<|message|>{}",
+        None,
+        None,
+        [PING],
+    ),
     "plain text": ("No harmony here.", "No harmony here.", None, []),
 }
 

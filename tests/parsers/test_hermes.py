@@ -26,7 +26,7 @@ class TestHermes(ParserConformance):
 
 class TestLongcat(ParserConformance):
     names = ("longcat",)
-    malformed = ("<longcat_tool_call>{\"name\": </longcat_tool_call>",)
+    malformed = ('<longcat_tool_call>{"name": </longcat_tool_call>',)
 
     def render(self, calls: list[Call]) -> str:
         return writers.longcat(calls)
@@ -69,7 +69,11 @@ QUIRKS = {
         [WEATHER],
     ),
     "no arguments key": ('<tool_call>{"name": "ping"}</tool_call>', None, [PING]),
-    "a list of calls in one block": (f'<tool_call>[{WEATHER_JSON}, {{"name": "ping"}}]</tool_call>', None, [WEATHER, PING]),
+    "a list of calls in one block": (
+        f'<tool_call>[{WEATHER_JSON}, {{"name": "ping"}}]</tool_call>',
+        None,
+        [WEATHER, PING],
+    ),
     "openai wire shape": (
         '<tool_call>{"type": "function", "function": {"name": "ping", "arguments": "{}"}}</tool_call>',
         None,
@@ -85,9 +89,17 @@ QUIRKS = {
         None,
         [("configure", {"flag": True, "nothing": None, "tags": ["a"]})],
     ),
-    "python literal that is not JSON stays text": ("<tool_call>{'name': 'f', 'arguments': {1: 2}}</tool_call>", "<tool_call>{'name': 'f', 'arguments': {1: 2}}</tool_call>", []),
+    "python literal that is not JSON stays text": (
+        "<tool_call>{'name': 'f', 'arguments': {1: 2}}</tool_call>",
+        "<tool_call>{'name': 'f', 'arguments': {1: 2}}</tool_call>",
+        [],
+    ),
     "stray closing tag stays text": ("done </tool_call>", "done </tool_call>", []),
-    "think block stays content": (f"<think>hmm</think>\n<tool_call>{WEATHER_JSON}</tool_call>", "<think>hmm</think>", [WEATHER]),
+    "think block stays content": (
+        f"<think>hmm</think>\n<tool_call>{WEATHER_JSON}</tool_call>",
+        "<think>hmm</think>",
+        [WEATHER],
+    ),
 }
 
 

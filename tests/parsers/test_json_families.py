@@ -72,8 +72,12 @@ class TestPythonic(ParserConformance):
 MISTRAL_QUIRKS = {
     "v3 list with ids": ('[TOOL_CALLS] [{"name": "ping", "arguments": {}, "id": "a1b2c3d4e"}]', None, [PING]),
     "name then json without [ARGS]": ('[TOOL_CALLS]get_weather{"city": "Paris", "unit": "celsius"}', None, [WEATHER]),
-    "call id token": ('[TOOL_CALLS]ping[CALL_ID]a1b2c3d4e[ARGS]{}', None, [PING]),
-    "several calls after one token": ('[TOOL_CALLS]ping[ARGS]{}get_weather[ARGS]{"city": "Paris", "unit": "celsius"}', None, [PING, WEATHER]),
+    "call id token": ("[TOOL_CALLS]ping[CALL_ID]a1b2c3d4e[ARGS]{}", None, [PING]),
+    "several calls after one token": (
+        '[TOOL_CALLS]ping[ARGS]{}get_weather[ARGS]{"city": "Paris", "unit": "celsius"}',
+        None,
+        [PING, WEATHER],
+    ),
     "list without the token at the start": ('[{"name": "ping", "arguments": {}}]', None, [PING]),
     "arguments encoded twice": ('[TOOL_CALLS][{"name": "ping", "arguments": "{}"}]', None, [PING]),
 }
@@ -115,7 +119,11 @@ def test_llama_quirks(family, text, content, calls):
 
 PYTHONIC_QUIRKS = {
     "python_start wrapper": ("<|python_start|>[ping()]<|python_end|>", None, [PING]),
-    "json literals": ("[configure(flag=true, nothing=null, tags=['a'])]", None, [("configure", {"flag": True, "nothing": None, "tags": ["a"]})]),
+    "json literals": (
+        "[configure(flag=true, nothing=null, tags=['a'])]",
+        None,
+        [("configure", {"flag": True, "nothing": None, "tags": ["a"]})],
+    ),
     "dotted name": ("[math.add(a=1)]", None, [("math.add", {"a": 1})]),
     "tuple becomes a list": ("[f(xs=(1, 2))]", None, [("f", {"xs": [1, 2]})]),
     "ordinary list is not a call": ("Options: [1, 2, 3]", "Options: [1, 2, 3]", []),

@@ -31,7 +31,13 @@ identifiers = st.builds(
 # Any text without surrogates; XML families additionally must not meet their own closing tags,
 # which random text practically never produces (asserted, not filtered, below).
 texts = st.text(st.characters(exclude_categories=("Cs",)), max_size=16)
-scalars = st.none() | st.booleans() | st.integers(-(10**12), 10**12) | st.floats(allow_nan=False, allow_infinity=False) | texts
+scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**12), 10**12)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | texts
+)
 json_values = st.recursive(
     scalars,
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(texts, inner, max_size=4),
@@ -63,7 +69,10 @@ def tools_for(call_list) -> list[dict[str, Any]]:
         props = tools.setdefault(name, {})
         for key, value in args.items():
             props[key] = schema_of(value)
-    return [{"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": p}}} for n, p in tools.items()]
+    return [
+        {"type": "function", "function": {"name": n, "parameters": {"type": "object", "properties": p}}}
+        for n, p in tools.items()
+    ]
 
 
 def consistent(call_list) -> bool:

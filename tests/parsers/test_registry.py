@@ -24,9 +24,26 @@ from ._conformance import ParserConformance
 
 # Names users pass to vLLM / SGLang today; removing one is a breaking change.
 PUBLIC_NAMES = {
-    "hermes", "qwen25", "qwen3_coder", "llama3_json", "llama4_json", "llama3", "mistral",
-    "deepseek_v3", "deepseekv3", "deepseek_v31", "deepseek_v3_1", "deepseek_v32", "kimi_k2", "glm45", "glm47",
-    "longcat", "pythonic", "gpt_oss", "gpt-oss", "openai",
+    "hermes",
+    "qwen25",
+    "qwen3_coder",
+    "llama3_json",
+    "llama4_json",
+    "llama3",
+    "mistral",
+    "deepseek_v3",
+    "deepseekv3",
+    "deepseek_v31",
+    "deepseek_v3_1",
+    "deepseek_v32",
+    "kimi_k2",
+    "glm45",
+    "glm47",
+    "longcat",
+    "pythonic",
+    "gpt_oss",
+    "gpt-oss",
+    "openai",
 }
 
 
@@ -96,10 +113,12 @@ def test_package_is_vendorable_with_the_standard_library_only(tmp_path):
     shutil.copytree(package_dir, tmp_path / "vendored_parsers", ignore=shutil.ignore_patterns("__pycache__"))
     script = (
         "import sys, vendored_parsers as p\n"
-        "content, calls = p.get_parser('hermes').parse('hi <tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>')\n"
+        'content, calls = p.get_parser(\'hermes\').parse(\'hi <tool_call>{"name": "f", "arguments": {}}</tool_call>\')\n'
         "assert content == 'hi' and calls[0]['function']['name'] == 'f'\n"
         "assert len(p.list_parsers()) > 10\n"
         "assert 'environments' not in sys.modules\n"
     )
-    done = subprocess.run([sys.executable, "-S", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 0, done.stderr

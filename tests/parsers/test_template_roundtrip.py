@@ -64,14 +64,36 @@ TOOLS = [
             },
         },
     },
-    {"type": "function", "function": {"name": "ping", "description": "No arguments.", "parameters": {"type": "object", "properties": {}}}},
+    {
+        "type": "function",
+        "function": {
+            "name": "ping",
+            "description": "No arguments.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
 ]
 SIMPLE_TOOLS = [
-    {"type": "function", "function": {"name": t["function"]["name"], "description": "d", "parameters": {"type": "object", "properties": {}}}}
+    {
+        "type": "function",
+        "function": {
+            "name": t["function"]["name"],
+            "description": "d",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
     for t in TOOLS
 ]
 # Stop tokens: a server ends generation on them and leaves them out of the text.
-STOP_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "</s>", "<｜end▁of▁sentence｜>", "</longcat_s>", "<|endoftext|>")
+STOP_TOKENS = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "</s>",
+    "<｜end▁of▁sentence｜>",
+    "</longcat_s>",
+    "<|endoftext|>",
+)
 
 
 @dataclass
@@ -109,25 +131,45 @@ CASES = {
     "glm47 / GLM-5": Case("zai-org-GLM-5", "glm47", marker="<|assistant|>"),
     "glm45 / GLM-4.5V": Case("zai-org-GLM-4.5V", "glm45"),
     "glm45 / GLM-4.6V": Case("zai-org-GLM-4.6V", "glm45"),
-    "kimi_k2 / Kimi K2 Thinking": Case("moonshotai-Kimi-K2-Thinking", "kimi_k2", ids=["functions.tricky:0", "functions.ping:1"]),
+    "kimi_k2 / Kimi K2 Thinking": Case(
+        "moonshotai-Kimi-K2-Thinking", "kimi_k2", ids=["functions.tricky:0", "functions.ping:1"]
+    ),
     "kimi_k2 / Kimi K2.5": Case("moonshotai-Kimi-K2.5", "kimi_k2", ids=["functions.tricky:0", "functions.ping:1"]),
     "mistral / Mistral Nemo (list form)": Case(
-        "mistralai-Mistral-Nemo-Instruct-2407", "mistral", ids=["abcDEF123", "xyzXYZ789"], expect_content=None, marker="[/INST]"
+        "mistralai-Mistral-Nemo-Instruct-2407",
+        "mistral",
+        ids=["abcDEF123", "xyzXYZ789"],
+        expect_content=None,
+        marker="[/INST]",
     ),
-    "mistral / Devstral Small 2507": Case("unsloth-mistral-Devstral-Small-2507", "mistral", ids=["abcDEF123", "xyzXYZ789"]),
+    "mistral / Devstral Small 2507": Case(
+        "unsloth-mistral-Devstral-Small-2507", "mistral", ids=["abcDEF123", "xyzXYZ789"]
+    ),
     "qwen3_coder / Qwen3.5": Case("Qwen3.5-4B", "qwen3_coder"),
     "longcat / LongCat-Flash": Case("meituan-longcat-LongCat-Flash-Chat", "longcat"),
-    "llama3_json / Llama 3.1": Case("meta-llama-Llama-3.1-8B-Instruct", "llama3_json", calls=[TRICKY], expect_content=None),
-    "llama3_json / Llama 3.2": Case("meta-llama-Llama-3.2-3B-Instruct", "llama3_json", calls=[TRICKY], expect_content=None),
+    "llama3_json / Llama 3.1": Case(
+        "meta-llama-Llama-3.1-8B-Instruct", "llama3_json", calls=[TRICKY], expect_content=None
+    ),
+    "llama3_json / Llama 3.2": Case(
+        "meta-llama-Llama-3.2-3B-Instruct", "llama3_json", calls=[TRICKY], expect_content=None
+    ),
     "mistral / Mistral 7B v0.3 (list form)": Case(
-        "mistralai-Mistral-7B-Instruct-v0.3", "mistral", ids=["abcDEF123", "xyzXYZ789"], expect_content=None, marker="[/INST]"
+        "mistralai-Mistral-7B-Instruct-v0.3",
+        "mistral",
+        ids=["abcDEF123", "xyzXYZ789"],
+        expect_content=None,
+        marker="[/INST]",
     ),
     "mistral / Mistral Small 3.2 ([CALL_ID])": Case(
         "Mistral-Small-3.2-24B-Instruct-2506", "mistral", ids=["abcDEF123", "xyzXYZ789"], expect_content=None
     ),
-    "mistral / Devstral 2 (name[ARGS])": Case("mistralai-Devstral-Small-2-24B-Instruct-2512", "mistral", ids=["abcDEF123", "xyzXYZ789"]),
+    "mistral / Devstral 2 (name[ARGS])": Case(
+        "mistralai-Devstral-Small-2-24B-Instruct-2512", "mistral", ids=["abcDEF123", "xyzXYZ789"]
+    ),
     "mistral / Ministral 3": Case("mistralai-Ministral-3-8B-Instruct-2512", "mistral", ids=["abcDEF123", "xyzXYZ789"]),
-    "deepseek_v3 / R1-0528 format": Case("trl-internal-testing-tiny-DeepseekV3ForCausalLM-0528", "deepseek_v3", args_as_string=True),
+    "deepseek_v3 / R1-0528 format": Case(
+        "trl-internal-testing-tiny-DeepseekV3ForCausalLM-0528", "deepseek_v3", args_as_string=True
+    ),
     "deepseek_v3 / V3 (content must be empty)": Case(
         "yujiepan-deepseek-v3-tiny-random", "deepseekv3", args_as_string=True, content=None, expect_content=None
     ),
@@ -136,13 +178,19 @@ CASES = {
     "glm45 / GLM-4.5-Air": Case("zai-org-GLM-4.5-Air", "glm45"),
     "glm45 / GLM-4.6": Case("GLM-4.6", "glm45"),
     "glm47 / GLM-4.7-Flash": Case("GLM-4.7-Flash", "glm47", marker="<|assistant|>"),
-    "kimi_k2 / Kimi K2 Instruct": Case("moonshotai-Kimi-K2-Instruct", "kimi_k2", ids=["functions.tricky:0", "functions.ping:1"]),
-    "kimi_k2 / Kimi K2 0905": Case("moonshotai-Kimi-K2-Instruct-0905", "kimi_k2", ids=["functions.tricky:0", "functions.ping:1"]),
+    "kimi_k2 / Kimi K2 Instruct": Case(
+        "moonshotai-Kimi-K2-Instruct", "kimi_k2", ids=["functions.tricky:0", "functions.ping:1"]
+    ),
+    "kimi_k2 / Kimi K2 0905": Case(
+        "moonshotai-Kimi-K2-Instruct-0905", "kimi_k2", ids=["functions.tricky:0", "functions.ping:1"]
+    ),
     # The gpt-oss template renders one call per message and turns content into analysis.
     "gpt_oss / gpt-oss-120b": Case(
         "openai-gpt-oss-120b", "gpt_oss", calls=[TRICKY], expect_content=None, expect_reasoning="Sure."
     ),
-    "gpt_oss / gpt-oss-20b (unsloth)": Case("unsloth-gpt-oss-20b", "gpt_oss", calls=[TRICKY], expect_content=None, expect_reasoning="Sure."),
+    "gpt_oss / gpt-oss-20b (unsloth)": Case(
+        "unsloth-gpt-oss-20b", "gpt_oss", calls=[TRICKY], expect_content=None, expect_reasoning="Sure."
+    ),
 }
 
 
@@ -151,7 +199,10 @@ def conversation(case: Case) -> list[dict[str, Any]]:
         {
             "id": call_id,
             "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args, ensure_ascii=False) if case.args_as_string else copy.deepcopy(args)},
+            "function": {
+                "name": name,
+                "arguments": json.dumps(args, ensure_ascii=False) if case.args_as_string else copy.deepcopy(args),
+            },
         }
         for call_id, (name, args) in zip(case.ids, case.calls)
     ]
@@ -213,7 +264,12 @@ def test_parsed_calls_render_back_to_the_same_text():
     case = CASES["hermes / Qwen2.5"]
     text = completion(case)
     content, tool_calls = get_parser("hermes").parse(text)
-    replay = Case(case.template, case.parser, calls=[(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in tool_calls], content=content)
+    replay = Case(
+        case.template,
+        case.parser,
+        calls=[(c["function"]["name"], json.loads(c["function"]["arguments"])) for c in tool_calls],
+        content=content,
+    )
     assert completion(replay) == text
 
 
@@ -221,6 +277,8 @@ def test_pythonic_through_the_community_template_with_unquoted_free_values():
     # baseten's Llama 3.2 pythonic template writes str(value): right for numbers, booleans,
     # None and nested containers, not for strings (written without quotes).
     args = {"n": 42, "x": -3.25, "nested": {"a": [1, {"b": None}], "ok": True}, "flag": False}
-    case = Case("baseten-Llama-3.2-3B-Instruct-pythonic", "pythonic", calls=[("tricky", args), PING], expect_content=None)
+    case = Case(
+        "baseten-Llama-3.2-3B-Instruct-pythonic", "pythonic", calls=[("tricky", args), PING], expect_content=None
+    )
     result = get_parser("pythonic").parse_detailed(completion(case))
     assert calls_of(result.tool_calls) == case.calls and result.errors == []

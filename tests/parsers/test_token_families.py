@@ -78,11 +78,26 @@ def test_kimi_ids_are_kept():
 
 
 TOKEN_QUIRKS = {
-    "v31 section end missing at the end": ("deepseek_v31", f"ok{DS_BEGIN}{DS_CALL}ping{DS_SEP}{{}}{DS_CALL_END}", "ok", [PING]),
+    "v31 section end missing at the end": (
+        "deepseek_v31",
+        f"ok{DS_BEGIN}{DS_CALL}ping{DS_SEP}{{}}{DS_CALL_END}",
+        "ok",
+        [PING],
+    ),
     "v31 call end missing at the end": ("deepseek_v31", f"{DS_BEGIN}{DS_CALL}ping{DS_SEP}{{}}", None, [PING]),
     "v31 section begin missing": ("deepseek_v31", f"{DS_CALL}ping{DS_SEP}{{}}{DS_CALL_END}{DS_END}", None, [PING]),
-    "v3 without the code fence": ("deepseek_v3", f"{DS_BEGIN}{DS_CALL}function{DS_SEP}ping\n{{}}{DS_CALL_END}{DS_END}", None, [PING]),
-    "v31 arguments encoded twice": ("deepseek_v31", f'{DS_BEGIN}{DS_CALL}ping{DS_SEP}"{{}}"{DS_CALL_END}{DS_END}', None, [PING]),
+    "v3 without the code fence": (
+        "deepseek_v3",
+        f"{DS_BEGIN}{DS_CALL}function{DS_SEP}ping\n{{}}{DS_CALL_END}{DS_END}",
+        None,
+        [PING],
+    ),
+    "v31 arguments encoded twice": (
+        "deepseek_v31",
+        f'{DS_BEGIN}{DS_CALL}ping{DS_SEP}"{{}}"{DS_CALL_END}{DS_END}',
+        None,
+        [PING],
+    ),
     "kimi singular section token": (
         "kimi_k2",
         f"<|tool_call_section_begin|>{K_CALL}functions.ping:0{K_ARGS}{{}}{K_CALL_END}<|tool_call_section_end|>",

@@ -52,7 +52,11 @@ class TestGlm47(TestGlm45):
 
 
 QWEN3_CODER_QUIRKS = {
-    "no <tool_call> wrapper": ("<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>", None, [("get_weather", {"city": "Paris"})]),
+    "no <tool_call> wrapper": (
+        "<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>",
+        None,
+        [("get_weather", {"city": "Paris"})],
+    ),
     "missing </function> and </tool_call> at the end": (
         "ok\n<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n",
         "ok",
@@ -68,7 +72,11 @@ QWEN3_CODER_QUIRKS = {
         None,
         [("write_file", {"content": "\nindented\n"})],
     ),
-    "values on one line": ("<function=get_weather><parameter=city>Paris</parameter></function>", None, [("get_weather", {"city": "Paris"})]),
+    "values on one line": (
+        "<function=get_weather><parameter=city>Paris</parameter></function>",
+        None,
+        [("get_weather", {"city": "Paris"})],
+    ),
 }
 
 

@@ -43,7 +43,11 @@ def _pool(**kw) -> SlotPoolConfig:
 def make_harness(kind: str, tmp_path, **pool) -> Harness:
     if kind == "local":
         backend = local_backend(LocalBackendConfig(pool=_pool(**pool), data_root=str(tmp_path / "local")))
-        return Harness(backend, lambda name: backend.provider.pid(next(a for a in backend.sandboxes if a.name == name)), str(tmp_path))
+        return Harness(
+            backend,
+            lambda name: backend.provider.pid(next(a for a in backend.sandboxes if a.name == name)),
+            str(tmp_path),
+        )
     if kind == "nomad":
         double = NomadTestDouble(tmp_path / "nomad")
         config = NomadBackendConfig(pool=_pool(**pool), driver="raw_exec", poll_interval_s=0.05, startup_timeout_s=30)
@@ -74,7 +78,9 @@ async def test_execute_in_a_slot_and_release_resets_it(harness):
     backend = harness.pool
     slot = await backend.acquire()
     assert slot.state is SlotState.BUSY and slot.workspace == "/workspace"
-    result = await backend.executor(slot).exec("echo data > f.txt && cat f.txt && pwd", timeout=30, max_output_bytes=100_000)
+    result = await backend.executor(slot).exec(
+        "echo data > f.txt && cat f.txt && pwd", timeout=30, max_output_bytes=100_000
+    )
     assert result.exit_code == 0 and result.output == "data\n/workspace\n"
     assert [f["path"] for f in await backend.artifacts(slot)] == ["f.txt"]
     await backend.release(slot)
@@ -92,10 +98,17 @@ async def test_scales_up_to_max_then_acquire_times_out(harness):
     assert len({s.sandbox.name for s in slots}) == 2
     with pytest.raises(SlotAcquireTimeout, match="max_sandboxes"):
         await backend.acquire(timeout=0.5)
-    results = await asyncio.gather(*(backend.executor(s).exec(f"echo {i}; echo {i} > mine", timeout=30, max_output_bytes=100_000) for i, s in enumerate(slots)))
+    results = await asyncio.gather(
+        *(
+            backend.executor(s).exec(f"echo {i}; echo {i} > mine", timeout=30, max_output_bytes=100_000)
+            for i, s in enumerate(slots)
+        )
+    )
     assert [r.output for r in results] == [f"{i}\n" for i in range(4)]
     # each slot saw only its own file
-    listing = await asyncio.gather(*(backend.executor(s).exec("cat mine; ls -A | wc -l", timeout=30, max_output_bytes=100_000) for s in slots))
+    listing = await asyncio.gather(
+        *(backend.executor(s).exec("cat mine; ls -A | wc -l", timeout=30, max_output_bytes=100_000) for s in slots)
+    )
     assert [r.output.split() for r in listing] == [[str(i), "1"] for i in range(4)]
     for s in slots:
         await backend.release(s)
@@ -125,7 +138,9 @@ async def test_stop_leaves_no_sandbox_server_or_bwrap_process(tmp_path):
         await h.pool.start()
         slots = [await h.pool.acquire() for _ in range(3)]
         # a long command is running in a slot while we shut down
-        running = asyncio.create_task(h.pool.executor(slots[0]).exec("sleep 336.5", timeout=60, max_output_bytes=100_000))
+        running = asyncio.create_task(
+            h.pool.executor(slots[0]).exec("sleep 336.5", timeout=60, max_output_bytes=100_000)
+        )
         await asyncio.sleep(0.5)
         assert count_processes(h.marker) >= 2  # 2 servers (+ bwrap of the running command)
         assert count_processes("bwrap.*sleep 336.5") + count_processes("sleep 336.5") >= 1
@@ -188,7 +203,10 @@ async def test_the_nomad_double_makes_the_reconcilers_choices(tmp_path):
         job["TaskGroups"][0]["Count"] = 2
         await double.register_job(job)
         left = {a["Name"]: a["ID"] for a in await _wait_running(double, "shared", 2)}
-        assert left == {"shared.sandbox[0]": after_stop["shared.sandbox[0]"], "shared.sandbox[1]": first["shared.sandbox[1]"]}
+        assert left == {
+            "shared.sandbox[0]": after_stop["shared.sandbox[0]"],
+            "shared.sandbox[1]": first["shared.sandbox[1]"],
+        }
         assert double.allocs[first["shared.sandbox[2]"]].client_status() == "complete"
         # A failed allocation is rescheduled under the default policy.
         os.kill(double.allocs[first["shared.sandbox[1]"]].state.proc.pid, signal.SIGKILL)
@@ -216,7 +234,9 @@ async def test_nomad_retiring_sandbox_k_leaves_every_other_in_use_sandbox_runnin
             others = [s for i, s in enumerate(slots) if i != k]
             for s in others:
                 assert h.pid_of(s.sandbox.name) == pids[s.sandbox.name]  # the same process, untouched
-                assert (await h.pool.executor(s).exec("echo still here", timeout=30, max_output_bytes=100_000)).output == "still here\n"
+                assert (
+                    await h.pool.executor(s).exec("echo still here", timeout=30, max_output_bytes=100_000)
+                ).output == "still here\n"
             assert double.running() == n - 1  # and nothing untracked was started in its place
             with pytest.raises(KeyError):
                 h.pid_of(names[k])
@@ -255,12 +275,16 @@ async def test_nomad_http_uses_the_configured_address_and_token_not_the_environm
     monkeypatch.setenv("NOMAD_NAMESPACE", "elsewhere")
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("NOMAD_TOKEN", "acl-secret")  # the secret's one place: make_backend reads it
-    config = NomadBackendConfig(address=address, pool=_pool(), driver="raw_exec", poll_interval_s=0.05, startup_timeout_s=30)
+    config = NomadBackendConfig(
+        address=address, pool=_pool(), driver="raw_exec", poll_interval_s=0.05, startup_timeout_s=30
+    )
     backend = make_backend(config)
     await backend.start()
     try:
         slot = await backend.acquire()
-        assert (await backend.executor(slot).exec("echo via http", timeout=30, max_output_bytes=100_000)).output == "via http\n"
+        assert (
+            await backend.executor(slot).exec("echo via http", timeout=30, max_output_bytes=100_000)
+        ).output == "via http\n"
         name = slot.sandbox.name
         await backend.provider.terminate(slot.sandbox)
         assert name not in double.jobs and ("DELETE", f"/v1/job/{name}", {"purge": "true"}) in double.http_requests
@@ -323,7 +347,9 @@ async def test_modal_removes_orphans_caps_starts_and_uses_documented_arguments(t
 
 async def test_modal_named_registry_image_is_used_as_is(tmp_path):
     double = ModalTestDouble(tmp_path / "modal")
-    backend = modal_backend(ModalBackendConfig(pool=_pool(), image="reg.example/hermes:1", create_rate_per_s=50), double)
+    backend = modal_backend(
+        ModalBackendConfig(pool=_pool(), image="reg.example/hermes:1", create_rate_per_s=50), double
+    )
     await backend.start()
     try:
         (create,) = [c[1] for c in double.calls if c[0] == "create_sandbox"]
@@ -343,7 +369,9 @@ async def test_modal_moves_to_the_vm_runtime_when_bwrap_cannot_isolate_under_gvi
         assert backend.provider.runtime == "vm" and double.running() == 2
         assert "using the vm runtime" in caplog.text and "RTM_NEWADDR" in caplog.text
         slot = await backend.acquire()
-        assert (await backend.executor(slot).exec("echo isolated", timeout=30, max_output_bytes=100_000)).output == "isolated\n"
+        assert (
+            await backend.executor(slot).exec("echo isolated", timeout=30, max_output_bytes=100_000)
+        ).output == "isolated\n"
     finally:
         await backend.stop()
         await double.close()
@@ -363,7 +391,9 @@ async def test_modal_isolation_failure_without_fallback_is_one_clear_line(tmp_pa
 
 async def test_modal_creation_rate_is_limited(tmp_path):
     double = ModalTestDouble(tmp_path / "modal")
-    backend = modal_backend(ModalBackendConfig(pool=_pool(min_sandboxes=3, max_sandboxes=3), create_rate_per_s=4), double)
+    backend = modal_backend(
+        ModalBackendConfig(pool=_pool(min_sandboxes=3, max_sandboxes=3), create_rate_per_s=4), double
+    )
     await backend.start()
     try:
         times = sorted(s.created_at for s in double.sandboxes.values())

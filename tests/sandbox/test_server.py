@@ -21,7 +21,9 @@ async def run(client, slot, command, timeout=10.0, **kw):
 
 async def test_requests_without_the_right_token_get_401(server, http):
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": server.token}):
-        async with http.post(f"{server.url}/slots/0/exec", json={"command": "touch /workspace/x"}, headers=headers) as r:
+        async with http.post(
+            f"{server.url}/slots/0/exec", json={"command": "touch /workspace/x"}, headers=headers
+        ) as r:
             assert r.status == 401
             assert "bearer token" in (await r.json())["error"]
     async with http.get(f"{server.url}/health", headers={"Authorization": f"Bearer {server.token}"}) as r:
@@ -86,7 +88,7 @@ async def test_processes_are_in_their_own_pid_namespace(client, server):
 
 async def test_network_is_off_unless_the_call_allows_it(client, server):
     probe = (
-        "python -c \"import socket,sys; s=socket.socket(); s.settimeout(2); "
+        'python -c "import socket,sys; s=socket.socket(); s.settimeout(2); '
         f"sys.exit(s.connect_ex(('127.0.0.1', {server.port})))\" && echo REACHED || echo BLOCKED"
     )
     assert (await run(client, "0", probe)).output.strip() == "BLOCKED"
@@ -100,7 +102,9 @@ def _count(pattern: str) -> int:
 
 async def test_timeout_kills_the_whole_process_tree(client):
     # setsid leaves the process group; only the pid namespace dying with bwrap takes it down
-    result = await run(client, "2", "(sleep 333.25 &); setsid sleep 333.5 & sh -c 'sleep 333.625' & sleep 333.75", timeout=1.0)
+    result = await run(
+        client, "2", "(sleep 333.25 &); setsid sleep 333.5 & sh -c 'sleep 333.625' & sleep 333.75", timeout=1.0
+    )
     assert result.timed_out and result.exit_code is None
     await asyncio.sleep(0.3)
     assert _count("sleep 333") == 0
@@ -114,7 +118,9 @@ async def test_background_children_do_not_outlive_a_finished_command(client):
 
 
 async def test_output_is_capped(client):
-    result = await client.exec("0", "head -c 500000 /dev/zero | tr '\\0' a; echo done", timeout=10, max_output_bytes=1000)
+    result = await client.exec(
+        "0", "head -c 500000 /dev/zero | tr '\\0' a; echo done", timeout=10, max_output_bytes=1000
+    )
     assert result.truncated and result.exit_code == 0
     assert result.output == "a" * 1000
 
@@ -154,7 +160,9 @@ async def test_reset_empties_the_workspace_and_kills_running_commands(client):
 
 
 async def test_artifacts_list_and_archive(client):
-    await run(client, "0", "mkdir -p out/sub && echo a > out/a.txt && echo bb > out/sub/b.txt && ln -s /etc/passwd out/l")
+    await run(
+        client, "0", "mkdir -p out/sub && echo a > out/a.txt && echo bb > out/sub/b.txt && ln -s /etc/passwd out/l"
+    )
     listing = await client.list_artifacts("0", "out")
     assert listing["files"] == [{"path": "out/a.txt", "size": 2}, {"path": "out/sub/b.txt", "size": 3}]
     data = await client.archive("0", "out")
@@ -192,7 +200,9 @@ async def test_without_bubblewrap_isolated_calls_are_refused_and_health_says_why
             assert err.value.status == 503 and err.value.kind == "isolation_unavailable"
             assert not (proc.data_dir / "slots" / "0" / "x").exists()
             body = {"command": "echo trusted", "timeout": 5, "max_output_bytes": 100, "require_isolation": False}
-            async with http.post(f"{proc.url}/slots/0/exec", json=body, headers={"Authorization": f"Bearer {proc.token}"}) as r:
+            async with http.post(
+                f"{proc.url}/slots/0/exec", json=body, headers={"Authorization": f"Bearer {proc.token}"}
+            ) as r:
                 assert (await r.json())["output"] == "trusted\n"
     finally:
         await proc.stop()

@@ -13,7 +13,9 @@ ALLOWED = set(sys.stdlib_module_names) | {"aiohttp", "pydantic", "sandbox_server
 
 def test_sandbox_server_imports_nothing_else_of_the_project():
     pkg = Path(sandbox_server.__file__).parent
-    requirements = {line.split(">")[0].split("=")[0].strip() for line in (pkg / "requirements.txt").read_text().splitlines() if line}
+    requirements = {
+        line.split(">")[0].split("=")[0].strip() for line in (pkg / "requirements.txt").read_text().splitlines() if line
+    }
     assert requirements == {"aiohttp", "pydantic"}
     seen = set()
     for path in pkg.glob("*.py"):

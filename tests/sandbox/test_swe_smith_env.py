@@ -29,7 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def make_env(base_url: str, tmp_path, **overrides) -> SweSmithOracleEnv:
     pool = SlotPoolConfig(slots_per_sandbox=4, min_sandboxes=2, max_sandboxes=2, health_interval_s=30)
-    settings = dict(tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1, tool_backend="sandbox") | overrides
+    settings = (
+        dict(tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1, tool_backend="sandbox")
+        | overrides
+    )
     config = SweSmithOracleEnvConfig(
         sandbox=SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sandboxes"))),
         data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
@@ -48,7 +51,9 @@ def test_offline_instances_are_in_swe_smith_format(tmp_path):
         assert inst.patch.startswith("diff --git a/") and inst.FAIL_TO_PASS and inst.PASS_TO_PASS
         assert set(inst.FAIL_TO_PASS).isdisjoint(inst.PASS_TO_PASS)
         bare = Path(inst.source(str(mirror_base)))
-        branch = subprocess.run(["git", "-C", str(bare), "rev-parse", f"refs/heads/{inst.instance_id}"], capture_output=True, text=True)
+        branch = subprocess.run(
+            ["git", "-C", str(bare), "rev-parse", f"refs/heads/{inst.instance_id}"], capture_output=True, text=True
+        )
         assert branch.stdout.strip() == inst.base_commit  # one branch per instance, the bug committed
     assert load_offline_instances(cache_dir=tmp_path) == (mirror_base, instances)  # reproducible, built once
 
@@ -60,7 +65,11 @@ class EditsTheTests:
         if any(m.get("role") == "tool" for m in messages):
             return ModelTurn(content="done")
         command = "cd tinycalc && sed -i 's/== 3.5/== 3/' tests/test_calc.py && python -m pytest -q tests/test_calc.py::test_div"
-        call = {"id": "c1", "type": "function", "function": {"name": "terminal", "arguments": json.dumps({"command": command})}}
+        call = {
+            "id": "c1",
+            "type": "function",
+            "function": {"name": "terminal", "arguments": json.dumps({"command": command})},
+        }
         return ModelTurn(content=None, tool_calls=[call])
 
 
@@ -83,7 +92,10 @@ async def test_oracle_resolves_every_instance_and_noop_none(tmp_path):
             tool_out = json.loads(next(m for m in rollouts[0].result.messages if m["role"] == "tool")["content"])
             assert tool_out["exit_code"] == 0
             hack = await env.rollout(env.instances[0], model=EditsTheTests())
-            assert "1 passed" in json.loads(next(m for m in hack.result.messages if m["role"] == "tool")["content"])["output"]
+            assert (
+                "1 passed"
+                in json.loads(next(m for m in hack.result.messages if m["role"] == "tool")["content"])["output"]
+            )
             assert hack.score == 0.0  # the tests are restored before scoring
             assert all(s.state.value == "free" for s in env.agent_runtime.tool_backend.slots())
             # Workspaces are built from snapshots this process keeps: nothing in the slots' shared cache.

@@ -19,7 +19,9 @@ from tools.context import ToolContext
 
 
 def backend_for(tmp_path, *, sandboxes: int, slots: int, acquire_timeout_s: float | None = None) -> SlotPool:
-    pool = SlotPoolConfig(slots_per_sandbox=slots, min_sandboxes=sandboxes, max_sandboxes=sandboxes, health_interval_s=30)
+    pool = SlotPoolConfig(
+        slots_per_sandbox=slots, min_sandboxes=sandboxes, max_sandboxes=sandboxes, health_interval_s=30
+    )
     section = SandboxToolBackendConfig(
         backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path)), acquire_timeout_s=acquire_timeout_s
     )
@@ -41,8 +43,12 @@ async def test_32_concurrent_trajectories_on_4_sandboxes_of_8_slots(tmp_path):
         async with backend.trajectory(f"t{i}") as executor:
             seen_slots.add(executor.slot.id)
             ctx = ToolContext(executor=executor, task_id=f"t{i}")
-            assert (await call(registry, ctx, "write_file", path="in.txt", content=f"{i}\n"))["bytes_written"] == len(f"{i}\n")
-            out = await call(registry, ctx, "terminal", command="n=$(cat in.txt); echo $((n*n)) > out.txt; ls -A | tr '\\n' ' '")
+            assert (await call(registry, ctx, "write_file", path="in.txt", content=f"{i}\n"))["bytes_written"] == len(
+                f"{i}\n"
+            )
+            out = await call(
+                registry, ctx, "terminal", command="n=$(cat in.txt); echo $((n*n)) > out.txt; ls -A | tr '\\n' ' '"
+            )
             assert out["exit_code"] == 0 and out["output"] == "in.txt out.txt "  # no other trajectory's files
             py = await call(registry, ctx, "python", code=f"print(int(open('out.txt').read()) + {i})")
             return py["output"].strip()

@@ -29,8 +29,13 @@ from tools.context import ToolContext, ToolLimits
 TOOLSETS = ("terminal", "python", "file")
 
 
-async def play(executor, turns: list[list[tuple[str, dict[str, Any]]]], *, time_budget_s: float = 120.0,
-               limits: ToolLimits | None = None) -> list[dict[str, Any]]:
+async def play(
+    executor,
+    turns: list[list[tuple[str, dict[str, Any]]]],
+    *,
+    time_budget_s: float = 120.0,
+    limits: ToolLimits | None = None,
+) -> list[dict[str, Any]]:
     """Run the agent loop with a model that makes `turns` (each a list of tool calls), then stops.
 
     Returns the tool messages in order, each with its parsed JSON content under "result".
@@ -41,7 +46,9 @@ async def play(executor, turns: list[list[tuple[str, dict[str, Any]]]], *, time_
         model = OpenAIChatModel(OpenAIChatConfig(base_url=server.base_url, model="scripted", max_retries=0))
         ctx = ToolContext(executor, limits=limits or ToolLimits())
         loop = HermesAgentLoop(
-            model, get_tool_definitions(list(TOOLSETS)), ctx,
+            model,
+            get_tool_definitions(list(TOOLSETS)),
+            ctx,
             AgentLoopConfig(max_turns=len(turns) + 1, time_budget_s=time_budget_s),
         )
         result = await loop.run([{"role": "user", "content": "do your worst"}])
@@ -56,8 +63,9 @@ async def play(executor, turns: list[list[tuple[str, dict[str, Any]]]], *, time_
 
 
 def sandbox_backend(tmp_path, *, slots: int = 2, sandboxes: int = 1, limits: dict | None = None, **pool) -> SlotPool:
-    config = SlotPoolConfig(slots_per_sandbox=slots, min_sandboxes=sandboxes, max_sandboxes=sandboxes,
-                            health_interval_s=30, **pool)
+    config = SlotPoolConfig(
+        slots_per_sandbox=slots, min_sandboxes=sandboxes, max_sandboxes=sandboxes, health_interval_s=30, **pool
+    )
     local = LocalBackendConfig(pool=config, data_root=str(tmp_path / "sb"), **({"limits": limits} if limits else {}))
     return make_backend(local)
 
@@ -118,7 +126,9 @@ def outer_process_limit(max_pids: int):
 def outer_memory_limit(max_bytes: int):
     """Cap the address space of processes started inside (a regression cannot eat the machine's memory)."""
     old = resource.getrlimit(resource.RLIMIT_AS)
-    resource.setrlimit(resource.RLIMIT_AS, (max_bytes, old[1]))  # soft only: raising a hard limit back needs a capability
+    resource.setrlimit(
+        resource.RLIMIT_AS, (max_bytes, old[1])
+    )  # soft only: raising a hard limit back needs a capability
     try:
         yield
     finally:

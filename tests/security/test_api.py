@@ -30,11 +30,16 @@ async def test_a_1_5_mib_command_runs(sandbox):
 async def test_nul_byte_is_a_tool_error_and_the_batch_goes_on(sandbox):
     async with sandbox.trajectory("bad") as bad, sandbox.trajectory("good") as good:
         innocent = asyncio.create_task(play(good, [[("terminal", {"command": "sleep 0.5; echo innocent"})]]))
-        msgs = await play(bad, [[
-            ("terminal", {"command": "echo a\x00b"}),
-            ("terminal", {"command": "echo fine"}),
-            ("write_file", {"path": "a\x00b", "content": "x"}),
-        ]])
+        msgs = await play(
+            bad,
+            [
+                [
+                    ("terminal", {"command": "echo a\x00b"}),
+                    ("terminal", {"command": "echo fine"}),
+                    ("write_file", {"path": "a\x00b", "content": "x"}),
+                ]
+            ],
+        )
         good_msgs = await innocent
     assert "NUL" in msgs[0]["result"]["error"]
     assert msgs[1]["result"]["output"] == "fine\n"
@@ -76,15 +81,33 @@ async def test_server_as_pid_1_leaves_no_zombies(tmp_path):
     token_file = tmp_path / "token"
     token_file.write_text("tok")
     proc = subprocess.Popen(
-        ["unshare", "--pid", "--fork", "--kill-child", sys.executable, "-m", "sandbox_server", "--port", "0",
-         "--slots", "1", "--data-dir", str(tmp_path / "d"), "--token-file", str(token_file)],
-        stdout=subprocess.PIPE, cwd=os.getcwd(),
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            sys.executable,
+            "-m",
+            "sandbox_server",
+            "--port",
+            "0",
+            "--slots",
+            "1",
+            "--data-dir",
+            str(tmp_path / "d"),
+            "--token-file",
+            str(token_file),
+        ],
+        stdout=subprocess.PIPE,
+        cwd=os.getcwd(),
     )
     try:
         port = json.loads(proc.stdout.readline())["port"]
         async with aiohttp.ClientSession(headers={"Authorization": "Bearer tok"}) as http:
             for _ in range(30):
-                async with http.post(f"http://127.0.0.1:{port}/slots/0/exec", json={"command": "(sleep 0.01 &); true"}) as r:
+                async with http.post(
+                    f"http://127.0.0.1:{port}/slots/0/exec", json={"command": "(sleep 0.01 &); true"}
+                ) as r:
                     assert r.status == 200
         await asyncio.sleep(0.5)
         assert _zombies_under(proc.pid) == 0

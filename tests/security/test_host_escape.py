@@ -29,7 +29,7 @@ def swap(host_secret, host_target) -> str:
     return (
         f"sleep 1.5; ln -sfn {host_secret} x.l && mv -T x.l x; ln -sfn {host_target} y.l && mv -T y.l y; "
         "ln -sfn /proc/self/environ z.l && mv -T z.l z; ln -sfn /etc/shadow w.l && mv -T w.l w; "
-        "for i in $(seq 0 11); do (timeout 4 sh -c \"echo > f$i\" 2>/dev/null &) ; done; sleep 4.5; echo swapped"
+        'for i in $(seq 0 11); do (timeout 4 sh -c "echo > f$i" 2>/dev/null &) ; done; sleep 4.5; echo swapped'
     )
 
 
@@ -37,7 +37,8 @@ def attack_turns(host_secret, host_target):
     fifo_reads = [("read_file", {"path": f"f{i}"}) for i in range(12)]
     return [
         [("terminal", {"command": SETUP})],
-        fifo_reads + [
+        fifo_reads
+        + [
             ("read_file", {"path": "x"}),
             ("write_file", {"path": "y", "content": "PWNED by the agent"}),
             ("read_file", {"path": "z"}),
@@ -45,9 +46,15 @@ def attack_turns(host_secret, host_target):
             ("terminal", {"command": swap(host_secret, host_target), "timeout": 20}),
         ],
         # and the plain, unraced attempts
-        [("terminal", {"command": f"ln -sfn {host_secret} s1; mkdir -p d; ln -sfn {host_secret.parent} d2"}),],
-        [("read_file", {"path": "s1"}), ("read_file", {"path": "d2/" + host_secret.name}),
-         ("write_file", {"path": "d2/new.txt", "content": "PWNED"}), ("read_file", {"path": "/proc/self/environ"})],
+        [
+            ("terminal", {"command": f"ln -sfn {host_secret} s1; mkdir -p d; ln -sfn {host_secret.parent} d2"}),
+        ],
+        [
+            ("read_file", {"path": "s1"}),
+            ("read_file", {"path": "d2/" + host_secret.name}),
+            ("write_file", {"path": "d2/new.txt", "content": "PWNED"}),
+            ("read_file", {"path": "/proc/self/environ"}),
+        ],
     ]
 
 
@@ -94,8 +101,13 @@ async def test_fifo_reads_in_one_slot_do_not_freeze_the_others(sandbox, tmp_path
     """8 never-fed FIFO reads in slot A; slot B's files, commands and reset still answer; SIGTERM stops the server."""
     async with sandbox.trajectory("a") as a, sandbox.trajectory("b") as b:
         attack = asyncio.create_task(
-            play(a, [[("terminal", {"command": "for i in $(seq 0 7); do mkfifo p$i; done"})],
-                     [("read_file", {"path": f"p{i}"}) for i in range(8)] * 2])
+            play(
+                a,
+                [
+                    [("terminal", {"command": "for i in $(seq 0 7); do mkfifo p$i; done"})],
+                    [("read_file", {"path": f"p{i}"}) for i in range(8)] * 2,
+                ],
+            )
         )
         await asyncio.sleep(1.0)
         t0 = time.monotonic()
@@ -117,8 +129,19 @@ async def test_fifo_reads_in_one_slot_do_not_freeze_the_others(sandbox, tmp_path
 async def test_local_fifo_read_returns_an_error_instead_of_hanging(tmp_path):
     ws = LocalWorkspace(tmp_path / "ws")
     os.mkfifo(ws.root / "pipe")
-    msgs = await asyncio.wait_for(play(ws, [[("read_file", {"path": "pipe"}), ("patch", {
-        "path": "pipe", "old_string": "a", "new_string": "b"}), ("write_file", {"path": "pipe", "content": "x"})]]), 20)
+    msgs = await asyncio.wait_for(
+        play(
+            ws,
+            [
+                [
+                    ("read_file", {"path": "pipe"}),
+                    ("patch", {"path": "pipe", "old_string": "a", "new_string": "b"}),
+                    ("write_file", {"path": "pipe", "content": "x"}),
+                ]
+            ],
+        ),
+        20,
+    )
     assert all("not a regular file" in m["result"].get("error", "") for m in msgs), msgs
 
 

@@ -32,28 +32,46 @@ async def test_fork_bomb_in_one_slot_leaves_the_other_slot_working(tmp_path):
                     await asyncio.sleep(0.4)
                 assert not bomb.done()
                 await bomb
-            assert [r.output for r in results] == [f"ok-{i}\n" for i in range(20)], [r.output for r in results if r.exit_code]
+            assert [r.output for r in results] == [f"ok-{i}\n" for i in range(20)], [
+                r.output for r in results if r.exit_code
+            ]
             assert all(r.exit_code == 0 for r in results)
         finally:
             await backend.stop()
 
 
 async def test_limits_trip_at_their_configured_values(tmp_path):
-    limits = {"max_processes": 40, "max_memory_bytes": 256 * MiB, "tmp_bytes": 8 * MiB, "max_file_bytes": 12 * MiB,
-              "max_cpu_s": 1}
+    limits = {
+        "max_processes": 40,
+        "max_memory_bytes": 256 * MiB,
+        "tmp_bytes": 8 * MiB,
+        "max_file_bytes": 12 * MiB,
+        "max_cpu_s": 1,
+    }
     with outer_memory_limit(8 * 1024 * MiB):
         backend = sandbox_backend(tmp_path, limits=limits)
         await backend.start()
     try:
         async with backend.trajectory("hog") as ex:
-            msgs = await play(ex, [[
-                ("python", {"code": "b = b'x' * (100 * 2**20); print('100MiB ok')"}),
-                ("python", {"code": "b = b'x' * (400 * 2**20); print('400MiB ok')"}),
-                ("terminal", {"command": "for i in $(seq 60); do sleep 5 & done 2>&1 | sort | uniq -c; jobs | wc -l"}),
-                ("terminal", {"command": "dd if=/dev/zero of=/tmp/f bs=1M count=32 2>&1 | head -1; stat -c %s /tmp/f"}),
-                ("terminal", {"command": "head -c 20M /dev/zero > big; echo rc=$?; stat -c %s big"}),
-                ("terminal", {"command": "python3 -c 'while True: pass'; echo rc=$?", "timeout": 20}),
-            ]])
+            msgs = await play(
+                ex,
+                [
+                    [
+                        ("python", {"code": "b = b'x' * (100 * 2**20); print('100MiB ok')"}),
+                        ("python", {"code": "b = b'x' * (400 * 2**20); print('400MiB ok')"}),
+                        (
+                            "terminal",
+                            {"command": "for i in $(seq 60); do sleep 5 & done 2>&1 | sort | uniq -c; jobs | wc -l"},
+                        ),
+                        (
+                            "terminal",
+                            {"command": "dd if=/dev/zero of=/tmp/f bs=1M count=32 2>&1 | head -1; stat -c %s /tmp/f"},
+                        ),
+                        ("terminal", {"command": "head -c 20M /dev/zero > big; echo rc=$?; stat -c %s big"}),
+                        ("terminal", {"command": "python3 -c 'while True: pass'; echo rc=$?", "timeout": 20}),
+                    ]
+                ],
+            )
         out = [m["result"].get("output", "") for m in msgs]
         assert "100MiB ok" in out[0]
         assert "MemoryError" in out[1] and "400MiB ok" not in out[1]

@@ -37,8 +37,12 @@ def _matching(text: str) -> list[str]:
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
 def test_no_sandbox_process_outlives_its_parent(tmp_path, sig):
     marker = f"hermes-orphan-{tmp_path.name}"
-    parent = subprocess.Popen([sys.executable, "-c", PARENT, str(tmp_path), marker], stdout=subprocess.PIPE,
-                              cwd=Path(__file__).parents[2], env={**os.environ, "PYTHONPATH": "."})
+    parent = subprocess.Popen(
+        [sys.executable, "-c", PARENT, str(tmp_path), marker],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+        env={**os.environ, "PYTHONPATH": "."},
+    )
     try:
         assert parent.stdout.readline().strip() == b"ready"
         assert _matching(marker) and _matching(str(tmp_path / "sb"))  # the command and its server run

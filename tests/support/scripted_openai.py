@@ -91,7 +91,11 @@ class ScriptedOpenAIServer:
                 "created": int(time.time()),
                 "model": body.get("model", "scripted"),
                 "choices": [
-                    {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop"}
+                    {
+                        "index": 0,
+                        "message": message,
+                        "finish_reason": "tool_calls" if reply.get("tool_calls") else "stop",
+                    }
                 ],
                 "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
             }

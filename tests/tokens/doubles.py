@@ -66,7 +66,9 @@ class ScriptedTokenServerDouble:
                     "meta_info": {
                         "prompt_tokens": len(body["input_ids"]),
                         "completion_tokens": len(s.ids),
-                        "finish_reason": {"type": s.finish, "matched": s.ids[-1]} if s.finish == "stop" else {"type": s.finish, "length": len(s.ids)},
+                        "finish_reason": {"type": s.finish, "matched": s.ids[-1]}
+                        if s.finish == "stop"
+                        else {"type": s.finish, "length": len(s.ids)},
                         "output_token_logprobs": [[lp, i, None] for i, lp in zip(s.ids, s.logprobs)],
                     },
                 }
@@ -102,7 +104,12 @@ class ScriptedTokenServerDouble:
                         "text": "",
                         "token_ids": s.ids,
                         "prompt_token_ids": body["prompt"],
-                        "logprobs": {"tokens": [f"token_id:{i}" for i in s.ids], "token_logprobs": s.logprobs, "top_logprobs": None, "text_offset": []},
+                        "logprobs": {
+                            "tokens": [f"token_id:{i}" for i in s.ids],
+                            "token_logprobs": s.logprobs,
+                            "top_logprobs": None,
+                            "text_offset": [],
+                        },
                         "finish_reason": s.finish,
                     }
                 ],

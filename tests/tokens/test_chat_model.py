@@ -7,7 +7,13 @@ import json
 import pytest
 
 from environments.models.base import ChatModel, ModelError
-from environments.models.token_mode import ChatRenderer, TokenChatConfig, TokenChatModel, TokenServerConfig, make_token_server
+from environments.models.token_mode import (
+    ChatRenderer,
+    TokenChatConfig,
+    TokenChatModel,
+    TokenServerConfig,
+    make_token_server,
+)
 from environments.models.token_mode.testing import TOOLS, template_completion
 
 from .conftest import template_text
@@ -21,7 +27,11 @@ def _call(name, args, call_id):
 async def test_two_turns_send_exactly_the_held_ids(qwen_tokenizer):
     renderer = ChatRenderer(qwen_tokenizer, template_text("Qwen-Qwen2.5-7B-Instruct"))
     opening = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 6*7? Use python."}]
-    said = {"role": "assistant", "content": "Let me compute.", "tool_calls": [_call("python", {"code": "print(6*7)"}, "c1")]}
+    said = {
+        "role": "assistant",
+        "content": "Let me compute.",
+        "tool_calls": [_call("python", {"code": "print(6*7)"}, "c1")],
+    }
     gen1 = template_completion(renderer, opening, said, TOOLS)
     gen2 = renderer.encode("The answer is 42.<|im_end|>")
     script = [Scripted(gen1, [-0.1] * len(gen1)), Scripted(gen2, [-0.2] * len(gen2))]
@@ -35,7 +45,9 @@ async def test_two_turns_send_exactly_the_held_ids(qwen_tokenizer):
             assert [c["function"]["name"] for c in turn.tool_calls] == ["python"]
             assert json.loads(turn.tool_calls[0]["function"]["arguments"]) == {"code": "print(6*7)"}
             messages = opening + [turn.as_message()]
-            messages.append({"role": "tool", "tool_call_id": turn.tool_calls[0]["id"], "name": "python", "content": "42\n"})
+            messages.append(
+                {"role": "tool", "tool_call_id": turn.tool_calls[0]["id"], "name": "python", "content": "42\n"}
+            )
             final = await model.chat(messages, TOOLS, temperature=0.5, max_tokens=64)
         finally:
             await server.aclose()
@@ -52,7 +64,7 @@ async def test_two_turns_send_exactly_the_held_ids(qwen_tokenizer):
     assert [t for t, m in zip(seq.tokens, seq.masks) if m != -100] == gen1 + gen2
     assert [lp for lp in seq.logprobs if lp is not None] == [-0.1] * len(gen1) + [-0.2] * len(gen2)
     # The suffix is what the template writes for the tool result, once.
-    suffix = renderer.decode(second_prompt[len(first_prompt) + len(gen1):])
+    suffix = renderer.decode(second_prompt[len(first_prompt) + len(gen1) :])
     assert suffix == "\n<|im_start|>user\n<tool_response>\n42\n\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
     # Exactly the template's render of the whole conversation: no end-of-turn twice.
     full = renderer.render(messages + [final.as_message()], TOOLS, add_generation_prompt=False)
@@ -87,7 +99,11 @@ async def test_rewritten_history_is_refused(qwen_tokenizer):
         model = TokenChatModel(server, renderer)
         try:
             turn = await model.chat([{"role": "user", "content": "hello"}], [], temperature=0.0, max_tokens=8)
-            edited = [{"role": "user", "content": "hello"}, {**turn.as_message(), "content": "Edited."}, {"role": "user", "content": "and?"}]
+            edited = [
+                {"role": "user", "content": "hello"},
+                {**turn.as_message(), "content": "Edited."},
+                {"role": "user", "content": "and?"},
+            ]
             with pytest.raises(RuntimeError, match="not continued"):
                 await model.chat(edited, [], temperature=0.0, max_tokens=8)
         finally:
@@ -106,7 +122,7 @@ async def test_real_llamacpp_turns_keep_exact_ids(embedded_llm):
             turn = await model.chat(messages, TOOLS, temperature=0.7, max_tokens=24)
             trace = model.token_trace()
             seq = trace.sequences[-1]
-            raw.append(renderer.decode(seq.tokens[seq.spans[-1].start:]))
+            raw.append(renderer.decode(seq.tokens[seq.spans[-1].start :]))
             messages += [turn.as_message(), {"role": "user", "content": follow_up}]
     finally:
         await server.aclose()
@@ -114,13 +130,17 @@ async def test_real_llamacpp_turns_keep_exact_ids(embedded_llm):
     assert trace.restarts == 0
     (seq,) = trace.sequences
     model_spans = [s for s in seq.spans if s.kind == "model"]
-    assert [renderer.decode(seq.tokens[s.start:s.end]) for s in model_spans] == raw
-    assert all(seq.logprobs[i] is not None or renderer.decode(seq.tokens[s.start:i + 1]).endswith("\ufffd") for s in model_spans for i in range(s.start, s.end))
+    assert [renderer.decode(seq.tokens[s.start : s.end]) for s in model_spans] == raw
+    assert all(
+        seq.logprobs[i] is not None or renderer.decode(seq.tokens[s.start : i + 1]).endswith("\ufffd")
+        for s in model_spans
+        for i in range(s.start, s.end)
+    )
     # Each suffix starts with the end-of-turn marker only when the model did not emit it.
     for prev, span in zip(seq.spans, seq.spans[1:]):
         if span.kind == "template":
-            model_closed = renderer.decode(seq.tokens[prev.start:prev.end]).endswith("<|im_end|>")
-            assert renderer.decode(seq.tokens[span.start:span.end]).startswith("<|im_end|>") != model_closed
+            model_closed = renderer.decode(seq.tokens[prev.start : prev.end]).endswith("<|im_end|>")
+            assert renderer.decode(seq.tokens[span.start : span.end]).startswith("<|im_end|>") != model_closed
 
 
 async def test_agent_loop_on_token_model_tells_server_failure_from_context_full(qwen_tokenizer, tmp_path):

@@ -37,7 +37,9 @@ def env():
 
 
 def rollout(trace, messages, score):
-    result = AgentResult(messages=messages, turns_used=3, finished_naturally=True, stop_reason="finished", turns=[], tool_errors=[])
+    result = AgentResult(
+        messages=messages, turns_used=3, finished_naturally=True, stop_reason="finished", turns=[], tool_errors=[]
+    )
     r = Rollout(item={"question": "q", "answer": "#### 1"}, result=result, score=score)
     r.extras["token_trace"] = trace
     return r

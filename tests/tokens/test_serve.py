@@ -186,20 +186,36 @@ def test_serve_feeds_run_api_and_a_trainer_pulls_exact_token_groups(embedded_llm
         )
         env = _start(
             [
-                sys.executable, "-m", "environments.gsm8k_agent_env", "serve",
-                "--config", str(config),
-                "--env.rollout_server_url", api_url,
-                "--env.wandb_name", "gsm8k-phase2-test",
-                "--openai.base_url", embedded_llm.base_url,
-                "--openai.model_name", embedded_llm.model_name,
-                "--openai.api_key", "local",
-                "--env.token_server", "llamacpp",
-                "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
-                "--env.group_size", "2",
-                "--env.max_agent_turns", "2",
-                "--env.agent_max_tokens", "48",
-                "--env.max_num_workers", "1",
-                "--env.data_path_to_save_groups", str(tmp_path / "served.jsonl"),
+                sys.executable,
+                "-m",
+                "environments.gsm8k_agent_env",
+                "serve",
+                "--config",
+                str(config),
+                "--env.rollout_server_url",
+                api_url,
+                "--env.wandb_name",
+                "gsm8k-phase2-test",
+                "--openai.base_url",
+                embedded_llm.base_url,
+                "--openai.model_name",
+                embedded_llm.model_name,
+                "--openai.api_key",
+                "local",
+                "--env.token_server",
+                "llamacpp",
+                "--env.tokenizer_name",
+                str(embedded_llm.tokenizer_dir),
+                "--env.group_size",
+                "2",
+                "--env.max_agent_turns",
+                "2",
+                "--env.agent_max_tokens",
+                "48",
+                "--env.max_num_workers",
+                "1",
+                "--env.data_path_to_save_groups",
+                str(tmp_path / "served.jsonl"),
             ],
             tmp_path / "env.log",
         )
@@ -219,9 +235,17 @@ def test_serve_feeds_run_api_and_a_trainer_pulls_exact_token_groups(embedded_llm
     tokenizer = AutoTokenizer.from_pretrained(str(embedded_llm.tokenizer_dir))
     assert sum(len(g["tokens"]) for g in batch) == 2
     for group in batch:
-        assert len(group["tokens"]) == len(group["masks"]) == len(group["scores"]) == len(group["inference_logprobs"]) == len(group["messages"])
+        assert (
+            len(group["tokens"])
+            == len(group["masks"])
+            == len(group["scores"])
+            == len(group["inference_logprobs"])
+            == len(group["messages"])
+        )
         assert all(0.0 <= s <= 1.0 for s in group["scores"])
-        for tokens, masks, logprobs, messages in zip(group["tokens"], group["masks"], group["inference_logprobs"], group["messages"]):
+        for tokens, masks, logprobs, messages in zip(
+            group["tokens"], group["masks"], group["inference_logprobs"], group["messages"]
+        ):
             assert len(tokens) == len(masks) == len(logprobs) < 4096
             assert all((lp <= 0.0) == (m != -100) for m, lp in zip(masks, logprobs))
             assistants = [m for m in messages if m["role"] == "assistant"]

@@ -70,7 +70,12 @@ async def test_unreachable_server_names_the_url():
 
 def test_llamacpp_alignment_leaves_explicit_gaps():
     ids = [10, 235, 118, 321, 231, 5]
-    probs = [{"id": 10, "logprob": -0.1}, {"id": 118, "logprob": -0.2}, {"id": 231, "logprob": -0.3}, {"id": 5, "logprob": -0.4}]
+    probs = [
+        {"id": 10, "logprob": -0.1},
+        {"id": 118, "logprob": -0.2},
+        {"id": 231, "logprob": -0.3},
+        {"id": 5, "logprob": -0.4},
+    ]
     assert align_llamacpp_logprobs(ids, probs) == [-0.1, None, -0.2, None, -0.3, -0.4]
     with pytest.raises(ValueError, match="match no generated token"):
         align_llamacpp_logprobs([1, 2], [{"id": 3, "logprob": -1.0}])
@@ -84,7 +89,10 @@ async def test_llamacpp_native_completion_real_server(embedded_llm):
     server = make_token_server(TokenServerConfig(kind="llamacpp", base_url=embedded_llm.base_url))
     try:
         await server.check()
-        for question, max_tokens in [("What is 2+2? Answer with one number.", 24), ("Write a smiley emoji 😀 and three Chinese characters.", 24)]:
+        for question, max_tokens in [
+            ("What is 2+2? Answer with one number.", 24),
+            ("Write a smiley emoji 😀 and three Chinese characters.", 24),
+        ]:
             prompt = tokenizer.apply_chat_template(
                 [{"role": "user", "content": question}], tokenize=False, add_generation_prompt=True
             )

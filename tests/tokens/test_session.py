@@ -25,7 +25,10 @@ APPEND_ONLY = {
     "HuggingFaceTB-SmolLM3-3B": {},
     "deepseek-ai-DeepSeek-V3.1": {},  # end-of-turn inside a tool-calls block
     "moonshotai-Kimi-K2-Instruct": {},
-    "meta-llama-Llama-3.1-8B-Instruct": {"template_kwargs": {"bos_token": "<|begin_of_text|>"}, "end_of_turn": "<|eot_id|>"},
+    "meta-llama-Llama-3.1-8B-Instruct": {
+        "template_kwargs": {"bos_token": "<|begin_of_text|>"},
+        "end_of_turn": "<|eot_id|>",
+    },
 }
 
 
@@ -47,7 +50,9 @@ def play(renderer: ChatRenderer, turns: int, **conv):
         before = renderer.render(history, TOOLS, add_generation_prompt=False)
         history += turn.then
         after = renderer.render(history, TOOLS, add_generation_prompt=True)
-        suffix, why = suffix_between(before, after, renderer.decode(ids).endswith(renderer.close.text), renderer.close.text)
+        suffix, why = suffix_between(
+            before, after, renderer.decode(ids).endswith(renderer.close.text), renderer.close.text
+        )
         sequences_before = len(session.sequences)
         session.extend(turn.then)
         if suffix is None:
@@ -80,12 +85,12 @@ def test_fifty_tool_turns_stay_exact(qwen_tokenizer, name):
 
     # Masks and logprobs: the model's own tokens, in order, and nothing else.
     model_spans = [s for s in seq.spans if s.kind == "model"]
-    assert [seq.tokens[s.start:s.end] for s in model_spans] == generated
+    assert [seq.tokens[s.start : s.end] for s in model_spans] == generated
     trained = [t for t, m in zip(seq.tokens, seq.masks) if m != -100]
     assert trained == [t for g in generated for t in g]
     assert all((m == -100) == (lp is None) for m, lp in zip(seq.masks, seq.logprobs))
     for s in model_spans:
-        assert seq.logprobs[s.start:s.end] == [-0.01 * (k + 1) for k in range(s.end - s.start)]
+        assert seq.logprobs[s.start : s.end] == [-0.01 * (k + 1) for k in range(s.end - s.start)]
     assert seq.inference_logprobs.count(NOT_SAMPLED) == sum(1 for m in seq.masks if m == -100)
     assert seq.logprob_gaps == 0
 
@@ -120,9 +125,9 @@ def test_cut_off_generation_gets_the_templates_end_of_turn_untrained(qwen_tokeni
     session.add_generation(cut, [None] * len(cut), script[0].assistant)
     session.extend(script[0].then)
     seq = session.current
-    suffix = seq.tokens[seq.spans[-1].start:]
+    suffix = seq.tokens[seq.spans[-1].start :]
     assert renderer.decode(suffix).startswith("<|im_end|>\n<|im_start|>user\n<tool_response>")
-    assert all(m == -100 for m in seq.masks[seq.spans[-1].start:])
+    assert all(m == -100 for m in seq.masks[seq.spans[-1].start :])
     assert seq.logprob_gaps == len(cut)  # no logprobs reported: explicit gaps, not shifted
 
 

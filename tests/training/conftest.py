@@ -38,17 +38,28 @@ class TrainedRun:
 
 def _env_args(llm, config: Path, out: Path) -> list[str]:
     return [
-        "--config", str(config),
-        "--openai.base_url", llm.base_url,
-        "--openai.model_name", llm.model_name,
-        "--openai.api_key", "local",
-        "--env.token_server", "llamacpp",
-        "--env.tokenizer_name", str(llm.tokenizer_dir),
-        "--env.group_size", "2",
-        "--env.max_agent_turns", "2",
-        "--env.agent_max_tokens", "48",
-        "--env.agent_temperature", "1.0",
-        "--env.data_path_to_save_groups", str(out),
+        "--config",
+        str(config),
+        "--openai.base_url",
+        llm.base_url,
+        "--openai.model_name",
+        llm.model_name,
+        "--openai.api_key",
+        "local",
+        "--env.token_server",
+        "llamacpp",
+        "--env.tokenizer_name",
+        str(llm.tokenizer_dir),
+        "--env.group_size",
+        "2",
+        "--env.max_agent_turns",
+        "2",
+        "--env.agent_max_tokens",
+        "48",
+        "--env.agent_temperature",
+        "1.0",
+        "--env.data_path_to_save_groups",
+        str(out),
     ]
 
 
@@ -62,9 +73,16 @@ def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
 
     # Both `process` runs at once: the llama.cpp server has slots for both.
     processed, free_processed = tmp / "processed.jsonl", tmp / "free_processed.jsonl"
-    runs = [subprocess.Popen([*env_cmd, "process", *_env_args(embedded_llm, config, out), "--env.total_steps", "1"],
-                             cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-            for config, out in ((grammar_config, processed), (free_config, free_processed))]
+    runs = [
+        subprocess.Popen(
+            [*env_cmd, "process", *_env_args(embedded_llm, config, out), "--env.total_steps", "1"],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for config, out in ((grammar_config, processed), (free_config, free_processed))
+    ]
     for run in runs:
         try:
             _, stderr = run.communicate(timeout=900)
@@ -89,17 +107,48 @@ def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
             assert time.monotonic() < deadline and api.poll() is None, (tmp / "run-api.log").read_text()[-2000:]
             time.sleep(0.5)
         # lr large enough that one step visibly moves float32 weights.
-        trainer = _start([sys.executable, "-m", "training.grpo", "--api_url", api_url, "--model", "embedded",
-                          "--out", str(grpo_out), "--steps", "1", "--batch_size", "2", "--lr", "1e-4",
-                          "--batch_timeout_s", "900"], grpo_log)
-        env = _start([*env_cmd, "serve", *_env_args(embedded_llm, free_config, tmp / "served.jsonl"),
-                      "--env.rollout_server_url", api_url, "--env.wandb_name", "grpo-test",
-                      "--env.max_num_workers", "1"], tmp / "env.log")
+        trainer = _start(
+            [
+                sys.executable,
+                "-m",
+                "training.grpo",
+                "--api_url",
+                api_url,
+                "--model",
+                "embedded",
+                "--out",
+                str(grpo_out),
+                "--steps",
+                "1",
+                "--batch_size",
+                "2",
+                "--lr",
+                "1e-4",
+                "--batch_timeout_s",
+                "900",
+            ],
+            grpo_log,
+        )
+        env = _start(
+            [
+                *env_cmd,
+                "serve",
+                *_env_args(embedded_llm, free_config, tmp / "served.jsonl"),
+                "--env.rollout_server_url",
+                api_url,
+                "--env.wandb_name",
+                "grpo-test",
+                "--env.max_num_workers",
+                "1",
+            ],
+            tmp / "env.log",
+        )
         try:
             trainer.wait(1200)
         except subprocess.TimeoutExpired:
-            pytest.fail("training.grpo did not finish: " + grpo_log.read_text()[-3000:]
-                        + (tmp / "env.log").read_text()[-3000:])
+            pytest.fail(
+                "training.grpo did not finish: " + grpo_log.read_text()[-3000:] + (tmp / "env.log").read_text()[-3000:]
+            )
     finally:
         for p in (env, trainer, api):
             if p is not None:

@@ -35,8 +35,10 @@ def test_one_step_through_run_api_gives_finite_loss_and_new_weights(trained_run)
     assert len(set(groups[0].scores)) == 2  # different scores: non-zero advantages
 
     changed = same = 0
-    with safe_open(str(embedded_checkpoint() / "model.safetensors"), "pt") as before, \
-            safe_open(str(trained_run.grpo_out / "model.safetensors"), "pt") as after:
+    with (
+        safe_open(str(embedded_checkpoint() / "model.safetensors"), "pt") as before,
+        safe_open(str(trained_run.grpo_out / "model.safetensors"), "pt") as after,
+    ):
         assert set(after.keys()) >= set(before.keys())
         for name in before.keys():
             if torch.equal(before.get_tensor(name), after.get_tensor(name)):
@@ -80,7 +82,9 @@ def test_gradient_is_exactly_zero_at_masked_positions(trained_run):
             adv = inputs.advantages[0]
             cut = {t for t in trained if (adv > 0 and ratio[t] > 1.2) or (adv < 0 and ratio[t] < 0.8)}
             assert len(cut) < len(trained) / 4
-            assert all(new.grad[t] != 0 and torch.count_nonzero(logits.grad[t - 1]) > 0 for t in trained if t not in cut)
+            assert all(
+                new.grad[t] != 0 and torch.count_nonzero(logits.grad[t - 1]) > 0 for t in trained if t not in cut
+            )
             assert all(new.grad[t] == 0 for t in cut)
             model.zero_grad(set_to_none=True)
             checked += 1
@@ -94,8 +98,7 @@ def _group(scores, masks, logprobs, advantages=None) -> Group:
 
 
 def test_advantages_are_normalised_within_the_group_and_gaps_are_not_trained():
-    group = _group([1.0, 0.0], [[0, 1, 1, 1], [0, 0, 1, 1]],
-                   [[1.0, -0.5, 1.0, -0.2], [1.0, 1.0, -0.3, -0.4]])
+    group = _group([1.0, 0.0], [[0, 1, 1, 1], [0, 0, 1, 1]], [[1.0, -0.5, 1.0, -0.2], [1.0, 1.0, -0.3, -0.4]])
     first, second = sequence_inputs(group)
     assert first.advantages[0] == pytest.approx(1.0, abs=1e-5)
     assert second.advantages[0] == pytest.approx(-1.0, abs=1e-5)

@@ -21,7 +21,10 @@ ALPHAS = [0.25, 0.5, 1.0]
 @pytest.fixture
 def checkpoints(tmp_path):
     tok = embedded_tokenizer_dir()
-    return {name: tiny_llama(tmp_path / name, seed, tokenizer_dir=tok) for name, seed in (("base", 0), ("rl", 1), ("sft", 2))}
+    return {
+        name: tiny_llama(tmp_path / name, seed, tokenizer_dir=tok)
+        for name, seed in (("base", 0), ("rl", 1), ("sft", 2))
+    }
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -29,8 +32,11 @@ def test_every_merged_tensor_is_base_plus_alpha_times_rl_minus_sft(tmp_path, dty
     tok = embedded_tokenizer_dir()
     ck = {name: tiny_llama(tmp_path / name, seed, dtype, tok) for name, seed in (("base", 0), ("rl", 1), ("sft", 2))}
     # A small slice size: the embedding (49152 x 32) is read and written in many pieces.
-    manifest = merge(MergeConfig(base=ck["base"], rl=ck["rl"], sft=ck["sft"], alphas=ALPHAS, out=tmp_path / "out",
-                                 chunk_elements=10_000))
+    manifest = merge(
+        MergeConfig(
+            base=ck["base"], rl=ck["rl"], sft=ck["sft"], alphas=ALPHAS, out=tmp_path / "out", chunk_elements=10_000
+        )
+    )
     base, rl, sft = (load_file(str(ck[n] / "model.safetensors")) for n in ("base", "rl", "sft"))
     vector = load_file(str(tmp_path / "out" / "vector" / "model.safetensors"))
     assert manifest["tensors"] == len(base) == len(vector)
@@ -50,9 +56,26 @@ def test_merged_checkpoint_loads_with_its_config_and_tokenizer(tmp_path, checkpo
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, "-m", "training.merge_vectors", "--base", str(checkpoints["base"]),
-                           "--rl", str(checkpoints["rl"]), "--sft", str(checkpoints["sft"]),
-                           "--alphas", "0.5", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.merge_vectors",
+            "--base",
+            str(checkpoints["base"]),
+            "--rl",
+            str(checkpoints["rl"]),
+            "--sft",
+            str(checkpoints["sft"]),
+            "--alphas",
+            "0.5",
+            "--out",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     merged_dir = out / "alpha_0.5"
     model = AutoModelForCausalLM.from_pretrained(str(merged_dir))
@@ -74,9 +97,25 @@ def test_merged_checkpoint_loads_with_its_config_and_tokenizer(tmp_path, checkpo
 def test_checkpoints_of_different_architectures_are_refused(tmp_path, checkpoints):
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    other = LlamaForCausalLM(LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=3,
-                                         num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False))
+    other = LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=49152,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=3,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            tie_word_embeddings=False,
+        )
+    )
     other.save_pretrained(str(tmp_path / "deeper"))
     with pytest.raises(ValueError, match="one architecture"):
-        merge(MergeConfig(base=checkpoints["base"], rl=tmp_path / "deeper", sft=checkpoints["sft"], alphas="1.0",
-                          out=tmp_path / "out"))
+        merge(
+            MergeConfig(
+                base=checkpoints["base"],
+                rl=tmp_path / "deeper",
+                sft=checkpoints["sft"],
+                alphas="1.0",
+                out=tmp_path / "out",
+            )
+        )

@@ -21,8 +21,12 @@ from .tiny_models import embedded_tokenizer_dir, tiny_llama
 @pytest.mark.timeout(2400)  # the first user of `trained_run` also runs the env and the trainer
 def test_one_sft_step_on_the_python_split_of_a_process_export(trained_run, tmp_path):
     data = tmp_path / "sft_data"
-    proc = subprocess.run([sys.executable, "-m", "exports", "sft", str(trained_run.processed), str(data),
-                           "--val_fraction", "0"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "exports", "sft", str(trained_run.processed), str(data), "--val_fraction", "0"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     manifest = json.loads((data / "manifest.json").read_text())
     assert manifest["python"]["train"] >= 2  # the grammar makes every turn a python call
@@ -35,8 +39,11 @@ def test_one_sft_step_on_the_python_split_of_a_process_export(trained_run, tmp_p
 
     model_dir = tiny_llama(tmp_path / "tiny", seed=0, tokenizer_dir=embedded_tokenizer_dir())
     before = load_file(str(model_dir / "model.safetensors"))
-    outputs = run(SFTPerToolConfig(data=data, model=str(model_dir), out=tmp_path / "runs" / "sft", max_steps=1,
-                                   lr=1e-2, max_length=1024))
+    outputs = run(
+        SFTPerToolConfig(
+            data=data, model=str(model_dir), out=tmp_path / "runs" / "sft", max_steps=1, lr=1e-2, max_length=1024
+        )
+    )
     assert set(outputs) == {"python"}
     out = outputs["python"]
     assert out == tmp_path / "runs" / "sft" / "python"
@@ -52,5 +59,6 @@ def test_one_sft_step_on_the_python_split_of_a_process_export(trained_run, tmp_p
 
 def test_an_example_not_ending_in_a_tool_call_is_refused():
     with pytest.raises(ValueError, match="does not end with an assistant tool call"):
-        to_prompt_completion({"task_id": "t", "messages": [{"role": "user", "content": "hi"},
-                                                           {"role": "assistant", "content": "hello"}]})
+        to_prompt_completion(
+            {"task_id": "t", "messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]}
+        )

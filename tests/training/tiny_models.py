@@ -13,9 +13,19 @@ def tiny_llama(out: Path, seed: int, dtype: torch.dtype = torch.float32, tokeniz
     from training.models import copy_tokenizer
 
     torch.manual_seed(seed)
-    config = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                         tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    config = LlamaConfig(
+        vocab_size=49152,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=False,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=2,
+    )
     model = LlamaForCausalLM(config)
     with torch.no_grad():  # norms start at exactly 1 in every seed: make every tensor differ
         for p in model.parameters():

@@ -36,7 +36,15 @@ def test_html_to_text_keeps_content_and_drops_chrome() -> None:
     <p>Caf&eacute; &amp; bar</p><footer>copyright</footer></body></html>"""
     title, text = html_to_text(html)
     assert title == "My Page"
-    assert text.splitlines() == ["# Heading", "First paragraph continues.", "- one", "- two", "k | v", "height | 31 m", "Café & bar"]
+    assert text.splitlines() == [
+        "# Heading",
+        "First paragraph continues.",
+        "- one",
+        "- two",
+        "k | v",
+        "height | 31 m",
+        "Café & bar",
+    ]
     assert "do-not-show" not in text and "color" not in text and "copyright" not in text and "About" not in text
 
 
@@ -77,7 +85,9 @@ async def test_offline_search_survives_fts_syntax_and_stemming(engine: OfflineWe
 
 
 async def test_offline_extract_refuses_other_hosts_and_reports_missing_pages(engine: OfflineWebEngine) -> None:
-    result = await engine.extract(["https://example.com/", engine.base_url + "wiki/nope.html", engine.base_url + "wiki/lunsby.html"])
+    result = await engine.extract(
+        ["https://example.com/", engine.base_url + "wiki/nope.html", engine.base_url + "wiki/lunsby.html"]
+    )
     assert [p.url for p in result.pages] == [engine.base_url + "wiki/lunsby.html"]
     errors = {f.url: f.error for f in result.failed}
     assert "only pages of the offline corpus" in errors["https://example.com/"]
@@ -117,7 +127,9 @@ async def test_web_tools_through_the_registry(engine: OfflineWebEngine, tmp_path
     read = json.loads(await registry.call("web_extract", json.dumps({"urls": found["results"][0]["url"]}), ctx))
     assert "Tessaly | 2011" in read["results"][0]["content"]
     assert "error" in json.loads(await registry.call("web_search", {"query": "  "}, ctx))
-    assert "max_results" in json.loads(await registry.call("web_search", {"query": "x", "max_results": 50}, ctx))["error"]
+    assert (
+        "max_results" in json.loads(await registry.call("web_search", {"query": "x", "max_results": 50}, ctx))["error"]
+    )
     assert "at most 5" in json.loads(await registry.call("web_extract", {"urls": ["a"] * 6}, ctx))["error"]
     empty = json.loads(await registry.call("web_search", {"query": "zzzqqq"}, ctx))
     assert empty["results"] == [] and "no results" in empty["note"]

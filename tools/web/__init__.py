@@ -113,8 +113,12 @@ def web_tools(backend: WebBackend) -> list[Tool]:
                 "type": "object",
                 "properties": {
                     "query": {"type": "string", "description": "What to search for."},
-                    "max_results": {"type": "integer", "minimum": 1, "maximum": _MAX_RESULTS,
-                                    "description": "Number of results (default 5)."},
+                    "max_results": {
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": _MAX_RESULTS,
+                        "description": "Number of results (default 5).",
+                    },
                 },
                 "required": ["query"],
             },
@@ -127,8 +131,12 @@ def web_tools(backend: WebBackend) -> list[Tool]:
             parameters={
                 "type": "object",
                 "properties": {
-                    "urls": {"type": "array", "items": {"type": "string"}, "maxItems": _MAX_URLS,
-                             "description": "URLs to read, e.g. from web_search results."},
+                    "urls": {
+                        "type": "array",
+                        "items": {"type": "string"},
+                        "maxItems": _MAX_URLS,
+                        "description": "URLs to read, e.g. from web_search results.",
+                    },
                 },
                 "required": ["urls"],
             },

@@ -56,7 +56,9 @@ class OfflineWebEngine:
     async def start(self) -> None:
         root = Path(self.config.corpus_dir)
         if not root.is_dir():
-            raise FileNotFoundError(f"offline web corpus {str(root)!r} is not a directory; set OfflineWebConfig.corpus_dir")
+            raise FileNotFoundError(
+                f"offline web corpus {str(root)!r} is not a directory; set OfflineWebConfig.corpus_dir"
+            )
         self._db_pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="offline-web-db")
         loop = asyncio.get_running_loop()
         count = await loop.run_in_executor(self._db_pool, self._build_index, root)
@@ -137,7 +139,10 @@ class OfflineWebEngine:
     async def _fetch(self, url: str) -> ExtractedPage | FailedExtract:
         assert self._http is not None
         if not url.startswith(self.base_url):
-            return FailedExtract(url, f"offline web: only pages of the offline corpus ({self.base_url}...) are reachable; use a URL from web_search results")
+            return FailedExtract(
+                url,
+                f"offline web: only pages of the offline corpus ({self.base_url}...) are reachable; use a URL from web_search results",
+            )
         try:
             response = await self._http.get(url)
         except httpx.HTTPError as exc:

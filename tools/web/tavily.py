@@ -54,7 +54,9 @@ class TavilyClient:
     async def start(self) -> None:
         key = self.config.resolved_key()
         if key is None:
-            raise WebBackendError(f"no Tavily API key: set TavilyConfig.api_key or ${TAVILY_KEY_ENV}, or use the offline web backend")
+            raise WebBackendError(
+                f"no Tavily API key: set TavilyConfig.api_key or ${TAVILY_KEY_ENV}, or use the offline web backend"
+            )
         self._http = httpx.AsyncClient(
             base_url=self.config.base_url,
             timeout=self.config.timeout_s,
@@ -94,24 +96,40 @@ class TavilyClient:
     async def search(self, query: str, max_results: int) -> list[SearchHit]:
         data = await self._post(
             "/search",
-            {"query": query, "max_results": max_results, "search_depth": self.config.search_depth,
-             "include_answer": False, "include_raw_content": False, "include_images": False},
+            {
+                "query": query,
+                "max_results": max_results,
+                "search_depth": self.config.search_depth,
+                "include_answer": False,
+                "include_raw_content": False,
+                "include_images": False,
+            },
         )
         return [
-            SearchHit(title=str(r.get("title", "")), url=str(r.get("url", "")),
-                      snippet=str(r.get("content", "")), score=float(r.get("score") or 0.0))
+            SearchHit(
+                title=str(r.get("title", "")),
+                url=str(r.get("url", "")),
+                snippet=str(r.get("content", "")),
+                score=float(r.get("score") or 0.0),
+            )
             for r in data["results"]
         ]
 
     async def extract(self, urls: list[str]) -> ExtractResult:
         data = await self._post(
-            "/extract", {"urls": urls, "extract_depth": self.config.extract_depth, "format": "text", "include_images": False}
+            "/extract",
+            {"urls": urls, "extract_depth": self.config.extract_depth, "format": "text", "include_images": False},
         )
         pages = [
-            ExtractedPage(url=str(r.get("url", "")), title=str(r.get("title") or ""),
-                          content=cap_chars(str(r.get("raw_content") or ""), self.config.max_extract_chars))
+            ExtractedPage(
+                url=str(r.get("url", "")),
+                title=str(r.get("title") or ""),
+                content=cap_chars(str(r.get("raw_content") or ""), self.config.max_extract_chars),
+            )
             for r in data["results"]
         ]
-        failed = [FailedExtract(url=str(f.get("url", "")), error=str(f.get("error", "failed")))
-                  for f in data.get("failed_results") or []]
+        failed = [
+            FailedExtract(url=str(f.get("url", "")), error=str(f.get("error", "failed")))
+            for f in data.get("failed_results") or []
+        ]
         return ExtractResult(pages=pages, failed=failed)

@@ -89,13 +89,24 @@ class FakeTavilyServer:
         scored.sort(key=lambda s: -s[0])
         max_results = int(body.get("max_results", 5))
         results = [
-            {"title": p.title, "url": p.url, "content": p.text[:300], "score": round(s, 4),
-             "raw_content": p.text if body.get("include_raw_content") else None}
+            {
+                "title": p.title,
+                "url": p.url,
+                "content": p.text[:300],
+                "score": round(s, 4),
+                "raw_content": p.text if body.get("include_raw_content") else None,
+            }
             for s, p in scored[:max_results]
         ]
         return web.json_response(
-            {"query": query, "follow_up_questions": None, "answer": None, "images": [],
-             "results": results, "response_time": 0.01}
+            {
+                "query": query,
+                "follow_up_questions": None,
+                "answer": None,
+                "images": [],
+                "results": results,
+                "response_time": 0.01,
+            }
         )
 
     async def _extract(self, request: web.Request) -> web.Response:

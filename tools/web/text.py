@@ -13,9 +13,29 @@ __all__ = ["html_to_text", "cap_chars"]
 
 _SKIP = {"script", "style", "noscript", "template", "svg", "nav", "footer", "head"}
 _BLOCK = {
-    "p", "div", "section", "article", "main", "header", "aside", "blockquote", "pre",
-    "ul", "ol", "dl", "dt", "dd", "table", "thead", "tbody", "tfoot", "figure", "figcaption",
-    "form", "hr", "address",
+    "p",
+    "div",
+    "section",
+    "article",
+    "main",
+    "header",
+    "aside",
+    "blockquote",
+    "pre",
+    "ul",
+    "ol",
+    "dl",
+    "dt",
+    "dd",
+    "table",
+    "thead",
+    "tbody",
+    "tfoot",
+    "figure",
+    "figcaption",
+    "form",
+    "hr",
+    "address",
 }
 _HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 

@@ -121,7 +121,9 @@ class HTTPTokenServer:
         stop_token_ids: list[int] | None = None,
         seed: int | None = None,
     ) -> Generation:
-        path, body = _REQUESTS[self.config.kind](self.config, list(prompt_ids), max_tokens, temperature, stop_token_ids, seed)
+        path, body = _REQUESTS[self.config.kind](
+            self.config, list(prompt_ids), max_tokens, temperature, stop_token_ids, seed
+        )
         body.update(self.config.extra_body)
         url = self._root + path
         try:
@@ -147,7 +149,10 @@ class HTTPTokenServer:
                 retryable=False,
             ) from exc
         if len(generation.logprobs) != len(generation.token_ids):
-            raise ModelError(f"token server at {url}: {len(generation.logprobs)} logprobs for {len(generation.token_ids)} tokens", retryable=False)
+            raise ModelError(
+                f"token server at {url}: {len(generation.logprobs)} logprobs for {len(generation.token_ids)} tokens",
+                retryable=False,
+            )
         return generation
 
 
@@ -196,7 +201,12 @@ def _sglang_request(cfg, ids, max_tokens, temperature, stop_ids, seed):
         params["stop_token_ids"] = stop_ids
     if seed is not None:
         params["sampling_seed"] = seed
-    return "/generate", {"input_ids": ids, "sampling_params": params, "return_logprob": True, "return_text_in_logprobs": False}
+    return "/generate", {
+        "input_ids": ids,
+        "sampling_params": params,
+        "return_logprob": True,
+        "return_text_in_logprobs": False,
+    }
 
 
 def _tinker_request(cfg, ids, max_tokens, temperature, stop_ids, seed):
@@ -227,14 +237,18 @@ def _llamacpp_request(cfg, ids, max_tokens, temperature, stop_ids, seed):
 
 def _vllm_response(p: dict[str, Any]) -> Generation:
     positions = p["logprobs"][0]  # [[{id: logprob, ...}], ...] for the first (only) completion
-    token_ids = [int(t) for t in p["token_ids"][0]] if p.get("token_ids") else [int(next(iter(pos[0]))) for pos in positions]
+    token_ids = (
+        [int(t) for t in p["token_ids"][0]] if p.get("token_ids") else [int(next(iter(pos[0]))) for pos in positions]
+    )
     logprobs: list[float | None] = []
     for tid, pos in zip(token_ids, positions):
         entry = pos[0] if isinstance(pos, list) else pos
         lp = entry.get(str(tid), entry.get(tid))  # JSON keys are strings
         logprobs.append(float(lp) if lp is not None else None)
     logprobs += [None] * (len(token_ids) - len(logprobs))
-    return Generation(token_ids, logprobs, _finish(p["finish_reasons"][0]), len(p.get("prompt_token_ids") or []) or None)
+    return Generation(
+        token_ids, logprobs, _finish(p["finish_reasons"][0]), len(p.get("prompt_token_ids") or []) or None
+    )
 
 
 def _vllm_openai_response(p: dict[str, Any]) -> Generation:

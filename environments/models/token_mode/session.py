@@ -65,7 +65,9 @@ class TokenSequence:
         # The per-turn invariant, in O(new tokens): pieces tile the sequence in order.
         prev_end = self.spans[-2].end if len(self.spans) > 1 else 0
         # (Raised, not `assert`ed: the check must also run under `python -O`.)
-        if not (start == prev_end and len(self.tokens) == self.spans[-1].end == len(self.trained) == len(self.logprobs)):
+        if not (
+            start == prev_end and len(self.tokens) == self.spans[-1].end == len(self.trained) == len(self.logprobs)
+        ):
             raise AssertionError("token sequence lost alignment: pieces no longer tile the held ids")
         if self.tokens[start:] != piece:
             raise AssertionError("appended ids differ from the piece that was appended")
@@ -225,7 +227,7 @@ class TokenSession:
             after = self.renderer.render(full + new, self.tools, add_generation_prompt=True)
         close = self.renderer.close
         # Compare text, not ids: the marker may tokenize differently inside a generation.
-        produced = bool(gen) and self.renderer.decode(gen[-(len(close.ids) + 2):]).endswith(close.text)
+        produced = bool(gen) and self.renderer.decode(gen[-(len(close.ids) + 2) :]).endswith(close.text)
         return suffix_between(before, after, produced, close.text)
 
 
@@ -237,12 +239,12 @@ def suffix_between(before: str, after: str, produced_close: bool, close_text: st
         i = next((k for k, (x, y) in enumerate(zip(before, after)) if x != y), min(len(before), len(after)))
         return None, (
             "template is not append-only: adding the new messages re-renders earlier text "
-            f"(first difference at {i}: {before[i:i + 40]!r} -> {after[i:i + 40]!r})"
+            f"(first difference at {i}: {before[i : i + 40]!r} -> {after[i : i + 40]!r})"
         )
     at = before.rfind(close_text)
-    tail = before[at + len(close_text):] if at >= 0 else None
+    tail = before[at + len(close_text) :] if at >= 0 else None
     if tail is None or tail.strip():
         return None, f"template does not end the assistant turn with {close_text!r} (cannot place the model's tokens)"
     # A turn cut off by max_tokens (or a server that strips the stop token) still needs the
     # template's end-of-turn marker before the next message; it is not the model's token.
-    return ("" if produced_close else close_text) + tail + after[len(before):], ""
+    return ("" if produced_close else close_text) + tail + after[len(before) :], ""

@@ -75,14 +75,18 @@ class ChatRenderer:
         self.close = self._probe_close(end_of_turn)
 
     @classmethod
-    def from_files(cls, tokenizer_dir: str | Path, chat_template_path: str | Path | None = None, **kw: Any) -> "ChatRenderer":
+    def from_files(
+        cls, tokenizer_dir: str | Path, chat_template_path: str | Path | None = None, **kw: Any
+    ) -> "ChatRenderer":
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
         template = Path(chat_template_path).read_text() if chat_template_path else None
         return cls(tokenizer, template, **kw)
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool) -> str:
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool
+    ) -> str:
         text = self.tokenizer.apply_chat_template(
             [_template_message(m) for m in messages],
             tools=tools or None,
@@ -115,10 +119,12 @@ class ChatRenderer:
         at = text.rfind(_MARK)
         if at < 0:
             raise TemplateError("the chat template drops assistant content; it cannot be used for training")
-        after = text[at + len(_MARK):]
+        after = text[at + len(_MARK) :]
         if end_of_turn is not None:
             if not after.lstrip(" ").startswith(end_of_turn):
-                raise TemplateError(f"the chat template does not close an assistant turn with end_of_turn={end_of_turn!r} (it writes {after[:40]!r})")
+                raise TemplateError(
+                    f"the chat template does not close an assistant turn with end_of_turn={end_of_turn!r} (it writes {after[:40]!r})"
+                )
             close = after[: after.index(end_of_turn) + len(end_of_turn)]
         else:
             specials = sorted((t for t in self.tokenizer.get_added_vocab() if t and after.startswith(t)), key=len)

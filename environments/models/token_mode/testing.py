@@ -64,13 +64,27 @@ def tool_conversation(
                 name, args = "python", {"code": f"print(sum(range({rng.randint(1, 999)})))  # turn {i}"}
             else:
                 name, args = "read_file", {"path": f"data/part_{i}_{j}.csv"}
-            calls.append({"id": f"call{i:03d}{j}xyz"[:9], "type": "function", "function": {"name": name, "arguments": json.dumps(args)}})
-        msg: dict[str, Any] = {"role": "assistant", "content": f"Step {i}: checking {'both' if n_calls > 1 else 'one'} thing(s)."}
+            calls.append(
+                {
+                    "id": f"call{i:03d}{j}xyz"[:9],
+                    "type": "function",
+                    "function": {"name": name, "arguments": json.dumps(args)},
+                }
+            )
+        msg: dict[str, Any] = {
+            "role": "assistant",
+            "content": f"Step {i}: checking {'both' if n_calls > 1 else 'one'} thing(s).",
+        }
         if reasoning:
             msg["reasoning_content"] = f"I should look at part {i}; {rng.random():.3f} of the way."
         msg["tool_calls"] = calls
         then: list[dict[str, Any]] = [
-            {"role": "tool", "tool_call_id": c["id"], "name": c["function"]["name"], "content": f"result {i}.{j}: {rng.randint(0, 10**6)}\n  trailing  "}
+            {
+                "role": "tool",
+                "tool_call_id": c["id"],
+                "name": c["function"]["name"],
+                "content": f"result {i}.{j}: {rng.randint(0, 10**6)}\n  trailing  ",
+            }
             for j, c in enumerate(calls)
         ]
         if user_every and (i + 1) % user_every == 0:
@@ -79,14 +93,16 @@ def tool_conversation(
     return opening, script
 
 
-def template_completion(renderer: ChatRenderer, history: list[dict[str, Any]], assistant: dict[str, Any], tools: list[dict[str, Any]] | None) -> list[int]:
+def template_completion(
+    renderer: ChatRenderer, history: list[dict[str, Any]], assistant: dict[str, Any], tools: list[dict[str, Any]] | None
+) -> list[int]:
     """The ids of `assistant` exactly as the template renders it after `history`'s generation
     prompt, up to and including the end-of-turn marker: what a well-trained model emits."""
     prompt = renderer.render(history, tools, add_generation_prompt=True)
     full = renderer.render(history + [assistant], tools, add_generation_prompt=False)
     if not full.startswith(prompt):
         raise ValueError("the template renders the assistant turn differently from its generation prompt")
-    segment = full[len(prompt):]
+    segment = full[len(prompt) :]
     end = segment.rfind(renderer.close.text)
     if end < 0:
         raise ValueError("no end-of-turn marker after the assistant turn")

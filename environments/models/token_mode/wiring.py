@@ -99,9 +99,13 @@ def sampling_setup(
     if kind is None:
         record["logprobs"] = None  # chat mode: none are sent
     elif kind == "llamacpp":
-        record["logprobs"] = LOGPROB_SEMANTICS["sampling_policy" if request.get("post_sampling_probs") else "raw_logits"]
+        record["logprobs"] = LOGPROB_SEMANTICS[
+            "sampling_policy" if request.get("post_sampling_probs") else "raw_logits"
+        ]
     elif kind in ("vllm", "vllm_openai"):
-        record["logprobs"] = "vLLM --logprobs-mode as launched (default raw_logprobs: " + LOGPROB_SEMANTICS["raw_logits"] + ")"
+        record["logprobs"] = (
+            "vLLM --logprobs-mode as launched (default raw_logprobs: " + LOGPROB_SEMANTICS["raw_logits"] + ")"
+        )
     else:
         record["logprobs"] = LOGPROB_SEMANTICS["server"]
     return request, record
