@@ -7,7 +7,7 @@ once into a float32 safetensors checkpoint with the server's tokenizer beside it
 
 `embedded_float_gguf()` writes the same dequantized weights back as a float32 GGUF, for llama.cpp
 to serve: llama.cpp multiplies Q4 weights by activations it rounds to 8 bits, which moves
-logprobs by ~0.04 nats; served in float32 it agrees with the checkpoint to ~0.001 nats.
+logprobs by ~0.04 nats; served in float32 it agrees with the checkpoint to ~0.002 nats.
 `python -m training.models float_gguf` prints its path (serve it with `python -m embedded_llm
 serve --model PATH`).
 """
