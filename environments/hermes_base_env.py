@@ -41,6 +41,7 @@ from environments.models.chat_mode import PLACEHOLDER_API_KEY
 from environments.models.chat_tokens import tokenize_conversation
 from environments.models.token_mode.wiring import (
     TokenServerChoice,
+    TokenServerKind,
     finish_logprobs,
     resolve_token_server,
     sampling_setup,
@@ -396,7 +397,7 @@ class HermesAgentBaseEnv(BaseEnv):
             model_timeout_s=float(max(s.timeout for s in self.server_configs)),
         )
 
-    def token_server_kind(self) -> str | None:
+    def token_server_kind(self) -> TokenServerKind | None:
         embedded = all(c.base_url == EMBEDDED for c in self.server_configs)
         tinker = self.config.require_inference_logprobs and self.config.token_server == "auto"
         return resolve_token_server(self.config.token_server, self.server_configs[0].server_type, embedded, tinker)
@@ -416,7 +417,7 @@ class HermesAgentBaseEnv(BaseEnv):
             )
         try:
             extra, record = sampling_setup(
-                kind,  # type: ignore[arg-type]
+                kind,
                 self.config.agent_temperature,
                 self.config.agent_max_tokens,
                 self.config.extra_body,

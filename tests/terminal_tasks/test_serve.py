@@ -55,24 +55,39 @@ def test_serve_with_the_oracle_feeds_run_api(tmp_path):
             assert time.monotonic() < deadline and api.poll() is None, (tmp_path / "run-api.log").read_text()[-2000:]
             time.sleep(0.5)
         registration = {
-            "wandb_group": "test", "wandb_project": "hermes-rl", "batch_size": 2, "max_token_len": 8192,
-            "checkpoint_dir": str(tmp_path / "ckpt"), "save_checkpoint_interval": 100, "starting_step": 0,
+            "wandb_group": "test",
+            "wandb_project": "hermes-rl",
+            "batch_size": 2,
+            "max_token_len": 8192,
+            "checkpoint_dir": str(tmp_path / "ckpt"),
+            "save_checkpoint_interval": 100,
+            "starting_step": 0,
             "num_steps": 10,
-        }  # fmt: skip
+        }
         assert httpx.post(api_url + "/register", json=registration, timeout=10).status_code == 200
         env = _start(
             [
-                sys.executable, "-m", "environments.terminal_tasks_env", "serve",
-                "--env.rollout_server_url", api_url,
-                "--env.wandb_name", "terminal-tasks-test",
-                "--env.agent", "oracle",
-                "--env.group_size", "2",
-                "--env.max_num_workers", "1",
-                "--env.ensure_scores_are_not_same", "False",
-                "--env.data_path_to_save_groups", str(tmp_path / "served.jsonl"),
+                sys.executable,
+                "-m",
+                "environments.terminal_tasks_env",
+                "serve",
+                "--env.rollout_server_url",
+                api_url,
+                "--env.wandb_name",
+                "terminal-tasks-test",
+                "--env.agent",
+                "oracle",
+                "--env.group_size",
+                "2",
+                "--env.max_num_workers",
+                "1",
+                "--env.ensure_scores_are_not_same",
+                "False",
+                "--env.data_path_to_save_groups",
+                str(tmp_path / "served.jsonl"),
             ],
             tmp_path / "env.log",
-        )  # fmt: skip
+        )
         batch = None
         deadline = time.monotonic() + 600
         while batch is None:
