@@ -262,7 +262,7 @@ class HermesAgentBaseEnv(BaseEnv):
     @classmethod
     def config_init(cls) -> tuple[HermesAgentEnvConfig, list[APIServerConfig]]:
         """Defaults for the CLI: the env's config class on the embedded model, output under out/<name>."""
-        config = cls.env_config_cls(
+        defaults: dict[str, Any] = dict(
             tokenizer_name=EMBEDDED,
             group_size=2,
             total_steps=2,
@@ -274,6 +274,14 @@ class HermesAgentBaseEnv(BaseEnv):
             # trajectory budget plus a slow model call (the request timeout) per rollout.
             worker_timeout=1800,
         )
+        # A field the task's config class declares again keeps the task's own default.
+        declared = {
+            name
+            for klass in cls.env_config_cls.__mro__
+            if issubclass(klass, HermesAgentEnvConfig) and klass is not HermesAgentEnvConfig
+            for name in vars(klass).get("__annotations__", {})
+        }
+        config = cls.env_config_cls(**{k: v for k, v in defaults.items() if k not in declared})
         return config, embedded_server_configs()
 
     # ---- hooks for task envs -------------------------------------------------------------
