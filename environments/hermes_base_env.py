@@ -470,6 +470,10 @@ class HermesAgentBaseEnv(BaseEnv):
             embedded_parallel=c.embedded_parallel,
         )
 
+    def scripted_agent(self) -> Callable[[], ChatModel] | None:
+        """A scripted check agent (e.g. an oracle) that stands in for the model servers; None: the model."""
+        return None
+
     def make_model(self, for_eval: bool = False) -> ChatModel:
         """A model client for one trajectory (servers are used round-robin), bounded by its
         server's `num_max_requests_at_once` (`num_requests_for_eval` for evaluation)."""
@@ -624,13 +628,14 @@ class HermesAgentBaseEnv(BaseEnv):
     async def runtime(self, model: Callable[[], ChatModel] | None = None) -> AsyncIterator[HermesAgentBaseEnv]:
         """Start what the env needs (model server, tool backend) and always stop it.
 
-        `model` replaces the configured servers with a `ChatModel` factory (tests: no HTTP server).
+        `model` replaces the configured servers with a `ChatModel` factory (tests: no HTTP server);
+        so does the env's `scripted_agent()`, which then starts no model server.
         """
         self.agent_runtime = AgentRuntime(
             self.runtime_config(),
             tokenizer=self.tokenizer,
             tools=self.tool_registry(),
-            model=model,
+            model=model or self.scripted_agent(),
             tool_backend=self.make_tool_backend(),
         )
         async with self.agent_runtime:

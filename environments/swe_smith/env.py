@@ -36,7 +36,7 @@ import re
 import shlex
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -494,12 +494,10 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
     async def eval_items(self) -> list[SweSmithInstance]:
         return self.instances  # evaluate runs every usable instance once
 
-    def make_model(self, for_eval: bool = False) -> ChatModel:
+    def scripted_agent(self) -> Callable[[], ChatModel] | None:
         if self.config.agent == "oracle":
-            return OracleAgent(self.by_id)
-        if self.config.agent == "noop":
-            return NoOpAgent()
-        return super().make_model(for_eval)
+            return lambda: OracleAgent(self.by_id)
+        return NoOpAgent if self.config.agent == "noop" else None
 
     def format_prompt(self, item: SweSmithInstance) -> str:
         return (

@@ -110,3 +110,4 @@ def test_evaluate_cli_with_the_oracle_scores_every_task(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "'eval/accuracy': 1.0" in proc.stdout and "'eval/n': 9" in proc.stdout
+    assert "starting the embedded model server" not in proc.stderr  # a scripted agent needs no model
