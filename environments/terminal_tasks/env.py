@@ -13,12 +13,13 @@ import asyncio
 import logging
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
-from environments.agent_loop import AgentResult
+from environments.agent_loop import AgentLoopConfig, AgentResult
 from environments.hermes_base_env import (
     HermesAgentBaseEnv,
     HermesAgentEnvConfig,
@@ -123,12 +124,16 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     def _sandboxes_per_image(self) -> bool:
         return self.config.sandbox.backend.kind != "local"
 
-    def make_model(self, for_eval: bool = False) -> ChatModel:
+    def item_loop_config(self, item: TerminalTask, loop: AgentLoopConfig) -> AgentLoopConfig:
+        # Harbor's `[agent] timeout_sec` caps the trajectory; a shorter --env.agent_time_budget_s still wins.
+        if item.agent_timeout_s >= loop.time_budget_s:
+            return loop
+        return loop.model_copy(update={"time_budget_s": item.agent_timeout_s})
+
+    def scripted_agent(self) -> Callable[[], ChatModel] | None:
         if self.config.agent == "oracle":
-            return OracleAgent(self.by_id, self.config.workspace_path)
-        if self.config.agent == "noop":
-            return NoOpAgent()
-        return super().make_model(for_eval)
+            return lambda: OracleAgent(self.by_id, self.config.workspace_path)
+        return NoOpAgent if self.config.agent == "noop" else None
 
     def make_tool_backend(self) -> TaskSandboxes:
         return TaskSandboxes(self.config.sandbox)
