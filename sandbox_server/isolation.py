@@ -1,17 +1,21 @@
-"""Bubblewrap isolation and per-slot limits for one command in one slot.
+"""Bubblewrap isolation and per-slot limits for the commands of one slot.
 
-Each command gets its own mount, pid, ipc, uts, cgroup and (unless the call allows it)
-network namespace; bwrap's init is pid 1 there, so every process the command starts dies
-when it exits (or when the server dies). The filesystem it sees is the system directories read-only, the
-interpreter's prefix read-only, a private size-capped /tmp, the slot's workspace
-read-write at a fixed path and, if configured, the shared cache read-only. Nothing else of
-the host is visible.
+Each slot has a long-lived namespace (mount, pid, ipc, uts, cgroup and network) made by
+bwrap, with the slot's exec server (spawner.py) inside; it is recreated when the slot is reset.
+Each command then gets its own pid namespace (everything it starts dies when it exits, is
+killed at its timeout, or the slot is reset), its own mount namespace with a fresh /proc and a
+private size-capped /tmp. The filesystem it sees is the system directories read-only, the
+interpreter's prefix read-only, the slot's workspace read-write at a fixed path and, if
+configured, the shared cache read-only. Nothing else of the host is visible.
 
-Inside, `setpriv` switches to the slot's own unprivileged uid with no capabilities and
-no_new_privs before the command starts. Limits are rlimits set by `prlimit` before bwrap
-starts (inherited by every process of the slot); RLIMIT_NPROC counts per uid, so a slot's
-process limit covers all its commands together and a fork bomb stays inside its slot.
-These work without cgroups (Modal, Nomad containers, cgroup v1 without systemd).
+Each command runs as the slot's own unprivileged uid with no capabilities (bounding set
+too) and no_new_privs. Limits are rlimits set on each command before it starts (inherited
+by every process it makes); RLIMIT_NPROC counts per uid, so a slot's process limit covers
+all its commands together and a fork bomb stays inside its slot. These work without cgroups
+(Modal, Nomad containers, cgroup v1 without systemd).
+
+A call that asks for network gets the older path: a bwrap namespace of its own (sharing the
+host's network), with `setpriv` and `prlimit` doing the same uid switch and limits.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ COMMAND_FILE = "/.hermes-command.sh"  # in the root: bwrap would make a new pare
 _NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
 # setpriv needs these to switch to the slot's uid; it then drops them all (bounding set too).
 _SWITCH_CAPS = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+# The slot's exec server also kills what a command leaves (kill(-1)) and remounts /tmp after it.
+_SHELL_CAPS = [*_SWITCH_CAPS, "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
+SPAWNER_FILE = "/.hermes-spawner.py"
 
 
 class SlotLimits(BaseModel):
@@ -64,6 +71,16 @@ class SlotLimits(BaseModel):
             (resource.RLIMIT_CORE, 0, 0),
         ]
 
+    def clamped_rlimits(self) -> list[tuple[int, int, int]]:
+        """`rlimits()`, never above the server's own hard limits: raising one needs CAP_SYS_RESOURCE."""
+        out = []
+        for which, soft, hard in self.rlimits():
+            _, cur_hard = resource.getrlimit(which)
+            if cur_hard != resource.RLIM_INFINITY:
+                soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+            out.append((which, soft, hard))
+        return out
+
     def prlimit_args(self) -> list[str]:
         """`prlimit` options setting these limits on bwrap, hence on every process of the command.
 
@@ -72,14 +89,7 @@ class SlotLimits(BaseModel):
         """
         names = {resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_AS: "as", resource.RLIMIT_CPU: "cpu",
                  resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_CORE: "core"}  # fmt: skip
-        args = []
-        for which, soft, hard in self.rlimits():
-            # never above the server's own hard limit: raising it needs CAP_SYS_RESOURCE
-            _, cur_hard = resource.getrlimit(which)
-            if cur_hard != resource.RLIM_INFINITY:
-                soft, hard = min(soft, cur_hard), min(hard, cur_hard)
-            args.append(f"--{names[which]}={soft}:{hard}")
-        return args
+        return [f"--{names[which]}={soft}:{hard}" for which, soft, hard in self.clamped_rlimits()]
 
 
 @dataclass(frozen=True)
@@ -199,16 +209,13 @@ class Sandboxing:
             args += ["--tmpfs", data]
         return args
 
-    def argv(
-        self, workspace: Path, uid: int, command: list[str], *, network: bool, command_file: Path | None = None
-    ) -> list[str]:
+    def _bwrap(self, workspace: Path, caps: list[str], *, network: bool) -> list[str]:
         # Not --as-pid-1: bwrap's own init stays pid 1 (as root, so --die-with-parent holds after
-        # setpriv changes uid) and ends the namespace, background children included, when the
+        # the uid changes) and ends the namespace, background children included, when its
         # command exits.
         # No bwrap --new-session: the runner already starts bwrap in a session of its own, so the
         # command has no controlling terminal to inject keystrokes into.
-        args = [self.prlimit, *self._limits, self.bwrap, *_NAMESPACES, *_SWITCH_CAPS, "--die-with-parent",
-                "--hostname", "sandbox"]  # fmt: skip
+        args = [self.bwrap, *_NAMESPACES, *caps, "--die-with-parent", "--hostname", "sandbox"]
         if not network:
             args.append("--unshare-net")
         args += self._fixed
@@ -216,6 +223,13 @@ class Sandboxing:
         if self.cache_dir is not None:
             # Read-only: one trajectory's writes (a git hook in a bare repo) must not reach another's.
             args += ["--ro-bind", str(self.cache_dir), self.cache_mount]
+        return args
+
+    def argv(
+        self, workspace: Path, uid: int, command: list[str], *, network: bool, command_file: Path | None = None
+    ) -> list[str]:
+        """One command in a namespace of its own (the path for calls that ask for network)."""
+        args = [self.prlimit, *self._limits, *self._bwrap(workspace, _SWITCH_CAPS, network=network)]
         if command_file is not None:
             args += ["--ro-bind", str(command_file), COMMAND_FILE]
         # bwrap builds the root as a tmpfs; make it read-only so the workspace and /tmp are
@@ -224,3 +238,14 @@ class Sandboxing:
         args += [self.setpriv, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "--inh-caps=-all",
                  "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
         return args + command
+
+    def shell_argv(self, workspace: Path, python: str, sock_fd: int) -> list[str]:
+        """The slot's long-lived namespace running its exec server (sandbox_server/spawner.py) as root.
+
+        No rlimits here: the exec server sets the slot's limits on each command it forks (so its
+        own CPU time and process count never run into them).
+        """
+        args = self._bwrap(workspace, _SHELL_CAPS, network=False)
+        args += ["--ro-bind", str(Path(__file__).with_name("spawner.py")), SPAWNER_FILE]
+        args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
+        return args + [python, "-I", "-S", SPAWNER_FILE, str(sock_fd)]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hmac
 import json
 import logging
@@ -33,7 +34,8 @@ from pydantic import BaseModel, Field
 
 from sandbox_server.fileops import FileOpError, Workspace
 from sandbox_server.isolation import COMMAND_FILE, IsolationStatus, Sandboxing, SlotLimits, probe_bwrap
-from sandbox_server.procs import kill_process_group, run_command
+from sandbox_server.procs import run_command
+from sandbox_server.spawner import SlotShell, SlotShellError
 
 __all__ = ["ServerConfig", "SandboxServer", "build_app"]
 
@@ -82,6 +84,7 @@ class SlotState:
     file_ops: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
     procs: set = field(default_factory=set)
     generation: int = 0  # bumped by reset so a caller can tell it got a fresh workspace
+    shell: asyncio.Task | None = None  # starting or started SlotShell: the slot's namespace and exec server
 
 
 def _env_for(python_bin: str, workspace_mount: str) -> dict[str, str]:
@@ -160,11 +163,14 @@ class SandboxServer:
             slot = SlotState(str(i), root, uid, ws)
             await asyncio.to_thread(self._fresh_workspace, slot)
             self.slots[str(i)] = slot
+            if self.isolation.available:
+                self._start_shell(slot)
 
     async def stop(self) -> None:
         for slot in self.slots.values():
             slot.generation += 1
             self._kill_slot(slot)
+        await asyncio.gather(*(self._close_shell(s) for s in self.slots.values()))
         if self.isolation.available:
             await asyncio.gather(*(asyncio.to_thread(_kill_uid, s.uid) for s in self.slots.values()))
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -180,7 +186,37 @@ class SandboxServer:
 
     def _kill_slot(self, slot: SlotState) -> None:
         for proc in list(slot.procs):
-            kill_process_group(proc.pid)
+            proc.kill()
+
+    def _start_shell(self, slot: SlotState) -> None:
+        argv = functools.partial(self.sandboxing.shell_argv, slot.root, sys.executable)
+        slot.shell = asyncio.create_task(SlotShell.start(argv))
+
+    async def _shell(self, slot: SlotState) -> SlotShell | None:
+        """The slot's exec server, started if need be; None if it cannot start here (then bwrap per command)."""
+        if slot.shell is None or (slot.shell.done() and (slot.shell.exception() or not slot.shell.result().alive)):
+            if slot.shell is not None and slot.shell.done() and slot.shell.exception() is None:
+                await slot.shell.result().close()
+            self._start_shell(slot)
+        assert slot.shell is not None
+        try:
+            return await asyncio.shield(slot.shell)
+        except SlotShellError as exc:
+            log.warning("slot %s: %s; running each command in a bwrap namespace of its own", slot.id, exc)
+            return None
+
+    async def _close_shell(self, slot: SlotState) -> None:
+        """End the slot's namespace: every command in it dies."""
+        task, slot.shell = slot.shell, None
+        if task is None:
+            return
+        if not task.done():
+            task.cancel()
+        try:
+            shell = await task
+        except (asyncio.CancelledError, SlotShellError):
+            return
+        await shell.close()
 
     def _fresh_workspace(self, slot: SlotState) -> None:
         root = slot.root
@@ -244,6 +280,9 @@ class SandboxServer:
         async with slot.lock:
             if slot.generation != generation:
                 raise RequestError(409, "slot_reset", "the slot was reset while this command waited; it did not run")
+            shell = await self._shell(slot) if self.isolation.available and not network else None
+            if shell is not None:
+                return (await self._exec_in_shell(slot, shell, raw, command, stdin, timeout, cap)).to_json()
             command_file = None
             if len(raw) > ARGV_COMMAND_BYTES:
                 command_file = self.data_dir / "commands" / f"{slot.id}-{uuid.uuid4().hex}.sh"
@@ -272,17 +311,56 @@ class SandboxServer:
                 slot.procs.difference_update({p for p in slot.procs if p.returncode is not None})
         return outcome.to_json()
 
+    async def _exec_in_shell(
+        self, slot: SlotState, shell: SlotShell, raw: bytes, command: str, stdin: str | None, timeout: float, cap: int
+    ):
+        script = None
+        if len(raw) > ARGV_COMMAND_BYTES:
+            # Too long for argv: bash reads it from a memory file handed over as fd 3.
+            script = os.memfd_create("hermes-command", os.MFD_CLOEXEC)
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(script, view) :]
+            os.lseek(script, 0, os.SEEK_SET)
+        spawn = functools.partial(
+            shell.spawn,
+            uid=slot.uid,
+            rlimits=self.config.limits.clamped_rlimits(),
+            tmp_bytes=self.config.limits.tmp_bytes,
+            script_fd=script,
+        )
+        try:
+            return await run_command(
+                ["bash", "/dev/fd/3"] if script is not None else ["bash", "-c", command],
+                cwd=self.config.workspace_mount,
+                env=_env_for(self._python_bin, self.config.workspace_mount),
+                timeout=timeout,
+                max_output_bytes=cap,
+                stdin=stdin.encode() if stdin is not None else None,
+                on_start=slot.procs.add,
+                spawn=spawn,
+            )
+        except SlotShellError as exc:
+            raise RequestError(503, "sandbox_error", f"{exc}") from None
+        finally:
+            if script is not None:
+                os.close(script)
+            slot.procs.difference_update({p for p in slot.procs if p.returncode is not None})
+
     async def reset(self, slot: SlotState) -> dict:
-        """Kill what runs or waits in the slot, then give it an empty workspace."""
+        """Kill what runs or waits in the slot, then give it an empty workspace and a new namespace."""
         slot.generation += 1  # commands still queued on the lock see this and do not run
         running = bool(slot.procs)
         self._kill_slot(slot)
+        await self._close_shell(slot)  # the namespace, /tmp and every process in it end here
         if running and self.isolation.available:
-            # Killing bwrap ends its pid namespace; this also gets anything of the slot's uid that
-            # got out of it some other way.
+            # This also gets anything of the slot's uid that got out some other way.
             await asyncio.to_thread(_kill_uid, slot.uid)
         async with slot.lock:
+            await self._close_shell(slot)  # one a command started meanwhile still sees the old workspace
             await asyncio.to_thread(self._fresh_workspace, slot)
+            if self.isolation.available:
+                self._start_shell(slot)  # ready by the next command, mostly
         return {"slot": slot.id, "generation": slot.generation}
 
     # `path` is whatever the caller sent; Workspace.parts() refuses anything but a non-empty string.

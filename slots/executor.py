@@ -16,13 +16,14 @@ __all__ = ["SandboxBatcher", "SlotExecutor"]
 
 
 class SandboxBatcher:
-    """Collects the calls made to one sandbox within `window_s` and sends them as one /batch.
+    """Sends the calls made to one sandbox in the same event-loop turn as one /batch.
 
-    The server answers line by line as calls finish, so a long command in a batch does
-    not delay the quick ones.
+    A lone call goes out at once (the next turn of the loop); with `window_s` > 0 calls wait
+    that long for company instead. The server answers line by line as calls finish, so a long
+    command in a batch does not delay the quick ones.
     """
 
-    def __init__(self, client: SandboxClient, *, window_s: float = 0.002) -> None:
+    def __init__(self, client: SandboxClient, *, window_s: float = 0.0) -> None:
         self.client = client
         self.window_s = window_s
         self._pending: list[tuple[dict, asyncio.Future, float]] = []
@@ -42,6 +43,7 @@ class SandboxBatcher:
         return line["result"]
 
     async def _flush_soon(self) -> None:
+        # sleep(0) yields once: calls made in this turn (a gather of tool calls) join the batch
         await asyncio.sleep(self.window_s)
         batch, self._pending, self._flusher = self._pending, [], None
         task = asyncio.create_task(self._send(batch))
