@@ -239,7 +239,7 @@ class Sandboxing:
                  "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
         return args + command
 
-    def shell_argv(self, workspace: Path, python: str, sock_fd: int) -> list[str]:
+    def shell_argv(self, workspace: Path, python: str, exec_fd: int, ctl_fd: int) -> list[str]:
         """The slot's long-lived namespace running its exec server (sandbox_server/spawner.py) as root.
 
         No rlimits here: the exec server sets the slot's limits on each command it forks (so its
@@ -248,4 +248,4 @@ class Sandboxing:
         args = self._bwrap(workspace, _SHELL_CAPS, network=False)
         args += ["--ro-bind", str(Path(__file__).with_name("spawner.py")), SPAWNER_FILE]
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
-        return args + [python, "-I", "-S", SPAWNER_FILE, str(sock_fd)]
+        return args + [python, "-I", "-S", SPAWNER_FILE, str(exec_fd), str(ctl_fd), str(self.limits.tmp_bytes)]

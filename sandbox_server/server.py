@@ -143,6 +143,7 @@ class SandboxServer:
         # Slots run as uids nobody else uses: RLIMIT_NPROC and kill(-1) then act on one slot only.
         base = config.limits.uid_base
         self.uid_base = base if base is not None else 1_000_000 + (os.getpid() % 1_000_000) * 256
+        self._shell_error: str | None = None  # why slots cannot keep an exec server here, if they cannot
         self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * config.slots), thread_name_prefix="fileops")
 
     async def start(self) -> None:
@@ -163,7 +164,7 @@ class SandboxServer:
             slot = SlotState(str(i), root, uid, ws)
             await asyncio.to_thread(self._fresh_workspace, slot)
             self.slots[str(i)] = slot
-            if self.isolation.available:
+            if self.isolation.available and self._shell_error is None:
                 self._start_shell(slot)
 
     async def stop(self) -> None:
@@ -202,7 +203,9 @@ class SandboxServer:
         try:
             return await asyncio.shield(slot.shell)
         except SlotShellError as exc:
-            log.warning("slot %s: %s; running each command in a bwrap namespace of its own", slot.id, exc)
+            # e.g. a kernel without pidfd_open: stay on the slower path instead of retrying each call
+            log.warning("slot %s: %s; running each command in a bwrap namespace of its own from now on", slot.id, exc)
+            self._shell_error = str(exc)
             return None
 
     async def _close_shell(self, slot: SlotState) -> None:
@@ -280,7 +283,8 @@ class SandboxServer:
         async with slot.lock:
             if slot.generation != generation:
                 raise RequestError(409, "slot_reset", "the slot was reset while this command waited; it did not run")
-            shell = await self._shell(slot) if self.isolation.available and not network else None
+            fast = self.isolation.available and not network and self._shell_error is None
+            shell = await self._shell(slot) if fast else None
             if shell is not None:
                 return (await self._exec_in_shell(slot, shell, raw, command, stdin, timeout, cap)).to_json()
             command_file = None
@@ -326,7 +330,6 @@ class SandboxServer:
             shell.spawn,
             uid=slot.uid,
             rlimits=self.config.limits.clamped_rlimits(),
-            tmp_bytes=self.config.limits.tmp_bytes,
             script_fd=script,
         )
         try:
@@ -359,7 +362,7 @@ class SandboxServer:
         async with slot.lock:
             await self._close_shell(slot)  # one a command started meanwhile still sees the old workspace
             await asyncio.to_thread(self._fresh_workspace, slot)
-            if self.isolation.available:
+            if self.isolation.available and self._shell_error is None:
                 self._start_shell(slot)  # ready by the next command, mostly
         return {"slot": slot.id, "generation": slot.generation}
 

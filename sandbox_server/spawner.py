@@ -30,6 +30,7 @@ import ctypes
 import json
 import os
 import resource
+import select
 import selectors
 import signal
 import socket
@@ -95,97 +96,128 @@ def _command(libc, req: dict, fds: dict[str, int], last_cap: int) -> None:
             os._exit(127)
 
 
-def _reap() -> None:
+def _reap(statuses: dict[int, int]) -> None:
+    """Reap every zombie child; keep the statuses of the pids in `statuses`."""
     while True:
         try:
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                return
+            pid, status = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
             return
+        if pid == 0:
+            return
+        if pid in statuses:
+            statuses[pid] = status
 
 
-def _kill_all() -> None:
+def _kill_all(statuses: dict[int, int]) -> None:
     """SIGKILL every process in the slot's pid namespace but its init and us, until none is left."""
     for round_ in range(10_000):
         try:
             os.kill(-1, signal.SIGKILL)
         except ProcessLookupError:
             return
-        _reap()  # as the subreaper, the killed orphans' zombies are ours; kill(-1) counts zombies too
+        _reap(statuses)  # as the subreaper, the killed orphans' zombies are ours; kill(-1) counts zombies too
         if round_:
             time.sleep(0.0002)
 
 
-def serve(sock_fd: int) -> None:
-    """The exec server's loop: start commands, kill them on request, report their exit codes."""
+def _waiting_child(libc, exec_sock: socket.socket, id_pipe: int, null: int, last_cap: int) -> None:
+    """Forked ahead of time: wait for the next command, tell the server its id, become it. Never returns."""
+    try:
+        msg, passed, _, _ = socket.recv_fds(exec_sock, _MAX_MESSAGE, 8)
+        if not msg:
+            os._exit(0)
+        req = json.loads(msg)
+        os.write(id_pipe, str(req["id"]).encode())
+        fds = dict(zip(req["fds"], passed))
+        fds["null"] = null
+    except BaseException:  # noqa: BLE001 - nothing to report to; the server sees an exit without an id
+        os._exit(127)
+    _command(libc, req, fds, last_cap)
+
+
+def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int) -> None:
+    """The exec server's loop.
+
+    A forked child always waits on the exec socket for the next command (so a command costs a
+    wake-up, not a fork, on its way in); this loop watches it, kills on request, reports the
+    exit code on the control socket, then cleans up and forks the next waiting child.
+    """
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     _check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
-    sock = socket.socket(fileno=sock_fd)
+    exec_sock = socket.socket(fileno=exec_fd)
+    ctl = socket.socket(fileno=ctl_fd)
     with open("/proc/sys/kernel/cap_last_cap") as fh:
         last_cap = int(fh.read())
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     sel = selectors.DefaultSelector()
-    sel.register(sock, selectors.EVENT_READ)
-    running: dict[str, tuple[int, int, dict]] = {}  # request id -> (pid, pidfd, request)
+    sel.register(ctl, selectors.EVENT_READ, "ctl")
+    child: dict = {}  # the waiting (or running) child: pid, pidfd, id pipe, id once it took a command
+    last_done = 0  # ids only grow: a kill for an id up to this one is stale
+    pending_kill = 0  # a kill for a command the child has not picked up yet
 
-    def reply(msg: dict) -> None:
-        sock.send(json.dumps(msg).encode())
+    def fork_child() -> None:
+        r, w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            os.close(r)
+            _waiting_child(libc, exec_sock, w, null, last_cap)
+        os.close(w)
+        child.clear()
+        child.update(pid=pid, pidfd=os.pidfd_open(pid), pipe=r, id=0, status={pid: -1})
+        sel.register(child["pidfd"], selectors.EVENT_READ, "exit")
+        sel.register(r, selectors.EVENT_READ, "took")
 
-    def start(req: dict, passed: list[int]) -> None:
-        fds = dict(zip(req["fds"], passed))
-        fds["null"] = null
-        try:
-            pid = os.fork()
-            if pid == 0:
-                _command(libc, req, fds, last_cap)
-            pidfd = os.pidfd_open(pid)
-        except OSError as exc:
-            reply({"id": req["id"], "error": str(exc)})
-            return
-        finally:
-            for fd in passed:
-                os.close(fd)
-        running[req["id"]] = (pid, pidfd, req)
-        sel.register(pidfd, selectors.EVENT_READ, req["id"])
+    def took() -> None:
+        data = os.read(child["pipe"], 64)
+        sel.unregister(child["pipe"])
+        os.close(child["pipe"])
+        child["pipe"] = None
+        child["id"] = int(data or 0)
+        if child["id"] and child["id"] == pending_kill:
+            _kill_all(child["status"])
 
     def fresh_tmp(size: int) -> None:
         _check(libc.umount2(b"/tmp", MNT_DETACH), "unmount /tmp")
-        _check(
-            libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, f"size={size},mode=1777".encode()),
-            "mount /tmp",
-        )
+        opts = f"size={size},mode=1777".encode()
+        _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount /tmp")
 
-    reply({"ready": os.getpid()})
+    fork_child()
+    ctl.send(json.dumps({"ready": os.getpid()}).encode())
     while True:
         for key, _ in sel.select():
-            if key.fileobj is sock:
-                try:
-                    msg, passed, _, _ = socket.recv_fds(sock, _MAX_MESSAGE, 8, socket.MSG_CMSG_CLOEXEC)
-                except ConnectionResetError:
-                    msg, passed = b"", []
+            if key.data == "ctl":
+                msg = ctl.recv(_MAX_MESSAGE)
                 if not msg:
                     return  # the host went away; bwrap's --die-with-parent ends the namespace too
-                req = json.loads(msg)
-                if "kill" in req:
-                    if req["kill"] in running:
-                        _kill_all()
-                elif running:  # the host runs one command per slot at a time
-                    for fd in passed:
-                        os.close(fd)
-                    reply({"id": req["id"], "error": "a command is already running in this slot"})
-                else:
-                    start(req, passed)
-            else:
-                req_id = key.data
-                pid, pidfd, req = running.pop(req_id)
-                sel.unregister(pidfd)
-                os.close(pidfd)
-                _, status = os.waitpid(pid, 0)
-                _kill_all()  # the command is over: nothing it started outlives it
-                code = os.waitstatus_to_exitcode(status)
-                reply({"id": req_id, "exit": code if code >= 0 else 128 - code})  # like a shell (and bwrap)
-                fresh_tmp(req["tmp_bytes"])
+                kill = json.loads(msg)["kill"]
+                if child["pipe"] is not None and select_readable(child["pipe"]):
+                    took()
+                if kill > last_done and kill == child["id"]:
+                    _kill_all(child["status"])
+                elif kill > last_done:
+                    pending_kill = kill
+            elif key.data == "took":
+                took()
+            elif key.data == "exit":
+                if child["pipe"] is not None:
+                    took()
+                sel.unregister(child["pidfd"])
+                os.close(child["pidfd"])
+                _reap(child["status"])  # (a kill may have reaped it already)
+                status = child["status"][child["pid"]]
+                _kill_all(child["status"])  # the command is over: nothing it started outlives it
+                if child["id"]:
+                    last_done = child["id"]
+                    code = os.waitstatus_to_exitcode(status)
+                    ctl.send(json.dumps({"id": child["id"], "exit": code if code >= 0 else 128 - code}).encode())
+                    fresh_tmp(tmp_bytes)
+                fork_child()
+
+
+def select_readable(fd: int) -> bool:
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 # -- on the host -----------------------------------------------------------------------------
@@ -213,14 +245,15 @@ class SlotChild:
     def kill(self) -> None:
         """SIGKILL the command's pid namespace: the command and everything it started."""
         if self.returncode is None:
-            self._shell._send({"kill": self.id})
+            self._shell._send({"kill": int(self.id)})
 
 
 class SlotShell:
     """The host's end of one slot's exec server (see the module docstring)."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, sock: socket.socket) -> None:
+    def __init__(self, proc: asyncio.subprocess.Process, exec_sock: socket.socket, sock: socket.socket) -> None:
         self._proc = proc
+        self._exec = exec_sock
         self._sock = sock
         self._children: dict[str, SlotChild] = {}
         self._next = 0
@@ -229,24 +262,28 @@ class SlotShell:
         asyncio.get_running_loop().add_reader(sock.fileno(), self._on_readable)
 
     @classmethod
-    async def start(cls, argv_for_fd, *, timeout: float = 30) -> "SlotShell":
-        """Start bwrap with the exec server; `argv_for_fd(fd)` is its command line given the socket fd."""
+    async def start(cls, argv_for_fds, *, timeout: float = 30) -> "SlotShell":
+        """Start bwrap with the exec server; `argv_for_fds(exec_fd, ctl_fd)` is its command line."""
+        exec_ours, exec_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv_for_fd(theirs.fileno()),
+                *argv_for_fds(exec_theirs.fileno(), theirs.fileno()),
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
                 stderr=asyncio.subprocess.PIPE,
-                pass_fds=[theirs.fileno()],
+                pass_fds=[exec_theirs.fileno(), theirs.fileno()],
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},  # nothing of the server's environment
                 start_new_session=True,
             )
         except BaseException:
             ours.close()
+            exec_ours.close()
             raise
         finally:
             theirs.close()
-        shell = cls(proc, ours)
+            exec_theirs.close()
+        shell = cls(proc, exec_ours, ours)
         try:
             async with asyncio.timeout(timeout):
                 await shell._ready
@@ -275,7 +312,7 @@ class SlotShell:
                 if not self._ready.done():
                     self._ready.set_result(reply["ready"])
                 continue
-            child = self._children.pop(reply["id"], None)
+            child = self._children.pop(str(reply["id"]), None)
             if child is not None:
                 # a command the server could not start reads as bash's "cannot execute" (126)
                 child._finish(reply.get("exit", 126))
@@ -292,9 +329,9 @@ class SlotShell:
             child._finish(-signal.SIGKILL)
         self._children.clear()
 
-    def _send(self, msg: dict, fds: list[int] = ()) -> None:  # type: ignore[assignment]  # an empty default
+    def _send(self, msg: dict) -> None:
         if self.alive:
-            socket.send_fds(self._sock, [json.dumps(msg).encode()], list(fds))
+            self._sock.send(json.dumps(msg).encode())
 
     async def spawn(
         self,
@@ -306,7 +343,6 @@ class SlotShell:
         *,
         uid: int,
         rlimits: list[tuple[int, int, int]],
-        tmp_bytes: int,
         script_fd: int | None = None,
     ) -> SlotChild:
         if not self.alive:
@@ -320,11 +356,10 @@ class SlotShell:
         if script_fd is not None:
             names.append("script")
             fds.append(script_fd)
-        req = {"id": child.id, "argv": argv, "cwd": cwd, "env": env, "uid": uid, "rlimits": rlimits,
-               "tmp_bytes": tmp_bytes, "fds": names}  # fmt: skip
+        req = {"id": self._next, "argv": argv, "cwd": cwd, "env": env, "uid": uid, "rlimits": rlimits, "fds": names}
         self._children[child.id] = child
         try:
-            self._send(req, fds)
+            socket.send_fds(self._exec, [json.dumps(req).encode()], fds)
         except OSError as exc:
             self._children.pop(child.id, None)
             raise SlotShellError(f"could not reach the slot's exec server: {exc}") from None
@@ -339,7 +374,8 @@ class SlotShell:
         await self._proc.wait()
         self._gone()
         self._sock.close()
+        self._exec.close()
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]))
+    serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
