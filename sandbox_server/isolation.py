@@ -21,6 +21,7 @@ host's network), with `setpriv` and `prlimit` doing the same uid switch and limi
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import shutil
@@ -42,6 +43,11 @@ _SWITCH_CAPS = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CA
 # The slot's exec server also kills what a command leaves (kill(-1)) and remounts /tmp after it.
 _SHELL_CAPS = [*_SWITCH_CAPS, "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
 SPAWNER_FILE = "/.hermes-spawner.py"
+KEEP_DIR = "/.hermes-keep"  # a second view of the read-only binds inside /tmp (see spawner.py)
+
+
+def _under(parent: str, path: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
 class SlotLimits(BaseModel):
@@ -164,6 +170,9 @@ class Sandboxing:
             if p not in self._ro:
                 self._ro.append(p)
         self._fixed = self._fixed_binds()
+        # Read-only binds that land inside /tmp (an interpreter in a checkout under /tmp): the
+        # exec server puts them back each time it gives /tmp a fresh tmpfs.
+        self._tmp_binds = [p for p in self._ro_bound if _under("/tmp", p)]
         self._limits = limits.prlimit_args()
 
     def _fixed_binds(self) -> list[str]:
@@ -187,6 +196,7 @@ class Sandboxing:
             elif os.path.exists(p):
                 binds += ["--ro-bind", p, p]
                 covered.append(p)
+        self._ro_bound = covered
 
         def under_bind(d: str) -> bool:
             return any(d == c or d.startswith(c.rstrip("/") + "/") for c in covered)
@@ -247,5 +257,10 @@ class Sandboxing:
         """
         args = self._bwrap(workspace, _SHELL_CAPS, network=False)
         args += ["--ro-bind", str(Path(__file__).with_name("spawner.py")), SPAWNER_FILE]
+        if self._tmp_binds:
+            args += ["--perms", "0700", "--dir", KEEP_DIR]  # root's only
+            for i, p in enumerate(self._tmp_binds):
+                args += ["--ro-bind", p, f"{KEEP_DIR}/{i}"]
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
-        return args + [python, "-I", "-S", SPAWNER_FILE, str(exec_fd), str(ctl_fd), str(self.limits.tmp_bytes)]
+        return args + [python, "-I", "-S", SPAWNER_FILE, str(exec_fd), str(ctl_fd), str(self.limits.tmp_bytes),
+                       json.dumps(self._tmp_binds)]  # fmt: skip

@@ -39,7 +39,8 @@ import time
 
 __all__ = ["SlotChild", "SlotShell"]
 
-MNT_DETACH, MS_NOSUID, MS_NODEV = 2, 2, 4
+MNT_DETACH, MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 2, 1, 2, 4, 32, 4096, 16384
+KEEP_DIR = "/.hermes-keep"  # isolation.KEEP_DIR (this file imports nothing of the package)
 PR_SET_CHILD_SUBREAPER, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 36, 24, 38, 47
 _MAX_MESSAGE = 256 * 1024
 
@@ -136,7 +137,7 @@ def _waiting_child(libc, exec_sock: socket.socket, id_pipe: int, null: int, last
     _command(libc, req, fds, last_cap)
 
 
-def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int) -> None:
+def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str]) -> None:
     """The exec server's loop.
 
     A forked child always waits on the exec socket for the next command (so a command costs a
@@ -182,6 +183,12 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int) -> None:
         _check(libc.umount2(b"/tmp", MNT_DETACH), "unmount /tmp")
         opts = f"size={size},mode=1777".encode()
         _check(libc.mount(b"tmpfs", b"/tmp", b"tmpfs", MS_NOSUID | MS_NODEV, opts), "mount /tmp")
+        for i, path in enumerate(tmp_binds):  # bwrap's read-only binds inside /tmp, from their second view
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            keep = f"{KEEP_DIR}/{i}".encode()
+            _check(libc.mount(keep, path.encode(), None, MS_BIND | MS_REC, None), f"bind {path}")
+            flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
+            _check(libc.mount(None, path.encode(), None, flags, None), f"remount {path} read-only")
 
     fork_child()
     ctl.send(json.dumps({"ready": os.getpid()}).encode())
@@ -378,4 +385,4 @@ class SlotShell:
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))
+    serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]))
