@@ -171,8 +171,17 @@ def old_source(ref: str) -> Path:
 def run_old(src: Path, n_round_trips: int, per_slot: int) -> dict[str, float]:
     """The old implementation's own bench (its server, client and batcher), in a subprocess."""
     env = {**os.environ, "PYTHONPATH": str(src), "PYTHONDONTWRITEBYTECODE": "1"}
-    argv = [sys.executable, "-m", "bench.sandbox", "--round-trips", str(n_round_trips), "--per-slot", str(per_slot),
-            "--fresh-runs", "1"]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.sandbox",
+        "--round-trips",
+        str(n_round_trips),
+        "--per-slot",
+        str(per_slot),
+        "--fresh-runs",
+        "1",
+    ]
     out = subprocess.run(argv, cwd=src, env=env, check=True, capture_output=True, text=True).stdout
     print("  old implementation (" + str(src) + "):")
     print("\n".join("    " + line for line in out.splitlines()[1:9]))
@@ -198,8 +207,12 @@ def summary(pairs: list[tuple[dict[str, float], dict[str, float] | None]]) -> No
     new = [n for n, _ in pairs]
     print(f"summary over {len(pairs)} run(s); load: {os.getloadavg()[0]:.1f}")
     line("slot exec p50 (ms)", [n["slot_p50"] * 1000 for n in new], "{:6.2f}", "(target <= 5 ms)")
-    line("32-slot throughput, slot / plain", [n["slot_tput"] / n["plain_tput"] for n in new], "{:5.2f}x",
-         "(target >= 1.0x)")  # fmt: skip
+    line(
+        "32-slot throughput, slot / plain",
+        [n["slot_tput"] / n["plain_tput"] for n in new],
+        "{:5.2f}x",
+        "(target >= 1.0x)",
+    )
     old = [(n, o) for n, o in pairs if o is not None]
     if old:
         line("new vs old: exec p50, old / new", [o["slot_p50"] / n["slot_p50"] for n, o in old], "{:5.2f}x")

@@ -49,7 +49,7 @@ async def test_ipc_tmp_and_processes_of_a_trajectory_do_not_survive_reset(tmp_pa
                                 "command": "ipcmk -M 4096 >/dev/null; ipcs -m | grep -c '^0x'; echo t > /tmp/t; "
                                 "(setsid nohup sleep 501.5 >/dev/null 2>&1 &); echo ok"
                             },
-                        )  # fmt: skip
+                        )
                     ]
                 ],
             )
