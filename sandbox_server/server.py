@@ -34,7 +34,7 @@ from pydantic import BaseModel, Field
 
 from sandbox_server.fileops import FileOpError, Workspace
 from sandbox_server.isolation import COMMAND_FILE, IsolationStatus, Sandboxing, SlotLimits, probe_bwrap
-from sandbox_server.procs import run_command
+from sandbox_server.procs import ExecResult, run_command
 from sandbox_server.spawner import SlotShell, SlotShellError
 
 __all__ = ["ServerConfig", "SandboxServer", "build_app"]
@@ -44,6 +44,9 @@ log = logging.getLogger("sandbox_server")
 API_VERSION = 2
 # Commands longer than this go to bash as a script file instead of argv (MAX_ARG_STRLEN is 128 KiB).
 ARGV_COMMAND_BYTES = 64 * 1024
+# Through a slot's exec server the request is one socket message: keep it well under its limit
+# even when JSON escapes every byte (x6).
+SHELL_ARGV_BYTES = 16 * 1024
 _STATUS = {"bad_request": 400, "path_escape": 403, "not_found": 404, "is_directory": 400, "not_regular": 400,
            "too_large": 413}  # fmt: skip
 
@@ -195,9 +198,10 @@ class SandboxServer:
 
     async def _shell(self, slot: SlotState) -> SlotShell | None:
         """The slot's exec server, started if need be; None if it cannot start here (then bwrap per command)."""
-        if slot.shell is None or (slot.shell.done() and (slot.shell.exception() or not slot.shell.result().alive)):
-            if slot.shell is not None and slot.shell.done() and slot.shell.exception() is None:
-                await slot.shell.result().close()
+        task = slot.shell
+        if task is None or (task.done() and (task.cancelled() or task.exception() or not task.result().alive)):
+            if task is not None and task.done() and not task.cancelled() and task.exception() is None:
+                await task.result().close()  # its exec server died: start the slot a new one
             self._start_shell(slot)
         assert slot.shell is not None
         try:
@@ -213,11 +217,10 @@ class SandboxServer:
         task, slot.shell = slot.shell, None
         if task is None:
             return
-        if not task.done():
-            task.cancel()
         try:
-            shell = await task
-        except (asyncio.CancelledError, SlotShellError):
+            # Not cancelled while it starts: a command may be waiting for it (it then finds it closed).
+            shell = await asyncio.shield(task)
+        except SlotShellError:
             return
         await shell.close()
 
@@ -286,7 +289,12 @@ class SandboxServer:
             fast = self.isolation.available and not network and self._shell_error is None
             shell = await self._shell(slot) if fast else None
             if shell is not None:
-                return (await self._exec_in_shell(slot, shell, raw, command, stdin, timeout, cap)).to_json()
+                try:
+                    return (await self._exec_in_shell(slot, shell, raw, command, stdin, timeout, cap)).to_json()
+                except SlotShellError as exc:
+                    if slot.generation != generation:
+                        raise RequestError(409, "slot_reset", "the slot was reset as this command started") from None
+                    raise RequestError(503, "sandbox_error", f"{exc}; reset the slot") from None
             command_file = None
             if len(raw) > ARGV_COMMAND_BYTES:
                 command_file = self.data_dir / "commands" / f"{slot.id}-{uuid.uuid4().hex}.sh"
@@ -317,10 +325,10 @@ class SandboxServer:
 
     async def _exec_in_shell(
         self, slot: SlotState, shell: SlotShell, raw: bytes, command: str, stdin: str | None, timeout: float, cap: int
-    ):
+    ) -> ExecResult:
         script = None
-        if len(raw) > ARGV_COMMAND_BYTES:
-            # Too long for argv: bash reads it from a memory file handed over as fd 3.
+        if len(raw) > SHELL_ARGV_BYTES:
+            # Long: bash reads it from a memory file handed over as fd 3 (the request stays small).
             script = os.memfd_create("hermes-command", os.MFD_CLOEXEC)
             view = memoryview(raw)
             while view:
@@ -343,8 +351,6 @@ class SandboxServer:
                 on_start=slot.procs.add,
                 spawn=spawn,
             )
-        except SlotShellError as exc:
-            raise RequestError(503, "sandbox_error", f"{exc}") from None
         finally:
             if script is not None:
                 os.close(script)

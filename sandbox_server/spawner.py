@@ -250,7 +250,7 @@ class SlotChild:
         return await asyncio.shield(self._done)
 
     def kill(self) -> None:
-        """SIGKILL the command's pid namespace: the command and everything it started."""
+        """SIGKILL the command and everything it started (all of the slot's namespace but its init and server)."""
         if self.returncode is None:
             self._shell._send({"kill": int(self.id)})
 
@@ -353,7 +353,7 @@ class SlotShell:
         script_fd: int | None = None,
     ) -> SlotChild:
         if not self.alive:
-            raise SlotShellError("the slot's exec server is gone; reset the slot")
+            raise SlotShellError("the slot's exec server is gone")
         self._next += 1
         child = SlotChild(self, str(self._next))
         names, fds = ["stdout"], [stdout_fd]
