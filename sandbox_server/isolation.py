@@ -255,7 +255,9 @@ class Sandboxing:
         No rlimits here: the exec server sets the slot's limits on each command it forks (so its
         own CPU time and process count never run into them).
         """
-        args = self._bwrap(workspace, _SHELL_CAPS, network=False)
+        # bwrap's --die-with-parent covers the namespace, not bwrap itself: a server killed while
+        # bwrap sets up would leave it waiting for ever. setpriv gives bwrap the same signal.
+        args = [self.setpriv, "--pdeathsig", "KILL", "--", *self._bwrap(workspace, _SHELL_CAPS, network=False)]
         args += ["--ro-bind", str(Path(__file__).with_name("spawner.py")), SPAWNER_FILE]
         if self._tmp_binds:
             args += ["--perms", "0700", "--dir", KEEP_DIR]  # root's only
