@@ -165,10 +165,11 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str]) -> No
             os.close(r)
             _waiting_child(libc, exec_sock, w, null, last_cap)
         os.close(w)
+        gen = child.get("gen", 0) + 1  # events of an earlier child still in a select() batch are stale
         child.clear()
-        child.update(pid=pid, pidfd=os.pidfd_open(pid), pipe=r, id=0, status={pid: -1})
-        sel.register(child["pidfd"], selectors.EVENT_READ, "exit")
-        sel.register(r, selectors.EVENT_READ, "took")
+        child.update(pid=pid, pidfd=os.pidfd_open(pid), pipe=r, id=0, status={pid: -1}, gen=gen)
+        sel.register(child["pidfd"], selectors.EVENT_READ, ("exit", gen))
+        sel.register(r, selectors.EVENT_READ, ("took", gen))
 
     def took() -> None:
         data = os.read(child["pipe"], 64)
@@ -200,6 +201,8 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str]) -> No
     ctl.send(json.dumps({"ready": os.getpid()}).encode())
     while True:
         for key, _ in sel.select():
+            if key.data != "ctl" and key.data[1] != child["gen"]:
+                continue
             if key.data == "ctl":
                 msg = ctl.recv(_MAX_MESSAGE)
                 if not msg:
@@ -211,15 +214,18 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str]) -> No
                     _kill_all(child["status"])
                 elif kill > last_done:
                     pending_kill = kill
-            elif key.data == "took":
-                took()
-            elif key.data == "exit":
+            elif key.data[0] == "took":
+                if child["pipe"] is not None:
+                    took()
+            else:  # the child exited
                 if child["pipe"] is not None:
                     took()
                 sel.unregister(child["pidfd"])
                 os.close(child["pidfd"])
                 _reap(child["status"])  # (a kill may have reaped it already)
                 status = child["status"][child["pid"]]
+                if status == -1:  # not reaped yet (cannot happen once its pidfd is readable; be sure)
+                    status = os.waitpid(child["pid"], 0)[1]
                 _kill_all(child["status"])  # the command is over: nothing it started outlives it
                 if child["id"]:
                     last_done = child["id"]
