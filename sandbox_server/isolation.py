@@ -1,7 +1,7 @@
 """Bubblewrap isolation and per-slot limits for the commands of one slot.
 
 Each slot has a long-lived namespace (mount, pid, ipc, uts, cgroup and network) made by
-bwrap, with the slot's exec server (spawner.py) inside; it is recreated when the slot is reset.
+bwrap, with the slot's exec server (exec_server.py) inside; it is recreated when the slot is reset.
 Each command then gets its own pid namespace (everything it starts dies when it exits, is
 killed at its timeout, or the slot is reset), its own mount namespace with a fresh /proc and a
 private size-capped /tmp. The filesystem it sees is the system directories read-only, the
@@ -42,8 +42,8 @@ _NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgr
 _SWITCH_CAPS = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
 # The slot's exec server also kills what a command leaves (kill(-1)) and remounts /tmp after it.
 _SHELL_CAPS = [*_SWITCH_CAPS, "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
-SPAWNER_FILE = "/.hermes-spawner.py"
-KEEP_DIR = "/.hermes-keep"  # a second view of the read-only binds inside /tmp (see spawner.py)
+EXEC_SERVER_FILE = "/.hermes-exec-server.py"
+KEEP_DIR = "/.hermes-keep"  # a second view of the read-only binds inside /tmp (see exec_server.py)
 
 
 def _under(parent: str, path: str) -> bool:
@@ -250,7 +250,7 @@ class Sandboxing:
         return args + command
 
     def shell_argv(self, workspace: Path, python: str, exec_fd: int, ctl_fd: int) -> list[str]:
-        """The slot's long-lived namespace running its exec server (sandbox_server/spawner.py) as root.
+        """The slot's long-lived namespace running its exec server (sandbox_server/exec_server.py) as root.
 
         No rlimits here: the exec server sets the slot's limits on each command it forks (so its
         own CPU time and process count never run into them).
@@ -258,11 +258,11 @@ class Sandboxing:
         # bwrap's --die-with-parent covers the namespace, not bwrap itself: a server killed while
         # bwrap sets up would leave it waiting for ever. setpriv gives bwrap the same signal.
         args = [self.setpriv, "--pdeathsig", "KILL", "--", *self._bwrap(workspace, _SHELL_CAPS, network=False)]
-        args += ["--ro-bind", str(Path(__file__).with_name("spawner.py")), SPAWNER_FILE]
+        args += ["--ro-bind", str(Path(__file__).with_name("exec_server.py")), EXEC_SERVER_FILE]
         if self._tmp_binds:
             args += ["--perms", "0700", "--dir", KEEP_DIR]  # root's only
             for i, p in enumerate(self._tmp_binds):
                 args += ["--ro-bind", p, f"{KEEP_DIR}/{i}"]
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
-        return args + [python, "-I", "-S", SPAWNER_FILE, str(exec_fd), str(ctl_fd), str(self.limits.tmp_bytes),
+        return args + [python, "-I", "-S", EXEC_SERVER_FILE, str(exec_fd), str(ctl_fd), str(self.limits.tmp_bytes),
                        json.dumps(self._tmp_binds)]  # fmt: skip
