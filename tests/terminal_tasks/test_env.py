@@ -12,6 +12,7 @@ import pytest
 
 from environments.terminal_tasks import BUNDLED_TASKS, NoOpAgent, OracleAgent, load_tasks_dir
 from tests.terminal_tasks.conftest import make_env
+from tests.support.embedded import embedded_model_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,14 +56,7 @@ def test_process_cli_runs_end_to_end_against_the_embedded_model(embedded_llm, tm
             "-m",
             "environments.terminal_tasks_env",
             "process",
-            "--openai.base_url",
-            embedded_llm.base_url,
-            "--openai.model_name",
-            embedded_llm.model_name,
-            "--openai.api_key",
-            "local",
-            "--env.tokenizer_name",
-            str(embedded_llm.tokenizer_dir),
+            *embedded_model_flags(embedded_llm),
             "--env.total_steps",
             "1",
             "--env.group_size",
