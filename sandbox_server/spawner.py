@@ -87,9 +87,11 @@ class SlotShell:
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},  # nothing of the server's environment
                 start_new_session=True,
             )
-        except BaseException:
+        except BaseException as exc:
             ours.close()
             exec_ours.close()
+            if isinstance(exc, OSError):
+                raise SlotShellError(f"the slot's exec server did not start: {exc}") from None
             raise
         finally:
             theirs.close()
