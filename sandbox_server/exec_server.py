@@ -149,6 +149,12 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str]) -> No
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
     sel = selectors.DefaultSelector()
     sel.register(ctl, selectors.EVENT_READ, "ctl")
+    # As the subreaper we inherit the command's orphans: reap them as they die (zombies count
+    # against the slot's process limit), not only when the command ends.
+    chld_r, chld_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(chld_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    sel.register(chld_r, selectors.EVENT_READ, "sigchld")
     child: dict = {}  # the waiting (or running) child: pid, pidfd, id pipe, id once it took a command
     last_done = 0  # ids only grow: a kill for an id up to this one is stale
     pending_kill = 0  # a kill for a command the child has not picked up yet
@@ -196,6 +202,11 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str]) -> No
     ctl.send(json.dumps({"ready": os.getpid()}).encode())
     while True:
         for key, _ in sel.select():
+            if key.data == "sigchld":
+                while os.read(chld_r, 4096) == 4096:
+                    pass
+                _reap(child["status"])
+                continue
             if key.data != "ctl" and key.data[1] != child["gen"]:
                 continue
             if key.data == "ctl":

@@ -71,3 +71,18 @@ async def test_ipc_tmp_and_processes_of_a_trajectory_do_not_survive_reset(tmp_pa
         assert msgs[0]["result"]["output"].split() == ["0", "1", "0"]
     finally:
         await backend.stop()
+
+
+async def test_orphans_are_reaped_while_the_command_runs(tmp_path):
+    # 120 double-forked children in one command under a 40-process limit: each is reaped as it
+    # dies, so none of them fails to start (zombies count against the limit).
+    backend = sandbox_backend(tmp_path, slots=1, limits={"max_processes": 40})
+    await backend.start()
+    try:
+        async with backend.trajectory("orphans") as ex:
+            msgs = await play(
+                ex, [[("terminal", {"command": "for i in $(seq 120); do (true &); sleep 0.005; done 2>&1; echo done"})]]
+            )
+        assert msgs[0]["result"]["output"] == "done\n"
+    finally:
+        await backend.stop()
