@@ -356,6 +356,16 @@ class SandboxServer:
                 os.close(script)
             slot.procs.difference_update({p for p in slot.procs if p.returncode is not None})
 
+    async def interrupt(self, slot: SlotState) -> dict:
+        """Stop what runs or waits in the slot because its caller gave up; the workspace stays.
+
+        (A trajectory past its time budget is scored next, often by commands in this slot.)
+        """
+        slot.generation += 1  # commands queued on the lock see this and do not run
+        self._kill_slot(slot)  # the rest of the command's processes die with it (pid namespace)
+        async with slot.lock:  # returns once the killed command has let go of the slot
+            return {"slot": slot.id, "generation": slot.generation}
+
     async def reset(self, slot: SlotState) -> dict:
         """Kill what runs or waits in the slot, then give it an empty workspace and a new namespace."""
         slot.generation += 1  # commands still queued on the lock see this and do not run
@@ -482,6 +492,9 @@ def build_app(server: SandboxServer) -> web.Application:
     async def reset(request):
         return web.json_response(await server.reset(server._slot(request.match_info["slot"])))
 
+    async def interrupt(request):
+        return web.json_response(await server.interrupt(server._slot(request.match_info["slot"])))
+
     async def get_file(request):
         slot = server._slot(request.match_info["slot"])
         data = await server.read_file(slot, request.query.get("path", ""))
@@ -536,6 +549,7 @@ def build_app(server: SandboxServer) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_post("/slots/{slot}/exec", exec_)
     app.router.add_post("/slots/{slot}/reset", reset)
+    app.router.add_post("/slots/{slot}/interrupt", interrupt)
     app.router.add_get("/slots/{slot}/file", get_file)
     app.router.add_put("/slots/{slot}/file", put_file)
     app.router.add_get("/slots/{slot}/artifacts", artifacts)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from typing import TYPE_CHECKING, Any
 
 from slots.client import SandboxClient, SandboxUnavailable, decode_b64, exec_result, raise_for_error
@@ -13,6 +14,8 @@ if TYPE_CHECKING:
     from slots.pool import Slot
 
 __all__ = ["SandboxBatcher", "SlotExecutor"]
+
+log = logging.getLogger(__name__)
 
 
 class SandboxBatcher:
@@ -81,6 +84,11 @@ class SandboxBatcher:
         await asyncio.gather(*self._inflight, return_exceptions=True)
 
 
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not interrupt an abandoned command: %s", task.exception())
+
+
 class SlotExecutor:
     """Runs a trajectory's tools in its slot; paths and commands see the slot's workspace."""
 
@@ -88,6 +96,7 @@ class SlotExecutor:
         self.slot = slot
         self._batcher = batcher
         self._python = python
+        self._interrupt: asyncio.Task | None = None
 
     @property
     def workspace(self) -> str:
@@ -115,7 +124,18 @@ class SlotExecutor:
             "stdin": stdin,
             "network": network,
         }
-        return exec_result(await self._batcher.call(call, timeout=timeout))
+        if self._interrupt is not None:
+            # A command sent after an abandoned one runs once that one is gone, never behind it.
+            await asyncio.wait([self._interrupt])
+        try:
+            return exec_result(await self._batcher.call(call, timeout=timeout))
+        except asyncio.CancelledError:
+            # The caller gave up (time budget, cancelled trajectory): the command must not run on
+            # and hold the slot, e.g. in front of the verifier's commands.
+            if self._interrupt is None or self._interrupt.done():
+                self._interrupt = asyncio.ensure_future(self._batcher.client.interrupt(self.slot.index))
+                self._interrupt.add_done_callback(_log_failure)
+            raise
 
     async def read_file(self, path: str) -> bytes:
         result = await self._batcher.call({"slot": self.slot.index, "op": "read_file", "path": path}, timeout=60)
