@@ -6,13 +6,14 @@ all N trajectories are alive together. Each configuration runs in a fresh proces
 heap, GC state and peak RSS). The baseline is the loop of commit 22ffc7b, read from git and
 run on the same workload in the same run.
 
-    .venv/bin/python -m bench.loop [--quick] [--sizes 1000,10000,65000] [--turns 10] [--gc default,throughput]
+    .venv/bin/python -m bench.loop [--quick] [--sizes 1000,10000,65000] [--turns 10] [--gc scaled,cpython]
 
 Prints tool-turns/s, the share of wall time spent in the garbage collector, peak RSS per
 trajectory, and the ratios the targets are stated in: each size against this run's first size
-under the same collector settings, and ours against the baseline at 10,000 (both under
-CPython's default collector). `--gc throughput` rows run under the runner's `throughput`
-collector profile (environments/gc_tuning.py), applied the way a runner applies it.
+under the same collector settings, and ours against the baseline at 10,000 (the baseline
+under CPython's own collector settings, as it ran). Each `--gc` profile
+(environments/gc_tuning.py) is applied the way a runner applies it; `scaled` is what
+process/serve/evaluate and batch_runner use unless told otherwise.
 """
 
 from __future__ import annotations
@@ -140,7 +141,7 @@ def measure(module: types.ModuleType, impl: str, n: int, turns: int) -> dict[str
     gc_count = [0, 0, 0]
     gc_started = [0.0]
 
-    def on_gc(phase: str, info: dict[str, int]) -> None:  # observes only; thresholds stay default
+    def on_gc(phase: str, info: dict[str, int]) -> None:  # observes only; the profile sets the thresholds
         if phase == "start":
             gc_started[0] = time.perf_counter()
         else:
@@ -202,7 +203,7 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=10, help="tool turns per trajectory")
     ap.add_argument("--quick", action="store_true", help="5 tool turns per trajectory (about half the time)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the 22ffc7b loop at 10,000")
-    ap.add_argument("--gc", default="default,throughput", help="collector profiles to run ours under")
+    ap.add_argument("--gc", default="scaled,cpython", help="collector profiles to run ours under")
     ap.add_argument("--worker", choices=("current", "baseline"), help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -221,7 +222,7 @@ def main() -> None:
     rows = {}
     plan = [("current", p, n) for p in profiles for n in sizes]
     if not args.no_baseline:
-        plan.insert(min(2, len(plan)), ("baseline", "default", 10_000))
+        plan.insert(min(2, len(plan)), ("baseline", "cpython", 10_000))
     for impl, profile, n in plan:
         r = run_worker(impl, n, turns, profile)
         rows[impl, profile, n] = r
@@ -231,13 +232,13 @@ def main() -> None:
             f"{r['full_collections']:>8} {r['kb_per_trajectory']:>8.1f} {r['tool_turns_per_s'] / first:>9.2f}",
             flush=True,
         )
-    base = rows.get(("baseline", "default", 10_000))
+    base = rows.get(("baseline", "cpython", 10_000))
     for profile in profiles:
         ours = rows.get(("current", profile, 10_000))
         if base and ours:
             ratio = ours["tool_turns_per_s"] / base["tool_turns_per_s"]
             print(
-                f"ours ({profile} collector) / {BASELINE_COMMIT} (default collector) "
+                f"ours ({profile} collector) / {BASELINE_COMMIT} (cpython collector) "
                 f"at 10,000 trajectories: {ratio:.2f}x"
             )
 
