@@ -46,6 +46,12 @@ class GCConfig(BaseModel):
         "concurrent trajectories, cyclic garbage bounded by the heap size); cpython: CPython's own settings; "
         "throughput: collect the middle generation every `middle_every` young collections",
     )
+    middle_share: float = Field(
+        1.0,
+        gt=0,
+        description="scaled profile: net allocations between middle-generation collections, per object in the oldest "
+        "generation (higher: faster with many trajectories, cyclic garbage waits longer)",
+    )
     middle_every: int = Field(
         10_000, ge=1, description="throughput profile: young collections between two middle-generation collections"
     )
@@ -54,14 +60,14 @@ class GCConfig(BaseModel):
 class _ScaledMiddle:
     """gc callback: after each full collection, set the middle generation's period to the old generation's size."""
 
-    def __init__(self, young: int, floor: int) -> None:
-        self.young, self.floor = young, floor
+    def __init__(self, young: int, floor: int, share: float) -> None:
+        self.young, self.floor, self.share = young, floor, share
 
     def __call__(self, phase: str, info: dict[str, Any]) -> None:
         if phase == "stop" and info["generation"] == 2:
             # Counting costs a list of pointers, a small fraction of the full collection just done.
             old = len(gc.get_objects(generation=2))
-            gc.set_threshold(self.young, max(self.floor, old // self.young), 1)
+            gc.set_threshold(self.young, max(self.floor, int(old * self.share) // self.young), 1)
 
 
 @contextmanager
@@ -76,7 +82,7 @@ def collector(config: GCConfig) -> Iterator[None]:
     if config.profile == "throughput":
         gc.set_threshold(before[0], config.middle_every, before[2])
     else:
-        callback = _ScaledMiddle(before[0], before[1])
+        callback = _ScaledMiddle(before[0], before[1], config.middle_share)
         gc.set_threshold(before[0], before[1], 1)
         gc.callbacks.append(callback)
     try:
