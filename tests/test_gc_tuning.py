@@ -9,8 +9,10 @@ from collections import deque
 import pytest
 
 from batch_runner import parse_args
+from environments.examples.count_files import CountFilesEnv
 from environments.gc_tuning import GCConfig, collector
 from environments.hermes_base_env import HermesAgentEnvConfig
+from environments.models.base import ModelTurn
 
 
 def test_cpython_profile_leaves_the_collector_alone():
@@ -95,3 +97,30 @@ def test_the_scaled_profile_is_what_every_runner_uses_by_default(tmp_path):
     assert parse_args([*base, "--gc_profile", "throughput"]).gc.profile == "throughput"
     with pytest.raises(SystemExit):
         parse_args([*base, "--gc_profile", "off"])
+
+
+async def test_process_serve_and_evaluate_run_under_the_configured_profile(tmp_path):
+    class Offline(CountFilesEnv):
+        """No model server: a model that always answers (the runtime is what is under test)."""
+
+        def runtime(self, model=None):
+            return super().runtime(model=lambda: _Answer())
+
+    seen = []
+
+    async def entry():  # stands for atroposlib's process / serve / evaluate loop
+        seen.append((gc.get_threshold()[2], gc.get_freeze_count() > 0, len(gc.callbacks)))
+
+    config, servers = Offline.config_init()
+    config.data_path_to_save_groups = str(tmp_path / "groups.jsonl")
+    before = gc.get_threshold(), len(gc.callbacks)
+    await Offline(config, servers)._in_runtime(entry, report=False)
+    config.gc = GCConfig(profile="cpython")
+    await Offline(config, servers)._in_runtime(entry, report=False)
+    assert seen == [(1, True, before[1] + 1), (before[0][2], False, before[1])]
+    assert (gc.get_threshold(), len(gc.callbacks)) == before
+
+
+class _Answer:
+    async def chat(self, messages, tools, *, temperature, max_tokens):
+        return ModelTurn(content="0")
