@@ -9,13 +9,15 @@ again: most of the wall time at 10,000 trajectories (bench/loop.py).
 
 Profiles:
 - `scaled` (the default): freeze what exists at start-up (never scanned again), and collect
-  the middle generation once per as many net allocations as the oldest generation holds
-  objects (recounted after each full collection; never less often than CPython's default), so
-  a round's objects die young at any scale. The oldest generation keeps CPython's own 25%
-  rule, checked every second middle collection instead of every tenth. Trade-off: cyclic
+  the middle generation once per twice as many net allocations (`middle_share`) as the oldest
+  generation holds objects (recounted after each full collection; never less often than
+  CPython's default), so a round's objects die young at any scale. The oldest generation
+  keeps CPython's own 25% rule, checked every second middle collection instead of every
+  tenth. Trade-off: cyclic
   garbage waits longer, in proportion to the heap. In the worst case (every object becomes
-  cyclic garbage after being promoted, tests/test_gc_tuning.py) it peaked at 1.2-1.8x the
-  live objects; CPython's settings gave 0.6-1.8x there, `throughput` 3-18x.
+  cyclic garbage after being promoted, tests/test_gc_tuning.py) it peaked at 2.0-2.5x the
+  live objects (1.2-1.8x with `middle_share` 1); CPython's settings gave 0.6-1.8x there,
+  `throughput` 3-18x.
 - `cpython`: CPython's own settings.
 - `throughput`: freeze, and a fixed, rare middle collection (`middle_every`); fastest, but
   cyclic garbage may wait for millions of allocations whatever the heap size.
@@ -47,7 +49,7 @@ class GCConfig(BaseModel):
         "throughput: collect the middle generation every `middle_every` young collections",
     )
     middle_share: float = Field(
-        1.0,
+        2.0,
         gt=0,
         description="scaled profile: net allocations between middle-generation collections, per object in the oldest "
         "generation (higher: faster with many trajectories, cyclic garbage waits longer)",

@@ -43,7 +43,7 @@ def test_scaled_profile_grows_the_middle_period_with_the_heap_and_is_restored():
             gc.collect()  # every full collection recounts the old generation
             young, middle, oldest = gc.get_threshold()
             assert (young, oldest) == (before[0][0], 1)
-            assert middle >= len(live) // young > small[1]
+            assert middle >= 2 * len(live) // young > small[1]  # middle_share 2
             del live
             gc.collect()
             assert gc.get_threshold()[1] < middle  # and shrinks with it
@@ -83,10 +83,10 @@ def _peak_cyclic_garbage(profile: str, live_lists: int, window: int, pairs: int)
 @pytest.mark.parametrize("window", [2_500, 25_000, 100_000])
 def test_scaled_profile_bounds_cyclic_garbage_by_the_live_heap(window):
     # Every allocation becomes cyclic garbage after a while: the workload the profile is worst at.
-    # Measured 1.2-1.8x the live objects; CPython's own settings 0.6-1.8x; the throughput
-    # profile 3-18x (it would fail here).
+    # Measured 2.0-2.5x the live objects; CPython's own settings 0.6-1.8x; the throughput
+    # profile 3.2-18x (it fails here).
     ratio = _peak_cyclic_garbage("scaled", 50_000, window, 500_000)
-    assert ratio <= 2.5
+    assert ratio <= 3.0
 
 
 def test_the_scaled_profile_is_what_every_runner_uses_by_default(tmp_path):
