@@ -10,11 +10,12 @@ run on the same workload in the same run.
 
 Each row is the median of `--repeats` processes. Prints tool-turns/s per wall second and per
 CPU second of the process (the second is steadier on a shared machine: other jobs stretch
-wall time, not much the CPU time a run needs), the share of wall time spent in the garbage collector, peak RSS per
-trajectory, and the ratios the targets are stated in: each size against this run's first size
-under the same collector settings (by wall and by CPU time), and ours against the baseline at 10,000 (the baseline
-under CPython's own collector settings, as it ran). Each `--gc` profile
-(environments/gc_tuning.py) is applied the way a runner applies it; `scaled` is what
+wall time, not much the CPU time a run needs), the share of wall time spent in the garbage
+collector, peak RSS per trajectory, and the ratios the targets are stated in: each size
+against this run's first size under the same collector settings (by wall and by CPU time),
+and ours against the baseline at 10,000 (the baseline under CPython's own collector
+settings, as it ran). Each `--gc` profile (environments/gc_tuning.py; `scaled:2` sets its
+`middle_share`) is applied the way a runner applies it; `scaled` is what
 process/serve/evaluate and batch_runner use unless told otherwise.
 """
 

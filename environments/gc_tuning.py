@@ -60,7 +60,8 @@ class GCConfig(BaseModel):
 
 
 class _ScaledMiddle:
-    """gc callback: after each full collection, set the middle generation's period to the old generation's size."""
+    """gc callback: after each full collection, the middle generation's period becomes `share` times the
+    number of objects in the old generation (in net allocations)."""
 
     def __init__(self, young: int, floor: int, share: float) -> None:
         self.young, self.floor, self.share = young, floor, share
@@ -75,10 +76,10 @@ class _ScaledMiddle:
 @contextmanager
 def collector(config: GCConfig) -> Iterator[None]:
     """Apply `config` for the duration of the block; restores the previous settings after."""
-    if config.profile == "cpython":
+    before = gc.get_threshold()
+    if config.profile == "cpython" or before[0] == 0:  # 0: automatic collection was switched off; keep it so
         yield
         return
-    before = gc.get_threshold()
     callback = None
     gc.freeze()
     if config.profile == "throughput":
