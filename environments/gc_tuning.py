@@ -75,7 +75,10 @@ class _ScaledMiddle:
 
 @contextmanager
 def collector(config: GCConfig) -> Iterator[None]:
-    """Apply `config` for the duration of the block; restores the previous settings after."""
+    """Apply `config` for the duration of the block; restores the previous settings after.
+
+    The collector is process-wide: one runner per process (nested blocks restore in order;
+    blocks that end out of order, e.g. two concurrent runners, leave the outer's settings)."""
     before = gc.get_threshold()
     if config.profile == "cpython" or before[0] == 0:  # 0: automatic collection was switched off; keep it so
         yield
