@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from random import getrandbits
 from typing import Any, Literal
 
@@ -49,7 +49,8 @@ class TurnRecord:
     finish_reason: str | None
     usage: dict[str, int] | None
     calls_from_text: bool = False
-    parse_errors: list[str] = field(default_factory=list)
+    # A tuple: the usual empty one is shared and untracked, where a list per turn is one more object for the collector.
+    parse_errors: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -200,7 +201,7 @@ class HermesAgentLoop:
                 finish_reason=turn.finish_reason,
                 usage=turn.usage,
                 calls_from_text=turn.calls_from_text,
-                parse_errors=turn.parse_errors,  # the turn is dropped; its list is ours now
+                parse_errors=tuple(turn.parse_errors),
             )
             turns.append(record)
             if not calls:
