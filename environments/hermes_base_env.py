@@ -647,7 +647,13 @@ class HermesAgentBaseEnv(BaseEnv):
             tool_backend=self.make_tool_backend(),
         )
         async with self.agent_runtime:
-            yield self
+            try:
+                yield self
+            finally:
+                await self.teardown()
+
+    async def teardown(self) -> None:
+        """Stop what the env started itself (e.g. answer-check workers); the runtime stops the rest."""
 
     # atroposlib's three entry points, each inside the runtime. BaseEnv opens the groups file
     # in every mode (evaluate writes none), so each one closes it and removes it when empty.

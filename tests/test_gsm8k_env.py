@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from environments.gsm8k.env import is_correct
+from environments.gsm8k.answers import is_correct
 from environments.gsm8k.data import gold_answer, synthetic_gsm8k
 from tests.support.embedded import embedded_model_flags
 
