@@ -47,7 +47,15 @@ class SlotLimits(BaseModel):
     max_open_files: int = Field(1024, ge=64, description="Open files per process (RLIMIT_NOFILE)")
     tmp_bytes: int = Field(512 * 1024**2, ge=1024**2, description="Size of each command's private /tmp (tmpfs)")
     workspace_bytes: int = Field(
-        4 * 1024**3, ge=1024**2, description="Disk a slot's workspace may use; checked after each command"
+        4 * 1024**3, ge=1024**2, description="Disk a slot's workspace may use (sandbox_server/quota.py)"
+    )
+    slot_memory_bytes: int = Field(
+        4 * 1024**3,
+        ge=64 * 1024**2,
+        description="Memory of all a slot's processes together, plus its /tmp (sandbox_server/quota.py)",
+    )
+    watchdog_interval_s: float = Field(
+        0.5, gt=0, le=60, description="How often the slot memory and disk watchdog looks (seconds)"
     )
     uid_base: int | None = Field(
         None, ge=1000, description="First slot's uid (slot i runs as uid_base+i); default derived from the pid"
