@@ -8,10 +8,13 @@ splits shared pages fairly, to confirm) plus what the slot's /tmp tmpfs holds, a
 `slot_memory_bytes` kills every process of that uid.
 
 Disk: a slot's usage is the allocated blocks of everything in its workspace (hard links once).
-Walking a large workspace is the cost, so a walk happens only when the slot may have run out of
-room: when the filesystem as a whole grew by more than the slot's room since its last walk, or
-that walk is over MAX_WALK_AGE_S old, and only if the slot ran something since. Checks run on
-every tick while the slot has processes, when a command ends and before write_file. Over
+Walking a large workspace is the cost, so after a command (each watchdog tick while the slot
+has processes, and when a command ends) a walk happens only if the filesystem as a whole grew
+by more than the slot's room since its last walk, or that walk is over MAX_WALK_AGE_S old (or
+20x its own duration). The gap, stated: space freed elsewhere on the filesystem meanwhile can
+hide a slot's growth until that age; so can a file deleted while a command keeps it open (until
+the command ends; RLIMIT_FSIZE bounds each). write_file is exact: it walks when a command ran
+since the last walk or the write might not fit, and refuses before writing. Over
 `workspace_bytes` the slot's processes are killed and the largest files written since the
 command began are removed until the workspace is under quota again; the call fails naming them.
 """
@@ -79,19 +82,24 @@ def _fs_used(root: str) -> int:
 
 
 def _trim(root: str, quota: int, usage: int, since: float) -> list[tuple[str, int]]:
-    """Remove files until `usage` is under `quota`: written since `since` first, largest first. Never follows links."""
-    files: list[tuple[bool, int, str]] = []
+    """Remove files until `usage` is under `quota`: written since `since` first, largest first. Never follows links.
+
+    A file's every name goes (hard links included: the slot cannot link outside its filesystem tree).
+    """
+    inodes: dict[tuple[int, int], tuple[bool, int, list[str]]] = {}
     for dirpath, _, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
         for name in filenames:
             with contextlib.suppress(OSError):
                 st = os.lstat(name, dir_fd=dirfd)
-                if stat.S_ISREG(st.st_mode) and st.st_nlink == 1 and st.st_blocks:
-                    files.append((st.st_mtime >= since, st.st_blocks * 512, os.path.join(dirpath, name)))
+                if stat.S_ISREG(st.st_mode) and st.st_blocks:
+                    key = (st.st_dev, st.st_ino)
+                    entry = inodes.setdefault(key, (st.st_mtime >= since, st.st_blocks * 512, []))
+                    entry[2].append(os.path.join(dirpath, name))
     chosen: dict[str, int] = {}
-    for _recent, size, path in sorted(files, key=lambda f: (not f[0], -f[1])):
+    for _recent, size, paths in sorted(inodes.values(), key=lambda f: (not f[0], -f[1])):
         if usage <= quota:
             break
-        chosen[path] = size
+        chosen.update(dict.fromkeys(paths, size))
         usage -= size
     removed = []
     for dirpath, _, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
@@ -113,6 +121,7 @@ class _Slot:
     disk: int = 0  # bytes at the last walk
     fs_used: int = 0  # the filesystem's used bytes at that walk
     walked_at: float = 0.0
+    walk_s: float = 0.0  # how long the last walk took
     dirty: bool = False  # something may have written since the last walk
     running: int = 0  # commands under way
     since: float = 0.0  # wall-clock start of the current command (files newer than this are its own)
@@ -123,7 +132,7 @@ class _Slot:
 @dataclass(frozen=True)
 class _Sample:
     rss: int
-    pids: list[int]
+    pids: dict[int, int]  # pid -> its RSS
     tmp: int
 
 
@@ -189,6 +198,7 @@ class SlotGuard:
         s.running += 1
         s.dirty = True
         s.since = time.time() - 1.0  # mtime granularity: a second of slack
+        s.breach = None  # one the watchdog found as the previous command ended is not this command's
         try:
             yield
         finally:
@@ -230,7 +240,7 @@ class SlotGuard:
         if not s.dirty:
             return
         grown = max(0, await self._run(_fs_used, s.root) - s.fs_used)
-        stale = time.monotonic() - s.walked_at > MAX_WALK_AGE_S
+        stale = time.monotonic() - s.walked_at > max(MAX_WALK_AGE_S, 20 * s.walk_s)
         if stale or s.disk + grown > self.limits.workspace_bytes:
             await self._walk(s)
 
@@ -239,7 +249,7 @@ class SlotGuard:
         fs_before = await self._run(_fs_used, s.root)
         usage = await self._run(disk_usage, s.root, 2 * self.limits.workspace_bytes)
         if generation == s.generation:  # not reset meanwhile
-            s.disk, s.fs_used, s.walked_at = usage, fs_before, started
+            s.disk, s.fs_used, s.walked_at, s.walk_s = usage, fs_before, started, time.monotonic() - started
             s.dirty = s.running > 0
 
     async def _check_disk(self, s: _Slot) -> None:
@@ -272,14 +282,15 @@ class SlotGuard:
                 s.dirty = True
                 if sample.rss + sample.tmp > self.limits.slot_memory_bytes:
                     await self._check_memory(s, sample)
-                if not s.lock.locked():
+                # a slot with a huge tree is walked from here at most a fifth of the time
+                if not s.lock.locked() and time.monotonic() - s.walked_at > 5 * s.walk_s:
                     async with s.lock:
                         await self._check_disk(s)
 
     def _scan(self) -> dict[int, _Sample]:
         """RSS, pids and /tmp usage of every slot uid that has processes now."""
         rss: dict[int, int] = {}
-        pids: dict[int, list[int]] = {}
+        pids: dict[int, dict[int, int]] = {}
         tmp: dict[int, dict[int, int]] = {}  # uid -> mount namespace -> bytes used in its /tmp
         for entry in os.scandir("/proc"):
             if not entry.name.isdigit():
@@ -302,17 +313,22 @@ class SlotGuard:
             except (OSError, ValueError):
                 continue  # gone meanwhile
             rss[owner] = rss.get(owner, 0) + resident
-            pids.setdefault(owner, []).append(int(entry.name))
+            pids.setdefault(owner, {})[int(entry.name)] = resident
         return {uid: _Sample(rss[uid], pids[uid], sum(tmp.get(uid, {}).values())) for uid in rss}
 
     @staticmethod
-    def _pss(pids: list[int]) -> int:
+    def _pss(pids: dict[int, int]) -> int:
+        """Sum of PSS; a process whose smaps_rollup cannot be read (older kernels, gVisor) counts with its RSS."""
         total = 0
-        for pid in pids:
-            with contextlib.suppress(OSError, ValueError, StopIteration):
+        for pid, rss in pids.items():
+            try:
                 with open(f"/proc/{pid}/smaps_rollup", "rb") as fh:
                     line = next(ln for ln in fh if ln.startswith(b"Pss:"))
                 total += int(line.split()[1]) * 1024
+            except (FileNotFoundError, ProcessLookupError):
+                continue  # ended since the scan
+            except (OSError, ValueError, StopIteration):
+                total += rss
         return total
 
     async def _check_memory(self, s: _Slot, sample: _Sample) -> None:
