@@ -8,6 +8,7 @@ against real sandbox_server and bubblewrap, under outer limits so a regression s
 from __future__ import annotations
 
 import asyncio
+import os
 
 from tests.security.conftest import outer_memory_limit, outer_process_limit, play, sandbox_backend
 
@@ -33,7 +34,9 @@ async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_
         try:
             async with backend.trajectory("hogs") as a, backend.trajectory("neighbour") as b:
                 hogs = asyncio.create_task(
-                    play(a, [[("terminal", {"command": HOGS, "timeout": 40})], [("terminal", {"command": "echo again"})]])
+                    play(
+                        a, [[("terminal", {"command": HOGS, "timeout": 40})], [("terminal", {"command": "echo again"})]]
+                    )
                 )
                 await asyncio.sleep(1)
                 neighbour = await b.exec(NEIGHBOUR, timeout=40, max_output_bytes=1000)
@@ -55,6 +58,12 @@ async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_
 
 async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(tmp_path):
     limits = {"workspace_bytes": 64 * MiB}
+    # Links whose text names a host path: the server's walk and trim must neither count nor remove what they point at.
+    host = tmp_path / "host"
+    host.mkdir()
+    with open(host / "big.bin", "wb") as fh:
+        os.posix_fallocate(fh.fileno(), 0, 100 * MiB)
+    links = f"ln -s {host} hostdir && ln -s {host}/big.bin hostfile && echo linked"
     fill = "for i in $(seq 40); do dd if=/dev/zero of=junk$i bs=1M count=8 status=none || break; done; echo wrote-all"
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
         backend = sandbox_backend(tmp_path, limits=limits)
@@ -65,6 +74,7 @@ async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(tm
                     ex,
                     [
                         [("write_file", {"path": "keep.txt", "content": "precious"})],
+                        [("terminal", {"command": links})],
                         [("terminal", {"command": fill, "timeout": 60})],
                         [("terminal", {"command": "fallocate -l 200M blob && echo fallocated"})],
                         [("terminal", {"command": "du -s --block-size=1 .; cat keep.txt; ls"})],
@@ -73,12 +83,14 @@ async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(tm
                 health = await backend.client(ex.slot).health()
         finally:
             await backend.stop()
-    loop_msg, blob_msg, after = msgs[1]["content"], msgs[2]["content"], msgs[3]["result"]["output"]
+    assert "linked" in msgs[1]["content"]
+    loop_msg, blob_msg, after = msgs[2]["content"], msgs[3]["content"], msgs[4]["result"]["output"]
     assert "wrote-all" not in loop_msg and "disk quota of 64 MiB" in loop_msg and "junk" in loop_msg, loop_msg
     assert "fallocated" not in blob_msg and "disk quota" in blob_msg and "blob" in blob_msg, blob_msg
     assert du(after) <= 64 * MiB, after
     assert "precious" in after and "blob" not in after.split()
     assert health["enforced"]["workspace_bytes"]["value"] == 64 * MiB
+    assert (host / "big.bin").stat().st_blocks * 512 == 100 * MiB
 
 
 async def test_write_file_and_patch_past_the_disk_quota_are_refused(tmp_path):
