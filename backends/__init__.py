@@ -7,13 +7,14 @@ over its HTTP API (httpx), the Modal SDK is imported only when chosen (extra `mo
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Union
 
 from pydantic import Field
 
 from backends.local import LocalBackendConfig, local_backend
 from backends.modal import ModalBackendConfig, modal_backend
-from backends.nomad import NomadBackendConfig, nomad_backend
+from backends.nomad import NomadBackendConfig, NomadHTTP, nomad_backend
 from slots.pool import SlotPool
 
 __all__ = ["BackendConfig", "LocalBackendConfig", "NomadBackendConfig", "ModalBackendConfig", "make_backend"]
@@ -27,10 +28,6 @@ def make_backend(config: LocalBackendConfig | NomadBackendConfig | ModalBackendC
     if isinstance(config, LocalBackendConfig):
         return local_backend(config)
     if isinstance(config, NomadBackendConfig):
-        import os  # noqa: PLC0415
-
-        from backends.nomad import NomadHTTP  # noqa: PLC0415
-
         # The ACL token is a secret: read from the environment here only, never logged.
         return nomad_backend(config, NomadHTTP(config, acl_token=os.environ.get("NOMAD_TOKEN")))
     if isinstance(config, ModalBackendConfig):

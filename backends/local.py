@@ -70,7 +70,7 @@ class LocalSandboxProvider:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
-        return list(results)  # type: ignore[arg-type]
+        return [r for r in results if not isinstance(r, BaseException)]
 
     async def alive(self, address: SandboxAddress) -> bool:
         proc = self._procs.get(address.name)

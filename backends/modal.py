@@ -32,9 +32,15 @@ from slots.client import SandboxAddress, SandboxClient
 from slots.pool import SlotPool, SlotPoolConfig
 
 __all__ = [
-    "ModalBackendConfig", "ModalSandboxSpec", "ModalAPI", "ModalSDKAdapter", "ModalSandboxProvider",
-    "ModalIsolationError", "modal_backend", "MODAL_MIN_VERSION",
-]  # fmt: skip
+    "ModalBackendConfig",
+    "ModalSandboxSpec",
+    "ModalAPI",
+    "ModalSDKAdapter",
+    "ModalSandboxProvider",
+    "ModalIsolationError",
+    "modal_backend",
+    "MODAL_MIN_VERSION",
+]
 
 log = logging.getLogger(__name__)
 
@@ -260,8 +266,19 @@ class ModalSandboxProvider:
 
     def spec(self, name: str) -> ModalSandboxSpec:
         return ModalSandboxSpec(
-            args=(self.config.python, "-m", "sandbox_server", "--host", "0.0.0.0", "--port", str(SERVER_PORT),
-                  "--slots", str(self.config.pool.slots_per_sandbox), "--data-dir", "/var/lib/hermes-sandbox"),
+            args=(
+                self.config.python,
+                "-m",
+                "sandbox_server",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                str(SERVER_PORT),
+                "--slots",
+                str(self.config.pool.slots_per_sandbox),
+                "--data-dir",
+                "/var/lib/hermes-sandbox",
+            ),
             name=name,
             image=self.config.image,
             dockerfile=self.config.dockerfile,
@@ -273,7 +290,7 @@ class ModalSandboxProvider:
             encrypted_ports=(SERVER_PORT,),
             tags=self.tags,
             runtime=self.runtime,
-        )  # fmt: skip
+        )
 
     async def start(self) -> None:
         self._app_id = await self.api.lookup_app(self.config.app_name)
@@ -353,7 +370,7 @@ class ModalSandboxProvider:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             raise errors[0]
-        return list(results)  # type: ignore[arg-type]
+        return [r for r in results if not isinstance(r, BaseException)]
 
     async def alive(self, address: SandboxAddress) -> bool:
         sandbox_id = self._ids.get(address.name)

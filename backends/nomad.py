@@ -28,9 +28,15 @@ from slots.client import SandboxAddress
 from slots.pool import SlotPool, SlotPoolConfig
 
 __all__ = [
-    "NomadBackendConfig", "NomadAPI", "NomadError", "NomadHTTP", "NomadSandboxProvider",
-    "build_job_spec", "allocation_address", "nomad_backend",
-]  # fmt: skip
+    "NomadBackendConfig",
+    "NomadAPI",
+    "NomadError",
+    "NomadHTTP",
+    "NomadSandboxProvider",
+    "build_job_spec",
+    "allocation_address",
+    "nomad_backend",
+]
 
 TOKEN_ENV = "SANDBOX_SERVER_TOKEN"
 PORT_LABEL = "http"
@@ -58,9 +64,17 @@ class NomadBackendConfig(BaseModel):
 def build_job_spec(config: NomadBackendConfig, *, job_id: str, token: str) -> dict[str, Any]:
     """One sandbox's job in Nomad's JSON job specification (what `POST /v1/jobs` takes under "Job")."""
     args = [
-        "-m", "sandbox_server", "--host", "0.0.0.0", "--port", f"${{NOMAD_PORT_{PORT_LABEL}}}",
-        "--slots", str(config.pool.slots_per_sandbox), "--data-dir", "${NOMAD_TASK_DIR}/sandbox",
-    ]  # fmt: skip
+        "-m",
+        "sandbox_server",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        f"${{NOMAD_PORT_{PORT_LABEL}}}",
+        "--slots",
+        str(config.pool.slots_per_sandbox),
+        "--data-dir",
+        "${NOMAD_TASK_DIR}/sandbox",
+    ]
     if config.driver == "docker":
         task_config: dict[str, Any] = {
             "image": config.image,
@@ -147,10 +161,12 @@ class NomadHTTP:
         self.address = config.address.rstrip("/")
         params = {k: v for k, v in (("namespace", config.namespace), ("region", config.region)) if v}
         self._client = httpx.AsyncClient(
-            base_url=self.address, params=params, timeout=config.request_timeout_s,
+            base_url=self.address,
+            params=params,
+            timeout=config.request_timeout_s,
             headers={"X-Nomad-Token": acl_token} if acl_token else {},
             trust_env=False,  # the configured address, never a proxy or address from the environment
-        )  # fmt: skip
+        )
 
     async def _request(self, method: str, path: str, *, ok_404: bool = False, **kw: Any) -> Any:
         try:
@@ -237,7 +253,7 @@ class NomadSandboxProvider:
         if errors:
             await asyncio.gather(*(self.terminate(r) for r in results if isinstance(r, SandboxAddress)))
             raise errors[0]
-        return list(results)  # type: ignore[arg-type]
+        return [r for r in results if not isinstance(r, BaseException)]
 
     async def alive(self, address: SandboxAddress) -> bool:
         alloc_id = self._allocs.get(address.name)

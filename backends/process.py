@@ -66,10 +66,22 @@ async def start_sandbox_process(
     token = token or secrets.token_urlsafe(24)
     data_dir.mkdir(parents=True, exist_ok=True)
     argv = [
-        python or sys.executable, "-m", "sandbox_server",
-        "--host", host, "--port", str(port), "--slots", str(slots),
-        "--data-dir", str(data_dir), "--bwrap", bwrap, "--remove-data-dir", *(extra_args or []),
-    ]  # fmt: skip
+        python or sys.executable,
+        "-m",
+        "sandbox_server",
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--slots",
+        str(slots),
+        "--data-dir",
+        str(data_dir),
+        "--bwrap",
+        bwrap,
+        "--remove-data-dir",
+        *(extra_args or []),
+    ]
     # The token goes in through a pipe: never in `ps` (argv) nor in /proc/<pid>/environ.
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONUNBUFFERED": "1"}
     token_r, token_w = os.pipe()
@@ -79,11 +91,16 @@ async def start_sandbox_process(
         os.write(token_w, token.encode())
         os.close(token_w)
         proc = await asyncio.create_subprocess_exec(
-            *argv, env=env, stdout=asyncio.subprocess.PIPE, stderr=log, stdin=asyncio.subprocess.DEVNULL,
-            start_new_session=True, pass_fds=(token_r,),
+            *argv,
+            env=env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+            pass_fds=(token_r,),
             # If this process dies (even by SIGKILL) the server stops too, and bwrap with it.
             preexec_fn=die_with_parent(signal.SIGTERM),
-        )  # fmt: skip
+        )
     finally:
         log.close()
         os.close(token_r)

@@ -61,10 +61,15 @@ async def _spawn(argv: list[str], env: dict[str, str], workdir: Path, state: _Pr
     full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONUNBUFFERED": "1", **env}
     with open(workdir / "task.log", "ab") as log:
         state.proc = await asyncio.create_subprocess_exec(
-            *argv, env=full_env, stdout=asyncio.subprocess.PIPE, stderr=log,
-            stdin=asyncio.subprocess.DEVNULL, start_new_session=True,
-        )  # fmt: skip
+            *argv,
+            env=full_env,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=log,
+            stdin=asyncio.subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
+        assert state.proc.stdout is not None  # opened with PIPE just above
         line = await asyncio.wait_for(state.proc.stdout.readline(), 30)
         json.loads(line)
     except (asyncio.TimeoutError, ValueError):
@@ -201,8 +206,15 @@ class NomadTestDouble:
             ]:
                 if _may_reschedule(group, failed):
                     failed.next_allocation = self._start(job, group, failed.index, failed.reschedules + 1).id
-            live = [a for a in self.allocs.values() if a.job_id == job_id and a.group == group["Name"]
-                    and a.desired == "run" and not a.next_allocation and a.client_status() != "failed"]  # fmt: skip
+            live = [
+                a
+                for a in self.allocs.values()
+                if a.job_id == job_id
+                and a.group == group["Name"]
+                and a.desired == "run"
+                and not a.next_allocation
+                and a.client_status() != "failed"
+            ]
             for extra in sorted((a for a in live if a.index >= group["Count"]), key=lambda a: -a.index):
                 await self._stop(extra)  # scale-down: the highest name indexes go, whoever uses them
             taken = {a.index for a in live}
@@ -216,8 +228,15 @@ class NomadTestDouble:
     def _start(self, job: dict, group: dict, index: int, reschedules: int = 0) -> _Alloc:
         task = group["Tasks"][0]
         self._index += 1
-        alloc = _Alloc(uuid.uuid4().hex, job["ID"], group["Name"], index, _Proc(port=_free_port()),
-                       create_index=self._index, reschedules=reschedules)  # fmt: skip
+        alloc = _Alloc(
+            uuid.uuid4().hex,
+            job["ID"],
+            group["Name"],
+            index,
+            _Proc(port=_free_port()),
+            create_index=self._index,
+            reschedules=reschedules,
+        )
         task_dir = self.root / alloc.id
         config = task["Config"]
         args = [
@@ -253,12 +272,23 @@ class NomadTestDouble:
 
     async def list_jobs(self, prefix):
         self.calls.append(("list_jobs", prefix))
-        return [{"ID": j["ID"], "Name": j["Name"], "Type": j["Type"], "Status": "running"}
-                for j in self.jobs.values() if j["ID"].startswith(prefix)]  # fmt: skip
+        return [
+            {"ID": j["ID"], "Name": j["Name"], "Type": j["Type"], "Status": "running"}
+            for j in self.jobs.values()
+            if j["ID"].startswith(prefix)
+        ]
 
     def _stub(self, a: _Alloc) -> dict[str, Any]:
-        return {"ID": a.id, "Name": a.name, "JobID": a.job_id, "TaskGroup": a.group, "ClientStatus": a.client_status(),
-                "DesiredStatus": a.desired, "CreateIndex": a.create_index, "NextAllocation": a.next_allocation}  # fmt: skip
+        return {
+            "ID": a.id,
+            "Name": a.name,
+            "JobID": a.job_id,
+            "TaskGroup": a.group,
+            "ClientStatus": a.client_status(),
+            "DesiredStatus": a.desired,
+            "CreateIndex": a.create_index,
+            "NextAllocation": a.next_allocation,
+        }
 
     async def job_allocations(self, job_id):
         self.calls.append(("job_allocations", job_id))
@@ -269,8 +299,15 @@ class NomadTestDouble:
         await self._tick()
         a = self.allocs[alloc_id]
         port = {"Label": "http", "Value": a.state.port, "To": 0, "HostIP": "127.0.0.1"}
-        return {**self._stub(a), "AllocatedResources": {"Shared": {
-            "Ports": [port], "Networks": [{"IP": "127.0.0.1", "DynamicPorts": [{"Label": "http", "Value": a.state.port}]}]}}}  # fmt: skip
+        return {
+            **self._stub(a),
+            "AllocatedResources": {
+                "Shared": {
+                    "Ports": [port],
+                    "Networks": [{"IP": "127.0.0.1", "DynamicPorts": [{"Label": "http", "Value": a.state.port}]}],
+                }
+            },
+        }
 
     async def stop_allocation(self, alloc_id):
         self.calls.append(("stop_allocation", alloc_id))
@@ -298,7 +335,7 @@ class NomadTestDouble:
 
     async def serve(self) -> str:
         """Serve the double at Nomad's HTTP API on 127.0.0.1; returns the address (http://127.0.0.1:PORT)."""
-        from aiohttp import web  # noqa: PLC0415
+        from aiohttp import web  # noqa: PLC0415 - aiohttp is a dev dependency; only the Nomad double needs it
 
         def answer(data: Any, status: int = 200) -> web.Response:
             if isinstance(data, str):
@@ -497,9 +534,10 @@ class ModalTestDouble:
     async def list_sandboxes(self, app_id, tags):
         self.calls.append(("list_sandboxes", {"app_id": app_id, "tags": tags}))
         return [
-            s.id for s in self.sandboxes.values()
+            s.id
+            for s in self.sandboxes.values()
             if s.app_id == app_id and not s.terminated and all(s.spec.tags.get(k) == v for k, v in tags.items())
-        ]  # fmt: skip
+        ]
 
     async def from_name(self, app_name, name):
         self.calls.append(("from_name", {"app_name": app_name, "name": name}))
@@ -511,7 +549,7 @@ class ModalTestDouble:
 
     def pid(self, name: str) -> int:
         for s in self.sandboxes.values():
-            if s.spec.name == name and not s.terminated:
+            if s.spec.name == name and not s.terminated and s.state.proc is not None:
                 return s.state.proc.pid
         raise KeyError(name)
 

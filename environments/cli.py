@@ -79,13 +79,14 @@ def split_flags(argv: list[str]) -> dict[str, Any]:
         arg = argv[i]
         if not arg.startswith("--") or arg == "--":
             raise CliError(f"unexpected argument {arg!r}; flags look like --env.group_size 4")
-        key, eq, value = arg[2:].partition("=")
+        key, eq, text = arg[2:].partition("=")
+        value: str | bool = text
         if eq:
             i += 1
         elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
             value, i = argv[i + 1], i + 2
         else:
-            value, i = True, i + 1  # type: ignore[assignment]
+            value, i = True, i + 1
         if key in flags:
             raise CliError(f"--{key} given twice")
         flags[key] = value

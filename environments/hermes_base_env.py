@@ -41,6 +41,7 @@ from environments.models.chat_mode import PLACEHOLDER_API_KEY
 from environments.models.chat_tokens import tokenize_conversation
 from environments.models.token_mode.wiring import (
     TokenServerChoice,
+    TokenServerKind,
     finish_logprobs,
     resolve_token_server,
     sampling_setup,
@@ -261,7 +262,7 @@ class HermesAgentBaseEnv(BaseEnv):
     @classmethod
     def config_init(cls) -> tuple[HermesAgentEnvConfig, list[APIServerConfig]]:
         """Defaults for the CLI: the env's config class on the embedded model, output under out/<name>."""
-        config = cls.env_config_cls(
+        defaults: dict[str, Any] = dict(
             tokenizer_name=EMBEDDED,
             group_size=2,
             total_steps=2,
@@ -273,6 +274,14 @@ class HermesAgentBaseEnv(BaseEnv):
             # trajectory budget plus a slow model call (the request timeout) per rollout.
             worker_timeout=1800,
         )
+        # A field the task's config class declares again keeps the task's own default.
+        declared = {
+            name
+            for klass in cls.env_config_cls.__mro__
+            if issubclass(klass, HermesAgentEnvConfig) and klass is not HermesAgentEnvConfig
+            for name in vars(klass).get("__annotations__", {})
+        }
+        config = cls.env_config_cls(**{k: v for k, v in defaults.items() if k not in declared})
         return config, embedded_server_configs()
 
     # ---- hooks for task envs -------------------------------------------------------------
@@ -396,7 +405,7 @@ class HermesAgentBaseEnv(BaseEnv):
             model_timeout_s=float(max(s.timeout for s in self.server_configs)),
         )
 
-    def token_server_kind(self) -> str | None:
+    def token_server_kind(self) -> TokenServerKind | None:
         embedded = all(c.base_url == EMBEDDED for c in self.server_configs)
         tinker = self.config.require_inference_logprobs and self.config.token_server == "auto"
         return resolve_token_server(self.config.token_server, self.server_configs[0].server_type, embedded, tinker)
@@ -416,7 +425,7 @@ class HermesAgentBaseEnv(BaseEnv):
             )
         try:
             extra, record = sampling_setup(
-                kind,  # type: ignore[arg-type]
+                kind,
                 self.config.agent_temperature,
                 self.config.agent_max_tokens,
                 self.config.extra_body,
@@ -460,6 +469,10 @@ class HermesAgentBaseEnv(BaseEnv):
             embedded_threads=c.embedded_threads,
             embedded_parallel=c.embedded_parallel,
         )
+
+    def scripted_agent(self) -> Callable[[], ChatModel] | None:
+        """A scripted check agent (e.g. an oracle) that stands in for the model servers; None: the model."""
+        return None
 
     def make_model(self, for_eval: bool = False) -> ChatModel:
         """A model client for one trajectory (servers are used round-robin), bounded by its
@@ -615,13 +628,14 @@ class HermesAgentBaseEnv(BaseEnv):
     async def runtime(self, model: Callable[[], ChatModel] | None = None) -> AsyncIterator[HermesAgentBaseEnv]:
         """Start what the env needs (model server, tool backend) and always stop it.
 
-        `model` replaces the configured servers with a `ChatModel` factory (tests: no HTTP server).
+        `model` replaces the configured servers with a `ChatModel` factory (tests: no HTTP server);
+        so does the env's `scripted_agent()`, which then starts no model server.
         """
         self.agent_runtime = AgentRuntime(
             self.runtime_config(),
             tokenizer=self.tokenizer,
             tools=self.tool_registry(),
-            model=model,
+            model=model or self.scripted_agent(),
             tool_backend=self.make_tool_backend(),
         )
         async with self.agent_runtime:

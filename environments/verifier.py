@@ -37,7 +37,7 @@ __all__ = [
     "parse_test_statuses",
     "protected_reason",
     "split_diff",
-]  # fmt: skip
+]
 
 # Git in a directory the agent controlled: no hooks, no fsmonitor, no external diff or textconv drivers.
 GIT_SAFE = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c diff.external= -c core.attributesFile=/dev/null"
@@ -144,8 +144,15 @@ _PATTERNS: list[tuple[re.Pattern[str], int, int]] = [
     (re.compile(r"^\s*--- (PASS|FAIL|SKIP): (\S+)"), 2, 1),  # go test -v
     (re.compile(r"^test (\S+) \.\.\. (ok|FAILED|ignored)$"), 1, 2),  # cargo test
 ]
-_NORMAL = {"ok": "PASSED", "PASS": "PASSED", "FAIL": "FAILED", "SKIP": "SKIPPED", "ignored": "SKIPPED",
-           "expected failure": "XFAIL", "unexpected success": "XPASS"}  # fmt: skip
+_NORMAL = {
+    "ok": "PASSED",
+    "PASS": "PASSED",
+    "FAIL": "FAILED",
+    "SKIP": "SKIPPED",
+    "ignored": "SKIPPED",
+    "expected failure": "XFAIL",
+    "unexpected success": "XPASS",
+}
 
 
 def parse_test_statuses(log: str) -> dict[str, str]:
@@ -216,8 +223,9 @@ class TestVerifier:
             await executor.write_file(f"{dest}.patch", kept.encode())
             applied = await executor.exec(
                 f"cd {shlex.quote(dest)} && {GIT_SAFE} apply --whitespace=nowarn ../{dest}.patch",
-                timeout=120, max_output_bytes=20_000,
-            )  # fmt: skip
+                timeout=120,
+                max_output_bytes=20_000,
+            )
             if applied.exit_code != 0:
                 return Verdict(
                     0.0, {}, files, applied.output[-2000:], "the agent's diff does not apply to a clean checkout"

@@ -10,6 +10,16 @@ from slots.executor import SandboxBatcher, SlotExecutor
 from slots.pool import SandboxProvider, Slot, SlotAcquireTimeout, SlotPool, SlotPoolConfig, SlotState
 
 __all__ = [
-    "SandboxAddress", "SandboxClient", "SandboxError", "SandboxUnavailable", "SandboxBatcher", "SlotExecutor",
-    "SandboxProvider", "Slot", "SlotAcquireTimeout", "SlotPool", "SlotPoolConfig", "SlotState",
-]  # fmt: skip
+    "SandboxAddress",
+    "SandboxClient",
+    "SandboxError",
+    "SandboxUnavailable",
+    "SandboxBatcher",
+    "SlotExecutor",
+    "SandboxProvider",
+    "Slot",
+    "SlotAcquireTimeout",
+    "SlotPool",
+    "SlotPoolConfig",
+    "SlotState",
+]

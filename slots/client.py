@@ -98,8 +98,16 @@ class SandboxClient:
     async def health(self, timeout: float = 5.0) -> dict:
         return await self._json("GET", "/health", timeout=timeout)
 
-    async def exec(self, slot: str, command: str, *, timeout: float, max_output_bytes: int,
-                   stdin: str | None = None, network: bool = False) -> ExecResult:  # fmt: skip
+    async def exec(
+        self,
+        slot: str,
+        command: str,
+        *,
+        timeout: float,
+        max_output_bytes: int,
+        stdin: str | None = None,
+        network: bool = False,
+    ) -> ExecResult:
         body = {
             "command": command,
             "timeout": timeout,

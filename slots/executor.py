@@ -105,9 +105,14 @@ class SlotExecutor:
         network: bool = False,
     ) -> ExecResult:
         call: dict[str, Any] = {
-            "slot": self.slot.index, "op": "exec", "command": command, "timeout": timeout,
-            "max_output_bytes": max_output_bytes, "stdin": stdin, "network": network,
-        }  # fmt: skip
+            "slot": self.slot.index,
+            "op": "exec",
+            "command": command,
+            "timeout": timeout,
+            "max_output_bytes": max_output_bytes,
+            "stdin": stdin,
+            "network": network,
+        }
         return exec_result(await self._batcher.call(call, timeout=timeout))
 
     async def read_file(self, path: str) -> bytes:

@@ -141,3 +141,22 @@ def test_auto_token_server_is_exact_for_the_embedded_model_only():
     assert resolve_token_server("auto", "openai") is None
     assert resolve_token_server("auto", "vllm") == "vllm"
     assert resolve_token_server("off", "vllm", embedded=True) is None
+
+
+def test_default_config_init_keeps_a_task_configs_own_defaults():
+    from environments.examples.count_files import CountFilesEnv
+    from environments.terminal_tasks.env import TerminalTasksEnv
+
+    class LongEnvConfig(HermesAgentEnvConfig):
+        max_token_length: int = 8192
+
+    class LongEnv(CountFilesEnv):
+        name = "long_env"
+        env_config_cls = LongEnvConfig
+
+    config, servers = LongEnv.config_init()
+    assert config.max_token_length == 8192  # declared by the task's config class
+    assert config.group_size == 2 and config.data_path_to_save_groups == "out/long_env.jsonl"  # base defaults
+    assert isinstance(servers, list)
+    assert TerminalTasksEnv.config_init()[0].max_token_length == 8192
+    assert CountFilesEnv.config_init()[0].max_token_length == 4096

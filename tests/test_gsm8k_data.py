@@ -75,11 +75,24 @@ async def test_the_cli_refuses_a_missing_file_in_one_line(tmp_path: Path) -> Non
     out = tmp_path / "groups.jsonl"
     async with ScriptedOpenAIServer([]) as server:  # reachable, so the dataset is what fails
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "environments.gsm8k_agent_env", "process", "--env.dataset", str(tmp_path / "x.jsonl"),
-            "--openai.base_url", server.base_url, "--openai.model_name", "scripted", "--env.tokenizer_name", "embedded",
-            "--env.data_path_to_save_groups", str(out),
-            cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        )  # fmt: skip
+            sys.executable,
+            "-m",
+            "environments.gsm8k_agent_env",
+            "process",
+            "--env.dataset",
+            str(tmp_path / "x.jsonl"),
+            "--openai.base_url",
+            server.base_url,
+            "--openai.model_name",
+            "scripted",
+            "--env.tokenizer_name",
+            "embedded",
+            "--env.data_path_to_save_groups",
+            str(out),
+            cwd=ROOT,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
         _, err_bytes = await asyncio.wait_for(proc.communicate(), 300)
     err = err_bytes.decode()
     assert proc.returncode == 2, err[-2000:]

@@ -120,7 +120,13 @@ VISITORS = [
 ]
 LUNSBY_POPULATION = 23_910  # tools/web/corpus/wiki/lunsby.html
 CALDWYN_KM = 412  # tools/web/corpus/wiki/caldwyn_river.html
-ROUTE = {"trip": "source-to-sea", "river": "Caldwyn", "paddling_speed_kmh": 8, "notes": "no portages counted"}
+PADDLING_SPEED_KMH = 8
+ROUTE = {
+    "trip": "source-to-sea",
+    "river": "Caldwyn",
+    "paddling_speed_kmh": PADDLING_SPEED_KMH,
+    "notes": "no portages counted",
+}
 
 
 # ---- deterministic writers --------------------------------------------------------------------
@@ -380,7 +386,7 @@ def offline_tasks() -> list[dict[str, Any]]:
             "paddling_trip.json",
             "The attached file describes a paddling trip. Using the river's full length as given in the Vellmar "
             "Encyclopedia, how many hours does the trip take at the stated speed?",
-            _num(CALDWYN_KM / ROUTE["paddling_speed_kmh"]),
+            _num(CALDWYN_KM / PADDLING_SPEED_KMH),
         ),
         (
             "csv-web-visitors",

@@ -36,7 +36,7 @@ import re
 import shlex
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -70,7 +70,7 @@ __all__ = [
     "load_offline_instances",
     "profile_for",
     "read_rows",
-]  # fmt: skip
+]
 
 OFFLINE_DATA = Path(__file__).parents[1] / "data" / "swe_smith"
 PROFILES = OFFLINE_DATA / "profiles.json"
@@ -79,10 +79,16 @@ DEFAULT_TEST_CMD = "pytest --disable-warnings --color=no --tb=no --verbose"  # S
 # The published Python test commands start by activating the image's conda env; on our base there is none.
 _IMAGE_ENV_PREFIX = re.compile(r"^\s*source /opt/miniconda3/bin/activate;\s*conda activate \w+;\s*")
 _FIXED_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "hermes-rl", "GIT_AUTHOR_EMAIL": "hermes-rl@localhost", "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z",
-    "GIT_COMMITTER_NAME": "hermes-rl", "GIT_COMMITTER_EMAIL": "hermes-rl@localhost", "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
-    "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null", "GIT_TERMINAL_PROMPT": "0",
-}  # fmt: skip
+    "GIT_AUTHOR_NAME": "hermes-rl",
+    "GIT_AUTHOR_EMAIL": "hermes-rl@localhost",
+    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z",
+    "GIT_COMMITTER_NAME": "hermes-rl",
+    "GIT_COMMITTER_EMAIL": "hermes-rl@localhost",
+    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_TERMINAL_PROMPT": "0",
+}
 
 SYSTEM_PROMPT = (
     "You are a software engineer fixing a bug in a Python repository. Use the terminal and file "
@@ -208,8 +214,10 @@ def load_offline_instances(
         for line in lines.splitlines():
             row = json.loads(line)
             name = row["repo_url"].rstrip("/").split("/")[-1]
-            bugs.append({k: v for k, v in row.items() if k not in ("repo_url", "base_commit", "instance_id", "repo")}
-                        | {"name": name, "bug_id": row["instance_id"].rsplit(".", 1)[-1]})  # fmt: skip
+            bugs.append(
+                {k: v for k, v in row.items() if k not in ("repo_url", "base_commit", "instance_id", "repo")}
+                | {"name": name, "bug_id": row["instance_id"].rsplit(".", 1)[-1]}
+            )
         repos = {b["name"]: data_dir / "repos" / b["name"] for b in bugs}
         staging = out.with_name(out.name + f".tmp{os.getpid()}")
         rows = build_mirror(repos, bugs, staging)
@@ -461,13 +469,19 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         )
         instances = instances[: cfg.limit]
         reasons = "; ".join(f"{n} {why}" for why, n in self.skipped.most_common())
-        print(f"[hermes-rl] SWE-smith: {len(instances)} usable instances of {len(rows)} rows"
-              + (f"; skipped: {reasons}" if reasons else ""), file=sys.stderr)  # fmt: skip
+        print(
+            f"[hermes-rl] SWE-smith: {len(instances)} usable instances of {len(rows)} rows"
+            + (f"; skipped: {reasons}" if reasons else ""),
+            file=sys.stderr,
+        )
         images = collections.Counter(i.image_name for i in instances if i.image_name)
         if images and cfg.image_policy != "base":
             # The sandbox layer runs one image per backend today; a pool per image is its part to add.
-            print(f"[hermes-rl] SWE-smith: {len(instances)} instances name {len(images)} images (e.g. "
-                  f"{next(iter(images))}); slots run the backend's configured image", file=sys.stderr)  # fmt: skip
+            print(
+                f"[hermes-rl] SWE-smith: {len(instances)} instances name {len(images)} images (e.g. "
+                f"{next(iter(images))}); slots run the backend's configured image",
+                file=sys.stderr,
+            )
         self.requested_images = images
         if not instances:
             raise HermesEnvError(
@@ -480,12 +494,10 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
     async def eval_items(self) -> list[SweSmithInstance]:
         return self.instances  # evaluate runs every usable instance once
 
-    def make_model(self, for_eval: bool = False) -> ChatModel:
+    def scripted_agent(self) -> Callable[[], ChatModel] | None:
         if self.config.agent == "oracle":
-            return OracleAgent(self.by_id)
-        if self.config.agent == "noop":
-            return NoOpAgent()
-        return super().make_model(for_eval)
+            return lambda: OracleAgent(self.by_id)
+        return NoOpAgent if self.config.agent == "noop" else None
 
     def format_prompt(self, item: SweSmithInstance) -> str:
         return (
@@ -647,9 +659,14 @@ def _append(path: Path, text: str, mode: str) -> None:
 async def _git_async(args: list[str], timeout: float) -> str:
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_FIXED_GIT_ENV}
     proc = await asyncio.create_subprocess_exec(
-        "git", "-c", "core.hooksPath=/dev/null", *args, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+        "git",
+        "-c",
+        "core.hooksPath=/dev/null",
+        *args,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
         out, err = await asyncio.wait_for(proc.communicate(), timeout)
     except TimeoutError:

@@ -11,6 +11,13 @@ from environments.terminal_tasks.tasks import (
 )
 
 __all__ = [
-    "TerminalTasksEnv", "TerminalTasksEnvConfig", "TerminalTask", "OracleAgent", "NoOpAgent",
-    "load_tasks_dir", "load_harbor_task", "load_endless_task", "BUNDLED_TASKS",
-]  # fmt: skip
+    "TerminalTasksEnv",
+    "TerminalTasksEnvConfig",
+    "TerminalTask",
+    "OracleAgent",
+    "NoOpAgent",
+    "load_tasks_dir",
+    "load_harbor_task",
+    "load_endless_task",
+    "BUNDLED_TASKS",
+]

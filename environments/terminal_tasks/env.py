@@ -13,6 +13,7 @@ import asyncio
 import logging
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -123,12 +124,10 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     def _sandboxes_per_image(self) -> bool:
         return self.config.sandbox.backend.kind != "local"
 
-    def make_model(self, for_eval: bool = False) -> ChatModel:
+    def scripted_agent(self) -> Callable[[], ChatModel] | None:
         if self.config.agent == "oracle":
-            return OracleAgent(self.by_id, self.config.workspace_path)
-        if self.config.agent == "noop":
-            return NoOpAgent()
-        return super().make_model(for_eval)
+            return lambda: OracleAgent(self.by_id, self.config.workspace_path)
+        return NoOpAgent if self.config.agent == "noop" else None
 
     def make_tool_backend(self) -> TaskSandboxes:
         return TaskSandboxes(self.config.sandbox)

@@ -10,6 +10,7 @@ this machine's base environment (tasks it cannot reproduce are skipped at load t
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import hashlib
 import re
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from backends import BackendConfig, LocalBackendConfig, make_backend
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.terminal_tasks.tasks import TerminalTask
+from environments.terminal_tasks.tasks import BUNDLED_TASKS, TerminalTask, load_tasks_dir
 from slots.executor import SlotExecutor
 from slots.pool import SlotPool
 
@@ -142,10 +143,6 @@ class TaskSandboxes:
 
 def main(argv: list[str] | None = None) -> None:
     """Write a docker build context per task and print the `docker build` commands for Nomad/Modal."""
-    import argparse  # noqa: PLC0415
-
-    from environments.terminal_tasks.tasks import BUNDLED_TASKS, load_tasks_dir  # noqa: PLC0415
-
     parser = argparse.ArgumentParser(prog="python -m environments.terminal_tasks.sandboxes", description=main.__doc__)
     parser.add_argument("--tasks_dir", type=Path, default=BUNDLED_TASKS, help="Harbor / Endless Terminals tasks")
     parser.add_argument("--out", type=Path, required=True, help="Directory for the build contexts")

@@ -36,9 +36,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 __all__ = [
-    "TerminalTask", "SetupStep", "PathMap", "load_tasks_dir", "load_harbor_task", "load_endless_task",
-    "load_endless_rows", "replay_command", "BUNDLED_TASKS", "ENDLESS_HOME",
-]  # fmt: skip
+    "TerminalTask",
+    "SetupStep",
+    "PathMap",
+    "load_tasks_dir",
+    "load_harbor_task",
+    "load_endless_task",
+    "load_endless_rows",
+    "replay_command",
+    "BUNDLED_TASKS",
+    "ENDLESS_HOME",
+]
 
 BUNDLED_TASKS = Path(__file__).parent / "data"
 ENDLESS_HOME = "/home/user"  # Endless Terminals' agent home and working directory (generator/env.py --pwd)

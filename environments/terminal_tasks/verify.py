@@ -141,9 +141,15 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
     files["pytest.ini"] = (_EMPTY_INI.encode(), 0o644)
     addopts = f"-p no:cacheprovider --rootdir={vdir}/tests -c {ini} --confcutdir={vdir}/tests"
     env = {
-        "HOME": f"{vdir}/home", "LANG": "C.UTF-8", "TMPDIR": "/tmp", "PYTHONNOUSERSITE": "1", "PYTHONSAFEPATH": "1",
-        "PYTHONDONTWRITEBYTECODE": "1", "PYTEST_ADDOPTS": addopts, **task.verifier_env,
-    }  # fmt: skip
+        "HOME": f"{vdir}/home",
+        "LANG": "C.UTF-8",
+        "TMPDIR": "/tmp",
+        "PYTHONNOUSERSITE": "1",
+        "PYTHONSAFEPATH": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTEST_ADDOPTS": addopts,
+        **task.verifier_env,
+    }
     env_words = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     workdir = paths(task.workdir)
     q = shlex.quote

@@ -215,7 +215,7 @@ def decode_json_text(body: str) -> tuple[Any, str, str | None]:
         return None, s, "empty tool call body"
     try:
         value, end = JSON_DECODER.raw_decode(s)
-    except ValueError as exc:
+    except json.JSONDecodeError as exc:
         return None, s, f"invalid JSON: {exc.msg} at position {exc.pos}"
     if end != len(s):  # s is stripped: anything after the value is more than space
         return None, s, f"unexpected text after the JSON value: {s[end : end + 20]!r}"

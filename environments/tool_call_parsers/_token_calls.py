@@ -88,7 +88,7 @@ class TokenCallParser(ToolCallParser):
     spec: TokenCallSpec
 
     @property
-    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]
+    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]  # per instance: built from its spec
         return (*self.spec.section_begin, self.spec.call_begin)
 
     def _parse(self, text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParseResult:

@@ -59,7 +59,7 @@ class GlmParser(ToolCallParser):
     spec: GlmSpec = GLM
 
     @property
-    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]
+    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]  # per instance: built from its spec
         return (self.spec.start,)
 
     def __init__(self, tools=None) -> None:

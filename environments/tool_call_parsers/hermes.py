@@ -13,6 +13,7 @@ twice as a JSON string, a list of calls inside one block, and a Python dict lite
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -59,7 +60,7 @@ def calls_in_json(body: str, spec: JsonTagSpec) -> tuple[list[tuple[str, dict[st
     while pos < len(s):
         try:
             value, pos = JSON_DECODER.raw_decode(s, pos)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:
             # Small models imitate Python reprs: {'name': 'f', 'arguments': {'x': True}}.
             literal = python_literal(s) if pos == 0 else None
             if literal is None:
@@ -87,7 +88,7 @@ class JsonTagParser(ToolCallParser):
     spec: JsonTagSpec = HERMES
 
     @property
-    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]
+    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]  # per instance: built from its spec
         # `{`/`[`: a body whose opening tag is missing starts there.
         return (self.spec.start, self.spec.end, "{", "[")
 

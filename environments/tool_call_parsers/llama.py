@@ -12,6 +12,7 @@ token, JSON that does not decode is reported.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
 from typing import Any, Mapping
@@ -50,7 +51,7 @@ class BareJsonParser(ToolCallParser):
     spec: BareJsonSpec = LLAMA3_JSON
 
     @property
-    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]
+    def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]  # per instance: built from its spec
         return (*self.spec.announce, "{", "```")
 
     def _parse(self, text: str, schemas: Mapping[str, Any]) -> ParseResult:
@@ -74,7 +75,7 @@ class BareJsonParser(ToolCallParser):
                 break
             try:
                 obj, stop = budget.decode(text, j)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 if announced or _LOOKS_LIKE_CALL.match(text, j):
                     errors.append(issue(text, start, min(len(text), j + 200), f"invalid JSON: {exc.msg}"))
                 j = text.find("{", j + 1)

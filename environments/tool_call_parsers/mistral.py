@@ -13,6 +13,7 @@ token (servers that drop special tokens from the text).
 
 from __future__ import annotations
 
+import json
 import re
 import string
 from random import getrandbits
@@ -89,7 +90,7 @@ class MistralParser(ToolCallParser):
         if text.startswith(("[", "{"), k):
             try:
                 value, stop = budget.decode(text, k)
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 return [], pos, f"invalid JSON after [TOOL_CALLS]: {exc.msg}"
             out = []
             for item in value if isinstance(value, list) else [value]:
@@ -110,7 +111,7 @@ class MistralParser(ToolCallParser):
                 return [], pos, "[TOOL_CALLS] not followed by a JSON list or NAME[ARGS]{...}"
             try:
                 value, stop = budget.decode(text, m.end())
-            except ValueError as exc:
+            except json.JSONDecodeError as exc:
                 return [], pos, f"invalid JSON arguments for {m.group(1)}: {exc.msg}"
             # An object is kept as the model wrote it; anything else is normalised first.
             written = text[m.end() : stop] if type(value) is dict else None

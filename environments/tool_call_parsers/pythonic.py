@@ -99,7 +99,7 @@ def _calls(source: str) -> list[tuple[str, dict[str, Any]]]:
         tree = parse_python(source)
     except (SyntaxError, ValueError, MemoryError, RecursionError) as exc:
         raise _NotACall(f"not a valid Python list of calls: {type(exc).__name__}") from None
-    if not isinstance(tree.body, ast.List):
+    if not isinstance(tree, ast.Expression) or not isinstance(tree.body, ast.List):
         raise _NotACall("not a list of calls")
     out = []
     for node in tree.body.elts:
@@ -131,10 +131,10 @@ def _literal(node: ast.expr) -> Any:
     if isinstance(node, ast.List):
         return [_literal(x) for x in node.elts]
     if isinstance(node, ast.Dict):
-        if any(k is None for k in node.keys):
-            raise _NotACall("dict unpacking in an argument")
         out = {}
         for k, v in zip(node.keys, node.values):
+            if k is None:
+                raise _NotACall("dict unpacking in an argument")
             key = _literal(k)
             if not isinstance(key, str):
                 raise _NotACall("dict keys must be strings to be JSON")

@@ -122,10 +122,16 @@ def gsm8k_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
     async def go() -> Path:
         async with ScriptedOpenAIServer([_python_then_answer] * 12) as server:
             config = GSM8kAgentEnvConfig(
-                tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=3, dataset=str(data),
-                data_path_to_save_groups=str(tmp / "groups.jsonl"), ensure_scores_are_not_same=False,
-                include_messages=True, workspace_root=str(tmp / "ws"),
-            )  # fmt: skip
+                tokenizer_name="embedded",
+                use_wandb=False,
+                group_size=2,
+                total_steps=3,
+                dataset=str(data),
+                data_path_to_save_groups=str(tmp / "groups.jsonl"),
+                ensure_scores_are_not_same=False,
+                include_messages=True,
+                workspace_root=str(tmp / "ws"),
+            )
             env = GSM8kAgentEnv(config, [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="k")])
             return await _process(env, tmp, 3)
 
@@ -139,10 +145,17 @@ def swe_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
     async def go() -> Path:
         async with ScriptedOpenAIServer([]) as server:
             config = SweSmithOracleEnvConfig(
-                tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1, agent="oracle",
-                tool_backend="local", workspace_root=str(tmp / "ws"), ensure_scores_are_not_same=False,
-                data_path_to_save_groups=str(tmp / "groups.jsonl"), include_messages=True,
-            )  # fmt: skip
+                tokenizer_name="embedded",
+                use_wandb=False,
+                group_size=2,
+                total_steps=1,
+                agent="oracle",
+                tool_backend="local",
+                workspace_root=str(tmp / "ws"),
+                ensure_scores_are_not_same=False,
+                data_path_to_save_groups=str(tmp / "groups.jsonl"),
+                include_messages=True,
+            )
             env = SweSmithOracleEnv(
                 config, [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="k")]
             )

@@ -26,6 +26,13 @@ __all__ = ["GaiaScriptedSolver", "SOLVED_TASKS"]
 Recipe = Generator[tuple[str, dict[str, Any]], str, str]
 
 
+def _find(pattern: str, text: str) -> str:
+    match = re.search(pattern, text)
+    if match is None:
+        raise ValueError(f"the bundled file no longer says {pattern!r}")
+    return match.group(1)
+
+
 def _py(code: str) -> tuple[str, dict[str, Any]]:
     return "python", {"code": code}
 
@@ -111,7 +118,7 @@ def docx_minutes(file: str) -> Recipe:
             )
         )
     )
-    return re.search(r"([A-Z]\w+ [A-Z]\w+) was elected treasurer", text).group(1)  # type: ignore[union-attr]
+    return _find(r"([A-Z]\w+ [A-Z]\w+) was elected treasurer", text)
 
 
 def pdf_invoice(file: str) -> Recipe:
@@ -124,7 +131,7 @@ def pdf_invoice(file: str) -> Recipe:
             )
         )
     )
-    amount = re.search(r"Total due: \$([\d,]+\.\d\d)", text).group(1)  # type: ignore[union-attr]
+    amount = _find(r"Total due: \$([\d,]+\.\d\d)", text)
     return _fmt(float(amount.replace(",", "")))
 
 
@@ -149,14 +156,14 @@ def png_grid(file: str) -> Recipe:
 
 def web_lighthouse_year(_: str) -> Recipe:
     text = yield from _search_and_read("Halvorsen Point Lighthouse first lit")
-    return re.search(r"first lit in (\d{4})", text).group(1)  # type: ignore[union-attr]
+    return _find(r"first lit in (\d{4})", text)
 
 
 def web_architect_town(_: str) -> Recipe:
     text = yield from _search_and_read("Halvorsen Point Lighthouse architect")
-    architect = re.search(r"designed by the architect ([A-Z]\w+ [A-Z]\w+)", text).group(1)  # type: ignore[union-attr]
+    architect = _find(r"designed by the architect ([A-Z]\w+ [A-Z]\w+)", text)
     bio = yield from _search_and_read(f"{architect} architect born")
-    return re.search(r"born in [^.]*?([A-Z]\w+)\b", bio).group(1)  # type: ignore[union-attr]
+    return _find(r"born in [^.]*?([A-Z]\w+)\b", bio)
 
 
 def web_orvane_moons(_: str) -> Recipe:
@@ -169,7 +176,7 @@ def web_orvane_moons(_: str) -> Recipe:
 def json_web_paddling(file: str) -> Recipe:
     trip = json.loads(_output((yield _py(f"print(open({file!r}).read())"))))
     text = yield from _search_and_read(f"{trip['river']} River length")
-    km = float(re.search(r"([\d,.]+) kilometres", text).group(1).replace(",", ""))  # type: ignore[union-attr]
+    km = float(_find(r"([\d,.]+) kilometres", text).replace(",", ""))
     return _fmt(km / trip["paddling_speed_kmh"])
 
 
@@ -184,7 +191,7 @@ def csv_web_visitors(file: str) -> Recipe:
         )
     ).split()
     text = yield from _search_and_read(f"{town} population 2021 census")
-    population = int(re.search(r"population of\s*([\d,]+)", text).group(1).replace(",", ""))  # type: ignore[union-attr]
+    population = int(_find(r"population of\s*([\d,]+)", text).replace(",", ""))
     return f"{int(total) / population:.2f}"
 
 

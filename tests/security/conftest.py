@@ -58,7 +58,7 @@ async def play(
             m["result"] = json.loads(m["content"])
         except json.JSONDecodeError:
             m["result"] = {"raw": m["content"]}
-    play.last_result = result  # type: ignore[attr-defined]
+    play.last_result = result  # type: ignore[attr-defined]  # tests read the last result off the function
     return tool_msgs
 
 

@@ -17,15 +17,25 @@ def _file_diff(path: str, added: str, *, new: bool = False) -> str:
 @pytest.mark.parametrize(
     "path, reason",
     [
-        ("tests/test_calc.py", "test file"), ("pkg/tests/helpers.py", "test file"), ("test_x.py", "test file"),
-        ("pkg/util_test.py", "test file"), ("conftest.py", "test configuration"), ("pkg/conftest.py", "test configuration"),
-        ("pytest.ini", "test configuration"), ("tox.ini", "test configuration"), ("setup.cfg", "test configuration"),
-        ("pyproject.toml", "test configuration"), ("sitecustomize.py", "interpreter startup file"),
-        ("pkg/usercustomize.py", "interpreter startup file"), ("evil.pth", "interpreter startup file"),
-        (".git/hooks/post-checkout", "git metadata"), (".gitattributes", "git metadata"),
-        ("pkg/__pycache__/calc.cpython-311.pyc", "cache or bytecode"), (".pytest_cache/.gitignore", "cache or bytecode"),
+        ("tests/test_calc.py", "test file"),
+        ("pkg/tests/helpers.py", "test file"),
+        ("test_x.py", "test file"),
+        ("pkg/util_test.py", "test file"),
+        ("conftest.py", "test configuration"),
+        ("pkg/conftest.py", "test configuration"),
+        ("pytest.ini", "test configuration"),
+        ("tox.ini", "test configuration"),
+        ("setup.cfg", "test configuration"),
+        ("pyproject.toml", "test configuration"),
+        ("sitecustomize.py", "interpreter startup file"),
+        ("pkg/usercustomize.py", "interpreter startup file"),
+        ("evil.pth", "interpreter startup file"),
+        (".git/hooks/post-checkout", "git metadata"),
+        (".gitattributes", "git metadata"),
+        ("pkg/__pycache__/calc.cpython-311.pyc", "cache or bytecode"),
+        (".pytest_cache/.gitignore", "cache or bytecode"),
     ],
-)  # fmt: skip
+)
 def test_protected_paths(path, reason):
     assert protected_reason(path) == reason
 

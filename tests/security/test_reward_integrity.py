@@ -47,11 +47,16 @@ class TerminalAgent:
 def make_env(tmp_path, base_url: str, **overrides) -> SweSmithOracleEnv:
     pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
     config = SweSmithOracleEnvConfig(
-        tokenizer_name="embedded", use_wandb=False, group_size=1, total_steps=1, tool_backend="sandbox",
+        tokenizer_name="embedded",
+        use_wandb=False,
+        group_size=1,
+        total_steps=1,
+        tool_backend="sandbox",
         sandbox=SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sb"))),
-        data_path_to_save_groups=str(tmp_path / "groups.jsonl"), ensure_scores_are_not_same=False,
+        data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
+        ensure_scores_are_not_same=False,
         **overrides,
-    )  # fmt: skip
+    )
     return SweSmithOracleEnv(config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="x")])
 
 

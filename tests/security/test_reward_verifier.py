@@ -68,16 +68,19 @@ async def test_hacks_without_a_fix_score_zero_and_are_recorded(tmp_path):
         verdict = await _score(tmp_path / str(len(kwargs)), hack, **kwargs)
         assert verdict.score == 0.0
         assert {(f.path, f.reason) for f in verdict.dropped} == {
-            ("conftest.py", "test configuration"), ("tests/test_task.py", "test file"), ("pytest.ini", "test configuration"),
-        }  # fmt: skip
+            ("conftest.py", "test configuration"),
+            ("tests/test_task.py", "test file"),
+            ("pytest.ini", "test configuration"),
+        }
 
 
 async def test_a_diff_that_does_not_apply_scores_zero(tmp_path):
     verdict = await _score(tmp_path, "sed -i 's/41/42/' solution.py", must_pass=["tests/test_task.py::test_answer"])
     assert verdict.score == 1.0
     broken = await TestVerifier().verify(
-        LocalWorkspace(tmp_path / "v2"), prepare=lambda ex, dest: ex.exec(f"mkdir {dest}", timeout=10, max_output_bytes=100),
+        LocalWorkspace(tmp_path / "v2"),
+        prepare=lambda ex, dest: ex.exec(f"mkdir {dest}", timeout=10, max_output_bytes=100),
         patch="diff --git a/solution.py b/solution.py\n--- a/solution.py\n+++ b/solution.py\n@@ -1 +1 @@\n-x\n+y\n",
         test_command="true",
-    )  # fmt: skip
+    )
     assert broken.score == 0.0 and broken.error == "the agent's diff does not apply to a clean checkout"

@@ -50,7 +50,7 @@ class ScriptedOpenAIServer:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # started just above, so it has a server
         return self
 
     async def __aexit__(self, *exc: object) -> None:

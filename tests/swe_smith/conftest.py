@@ -16,10 +16,15 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 GIT_ENV = {
-    "PATH": os.environ["PATH"], "HOME": "/nonexistent", "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_AUTHOR_NAME": "swesmith", "GIT_AUTHOR_EMAIL": "swesmith@swesmith.ai", "GIT_COMMITTER_NAME": "swesmith",
+    "PATH": os.environ["PATH"],
+    "HOME": "/nonexistent",
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_AUTHOR_NAME": "swesmith",
+    "GIT_AUTHOR_EMAIL": "swesmith@swesmith.ai",
+    "GIT_COMMITTER_NAME": "swesmith",
     "GIT_COMMITTER_EMAIL": "swesmith@swesmith.ai",
-}  # fmt: skip
+}
 
 RINGBUF = {
     "ringbuf/__init__.py": (
@@ -103,23 +108,61 @@ def published(tmp_path) -> dict:
     ring_patch = next(iter(ring_bugs.values()))[1]
     ids = list(calc_bugs)
     rows = [
-        {"instance_id": ids[0], "repo": calc_repo, "patch": calc_bugs[ids[0]][1], "base_commit": calc_bugs[ids[0]][0],
-         "FAIL_TO_PASS": ["tests/test_calc.py::test_div"], "PASS_TO_PASS": ["tests/test_calc.py::test_add", "tests/test_calc.py::test_div_by_zero"],
-         "problem_statement": "div(7, 2) returns 3 instead of 3.5.", "image_name": None, "created_at": "2025-01-01T00:00:00"},
-        {"instance_id": ids[1], "repo": calc_repo, "patch": calc_bugs[ids[1]][1], "base_commit": calc_bugs[ids[1]][0],
-         # the hub stores the test lists as JSON text
-         "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_mean"]), "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_mean_empty"]),
-         "problem_statement": "mean([1, 2, 3, 4]) is wrong.", "image_name": "swebench/swesmith.x86_64.hermes_1776_tinycalc.00000000"},
-        {"instance_id": ids[2], "repo": calc_repo, "patch": calc_bugs[ids[2]][1], "base_commit": calc_bugs[ids[2]][0],
-         "FAIL_TO_PASS": ["tests/test_calc.py::test_div"], "PASS_TO_PASS": [], "problem_statement": "  ", "image_name": None},
-        {"instance_id": next(iter(ring_bugs)), "repo": ring_repo, "patch": ring_patch, "base_commit": next(iter(ring_bugs.values()))[0],
-         "FAIL_TO_PASS": ["tests.test_ringbuf.RingBufferTest.test_evicts_oldest"],
-         "PASS_TO_PASS": ["tests.test_ringbuf.RingBufferTest.test_len", "tests.test_ringbuf.RingBufferTest.test_newest"],
-         "problem_statement": "RingBuffer drops the newest item instead of the oldest.",
-         "image_name": "swebench/swesmith.x86_64.hermes_1776_ringbuf.00000000"},
-        {"instance_id": "hermes__gone.12345678.bug", "repo": "swesmith/hermes__gone.12345678", "patch": ring_patch,
-         "FAIL_TO_PASS": ["tests/test_x.py::test_x"], "PASS_TO_PASS": [], "problem_statement": "No mirror for this one.", "base_commit": "0" * 40},
-    ]  # fmt: skip
+        {
+            "instance_id": ids[0],
+            "repo": calc_repo,
+            "patch": calc_bugs[ids[0]][1],
+            "base_commit": calc_bugs[ids[0]][0],
+            "FAIL_TO_PASS": ["tests/test_calc.py::test_div"],
+            "PASS_TO_PASS": ["tests/test_calc.py::test_add", "tests/test_calc.py::test_div_by_zero"],
+            "problem_statement": "div(7, 2) returns 3 instead of 3.5.",
+            "image_name": None,
+            "created_at": "2025-01-01T00:00:00",
+        },
+        {
+            "instance_id": ids[1],
+            "repo": calc_repo,
+            "patch": calc_bugs[ids[1]][1],
+            "base_commit": calc_bugs[ids[1]][0],
+            # the hub stores the test lists as JSON text
+            "FAIL_TO_PASS": json.dumps(["tests/test_calc.py::test_mean"]),
+            "PASS_TO_PASS": json.dumps(["tests/test_calc.py::test_mean_empty"]),
+            "problem_statement": "mean([1, 2, 3, 4]) is wrong.",
+            "image_name": "swebench/swesmith.x86_64.hermes_1776_tinycalc.00000000",
+        },
+        {
+            "instance_id": ids[2],
+            "repo": calc_repo,
+            "patch": calc_bugs[ids[2]][1],
+            "base_commit": calc_bugs[ids[2]][0],
+            "FAIL_TO_PASS": ["tests/test_calc.py::test_div"],
+            "PASS_TO_PASS": [],
+            "problem_statement": "  ",
+            "image_name": None,
+        },
+        {
+            "instance_id": next(iter(ring_bugs)),
+            "repo": ring_repo,
+            "patch": ring_patch,
+            "base_commit": next(iter(ring_bugs.values()))[0],
+            "FAIL_TO_PASS": ["tests.test_ringbuf.RingBufferTest.test_evicts_oldest"],
+            "PASS_TO_PASS": [
+                "tests.test_ringbuf.RingBufferTest.test_len",
+                "tests.test_ringbuf.RingBufferTest.test_newest",
+            ],
+            "problem_statement": "RingBuffer drops the newest item instead of the oldest.",
+            "image_name": "swebench/swesmith.x86_64.hermes_1776_ringbuf.00000000",
+        },
+        {
+            "instance_id": "hermes__gone.12345678.bug",
+            "repo": "swesmith/hermes__gone.12345678",
+            "patch": ring_patch,
+            "FAIL_TO_PASS": ["tests/test_x.py::test_x"],
+            "PASS_TO_PASS": [],
+            "problem_statement": "No mirror for this one.",
+            "base_commit": "0" * 40,
+        },
+    ]
     dataset = tmp_path / "instances.jsonl"
     dataset.write_text("".join(json.dumps(r) + "\n" for r in rows))
     profiles = tmp_path / "profiles.json"

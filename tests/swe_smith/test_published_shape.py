@@ -25,7 +25,7 @@ from environments.swe_smith.env import (
     load_instances,
     profile_for,
     read_rows,
-)  # fmt: skip
+)
 from environments.verifier import parse_junit_statuses, parse_test_statuses
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
@@ -35,13 +35,20 @@ from tests.swe_smith.conftest import ROOT, git
 def make_env(tmp_path, published, base_url: str, **overrides) -> SweSmithOracleEnv:
     pool = SlotPoolConfig(slots_per_sandbox=4, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
     config = SweSmithOracleEnvConfig(
-        tokenizer_name="embedded", use_wandb=False, group_size=1, total_steps=1, tool_backend="sandbox",
+        tokenizer_name="embedded",
+        use_wandb=False,
+        group_size=1,
+        total_steps=1,
+        tool_backend="sandbox",
         sandbox=SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sb"))),
-        data_path_to_save_groups=str(tmp_path / "out" / "groups.jsonl"), ensure_scores_are_not_same=False,
-        dataset=str(published["dataset"]), mirror_base=str(published["mirrors"]), profiles=str(published["profiles"]),
+        data_path_to_save_groups=str(tmp_path / "out" / "groups.jsonl"),
+        ensure_scores_are_not_same=False,
+        dataset=str(published["dataset"]),
+        mirror_base=str(published["mirrors"]),
+        profiles=str(published["profiles"]),
         cache_dir=str(tmp_path / "cache"),
         **overrides,
-    )  # fmt: skip
+    )
     return SweSmithOracleEnv(config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="x")])
 
 
@@ -62,8 +69,13 @@ def test_published_profiles_give_the_test_command():
     pygments = profile_for("swesmith/pygments__pygments.27649ebb")
     assert pygments["language"] == "python" and "pytest" in pygments["test_cmd"]
     assert pygments["image_name"] == "swebench/swesmith.x86_64.pygments_1776_pygments.27649ebb"
-    inst = SweSmithInstance(instance_id="pygments__pygments.27649ebb.x", repo="swesmith/pygments__pygments.27649ebb",
-                            patch="", FAIL_TO_PASS=["tests/test_a.py::t"], PASS_TO_PASS=["tests/test_b.py::u"])  # fmt: skip
+    inst = SweSmithInstance(
+        instance_id="pygments__pygments.27649ebb.x",
+        repo="swesmith/pygments__pygments.27649ebb",
+        patch="",
+        FAIL_TO_PASS=["tests/test_a.py::t"],
+        PASS_TO_PASS=["tests/test_b.py::u"],
+    )
     on_base = build_test_command(inst, pygments, python="/py/bin/python", on_image=False)
     assert on_base.startswith("/py/bin/python -m pytest --disable-warnings") and "conda" not in on_base
     assert on_base.endswith("tests/test_a.py tests/test_b.py")
@@ -111,8 +123,10 @@ def test_a_saved_dataset_directory_loads_like_the_jsonl(tmp_path, published, as_
     from datasets import Dataset, DatasetDict
 
     # On the hub the test lists are JSON text in every row.
-    rows = [r | {k: r[k] if isinstance(r[k], str) else json.dumps(r[k]) for k in ("FAIL_TO_PASS", "PASS_TO_PASS")}
-            for r in published["rows"]]  # fmt: skip
+    rows = [
+        r | {k: r[k] if isinstance(r[k], str) else json.dumps(r[k]) for k in ("FAIL_TO_PASS", "PASS_TO_PASS")}
+        for r in published["rows"]
+    ]
     saved = Dataset.from_list(rows)
     (DatasetDict({"train": saved}) if as_dict else saved).save_to_disk(str(tmp_path / "saved"))
     from_dir = load_instances(
@@ -138,10 +152,14 @@ def test_status_parsers_read_each_runner():
         "test tests::it_works ... ok\n"
     )
     assert parse_test_statuses(log) == {
-        "tests/test_a.py::test_x": "PASSED", "tests/test_a.py::test_y[1-2]": "FAILED", "tests/test_b.py::test_z": "PASSED",
-        "tests.test_r.RTest.test_len": "PASSED", "tests.test_r.RTest.test_pop": "FAILED", "TestGo": "PASSED",
+        "tests/test_a.py::test_x": "PASSED",
+        "tests/test_a.py::test_y[1-2]": "FAILED",
+        "tests/test_b.py::test_z": "PASSED",
+        "tests.test_r.RTest.test_len": "PASSED",
+        "tests.test_r.RTest.test_pop": "FAILED",
+        "TestGo": "PASSED",
         "tests::it_works": "PASSED",
-    }  # fmt: skip
+    }
 
 
 def test_junit_report_gives_pytest_node_ids():
@@ -154,9 +172,12 @@ def test_junit_report_gives_pytest_node_ids():
 <testcase classname="tests.test_b" name="test_e" file="tests/test_b.py" line="7" time="0"><error message="fixture"/></testcase>
 </testsuite></testsuites>"""
     assert parse_junit_statuses(xml) == {
-        "tests/test_a.py::test_x": "PASSED", "tests/test_a.py::TestK::test_y[1-2]": "FAILED",
-        "tests/test_b.py::test_s": "SKIPPED", "tests/test_b.py::test_xf": "XFAIL", "tests/test_b.py::test_e": "ERROR",
-    }  # fmt: skip
+        "tests/test_a.py::test_x": "PASSED",
+        "tests/test_a.py::TestK::test_y[1-2]": "FAILED",
+        "tests/test_b.py::test_s": "SKIPPED",
+        "tests/test_b.py::test_xf": "XFAIL",
+        "tests/test_b.py::test_e": "ERROR",
+    }
     assert parse_junit_statuses("tests/test_a.py::test_x PASSED") == {}
 
 
@@ -229,14 +250,33 @@ def test_cli_evaluate_through_mirror_base_and_dataset_path(tmp_path, published):
             results = []
             for agent in ("oracle", "noop"):
                 argv = [
-                    sys.executable, "-m", "environments.swe_smith_oracle_env", "evaluate",
-                    "--openai.base_url", server.base_url, "--openai.model_name", "scripted", "--openai.api_key", "x",
-                    "--env.agent", agent, "--env.dataset", str(published["dataset"]),
-                    "--env.mirror_base", str(published["mirrors"]), "--env.profiles", str(published["profiles"]),
-                    "--env.image_policy", "base", "--env.cache_dir", str(tmp_path / "cache"),
-                    "--env.data_path_to_save_groups", str(tmp_path / agent / "groups.jsonl"),
-                    "--env.data_dir_to_save_evals", str(tmp_path / agent / "eval"),
-                ]  # fmt: skip
+                    sys.executable,
+                    "-m",
+                    "environments.swe_smith_oracle_env",
+                    "evaluate",
+                    "--openai.base_url",
+                    server.base_url,
+                    "--openai.model_name",
+                    "scripted",
+                    "--openai.api_key",
+                    "x",
+                    "--env.agent",
+                    agent,
+                    "--env.dataset",
+                    str(published["dataset"]),
+                    "--env.mirror_base",
+                    str(published["mirrors"]),
+                    "--env.profiles",
+                    str(published["profiles"]),
+                    "--env.image_policy",
+                    "base",
+                    "--env.cache_dir",
+                    str(tmp_path / "cache"),
+                    "--env.data_path_to_save_groups",
+                    str(tmp_path / agent / "groups.jsonl"),
+                    "--env.data_dir_to_save_evals",
+                    str(tmp_path / agent / "eval"),
+                ]
                 proc = await asyncio.create_subprocess_exec(
                     *argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
                 )
@@ -256,9 +296,23 @@ def test_cli_evaluate_through_mirror_base_and_dataset_path(tmp_path, published):
 @pytest.mark.slow
 def test_a_bad_dataset_path_is_one_line_and_exit_2(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "environments.swe_smith_oracle_env", "evaluate", "--openai.base_url", "http://127.0.0.1:9/v1",
-         "--env.dataset", str(tmp_path / "missing.jsonl"), "--env.data_path_to_save_groups", str(tmp_path / "g.jsonl")],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "environments.swe_smith_oracle_env",
+            "evaluate",
+            "--openai.base_url",
+            "http://127.0.0.1:9/v1",
+            "--env.dataset",
+            str(tmp_path / "missing.jsonl"),
+            "--env.data_path_to_save_groups",
+            str(tmp_path / "g.jsonl"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "is neither 'offline', an existing JSONL/JSON file" in proc.stderr and "Traceback" not in proc.stderr

@@ -51,18 +51,36 @@ def test_process_cli_runs_end_to_end_against_the_embedded_model(embedded_llm, tm
     out = tmp_path / "groups.jsonl"
     proc = subprocess.run(
         [
-            sys.executable, "-m", "environments.terminal_tasks_env", "process",
-            "--openai.base_url", embedded_llm.base_url,
-            "--openai.model_name", embedded_llm.model_name,
-            "--openai.api_key", "local",
-            "--env.tokenizer_name", str(embedded_llm.tokenizer_dir),
-            "--env.total_steps", "1", "--env.group_size", "2",
-            "--env.max_agent_turns", "2", "--env.agent_max_tokens", "48",
-            "--env.ensure_scores_are_not_same", "False",
-            "--env.data_path_to_save_groups", str(out),
+            sys.executable,
+            "-m",
+            "environments.terminal_tasks_env",
+            "process",
+            "--openai.base_url",
+            embedded_llm.base_url,
+            "--openai.model_name",
+            embedded_llm.model_name,
+            "--openai.api_key",
+            "local",
+            "--env.tokenizer_name",
+            str(embedded_llm.tokenizer_dir),
+            "--env.total_steps",
+            "1",
+            "--env.group_size",
+            "2",
+            "--env.max_agent_turns",
+            "2",
+            "--env.agent_max_tokens",
+            "48",
+            "--env.ensure_scores_are_not_same",
+            "False",
+            "--env.data_path_to_save_groups",
+            str(out),
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(groups) == 1 and len(groups[0]["scores"]) == 2
@@ -74,11 +92,22 @@ def test_process_cli_runs_end_to_end_against_the_embedded_model(embedded_llm, tm
 def test_evaluate_cli_with_the_oracle_scores_every_task(tmp_path):
     proc = subprocess.run(
         [
-            sys.executable, "-m", "environments.terminal_tasks_env", "evaluate", "--env.agent", "oracle",
-            "--env.data_dir_to_save_evals", str(tmp_path / "eval"),
-            "--env.data_path_to_save_groups", str(tmp_path / "g.jsonl"),
+            sys.executable,
+            "-m",
+            "environments.terminal_tasks_env",
+            "evaluate",
+            "--env.agent",
+            "oracle",
+            "--env.data_dir_to_save_evals",
+            str(tmp_path / "eval"),
+            "--env.data_path_to_save_groups",
+            str(tmp_path / "g.jsonl"),
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=900,
-    )  # fmt: skip
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "'eval/accuracy': 1.0" in proc.stdout and "'eval/n': 9" in proc.stdout
+    assert "starting the embedded model server" not in proc.stderr  # a scripted agent needs no model

@@ -60,12 +60,17 @@ async def test_endless_terminals_dataset_rows_resolve_to_task_dirs(scripted_serv
         description = __import__("json").loads((BUNDLED_TASKS / "endless" / name / "task.json").read_text())[
             "description"
         ]
-        rows.append({
-            "description": description, "task_dir": name, "data_source": "endless", "env_class": "endless",
-            "prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": description}],
-            "reward_spec": {"method": "rule", "ground_truth": f"/data/tasks/{name}"},
-            "extra_info": {"task_dir": f"/data/tasks/{name}", "max_time": 300},
-        })  # fmt: skip
+        rows.append(
+            {
+                "description": description,
+                "task_dir": name,
+                "data_source": "endless",
+                "env_class": "endless",
+                "prompt": [{"role": "system", "content": "sys"}, {"role": "user", "content": description}],
+                "reward_spec": {"method": "rule", "ground_truth": f"/data/tasks/{name}"},
+                "extra_info": {"task_dir": f"/data/tasks/{name}", "max_time": 300},
+            }
+        )
     Dataset.from_list(rows).to_parquet(str(tmp_path / "train.parquet"))
     env = make_env(
         scripted_server.base_url,

@@ -39,7 +39,7 @@ class ScriptedTokenServerDouble:
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]  # started just above, so it has a server
         self.url = f"http://127.0.0.1:{port}"
         return self
 

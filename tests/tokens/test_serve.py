@@ -4,78 +4,16 @@ trainer-like client registers, pulls `/batch` and checks the groups it receives.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
 import sys
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
+from tests.support.run_api import register_trainer, start_process, start_run_api, stop_process
+
 from .test_phase2_env import TOOL_CALL_GRAMMAR, trained_spans
-
-ROOT = Path(__file__).resolve().parents[2]
-RUN_API = Path(sys.executable).with_name("run-api")
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _start(cmd: list[str], log: Path) -> subprocess.Popen[bytes]:
-    # Own process group, so the test stops the command and everything it started.
-    return subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True)
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is not None:
-        return
-    os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(15)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(15)
-
-
-def start_run_api(tmp_path: Path) -> tuple[subprocess.Popen[bytes], str]:
-    port = _free_port()
-    api_url = f"http://127.0.0.1:{port}"
-    api = _start([str(RUN_API), "--host", "127.0.0.1", "--port", str(port)], tmp_path / "run-api.log")
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            if httpx.get(api_url + "/", timeout=2).status_code == 200:
-                return api, api_url
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline and api.poll() is None, (tmp_path / "run-api.log").read_text()[-2000:]
-        time.sleep(0.5)
-
-
-def register_trainer(api_url: str, tmp_path: Path, *, batch_size: int, num_steps: int) -> None:
-    """What a trainer (tinker-atropos, atropos's example trainer) sends to /register."""
-    reg = httpx.post(
-        api_url + "/register",
-        json={
-            "wandb_group": "test",
-            "wandb_project": "hermes-rl",
-            "batch_size": batch_size,
-            "max_token_len": 4096,
-            "checkpoint_dir": str(tmp_path / "ckpt"),
-            "save_checkpoint_interval": 100,
-            "starting_step": 0,
-            "num_steps": num_steps,
-        },
-        timeout=10,
-    )
-    assert reg.status_code == 200 and "uuid" in reg.json()
 
 
 def check_trainer_view(group: dict, *, logprobs_required: bool = True) -> None:
@@ -103,8 +41,8 @@ def test_default_serve_feeds_a_trainer_groups_with_reward_variance(tmp_path):
     batches: list[list[dict]] = []
     try:
         # batch_size 4 = one default group per step; 1 step: serve stops once 2 groups are queued.
-        register_trainer(api_url, tmp_path, batch_size=4, num_steps=1)
-        env = _start(
+        register_trainer(api_url, tmp_path / "ckpt", batch_size=4, num_steps=1)
+        env = start_process(
             [sys.executable, "-m", "environments.gsm8k_agent_env", "serve", "--env.rollout_server_url", api_url],
             tmp_path / "env.log",
         )
@@ -122,8 +60,8 @@ def test_default_serve_feeds_a_trainer_groups_with_reward_variance(tmp_path):
         log = (tmp_path / "env.log").read_text()
     finally:
         if env is not None:
-            _stop(env)
-        _stop(api)
+            stop_process(env)
+        stop_process(api)
     assert env.returncode == 0, log[-3000:]
     assert "serve: stopping: the trainer's run is done" in log and "Traceback" not in log
     assert "registered with" in log and "gsm8k_agent_0" in log  # wandb_name defaulted to the env's name
@@ -147,44 +85,18 @@ def test_default_serve_feeds_a_trainer_groups_with_reward_variance(tmp_path):
 def test_serve_feeds_run_api_and_a_trainer_pulls_exact_token_groups(embedded_llm, tmp_path):
     from transformers import AutoTokenizer
 
-    port = _free_port()
-    api_url = f"http://127.0.0.1:{port}"
-    api = _start([str(RUN_API), "--host", "127.0.0.1", "--port", str(port)], tmp_path / "run-api.log")
+    api, api_url = start_run_api(tmp_path)
     env = None
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(api_url + "/", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline and api.poll() is None, (tmp_path / "run-api.log").read_text()[-2000:]
-            time.sleep(0.5)
-
         # The trainer registers first; the env waits for it.
-        reg = httpx.post(
-            api_url + "/register",
-            json={
-                "wandb_group": "test",
-                "wandb_project": "hermes-rl",
-                "batch_size": 2,
-                "max_token_len": 4096,
-                "checkpoint_dir": str(tmp_path / "ckpt"),
-                "save_checkpoint_interval": 100,
-                "starting_step": 0,
-                "num_steps": 10,
-            },
-            timeout=10,
-        )
-        assert reg.status_code == 200 and "uuid" in reg.json()
+        register_trainer(api_url, tmp_path / "ckpt", batch_size=2, num_steps=10)
 
         config = tmp_path / "config.yaml"
         # The grammar's products rarely answer the question: equal scores must not be dropped here.
         config.write_text(
             yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}, "ensure_scores_are_not_same": False}})
         )
-        env = _start(
+        env = start_process(
             [
                 sys.executable,
                 "-m",
@@ -229,8 +141,8 @@ def test_serve_feeds_run_api_and_a_trainer_pulls_exact_token_groups(embedded_llm
                 time.sleep(1)
     finally:
         if env is not None:
-            _stop(env)
-        _stop(api)
+            stop_process(env)
+        stop_process(api)
 
     tokenizer = AutoTokenizer.from_pretrained(str(embedded_llm.tokenizer_dir))
     assert sum(len(g["tokens"]) for g in batch) == 2

@@ -15,7 +15,9 @@ import yaml
 from environments.models.token_mode.servers import TokenServerConfig, _REQUESTS, _RESPONSES
 from tests.support.tinker_atropos_double import tinker_datums
 
-from .test_serve import ROOT, _free_port, _start, _stop, check_trainer_view, register_trainer, start_run_api
+from tests.support.run_api import ROOT, free_port, register_trainer, start_process, start_run_api, stop_process
+
+from .test_serve import check_trainer_view
 
 
 def test_tinker_request_and_answer_follow_tinker_atropos_types():
@@ -86,8 +88,8 @@ def test_chat_mode_with_a_tinker_trainer_is_refused_at_start(tmp_path):
 @pytest.mark.timeout(1800)
 def test_serve_into_run_api_with_the_tinker_double_end_to_end(embedded_llm, tmp_path):
     api, api_url = start_run_api(tmp_path)
-    port = _free_port()
-    double = _start(
+    port = free_port()
+    double = start_process(
         [
             sys.executable,
             "-m",
@@ -102,7 +104,7 @@ def test_serve_into_run_api_with_the_tinker_double_end_to_end(embedded_llm, tmp_
     env = None
     batch = None
     try:
-        register_trainer(api_url, tmp_path, batch_size=2, num_steps=1)
+        register_trainer(api_url, tmp_path / "ckpt", batch_size=2, num_steps=1)
         config = tmp_path / "tinker.yaml"
         # tinker-atropos's own config layout: env / openai (server_type sglang, as its README asks) / tinker.
         config.write_text(
@@ -128,7 +130,7 @@ def test_serve_into_run_api_with_the_tinker_double_end_to_end(embedded_llm, tmp_
                 }
             )
         )
-        env = _start(
+        env = start_process(
             [sys.executable, "-m", "environments.gsm8k_agent_env", "serve", "--config", str(config)],
             tmp_path / "env.log",
         )
@@ -143,7 +145,7 @@ def test_serve_into_run_api_with_the_tinker_double_end_to_end(embedded_llm, tmp_
     finally:
         for proc in (env, double, api):
             if proc is not None:
-                _stop(proc)
+                stop_process(proc)
     assert "exact tokens from tinker token server" in log
     for group in batch:
         check_trainer_view(group)

@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
 import pytest
 import yaml
 
 from tests.tokens.test_phase2_env import TOOL_CALL_GRAMMAR
-from tests.tokens.test_serve import RUN_API, _free_port, _start, _stop
+from tests.support.run_api import start_process, start_run_api, stop_process
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,23 +89,12 @@ def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
                 run.kill()
         assert run.returncode == 0, stderr[-3000:]
 
-    port = _free_port()
-    api_url = f"http://127.0.0.1:{port}"
-    api = _start([str(RUN_API), "--host", "127.0.0.1", "--port", str(port)], tmp / "run-api.log")
+    api, api_url = start_run_api(tmp)
     trainer = env = None
     grpo_out, grpo_log = tmp / "grpo", tmp / "grpo.log"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(api_url + "/", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline and api.poll() is None, (tmp / "run-api.log").read_text()[-2000:]
-            time.sleep(0.5)
         # lr large enough that one step visibly moves float32 weights.
-        trainer = _start(
+        trainer = start_process(
             [
                 sys.executable,
                 "-m",
@@ -129,7 +116,7 @@ def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
             ],
             grpo_log,
         )
-        env = _start(
+        env = start_process(
             [
                 *env_cmd,
                 "serve",
@@ -152,5 +139,5 @@ def trained_run(embedded_llm, tmp_path_factory) -> TrainedRun:
     finally:
         for p in (env, trainer, api):
             if p is not None:
-                _stop(p)
+                stop_process(p)
     return TrainedRun(grpo_out, grpo_log.read_text(), trainer.returncode, processed, free_processed)

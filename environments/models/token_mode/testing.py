@@ -58,7 +58,7 @@ def tool_conversation(
     script: list[ScriptedTurn] = []
     for i in range(turns):
         n_calls = 2 if parallel and rng.random() < 0.3 else 1
-        calls = []
+        calls: list[dict[str, Any]] = []
         for j in range(n_calls):
             if rng.random() < 0.5:
                 name, args = "python", {"code": f"print(sum(range({rng.randint(1, 999)})))  # turn {i}"}
