@@ -2,8 +2,8 @@
 
 Each slot's commands run as a uid of their own, so a watchdog finds them without cgroups
 (Modal, Nomad, cgroup v1 without systemd): every `watchdog_interval_s` it scans /proc for
-processes whose real uid is a slot's (owner of /proc/<pid>, or its status when a process
-made itself non-dumpable), sums their resident memory (RSS as a cheap screen; PSS, which
+processes whose uid is a slot's (the owner of /proc/<pid>: since Linux 4.11 the effective uid
+even for a non-dumpable process), sums their resident memory (RSS as a cheap screen; PSS, which
 splits shared pages fairly, to confirm) plus what the slot's /tmp tmpfs holds, and over
 `slot_memory_bytes` kills every process of that uid.
 
@@ -296,12 +296,9 @@ class SlotGuard:
             if not entry.name.isdigit():
                 continue
             try:
+                # /proc/<pid> itself always shows the effective uid, even for a process that made itself
+                # non-dumpable (its files then show root's); a slot's processes cannot change theirs.
                 owner = entry.stat().st_uid
-                if owner == 0:  # a slot process can make itself non-dumpable, which shows /proc/<pid> as root's
-                    with open(f"/proc/{entry.name}/status", "rb") as fh:
-                        status = fh.read()
-                    start = status.index(b"\nUid:")
-                    owner = int(status[start + 5 : status.index(b"\n", start + 1)].split()[0])
                 if owner not in self._by_uid:
                     continue
                 with open(f"/proc/{entry.name}/statm", "rb") as fh:

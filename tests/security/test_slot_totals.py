@@ -10,14 +10,16 @@ from __future__ import annotations
 import asyncio
 import os
 
+import pytest
+
 from tests.security.conftest import outer_memory_limit, outer_process_limit, play, sandbox_backend
 
 MiB = 1024 * 1024
 # Five processes of ~70 MiB each: every one far below the 256 MiB per-process limit, 350 MiB together.
-HOGS = (
-    "for i in 1 2 3 4 5; do python3 -c \"import time; b = b'x' * (60 * 2**20); time.sleep(12)\" & done; "
-    "wait; echo all-survived"
-)
+HOG = "import time; b = b'x' * (60 * 2**20); time.sleep(12)"
+# The same, each first made non-dumpable: /proc then shows its files as root's, hiding its uid from a plain stat.
+HIDDEN_HOG = "import ctypes; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); " + HOG
+HOGS = 'for i in 1 2 3 4 5; do python3 -c "{}" & done; wait; echo all-survived'
 # ~110 MiB in the other slot: under that slot's own total, so it must live.
 NEIGHBOUR = "python3 -c \"import time; b = b'x' * (100 * 2**20); time.sleep(6); print('b-alive')\""
 
@@ -26,7 +28,8 @@ def du(out: str) -> int:
     return int(out.split()[0])
 
 
-async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_lives(tmp_path):
+@pytest.mark.parametrize("hog", [HOG, HIDDEN_HOG], ids=["plain", "non-dumpable"])
+async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_lives(tmp_path, hog):
     limits = {"max_memory_bytes": 256 * MiB, "slot_memory_bytes": 200 * MiB, "max_processes": 64}
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
         backend = sandbox_backend(tmp_path, limits=limits)
@@ -35,7 +38,11 @@ async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_
             async with backend.trajectory("hogs") as a, backend.trajectory("neighbour") as b:
                 hogs = asyncio.create_task(
                     play(
-                        a, [[("terminal", {"command": HOGS, "timeout": 40})], [("terminal", {"command": "echo again"})]]
+                        a,
+                        [
+                            [("terminal", {"command": HOGS.format(hog), "timeout": 40})],
+                            [("terminal", {"command": "echo again"})],
+                        ],
                     )
                 )
                 await asyncio.sleep(1)
