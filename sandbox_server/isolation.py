@@ -61,6 +61,10 @@ class SlotLimits(BaseModel):
         None, ge=1000, description="First slot's uid (slot i runs as uid_base+i); default derived from the pid"
     )
 
+    def cli_args(self) -> list[str]:
+        """These limits as sandbox_server options (how a backend hands them to the servers it starts)."""
+        return [w for k, v in self.model_dump(exclude_none=True).items() for w in (f"--{k.replace('_', '-')}", str(v))]
+
     def rlimits(self) -> list[tuple[int, int, int]]:
         """(resource, soft, hard); the CPU hard limit is a little higher so SIGXCPU (a clear exit 152) comes first."""
         return [
