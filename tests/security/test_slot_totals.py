@@ -1,4 +1,4 @@
-"""A slot's totals: many processes each under the per-process limit, and a workspace filled past its quota.
+"""A slot's totals: many processes each under the per-process limit (or /tmp plus one), a workspace past its quota.
 
 Per-process rlimits do not bound a slot's sum (processes x memory) or its workspace disk; the
 slot watchdog (sandbox_server/quota.py) does. Played by a scripted model through the agent loop,
@@ -20,6 +20,8 @@ HOG = "import time; b = b'x' * (60 * 2**20); time.sleep(12)"
 # The same, each first made non-dumpable: /proc then shows its files as root's, hiding its uid from a plain stat.
 HIDDEN_HOG = "import ctypes; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0); " + HOG
 HOGS = 'for i in 1 2 3 4 5; do python3 -c "{}" & done; wait; echo all-survived'
+# One ~70 MiB process next to 150 MiB in /tmp: the tmpfs is memory too, though no process maps it.
+TMP_AND_HOG = f'head -c 150M /dev/zero > /tmp/fill && python3 -c "{HOG}"; echo all-survived'
 # ~110 MiB in the other slot: under that slot's own total, so it must live.
 NEIGHBOUR = "python3 -c \"import time; b = b'x' * (100 * 2**20); time.sleep(6); print('b-alive')\""
 
@@ -28,9 +30,18 @@ def du(out: str) -> int:
     return int(out.split()[0])
 
 
-@pytest.mark.parametrize("hog", [HOG, HIDDEN_HOG], ids=["plain", "non-dumpable"])
-async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_lives(tmp_path, hog):
-    limits = {"max_memory_bytes": 256 * MiB, "slot_memory_bytes": 200 * MiB, "max_processes": 64}
+@pytest.mark.parametrize(
+    "command",
+    [HOGS.format(HOG), HOGS.format(HIDDEN_HOG), TMP_AND_HOG],
+    ids=["processes", "non-dumpable-processes", "tmp-and-process"],
+)
+async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_lives(tmp_path, command):
+    limits = {
+        "max_memory_bytes": 256 * MiB,
+        "slot_memory_bytes": 200 * MiB,
+        "max_processes": 64,
+        "tmp_bytes": 256 * MiB,
+    }
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
         backend = sandbox_backend(tmp_path, limits=limits)
         await backend.start()
@@ -40,7 +51,7 @@ async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_
                     play(
                         a,
                         [
-                            [("terminal", {"command": HOGS.format(hog), "timeout": 40})],
+                            [("terminal", {"command": command, "timeout": 40})],
                             [("terminal", {"command": "echo again"})],
                         ],
                     )
