@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import stat
 import time
@@ -35,6 +36,7 @@ from sandbox_server.isolation import SlotLimits
 
 __all__ = ["LimitExceeded", "SlotGuard", "disk_usage"]
 
+log = logging.getLogger("sandbox_server.quota")
 MiB = 1024 * 1024
 # Even when the filesystem did not grow, rewalk an active slot this often: space another slot or
 # process freed meanwhile can hide a slot's growth from the filesystem-wide figure.
@@ -186,6 +188,7 @@ class SlotGuard:
             },
             "watchdog": {
                 "interval_s": lim.watchdog_interval_s,
+                "running": self._task is not None and not self._task.done(),
                 "mechanism": "/proc scan by slot uid; no cgroups needed",
             },
         }
@@ -276,16 +279,28 @@ class SlotGuard:
     async def _watch(self) -> None:
         while True:
             await asyncio.sleep(self.limits.watchdog_interval_s)
-            samples = await self._run(self._scan)
-            for uid, sample in samples.items():
-                s = self._by_uid[uid]
-                s.dirty = True
-                if sample.rss + sample.tmp > self.limits.slot_memory_bytes:
-                    await self._check_memory(s, sample)
-                # a slot with a huge tree is walked from here at most a fifth of the time
-                if not s.lock.locked() and time.monotonic() - s.walked_at > 5 * s.walk_s:
-                    async with s.lock:
-                        await self._check_disk(s)
+            try:
+                await self._tick()
+            except Exception:  # noqa: BLE001 - a failed tick must not end enforcement for the server's life
+                log.exception("slot watchdog tick failed; trying again next interval")
+
+    async def _tick(self) -> None:
+        samples = await self._run(self._scan)
+        active = [self._by_uid[uid] for uid in samples]
+        for s in active:
+            s.dirty = True
+            sample = samples[s.uid]
+            if sample.rss + sample.tmp > self.limits.slot_memory_bytes:
+                await self._check_memory(s, sample)
+        # memory first for every slot: a slow walk of one slot's tree must not delay another's kill
+
+        async def disk(s: _Slot) -> None:
+            async with s.lock:
+                await self._check_disk(s)
+
+        # a slot with a huge tree is walked from here at most a fifth of the time
+        due = [s for s in active if not s.lock.locked() and time.monotonic() - s.walked_at > 5 * s.walk_s]
+        await asyncio.gather(*(disk(s) for s in due))
 
     def _scan(self) -> dict[int, _Sample]:
         """RSS, pids and /tmp usage of every slot uid that has processes now."""

@@ -72,6 +72,7 @@ async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_
     enforced = health["enforced"]
     assert enforced["slot_memory_bytes"]["value"] == 200 * MiB
     assert enforced["watchdog"]["interval_s"] > 0 and "uid" in enforced["watchdog"]["mechanism"]
+    assert enforced["watchdog"]["running"] is True
 
 
 async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(tmp_path):
