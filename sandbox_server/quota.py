@@ -83,11 +83,12 @@ def _fs_used(root: str) -> int:
     return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
-def _trim(root: str, quota: int, usage: int, since: float) -> list[tuple[str, int]]:
-    """Remove files until `usage` is under `quota`: written since `since` first, largest first. Never follows links.
+def _trim(root: str, quota: int, since: float) -> list[tuple[str, int]]:
+    """Remove files until the workspace is under `quota`: written since `since` first, largest first. Never follows links.
 
     A file's every name goes (hard links included: the slot cannot link outside its filesystem tree).
     """
+    usage = disk_usage(root)  # in full: the check's walk may have stopped early
     inodes: dict[tuple[int, int], tuple[bool, int, list[str]]] = {}
     for dirpath, _, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
         for name in filenames:
@@ -262,7 +263,7 @@ class SlotGuard:
             return
         used, generation = s.disk, s.generation
         await self._run(self._kill_uid, s.uid)
-        removed = await self._run(_trim, s.root, quota, used, s.since)
+        removed = await self._run(_trim, s.root, quota, s.since)
         await self._walk(s)
         if generation != s.generation:
             return  # reset meanwhile: nothing to report to the next trajectory
@@ -270,7 +271,7 @@ class SlotGuard:
         more = f" and {len(removed) - 5} more" if len(removed) > 5 else ""
         s.breach = LimitExceeded(
             QuotaExceeded.kind,
-            f"the workspace used {used // MiB} MiB, over its disk quota of {quota // MiB} MiB: the slot's commands were "
+            f"the workspace used {'over ' if used > 2 * quota else ''}{used // MiB} MiB, over its disk quota of {quota // MiB} MiB: the slot's commands were "
             f"stopped and the largest files written by this command were removed ({names}{more}); now "
             f"{s.disk // MiB} MiB. Write less, or delete files you no longer need.",
         )
