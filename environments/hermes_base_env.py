@@ -470,6 +470,10 @@ class HermesAgentBaseEnv(BaseEnv):
             embedded_parallel=c.embedded_parallel,
         )
 
+    def item_loop_config(self, item: Any, loop: AgentLoopConfig) -> AgentLoopConfig:
+        """The loop settings for one item (default: the env's); a task may carry its own limits."""
+        return loop
+
     def scripted_agent(self) -> Callable[[], ChatModel] | None:
         """A scripted check agent (e.g. an oracle) that stands in for the model servers; None: the model."""
         return None
@@ -512,7 +516,7 @@ class HermesAgentBaseEnv(BaseEnv):
             item=item,
             setup=setup,
             score=score,
-            loop=loop_config or self.loop_config(),
+            loop=self.item_loop_config(item, loop_config or self.loop_config()),
             model=model or self.make_model(for_eval),
             task_id=f"{type(self).__name__}-{uuid.uuid4().hex[:10]}",
             workspace=lambda task_id: self.open_workspace(item, task_id),
@@ -639,7 +643,13 @@ class HermesAgentBaseEnv(BaseEnv):
             tool_backend=self.make_tool_backend(),
         )
         async with self.agent_runtime:
-            yield self
+            try:
+                yield self
+            finally:
+                await self.teardown()
+
+    async def teardown(self) -> None:
+        """Stop what the env started itself (e.g. answer-check workers); the runtime stops the rest."""
 
     # atroposlib's three entry points, each inside the runtime. BaseEnv opens the groups file
     # in every mode (evaluate writes none), so each one closes it and removes it when empty.

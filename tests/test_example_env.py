@@ -13,6 +13,7 @@ import yaml
 
 from environments.examples.count_files import CountFilesEnv
 from environments.models.base import ModelTurn
+from tests.support.embedded import embedded_model_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,14 +71,7 @@ def test_process_runs_on_the_embedded_model(embedded_llm, tmp_path):
             "process",
             "--config",
             str(config),
-            "--openai.base_url",
-            embedded_llm.base_url,
-            "--openai.model_name",
-            embedded_llm.model_name,
-            "--openai.api_key",
-            "local",
-            "--env.tokenizer_name",
-            str(embedded_llm.tokenizer_dir),
+            *embedded_model_flags(embedded_llm),
             "--env.total_steps",
             "2",
             "--env.group_size",

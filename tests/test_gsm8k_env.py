@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from environments.gsm8k.env import is_correct
+from environments.gsm8k.answers import is_correct
 from environments.gsm8k.data import gold_answer, synthetic_gsm8k
+from tests.support.embedded import embedded_model_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -69,14 +70,7 @@ def test_process_runs_against_embedded_llama_cpp_and_executes_model_tool_calls(e
         "process",
         "--config",
         str(config),
-        "--openai.base_url",
-        embedded_llm.base_url,
-        "--openai.model_name",
-        embedded_llm.model_name,
-        "--openai.api_key",
-        "local",
-        "--env.tokenizer_name",
-        str(embedded_llm.tokenizer_dir),
+        *embedded_model_flags(embedded_llm),
         "--env.total_steps",
         "2",
         "--env.group_size",

@@ -15,15 +15,16 @@ real set through `datasets`; `--env.dataset PATH` reads a JSONL file of openai/g
 from __future__ import annotations
 
 import asyncio
-import re
+import functools
 from pathlib import Path
 from typing import Any
 
-from math_verify import parse, verify
 from pydantic import Field
 
 from environments.agent_loop import AgentResult
+from environments.gsm8k.answers import has_marked_answer
 from environments.gsm8k.data import dataset_kind, gold_answer, load_gsm8k, load_local_gsm8k, synthetic_gsm8k
+from environments.isolated_call import CheckTimeout, IsolatedCall
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from tools.context import ToolContext
 
@@ -42,32 +43,15 @@ class GSM8kAgentEnvConfig(HermesAgentEnvConfig):
     synthetic_size: int = Field(200, ge=1, description="Problems the offline generator makes")
     eval_size: int = Field(16, ge=1, description="Problems used by evaluate")
     seed: int = Field(0, description="Seed of the generator and of the item order")
+    answer_check_timeout_s: float = Field(
+        10.0, gt=0, description="Deadline of one answer check (math-verify runs in a worker process); past it: 0"
+    )
     format_reward: float = Field(
         0.1,
         ge=0.0,
         lt=1.0,
         description="Reward of a wrong answer that marks its final number (\\boxed{N}, '#### N', 'answer is N'); 0: off",
     )
-
-
-_NUMBER = r"\$?\s*-?[\d,]*\.?\d+"
-# A final number the reader cannot miss: \boxed{N} (asked for), GSM8k's "#### N", "answer is N".
-MARKED_ANSWER = re.compile(
-    rf"\\boxed\{{\s*{_NUMBER}\s*\}}|^####\s*{_NUMBER}\s*$|answer is:?\s*{_NUMBER}", re.IGNORECASE | re.MULTILINE
-)
-
-
-def has_marked_answer(response: str | None) -> bool:
-    """Whether the response states its final number in a recognised answer format."""
-    return bool(response and MARKED_ANSWER.search(response))
-
-
-def is_correct(response: str | None, gold: str) -> bool:
-    if not response:
-        return False
-    # Without a timeout math-verify also works outside the main thread.
-    predicted = parse(response, parsing_timeout=None)
-    return bool(predicted) and verify(parse(gold, parsing_timeout=None), predicted, timeout_seconds=None)
 
 
 class GSM8kAgentEnv(HermesAgentBaseEnv):
@@ -106,9 +90,21 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
     def format_prompt(self, item: dict[str, str]) -> str:
         return item["question"]
 
+    @functools.cached_property
+    def answer_check(self) -> IsolatedCall:
+        # The policy writes what math-verify parses: a ruinous expression must not stall the run.
+        return IsolatedCall("environments.gsm8k.answers:is_correct", timeout_s=self.config.answer_check_timeout_s)
+
+    async def teardown(self) -> None:
+        if "answer_check" in self.__dict__:
+            await self.answer_check.aclose()
+
     async def compute_reward(self, item: dict[str, str], result: AgentResult, ctx: ToolContext) -> float:
-        if is_correct(result.final_response, gold_answer(item["answer"])):
-            return 1.0
+        try:
+            if await self.answer_check(result.final_response, gold_answer(item["answer"])):
+                return 1.0
+        except CheckTimeout:
+            return 0.0  # too costly to check: nothing, not even the format reward
         return self.config.format_reward if has_marked_answer(result.final_response) else 0.0
 
     def eval_sample(self, rollout: Rollout) -> dict[str, Any]:

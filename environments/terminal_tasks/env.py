@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from environments.agent_loop import AgentResult
+from environments.agent_loop import AgentLoopConfig, AgentResult
 from environments.hermes_base_env import (
     HermesAgentBaseEnv,
     HermesAgentEnvConfig,
@@ -123,6 +123,12 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
 
     def _sandboxes_per_image(self) -> bool:
         return self.config.sandbox.backend.kind != "local"
+
+    def item_loop_config(self, item: TerminalTask, loop: AgentLoopConfig) -> AgentLoopConfig:
+        # Harbor's `[agent] timeout_sec` caps the trajectory; a shorter --env.agent_time_budget_s still wins.
+        if item.agent_timeout_s >= loop.time_budget_s:
+            return loop
+        return loop.model_copy(update={"time_budget_s": item.agent_timeout_s})
 
     def scripted_agent(self) -> Callable[[], ChatModel] | None:
         if self.config.agent == "oracle":

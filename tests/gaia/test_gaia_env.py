@@ -20,6 +20,7 @@ from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
 from tests.gaia.solver import SOLVED_TASKS, GaiaScriptedSolver
 from environments.models.base import ModelTurn
 from tests.support.scripted_openai import ScriptedOpenAIServer
+from tests.support.embedded import embedded_model_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -144,14 +145,7 @@ def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path
             "-m",
             "environments.gaia_agent_env",
             "process",
-            "--openai.base_url",
-            embedded_llm.base_url,
-            "--openai.model_name",
-            embedded_llm.model_name,
-            "--openai.api_key",
-            "local",
-            "--env.tokenizer_name",
-            str(embedded_llm.tokenizer_dir),
+            *embedded_model_flags(embedded_llm),
             "--env.total_steps",
             "2",
             "--env.group_size",

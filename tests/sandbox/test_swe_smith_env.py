@@ -23,6 +23,7 @@ from environments.swe_smith.env import (
 )
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
+from tests.support.embedded import embedded_model_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -130,14 +131,7 @@ def test_process_cli_runs_on_the_local_sandbox_backend_against_the_embedded_mode
             "-m",
             "environments.swe_smith_oracle_env",
             "process",
-            "--openai.base_url",
-            embedded_llm.base_url,
-            "--openai.model_name",
-            embedded_llm.model_name,
-            "--openai.api_key",
-            "local",
-            "--env.tokenizer_name",
-            str(embedded_llm.tokenizer_dir),
+            *embedded_model_flags(embedded_llm),
             "--env.total_steps",
             "1",
             "--env.group_size",

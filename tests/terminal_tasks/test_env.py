@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from environments.models.base import ModelTurn
 from environments.terminal_tasks import BUNDLED_TASKS, NoOpAgent, OracleAgent, load_tasks_dir
 from tests.terminal_tasks.conftest import make_env
+from tests.support.embedded import embedded_model_flags
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -21,6 +23,29 @@ def test_bundled_tasks_cover_both_formats_and_all_run_locally():
     assert len(tasks) >= 8
     assert {t.format for t in tasks} == {"harbor", "endless"}
     assert all(t.local_skip is None and t.solution_dir is not None for t in tasks)
+
+
+class SleepingAgent:
+    """Runs `sleep 30` in the terminal, turn after turn: only the time budget ends it."""
+
+    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+        args = json.dumps({"command": "sleep 30", "timeout": 60})
+        call = {"id": "call_1", "type": "function", "function": {"name": "terminal", "arguments": args}}
+        return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls")
+
+
+async def test_a_harbor_agent_timeout_caps_the_trajectory(scripted_server, tmp_path):
+    env = make_env(scripted_server.base_url, tmp_path, agent_time_budget_s=120)
+    async with env.runtime():
+        await env.setup()
+        task = next(t for t in env.tasks if t.format == "harbor").model_copy(update={"agent_timeout_s": 2.0})
+        assert env.item_loop_config(task, env.loop_config()).time_budget_s == 2.0
+        rollout = await env.rollout(task, model=SleepingAgent())
+        # a task's longer timeout leaves a shorter --env.agent_time_budget_s in force
+        relaxed = task.model_copy(update={"agent_timeout_s": 900.0})
+        assert env.item_loop_config(relaxed, env.loop_config()).time_budget_s == 120
+    assert rollout.result is not None and rollout.result.stop_reason == "time_budget"
+    assert rollout.result.duration_s < 10
 
 
 @pytest.mark.slow
@@ -55,14 +80,7 @@ def test_process_cli_runs_end_to_end_against_the_embedded_model(embedded_llm, tm
             "-m",
             "environments.terminal_tasks_env",
             "process",
-            "--openai.base_url",
-            embedded_llm.base_url,
-            "--openai.model_name",
-            embedded_llm.model_name,
-            "--openai.api_key",
-            "local",
-            "--env.tokenizer_name",
-            str(embedded_llm.tokenizer_dir),
+            *embedded_model_flags(embedded_llm),
             "--env.total_steps",
             "1",
             "--env.group_size",
