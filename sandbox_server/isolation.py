@@ -60,11 +60,23 @@ class SlotLimits(BaseModel):
     max_open_files: int = Field(1024, ge=64, description="Open files per process (RLIMIT_NOFILE)")
     tmp_bytes: int = Field(512 * 1024**2, ge=1024**2, description="Size of each command's private /tmp (tmpfs)")
     workspace_bytes: int = Field(
-        4 * 1024**3, ge=1024**2, description="Disk a slot's workspace may use; checked after each command"
+        4 * 1024**3, ge=1024**2, description="Disk a slot's workspace may use (sandbox_server/quota.py)"
+    )
+    slot_memory_bytes: int = Field(
+        4 * 1024**3,
+        ge=64 * 1024**2,
+        description="Memory of all a slot's processes together, plus its /tmp (sandbox_server/quota.py)",
+    )
+    watchdog_interval_s: float = Field(
+        0.5, gt=0, le=60, description="How often the slot memory and disk watchdog looks (seconds)"
     )
     uid_base: int | None = Field(
         None, ge=1000, description="First slot's uid (slot i runs as uid_base+i); default derived from the pid"
     )
+
+    def cli_args(self) -> list[str]:
+        """These limits as sandbox_server options (how a backend hands them to the servers it starts)."""
+        return [w for k, v in self.model_dump(exclude_none=True).items() for w in (f"--{k.replace('_', '-')}", str(v))]
 
     def rlimits(self) -> list[tuple[int, int, int]]:
         """(resource, soft, hard); the CPU hard limit is a little higher so SIGXCPU (a clear exit 152) comes first."""

@@ -35,6 +35,7 @@ from pydantic import BaseModel, Field
 from sandbox_server.fileops import FileOpError, Workspace
 from sandbox_server.isolation import COMMAND_FILE, IsolationStatus, Sandboxing, SlotLimits, probe_bwrap
 from sandbox_server.procs import ExecResult, run_command
+from sandbox_server.quota import LimitExceeded, SlotGuard
 from sandbox_server.spawner import SlotShell, SlotShellError
 
 __all__ = ["ServerConfig", "SandboxServer", "build_app"]
@@ -48,7 +49,7 @@ ARGV_COMMAND_BYTES = 64 * 1024
 # even when JSON escapes every byte (x6).
 SHELL_ARGV_BYTES = 16 * 1024
 _STATUS = {"bad_request": 400, "path_escape": 403, "not_found": 404, "is_directory": 400, "not_regular": 400,
-           "too_large": 413}  # fmt: skip
+           "too_large": 413, "quota_exceeded": 507}  # fmt: skip
 
 
 class ServerConfig(BaseModel):
@@ -148,6 +149,7 @@ class SandboxServer:
         self.uid_base = base if base is not None else 1_000_000 + (os.getpid() % 1_000_000) * 256
         self._shell_error: str | None = None  # why slots cannot keep an exec server here, if they cannot
         self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * config.slots), thread_name_prefix="fileops")
+        self.guard = SlotGuard(config.limits, _kill_uid)
 
     async def start(self) -> None:
         self.isolation = await probe_bwrap(self.config.bwrap)
@@ -169,8 +171,12 @@ class SandboxServer:
             self.slots[str(i)] = slot
             if self.isolation.available and self._shell_error is None:
                 self._start_shell(slot)
+            self.guard.add(slot.id, str(root), uid)
+        if self.isolation.available:  # the guard finds a slot's processes by its uid
+            self.guard.start()
 
     async def stop(self) -> None:
+        await self.guard.stop()
         for slot in self.slots.values():
             slot.generation += 1
             self._kill_slot(slot)
@@ -290,11 +296,15 @@ class SandboxServer:
             shell = await self._shell(slot) if fast else None
             if shell is not None:
                 try:
-                    return (await self._exec_in_shell(slot, shell, raw, command, stdin, timeout, cap)).to_json()
+                    async with self.guard.command(slot.id):  # the slot's totals, watched while it runs
+                        outcome = await self._exec_in_shell(slot, shell, raw, command, stdin, timeout, cap)
+                    return outcome.to_json()
                 except SlotShellError as exc:
                     if slot.generation != generation:
                         raise RequestError(409, "slot_reset", "the slot was reset as this command started") from None
                     raise RequestError(503, "sandbox_error", f"{exc}; reset the slot") from None
+                except LimitExceeded as exc:
+                    raise RequestError(_STATUS.get(exc.kind, 507), exc.kind, str(exc)) from None
             command_file = None
             if len(raw) > ARGV_COMMAND_BYTES:
                 command_file = self.data_dir / "commands" / f"{slot.id}-{uuid.uuid4().hex}.sh"
@@ -308,15 +318,19 @@ class SandboxServer:
                 else:
                     argv = ["bash", str(command_file)] if command_file else ["bash", "-c", command]
                     env = _env_for(self._python_bin, str(slot.root))
-                outcome = await run_command(
-                    argv,
-                    cwd=str(slot.root),
-                    env=env,
-                    timeout=timeout,
-                    max_output_bytes=cap,
-                    stdin=stdin.encode() if stdin is not None else None,
-                    on_start=slot.procs.add,
-                )
+                try:
+                    async with self.guard.command(slot.id):  # the slot's totals, watched while it runs
+                        outcome = await run_command(
+                            argv,
+                            cwd=str(slot.root),
+                            env=env,
+                            timeout=timeout,
+                            max_output_bytes=cap,
+                            stdin=stdin.encode() if stdin is not None else None,
+                            on_start=slot.procs.add,
+                        )
+                except LimitExceeded as exc:
+                    raise RequestError(_STATUS.get(exc.kind, 507), exc.kind, str(exc)) from None
             finally:
                 if command_file is not None:
                     command_file.unlink(missing_ok=True)
@@ -378,6 +392,7 @@ class SandboxServer:
         async with slot.lock:
             await self._close_shell(slot)  # one a command started meanwhile still sees the old workspace
             await asyncio.to_thread(self._fresh_workspace, slot)
+            self.guard.reset(slot.id)
             if self.isolation.available and self._shell_error is None:
                 self._start_shell(slot)  # ready by the next command, mostly
         return {"slot": slot.id, "generation": slot.generation}
@@ -387,7 +402,9 @@ class SandboxServer:
         return await self._file_op(slot, slot.workspace.read, path)
 
     async def write_file(self, slot: SlotState, path: object, data: bytes) -> dict:
-        written = await self._file_op(slot, slot.workspace.write, path, data)
+        room = await self.guard.room(slot.id, len(data))
+        written = await self._file_op(slot, slot.workspace.write, path, data, room)
+        self.guard.wrote(slot.id, written)
         return {"path": path, "bytes_written": written}
 
     async def list_artifacts(self, slot: SlotState, path: str) -> dict:
@@ -438,6 +455,7 @@ class SandboxServer:
                 "max_file_bytes": {"value": lim.max_file_bytes, "how": "RLIMIT_FSIZE"} if iso else None,
                 "max_open_files": {"value": lim.max_open_files, "how": "RLIMIT_NOFILE"} if iso else None,
                 "tmp_bytes": {"value": lim.tmp_bytes, "how": "private tmpfs per command"} if iso else None,
+                **self.guard.describe(),
                 "cache": "read-only" if iso and self.cache_dir is not None else None,
                 "file_ops": "openat per component, O_NOFOLLOW, O_NONBLOCK, regular files only",
                 "max_command_bytes": self.config.max_command_bytes,
