@@ -105,8 +105,14 @@ class SlotLimits(BaseModel):
         prlimit in argv rather than a preexec_fn: a preexec_fn makes Python fork the whole server
         for each command (tens of ms with a big heap) instead of a cheap vfork.
         """
-        names = {resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_AS: "as", resource.RLIMIT_CPU: "cpu",
-                 resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_CORE: "core"}  # fmt: skip
+        names = {
+            resource.RLIMIT_NPROC: "nproc",
+            resource.RLIMIT_AS: "as",
+            resource.RLIMIT_CPU: "cpu",
+            resource.RLIMIT_FSIZE: "fsize",
+            resource.RLIMIT_NOFILE: "nofile",
+            resource.RLIMIT_CORE: "core",
+        }
         return [f"--{names[which]}={soft}:{hard}" for which, soft, hard in self.clamped_rlimits()]
 
 
@@ -131,10 +137,32 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
         return IsolationStatus(
             False, path, "setpriv or prlimit not found; install util-linux (they set each slot's uid and limits)"
         )
-    argv = [prlimit, "--nproc=64:64", path, *_NAMESPACES, "--unshare-net", *_SWITCH_CAPS, "--die-with-parent",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups", "--inh-caps=-all",
-            "--bounding-set=-all", "--no-new-privs", "true"]  # fmt: skip
+    argv = [
+        prlimit,
+        "--nproc=64:64",
+        path,
+        *_NAMESPACES,
+        "--unshare-net",
+        *_SWITCH_CAPS,
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        setpriv,
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "true",
+    ]
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
@@ -257,8 +285,18 @@ class Sandboxing:
         # bwrap builds the root as a tmpfs; make it read-only so the workspace and /tmp are
         # the only writable places.
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
-        args += [self.setpriv, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "--inh-caps=-all",
-                 "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
+        args += [
+            self.setpriv,
+            "--reuid",
+            str(uid),
+            "--regid",
+            str(uid),
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
         return args + command
 
     def shell_argv(self, workspace: Path, python: str, exec_fd: int, ctl_fd: int) -> list[str]:
@@ -276,5 +314,13 @@ class Sandboxing:
             for i, p in enumerate(self._tmp_binds):
                 args += ["--ro-bind", p, f"{KEEP_DIR}/{i}"]
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
-        return args + [python, "-I", "-S", EXEC_SERVER_FILE, str(exec_fd), str(ctl_fd), str(self.limits.tmp_bytes),
-                       json.dumps(self._tmp_binds)]  # fmt: skip
+        return args + [
+            python,
+            "-I",
+            "-S",
+            EXEC_SERVER_FILE,
+            str(exec_fd),
+            str(ctl_fd),
+            str(self.limits.tmp_bytes),
+            json.dumps(self._tmp_binds),
+        ]

@@ -48,8 +48,15 @@ ARGV_COMMAND_BYTES = 64 * 1024
 # Through a slot's exec server the request is one socket message: keep it well under its limit
 # even when JSON escapes every byte (x6).
 SHELL_ARGV_BYTES = 16 * 1024
-_STATUS = {"bad_request": 400, "path_escape": 403, "not_found": 404, "is_directory": 400, "not_regular": 400,
-           "too_large": 413, "quota_exceeded": 507}  # fmt: skip
+_STATUS = {
+    "bad_request": 400,
+    "path_escape": 403,
+    "not_found": 404,
+    "is_directory": 400,
+    "not_regular": 400,
+    "too_large": 413,
+    "quota_exceeded": 507,
+}
 
 
 class ServerConfig(BaseModel):
@@ -269,9 +276,10 @@ class SandboxServer:
         raw = command.encode("utf-8", errors="surrogateescape")
         if len(raw) > self.config.max_command_bytes or len(stdin or "") > self.config.max_command_bytes:
             raise RequestError(
-                413, "too_large",
+                413,
+                "too_large",
                 f"the command or its stdin is over {self.config.max_command_bytes} bytes; write large data with write_file",
-            )  # fmt: skip
+            )
         try:
             timeout = float(body.get("timeout", 30))
             cap = int(body.get("max_output_bytes", 100_000))
