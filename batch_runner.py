@@ -553,9 +553,9 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     )
     p.add_argument(
         "--gc_profile",
-        choices=["default", "throughput"],
-        default="default",
-        help="throughput: collector settings for thousands of concurrent trajectories (environments/gc_tuning.py)",
+        choices=["scaled", "cpython", "throughput"],
+        default="scaled",
+        help="collector settings while the prompts run (environments/gc_tuning.py); cpython: CPython's own",
     )
     a = p.parse_args(argv)
     if a.model is None:

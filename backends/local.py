@@ -27,13 +27,6 @@ class LocalBackendConfig(BaseModel):
     bwrap: str = "bwrap"
     limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
 
-    def limits_args(self) -> list[str]:
-        return [
-            w
-            for k, v in self.limits.model_dump(exclude_none=True).items()
-            for w in (f"--{k.replace('_', '-')}", str(v))
-        ]
-
 
 class LocalSandboxProvider:
     def __init__(self, config: LocalBackendConfig) -> None:
@@ -60,7 +53,7 @@ class LocalSandboxProvider:
                 slots=self.config.pool.slots_per_sandbox,
                 python=self.config.python,
                 bwrap=self.config.bwrap,
-                extra_args=self.config.limits_args(),
+                extra_args=self.config.limits.cli_args(),
             )
             address = SandboxAddress(f"local-{proc.pid}", proc.url, proc.token)
             self._procs[address.name] = proc

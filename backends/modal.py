@@ -28,6 +28,7 @@ from typing import Any, Literal, Protocol
 import aiohttp
 from pydantic import BaseModel, Field
 
+from sandbox_server.isolation import SlotLimits
 from slots.client import SandboxAddress, SandboxClient
 from slots.pool import SlotPool, SlotPoolConfig
 
@@ -57,6 +58,7 @@ class ModalBackendConfig(BaseModel):
     pool: SlotPoolConfig = Field(default_factory=SlotPoolConfig)
     app_name: str = "hermes-rl-sandboxes"
     pool_name: str = Field("default", description="Tags and names this pool's sandboxes, to find orphans")
+    limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
     image: str | None = Field(
         None, description="A registry image built from our Dockerfile; None: Modal builds `dockerfile`"
     )
@@ -278,6 +280,7 @@ class ModalSandboxProvider:
                 str(self.config.pool.slots_per_sandbox),
                 "--data-dir",
                 "/var/lib/hermes-sandbox",
+                *self.config.limits.cli_args(),
             ),
             name=name,
             image=self.config.image,

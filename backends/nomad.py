@@ -24,6 +24,7 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import BaseModel, Field
 
+from sandbox_server.isolation import SlotLimits
 from slots.client import SandboxAddress
 from slots.pool import SlotPool, SlotPoolConfig
 
@@ -56,6 +57,7 @@ class NomadBackendConfig(BaseModel):
     privileged: bool = Field(True, description="docker: bubblewrap needs namespaces inside the container")
     cpu_mhz: int = Field(2000, gt=0)
     memory_mb: int = Field(4096, gt=0)
+    limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
     startup_timeout_s: float = Field(300.0, gt=0)
     poll_interval_s: float = Field(1.0, gt=0)
     request_timeout_s: float = Field(30.0, gt=0)
@@ -74,6 +76,7 @@ def build_job_spec(config: NomadBackendConfig, *, job_id: str, token: str) -> di
         str(config.pool.slots_per_sandbox),
         "--data-dir",
         "${NOMAD_TASK_DIR}/sandbox",
+        *config.limits.cli_args(),
     ]
     if config.driver == "docker":
         task_config: dict[str, Any] = {

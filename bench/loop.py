@@ -6,13 +6,17 @@ all N trajectories are alive together. Each configuration runs in a fresh proces
 heap, GC state and peak RSS). The baseline is the loop of commit 22ffc7b, read from git and
 run on the same workload in the same run.
 
-    .venv/bin/python -m bench.loop [--quick] [--sizes 1000,10000,65000] [--turns 10] [--gc default,throughput]
+    .venv/bin/python -m bench.loop [--quick] [--sizes 1000,10000,65000] [--turns 10] [--gc scaled,cpython] [--repeats 3]
 
-Prints tool-turns/s, the share of wall time spent in the garbage collector, peak RSS per
-trajectory, and the ratios the targets are stated in: each size against this run's first size
-under the same collector settings, and ours against the baseline at 10,000 (both under
-CPython's default collector). `--gc throughput` rows run under the runner's `throughput`
-collector profile (environments/gc_tuning.py), applied the way a runner applies it.
+Each row is the median of `--repeats` processes. Prints tool-turns/s per wall second and per
+CPU second of the process (the second is steadier on a shared machine: other jobs stretch
+wall time, not much the CPU time a run needs), the share of wall time spent in the garbage
+collector, peak RSS per trajectory, and the ratios the targets are stated in: each size
+against this run's first size under the same collector settings (by wall and by CPU time),
+and ours against the baseline at 10,000 (the baseline under CPython's own collector
+settings, as it ran). Each `--gc` profile (environments/gc_tuning.py; `scaled:2` sets its
+`middle_share`) is applied the way a runner applies it; `scaled` is what
+process/serve/evaluate and batch_runner use unless told otherwise.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import asyncio
 import gc
 import importlib
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -129,7 +134,9 @@ def worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
     from environments.gc_tuning import GCConfig, collector
 
     module = baseline_module() if impl == "baseline" else importlib.import_module("environments.agent_loop")
-    with collector(GCConfig(profile=gc_profile)):
+    profile, _, share = gc_profile.partition(":")  # e.g. scaled:2 (middle_share 2)
+    config = GCConfig(profile=profile, **({"middle_share": float(share)} if share else {}))
+    with collector(config):
         return measure(module, impl, n, turns)
 
 
@@ -140,7 +147,7 @@ def measure(module: types.ModuleType, impl: str, n: int, turns: int) -> dict[str
     gc_count = [0, 0, 0]
     gc_started = [0.0]
 
-    def on_gc(phase: str, info: dict[str, int]) -> None:  # observes only; thresholds stay default
+    def on_gc(phase: str, info: dict[str, int]) -> None:  # observes only; the profile sets the thresholds
         if phase == "start":
             gc_started[0] = time.perf_counter()
         else:
@@ -202,7 +209,8 @@ def main() -> None:
     ap.add_argument("--turns", type=int, default=10, help="tool turns per trajectory")
     ap.add_argument("--quick", action="store_true", help="5 tool turns per trajectory (about half the time)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the 22ffc7b loop at 10,000")
-    ap.add_argument("--gc", default="default,throughput", help="collector profiles to run ours under")
+    ap.add_argument("--gc", default="scaled,cpython", help="collector profiles to run ours under")
+    ap.add_argument("--repeats", type=int, default=3, help="processes per row; the median is reported")
     ap.add_argument("--worker", choices=("current", "baseline"), help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -216,29 +224,34 @@ def main() -> None:
     print(f"agent loop, instant model, {turns} tool turns per trajectory, one process per row")
     print(
         f"{'loop':<9} {'collector':<10} {'trajectories':>12} {'tool-turns/s':>13} {'GC % wall':>9} {'full GCs':>8} "
-        f"{'KB/traj':>8} {'vs ' + format(sizes[0], ','):>9}"
+        f"{'KB/traj':>8} {'vs ' + format(sizes[0], ','):>9} {'turns/CPU s':>11} {'CPU vs ' + format(sizes[0], ','):>13}"
     )
     rows = {}
     plan = [("current", p, n) for p in profiles for n in sizes]
     if not args.no_baseline:
-        plan.insert(min(2, len(plan)), ("baseline", "default", 10_000))
+        plan.insert(min(2, len(plan)), ("baseline", "cpython", 10_000))
     for impl, profile, n in plan:
-        r = run_worker(impl, n, turns, profile)
+        runs = [run_worker(impl, n, turns, profile) for _ in range(args.repeats)]
+        r = sorted(runs, key=lambda r: r["tool_turns_per_s"])[len(runs) // 2]
+        r["tool_turns_per_cpu_s"] = statistics.median(x["tool_turns_per_cpu_s"] for x in runs)
         rows[impl, profile, n] = r
-        first = rows.get(("current", profile, sizes[0]), r)["tool_turns_per_s"]
+        ref = rows.get(("current", profile, sizes[0]), r)
+        first, first_cpu = ref["tool_turns_per_s"], ref["tool_turns_per_cpu_s"]
         print(
             f"{impl:<9} {profile:<10} {n:>12,} {r['tool_turns_per_s']:>13,.0f} {r['gc_share'] * 100:>9.1f} "
-            f"{r['full_collections']:>8} {r['kb_per_trajectory']:>8.1f} {r['tool_turns_per_s'] / first:>9.2f}",
+            f"{r['full_collections']:>8} {r['kb_per_trajectory']:>8.1f} {r['tool_turns_per_s'] / first:>9.2f} "
+            f"{r['tool_turns_per_cpu_s']:>11,.0f} {r['tool_turns_per_cpu_s'] / first_cpu:>13.2f}",
             flush=True,
         )
-    base = rows.get(("baseline", "default", 10_000))
+    base = rows.get(("baseline", "cpython", 10_000))
     for profile in profiles:
         ours = rows.get(("current", profile, 10_000))
         if base and ours:
             ratio = ours["tool_turns_per_s"] / base["tool_turns_per_s"]
+            cpu_ratio = ours["tool_turns_per_cpu_s"] / base["tool_turns_per_cpu_s"]
             print(
-                f"ours ({profile} collector) / {BASELINE_COMMIT} (default collector) "
-                f"at 10,000 trajectories: {ratio:.2f}x"
+                f"ours ({profile} collector) / {BASELINE_COMMIT} (cpython collector) "
+                f"at 10,000 trajectories: {ratio:.2f}x (per CPU second: {cpu_ratio:.2f}x)"
             )
 
 

@@ -1,11 +1,14 @@
-"""Sandbox slot timings, all measured in one run (by hand: `python bench/sandbox.py`).
+"""Sandbox slot timings, all measured in one run (`python -m bench.sandbox`, from the repository root).
 
 Prints
 - slot exec round trip (p50/p95) of a trivial command, vs the same command as a plain
   local subprocess (no HTTP, no bubblewrap) measured here as the baseline;
 - execs/s with 32 slots (4 sandbox_server processes x 8 slots) busy at once, vs 32
   concurrent plain subprocesses;
-- slot acquire+release(reset) vs starting (and stopping) a fresh sandbox_server.
+- slot acquire+release(reset) vs starting (and stopping) a fresh sandbox_server;
+- the same bench of the implementation before the untrusted-agents issue (git 22ffc7b, exported
+  under build/ or given with --old-src), run right after in a subprocess: new vs old.
+With --repeat N the new/old pair runs N times (alternated) and the summary gives min/median.
 
 With --attack (`python -m bench.sandbox --attack`, from the repository root) it measures instead slot B's exec p50 while slot A runs a fork bomb, then a
 memory hog, against B's p50 on an idle server (same run). The fork bomb runs inside an outer
@@ -16,7 +19,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import re
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -47,7 +54,7 @@ async def timed(coro) -> float:
     return time.perf_counter() - t
 
 
-async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
+async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> dict[str, float]:
     root = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
     pool = SlotPoolConfig(slots_per_sandbox=8, min_sandboxes=4, max_sandboxes=4, health_interval_s=60)
     backend = local_backend(LocalBackendConfig(pool=pool, data_root=str(root / "pool")))
@@ -127,7 +134,7 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
     finally:
         await backend.stop()
 
-    print("sandbox slots, local backend (4 sandbox_server x 8 slots, bubblewrap per command)")
+    print("sandbox slots, local backend (4 sandbox_server x 8 slots, one bwrap namespace per slot)")
     print(f"  exec round trip, 1 slot ({n_round_trips}x `true`)")
     print(f"    slot  p50 {ms(statistics.median(slot_rt))}   p95 {ms(pct(slot_rt, 0.95))}")
     print(
@@ -142,6 +149,74 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> None:
     print(f"    slot release(reset)+acquire p50 {ms(statistics.median(cycle_times))}  p95 {ms(pct(cycle_times, 0.95))}")
     print(f"    fresh sandbox_server start  p50 {ms(statistics.median(fresh))}  ({fresh_runs} runs)")
     print(f"    ratio fresh/slot: {statistics.median(fresh) / statistics.median(cycle_times):.1f}x")
+    return {
+        "slot_p50": statistics.median(slot_rt),
+        "plain_p50": statistics.median(plain_rt),
+        "slot_tput": slot_tput,
+        "plain_tput": plain_tput,
+    }
+
+
+def old_source(ref: str) -> Path:
+    """The repository at `ref`, exported once under build/ (git archive; read-only use)."""
+    repo = Path(__file__).resolve().parent.parent
+    dest = repo / "build" / f"bench-old-{ref}"
+    if not (dest / "bench" / "sandbox.py").exists():
+        dest.mkdir(parents=True, exist_ok=True)
+        archive = subprocess.run(["git", "-C", str(repo), "archive", ref], check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    return dest
+
+
+def run_old(src: Path, n_round_trips: int, per_slot: int) -> dict[str, float]:
+    """The old implementation's own bench (its server, client and batcher), in a subprocess."""
+    env = {**os.environ, "PYTHONPATH": str(src), "PYTHONDONTWRITEBYTECODE": "1"}
+    argv = [
+        sys.executable,
+        "-m",
+        "bench.sandbox",
+        "--round-trips",
+        str(n_round_trips),
+        "--per-slot",
+        str(per_slot),
+        "--fresh-runs",
+        "1",
+    ]
+    out = subprocess.run(argv, cwd=src, env=env, check=True, capture_output=True, text=True).stdout
+    print("  old implementation (" + str(src) + "):")
+    print("\n".join("    " + line for line in out.splitlines()[1:9]))
+
+    def num(pattern: str) -> float:
+        m = re.search(pattern, out)
+        if m is None:
+            raise SystemExit(f"could not read {pattern!r} from the old bench's output:\n{out}")
+        return float(m.group(1))
+
+    return {
+        "slot_p50": num(r"slot\s+p50\s+([\d.]+) ms") / 1000,
+        "plain_p50": num(r"plain p50\s+([\d.]+) ms") / 1000,
+        "slot_tput": num(r"slot\s+([\d.]+) execs/s"),
+        "plain_tput": num(r"plain\s+([\d.]+) execs/s"),
+    }
+
+
+def summary(pairs: list[tuple[dict[str, float], dict[str, float] | None]]) -> None:
+    def line(name: str, values: list[float], fmt: str, target: str = "") -> None:
+        print(f"  {name:44s} min {fmt.format(min(values))}  median {fmt.format(statistics.median(values))}  {target}")
+
+    new = [n for n, _ in pairs]
+    print(f"summary over {len(pairs)} run(s); load: {os.getloadavg()[0]:.1f}")
+    line("slot exec p50 (ms)", [n["slot_p50"] * 1000 for n in new], "{:6.2f}", "(target <= 5 ms)")
+    line(
+        "32-slot throughput, slot / plain",
+        [n["slot_tput"] / n["plain_tput"] for n in new],
+        "{:5.2f}x",
+        "(target >= 1.0x)",
+    )
+    old = [(n, o) for n, o in pairs if o is not None]
+    if old:
+        line("new vs old: exec p50, old / new", [o["slot_p50"] / n["slot_p50"] for n, o in old], "{:5.2f}x")
+        line("new vs old: 32-slot throughput, new / old", [n["slot_tput"] / o["slot_tput"] for n, o in old], "{:5.2f}x")
 
 
 async def attack(n: int) -> None:
@@ -185,8 +260,17 @@ if __name__ == "__main__":
     ap.add_argument("--per-slot", type=int, default=10)
     ap.add_argument("--fresh-runs", type=int, default=5)
     ap.add_argument("--attack", action="store_true", help="slot B's latency under a fork bomb / memory hog in slot A")
+    ap.add_argument("--repeat", type=int, default=1, help="new/old pairs to run (summary: min and median)")
+    ap.add_argument("--old-ref", default="22ffc7b", help="git revision of the old implementation")
+    ap.add_argument("--old-src", help="a checkout of the old implementation (instead of exporting --old-ref)")
+    ap.add_argument("--no-old", action="store_true", help="skip the old implementation")
     ns = ap.parse_args()
     if ns.attack:
         asyncio.run(attack(ns.round_trips))
     else:
-        asyncio.run(main(ns.round_trips, ns.per_slot, ns.fresh_runs))
+        src = None if ns.no_old else Path(ns.old_src) if ns.old_src else old_source(ns.old_ref)
+        pairs = []
+        for _ in range(ns.repeat):
+            new = asyncio.run(main(ns.round_trips, ns.per_slot, ns.fresh_runs))
+            pairs.append((new, run_old(src, ns.round_trips, ns.per_slot) if src else None))
+        summary(pairs)

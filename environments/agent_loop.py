@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from random import getrandbits
 from typing import Any, Literal
 
@@ -49,7 +49,8 @@ class TurnRecord:
     finish_reason: str | None
     usage: dict[str, int] | None
     calls_from_text: bool = False
-    parse_errors: list[str] = field(default_factory=list)
+    # A tuple: the usual empty one is shared and untracked, where a list per turn is one more object for the collector.
+    parse_errors: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -102,6 +103,24 @@ def _error_of(result: str) -> str | None:
 _OUT_OF_TIME = json.dumps({"error": "the trajectory's time budget ran out before this call finished"})
 
 
+def _end(
+    state: tuple[list[dict[str, Any]], list[TurnRecord], list[ToolErrorRecord], float],
+    reason: StopReason,
+    error: str | None = None,
+) -> AgentResult:
+    messages, turns, tool_errors, started = state
+    return AgentResult(
+        messages=messages,
+        turns_used=len(turns),
+        finished_naturally=reason == "finished",
+        stop_reason=reason,
+        turns=turns,
+        tool_errors=tool_errors,
+        error=error,
+        duration_s=asyncio.get_running_loop().time() - started,
+    )
+
+
 def _is_context_overflow(message: str) -> bool:
     text = message.lower()
     return "context" in text and ("length" in text or "exceed" in text or "too long" in text)
@@ -141,22 +160,13 @@ class HermesAgentLoop:
         deadline = started + self.config.time_budget_s
         config = self.config
 
-        def done(reason: StopReason, error: str | None = None) -> AgentResult:
-            return AgentResult(
-                messages=messages,
-                turns_used=len(turns),
-                finished_naturally=reason == "finished",
-                stop_reason=reason,
-                turns=turns,
-                tool_errors=tool_errors,
-                error=error,
-                duration_s=clock() - started,
-            )
+        # Ends through _end, not a closure: its cells and function would be six more objects per trajectory.
+        done = (messages, turns, tool_errors, started)
 
         for index in range(config.max_turns):
             t0 = clock()
             if t0 >= deadline:
-                return done("time_budget")
+                return _end(done, "time_budget")
             try:
                 # Bounded by the request timeout, not the budget: a slow but answering server gives a
                 # scored trajectory (the budget is checked before the next step); a silent one is
@@ -166,13 +176,15 @@ class HermesAgentLoop:
                         messages, self.tools, temperature=config.temperature, max_tokens=config.max_tokens
                     )
             except TimeoutError:
-                return done("model_timeout", f"the model server did not answer within {config.model_timeout_s:.0f}s")
+                return _end(
+                    done, "model_timeout", f"the model server did not answer within {config.model_timeout_s:.0f}s"
+                )
             except ModelError as exc:
                 if _is_context_overflow(str(exc)):
-                    return done("context_full", str(exc))
+                    return _end(done, "context_full", str(exc))
                 if isinstance(exc, ModelRequestError):
                     raise  # a 4xx: the request is wrong for every rollout; the env stops the command
-                return done("model_error", str(exc))
+                return _end(done, "model_error", str(exc))
             t1 = clock()
             calls = turn.tool_calls
             for call in calls:
@@ -189,11 +201,11 @@ class HermesAgentLoop:
                 finish_reason=turn.finish_reason,
                 usage=turn.usage,
                 calls_from_text=turn.calls_from_text,
-                parse_errors=turn.parse_errors,  # the turn is dropped; its list is ours now
+                parse_errors=tuple(turn.parse_errors),
             )
             turns.append(record)
             if not calls:
-                return done("finished")
+                return _end(done, "finished")
             del turn  # not kept alive across the tool calls: one object fewer for the collector
             try:
                 if t1 >= deadline:
@@ -208,16 +220,16 @@ class HermesAgentLoop:
                         results = await self._run_calls(calls)
             except ToolInfrastructureError as exc:
                 record.tools_s = clock() - t1
-                return done("infrastructure_error", str(exc))
+                return _end(done, "infrastructure_error", str(exc))
             except TimeoutError:
                 record.tools_s = clock() - t1
                 for call in calls:
                     self._answer(messages, tool_errors, index, call, _OUT_OF_TIME)
-                return done("time_budget")
+                return _end(done, "time_budget")
             record.tools_s = clock() - t1
             for call, result in zip(calls, results):
                 self._answer(messages, tool_errors, index, call, result)
-        return done("max_turns")
+        return _end(done, "max_turns")
 
     @staticmethod
     def _answer(

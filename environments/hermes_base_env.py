@@ -36,6 +36,7 @@ from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, Scored
 from pydantic import Field
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
+from environments.gc_tuning import GCConfig, collector
 from environments.models.base import ChatModel
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
 from environments.models.chat_tokens import tokenize_conversation
@@ -144,6 +145,9 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     embedded_parallel: int = Field(4, ge=1, description="Concurrent sequences of the embedded llama.cpp server")
     web: WebConfig = Field(default_factory=WebConfig, description="Backend of the web toolset, when it is enabled")
     eval_size: int | None = Field(None, ge=1, description="Eval items used by evaluate (None: all)")
+    gc: GCConfig = Field(
+        default_factory=GCConfig, description="Collector settings while the command runs (environments/gc_tuning.py)"
+    )
 
 
 class BoundedModel:
@@ -665,23 +669,24 @@ class HermesAgentBaseEnv(BaseEnv):
     async def _in_runtime(self, entry: Any, *, report: bool) -> None:
         ok = False
         try:
-            async with self.runtime():
-                # atroposlib's serve swallows errors inside groups; a config error (a 4xx from the
-                # model server, a bad reward) must still stop the command, so it is raced here.
-                self._fatal_event = asyncio.Event()
-                main = asyncio.ensure_future(entry())
-                fatal = asyncio.ensure_future(self._fatal_event.wait())
-                try:
-                    await asyncio.wait({main, fatal}, return_when=asyncio.FIRST_COMPLETED)
-                finally:  # also on SIGINT/SIGTERM: serve's group workers end before the runtime does
-                    pending = [main, fatal, *getattr(self, "workers", ())]
-                    for task in pending:
-                        task.cancel()
-                    await asyncio.gather(*pending, return_exceptions=True)
-                if self._fatal is not None:
-                    raise self._fatal
-                main.result()
-                ok = True
+            with collector(self.config.gc):  # the runner's collector settings, for this command only
+                async with self.runtime():
+                    # atroposlib's serve swallows errors inside groups; a config error (a 4xx from the
+                    # model server, a bad reward) must still stop the command, so it is raced here.
+                    self._fatal_event = asyncio.Event()
+                    main = asyncio.ensure_future(entry())
+                    fatal = asyncio.ensure_future(self._fatal_event.wait())
+                    try:
+                        await asyncio.wait({main, fatal}, return_when=asyncio.FIRST_COMPLETED)
+                    finally:  # also on SIGINT/SIGTERM: serve's group workers end before the runtime does
+                        pending = [main, fatal, *getattr(self, "workers", ())]
+                        for task in pending:
+                            task.cancel()
+                        await asyncio.gather(*pending, return_exceptions=True)
+                    if self._fatal is not None:
+                        raise self._fatal
+                    main.result()
+                    ok = True
         finally:
             self._finish_output(report and ok)
 

@@ -43,7 +43,10 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, ServerConfig]:
     ap.add_argument("--max-output-bytes", type=int, default=1_000_000)
     defaults = SlotLimits()
     for name, info in SlotLimits.model_fields.items():
-        ap.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name), help=info.description)
+        kind = float if info.annotation is float else int
+        ap.add_argument(
+            f"--{name.replace('_', '-')}", type=kind, default=getattr(defaults, name), help=info.description
+        )
     ns = ap.parse_args(argv)
     limits = SlotLimits(**{name: getattr(ns, name) for name in SlotLimits.model_fields})
     config = ServerConfig(

@@ -15,7 +15,17 @@ import stat
 import tarfile
 from dataclasses import dataclass
 
-__all__ = ["Workspace", "FileOpError", "PathEscape", "NotFound", "IsDirectory", "NotRegular", "TooLarge", "error_for"]
+__all__ = [
+    "Workspace",
+    "FileOpError",
+    "PathEscape",
+    "NotFound",
+    "IsDirectory",
+    "NotRegular",
+    "TooLarge",
+    "QuotaExceeded",
+    "error_for",
+]
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _SKIP_DIRS = frozenset({".git"})
@@ -47,7 +57,13 @@ class TooLarge(FileOpError):
     kind = "too_large"
 
 
-_BY_KIND = {c.kind: c for c in (FileOpError, PathEscape, NotFound, IsDirectory, NotRegular, TooLarge)}
+class QuotaExceeded(FileOpError):
+    """The slot's workspace is (or would be) over its disk quota."""
+
+    kind = "quota_exceeded"
+
+
+_BY_KIND = {c.kind: c for c in (FileOpError, PathEscape, NotFound, IsDirectory, NotRegular, TooLarge, QuotaExceeded)}
 
 
 def error_for(kind: str, message: str) -> FileOpError | None:
@@ -185,9 +201,12 @@ class Workspace:
         finally:
             os.close(fd)
 
-    def write(self, path: object, data: bytes) -> int:
+    def write(self, path: object, data: bytes, room: int | None = None) -> int:
+        """Replace the file's content; `room`: bytes the workspace may still grow by (its disk quota)."""
         if len(data) > self.max_file_bytes:
             raise TooLarge(f"{len(data)} bytes is over the limit of {self.max_file_bytes}")
+        if room is not None:
+            self._check_room(path, len(data), room)
         # no O_TRUNC: the file is truncated only once it is known to be a regular file
         fd = self._open_file(path, os.O_WRONLY | os.O_CREAT, create=True)
         try:
@@ -198,6 +217,25 @@ class Workspace:
         finally:
             os.close(fd)
         return len(data)
+
+    def _check_room(self, path: object, size: int, room: int) -> None:
+        # checked before the file is created, so a refused write leaves nothing behind
+        try:
+            fd = self._open_file(path, os.O_RDONLY)
+        except NotFound:
+            old = 0
+        else:
+            try:
+                old = os.fstat(fd).st_blocks * 512
+            finally:
+                os.close(fd)
+        block = 4096
+        growth = -(-size // block) * block - old
+        if growth > room:
+            raise QuotaExceeded(
+                f"writing {size} bytes to {path!r} would put the workspace over its disk quota "
+                f"({max(room, 0)} bytes left); delete files you no longer need or write less"
+            )
 
     def _walk(self, path: str):
         """(relative dir, dir fd, file names, dir names) below `path`, never following links."""

@@ -1,22 +1,27 @@
-"""Bubblewrap isolation and per-slot limits for one command in one slot.
+"""Bubblewrap isolation and per-slot limits for the commands of one slot.
 
-Each command gets its own mount, pid, ipc, uts, cgroup and (unless the call allows it)
-network namespace; bwrap's init is pid 1 there, so every process the command starts dies
-when it exits (or when the server dies). The filesystem it sees is the system directories read-only, the
-interpreter's prefix read-only, a private size-capped /tmp, the slot's workspace
-read-write at a fixed path and, if configured, the shared cache read-only. Nothing else of
-the host is visible.
+Each slot has a long-lived namespace (mount, pid, ipc, uts, cgroup and network) made by
+bwrap, with the slot's exec server (exec_server.py) inside; it is recreated when the slot is reset.
+Each command then gets its own pid namespace (everything it starts dies when it exits, is
+killed at its timeout, or the slot is reset), its own mount namespace with a fresh /proc and a
+private size-capped /tmp. The filesystem it sees is the system directories read-only, the
+interpreter's prefix read-only, the slot's workspace read-write at a fixed path and, if
+configured, the shared cache read-only. Nothing else of the host is visible.
 
-Inside, `setpriv` switches to the slot's own unprivileged uid with no capabilities and
-no_new_privs before the command starts. Limits are rlimits set by `prlimit` before bwrap
-starts (inherited by every process of the slot); RLIMIT_NPROC counts per uid, so a slot's
-process limit covers all its commands together and a fork bomb stays inside its slot.
-These work without cgroups (Modal, Nomad containers, cgroup v1 without systemd).
+Each command runs as the slot's own unprivileged uid with no capabilities (bounding set
+too) and no_new_privs. Limits are rlimits set on each command before it starts (inherited
+by every process it makes); RLIMIT_NPROC counts per uid, so a slot's process limit covers
+all its commands together and a fork bomb stays inside its slot. These work without cgroups
+(Modal, Nomad containers, cgroup v1 without systemd).
+
+A call that asks for network gets the older path: a bwrap namespace of its own (sharing the
+host's network), with `setpriv` and `prlimit` doing the same uid switch and limits.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import resource
 import shutil
@@ -35,6 +40,14 @@ COMMAND_FILE = "/.hermes-command.sh"  # in the root: bwrap would make a new pare
 _NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
 # setpriv needs these to switch to the slot's uid; it then drops them all (bounding set too).
 _SWITCH_CAPS = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+# The slot's exec server also kills what a command leaves (kill(-1)) and remounts /tmp after it.
+_SHELL_CAPS = [*_SWITCH_CAPS, "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
+EXEC_SERVER_FILE = "/.hermes-exec-server.py"
+KEEP_DIR = "/.hermes-keep"  # a second view of the read-only binds inside /tmp (see exec_server.py)
+
+
+def _under(parent: str, path: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
 class SlotLimits(BaseModel):
@@ -47,11 +60,23 @@ class SlotLimits(BaseModel):
     max_open_files: int = Field(1024, ge=64, description="Open files per process (RLIMIT_NOFILE)")
     tmp_bytes: int = Field(512 * 1024**2, ge=1024**2, description="Size of each command's private /tmp (tmpfs)")
     workspace_bytes: int = Field(
-        4 * 1024**3, ge=1024**2, description="Disk a slot's workspace may use; checked after each command"
+        4 * 1024**3, ge=1024**2, description="Disk a slot's workspace may use (sandbox_server/quota.py)"
+    )
+    slot_memory_bytes: int = Field(
+        4 * 1024**3,
+        ge=64 * 1024**2,
+        description="Memory of all a slot's processes together, plus its /tmp (sandbox_server/quota.py)",
+    )
+    watchdog_interval_s: float = Field(
+        0.5, gt=0, le=60, description="How often the slot memory and disk watchdog looks (seconds)"
     )
     uid_base: int | None = Field(
         None, ge=1000, description="First slot's uid (slot i runs as uid_base+i); default derived from the pid"
     )
+
+    def cli_args(self) -> list[str]:
+        """These limits as sandbox_server options (how a backend hands them to the servers it starts)."""
+        return [w for k, v in self.model_dump(exclude_none=True).items() for w in (f"--{k.replace('_', '-')}", str(v))]
 
     def rlimits(self) -> list[tuple[int, int, int]]:
         """(resource, soft, hard); the CPU hard limit is a little higher so SIGXCPU (a clear exit 152) comes first."""
@@ -64,22 +89,31 @@ class SlotLimits(BaseModel):
             (resource.RLIMIT_CORE, 0, 0),
         ]
 
+    def clamped_rlimits(self) -> list[tuple[int, int, int]]:
+        """`rlimits()`, never above the server's own hard limits: raising one needs CAP_SYS_RESOURCE."""
+        out = []
+        for which, soft, hard in self.rlimits():
+            _, cur_hard = resource.getrlimit(which)
+            if cur_hard != resource.RLIM_INFINITY:
+                soft, hard = min(soft, cur_hard), min(hard, cur_hard)
+            out.append((which, soft, hard))
+        return out
+
     def prlimit_args(self) -> list[str]:
         """`prlimit` options setting these limits on bwrap, hence on every process of the command.
 
         prlimit in argv rather than a preexec_fn: a preexec_fn makes Python fork the whole server
         for each command (tens of ms with a big heap) instead of a cheap vfork.
         """
-        names = {resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_AS: "as", resource.RLIMIT_CPU: "cpu",
-                 resource.RLIMIT_FSIZE: "fsize", resource.RLIMIT_NOFILE: "nofile", resource.RLIMIT_CORE: "core"}  # fmt: skip
-        args = []
-        for which, soft, hard in self.rlimits():
-            # never above the server's own hard limit: raising it needs CAP_SYS_RESOURCE
-            _, cur_hard = resource.getrlimit(which)
-            if cur_hard != resource.RLIM_INFINITY:
-                soft, hard = min(soft, cur_hard), min(hard, cur_hard)
-            args.append(f"--{names[which]}={soft}:{hard}")
-        return args
+        names = {
+            resource.RLIMIT_NPROC: "nproc",
+            resource.RLIMIT_AS: "as",
+            resource.RLIMIT_CPU: "cpu",
+            resource.RLIMIT_FSIZE: "fsize",
+            resource.RLIMIT_NOFILE: "nofile",
+            resource.RLIMIT_CORE: "core",
+        }
+        return [f"--{names[which]}={soft}:{hard}" for which, soft, hard in self.clamped_rlimits()]
 
 
 @dataclass(frozen=True)
@@ -103,10 +137,32 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
         return IsolationStatus(
             False, path, "setpriv or prlimit not found; install util-linux (they set each slot's uid and limits)"
         )
-    argv = [prlimit, "--nproc=64:64", path, *_NAMESPACES, "--unshare-net", *_SWITCH_CAPS, "--die-with-parent",
-            "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-            setpriv, "--reuid", "65534", "--regid", "65534", "--clear-groups", "--inh-caps=-all",
-            "--bounding-set=-all", "--no-new-privs", "true"]  # fmt: skip
+    argv = [
+        prlimit,
+        "--nproc=64:64",
+        path,
+        *_NAMESPACES,
+        "--unshare-net",
+        *_SWITCH_CAPS,
+        "--die-with-parent",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        setpriv,
+        "--reuid",
+        "65534",
+        "--regid",
+        "65534",
+        "--clear-groups",
+        "--inh-caps=-all",
+        "--bounding-set=-all",
+        "--no-new-privs",
+        "true",
+    ]
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
@@ -154,6 +210,9 @@ class Sandboxing:
             if p not in self._ro:
                 self._ro.append(p)
         self._fixed = self._fixed_binds()
+        # Read-only binds that land inside /tmp (an interpreter in a checkout under /tmp): the
+        # exec server puts them back each time it gives /tmp a fresh tmpfs.
+        self._tmp_binds = [p for p in self._ro_bound if _under("/tmp", p)]
         self._limits = limits.prlimit_args()
 
     def _fixed_binds(self) -> list[str]:
@@ -177,6 +236,7 @@ class Sandboxing:
             elif os.path.exists(p):
                 binds += ["--ro-bind", p, p]
                 covered.append(p)
+        self._ro_bound = covered
 
         def under_bind(d: str) -> bool:
             return any(d == c or d.startswith(c.rstrip("/") + "/") for c in covered)
@@ -199,16 +259,13 @@ class Sandboxing:
             args += ["--tmpfs", data]
         return args
 
-    def argv(
-        self, workspace: Path, uid: int, command: list[str], *, network: bool, command_file: Path | None = None
-    ) -> list[str]:
+    def _bwrap(self, workspace: Path, caps: list[str], *, network: bool) -> list[str]:
         # Not --as-pid-1: bwrap's own init stays pid 1 (as root, so --die-with-parent holds after
-        # setpriv changes uid) and ends the namespace, background children included, when the
+        # the uid changes) and ends the namespace, background children included, when its
         # command exits.
         # No bwrap --new-session: the runner already starts bwrap in a session of its own, so the
         # command has no controlling terminal to inject keystrokes into.
-        args = [self.prlimit, *self._limits, self.bwrap, *_NAMESPACES, *_SWITCH_CAPS, "--die-with-parent",
-                "--hostname", "sandbox"]  # fmt: skip
+        args = [self.bwrap, *_NAMESPACES, *caps, "--die-with-parent", "--hostname", "sandbox"]
         if not network:
             args.append("--unshare-net")
         args += self._fixed
@@ -216,11 +273,54 @@ class Sandboxing:
         if self.cache_dir is not None:
             # Read-only: one trajectory's writes (a git hook in a bare repo) must not reach another's.
             args += ["--ro-bind", str(self.cache_dir), self.cache_mount]
+        return args
+
+    def argv(
+        self, workspace: Path, uid: int, command: list[str], *, network: bool, command_file: Path | None = None
+    ) -> list[str]:
+        """One command in a namespace of its own (the path for calls that ask for network)."""
+        args = [self.prlimit, *self._limits, *self._bwrap(workspace, _SWITCH_CAPS, network=network)]
         if command_file is not None:
             args += ["--ro-bind", str(command_file), COMMAND_FILE]
         # bwrap builds the root as a tmpfs; make it read-only so the workspace and /tmp are
         # the only writable places.
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
-        args += [self.setpriv, "--reuid", str(uid), "--regid", str(uid), "--clear-groups", "--inh-caps=-all",
-                 "--bounding-set=-all", "--no-new-privs", "--"]  # fmt: skip
+        args += [
+            self.setpriv,
+            "--reuid",
+            str(uid),
+            "--regid",
+            str(uid),
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ]
         return args + command
+
+    def shell_argv(self, workspace: Path, python: str, exec_fd: int, ctl_fd: int) -> list[str]:
+        """The slot's long-lived namespace running its exec server (sandbox_server/exec_server.py) as root.
+
+        No rlimits here: the exec server sets the slot's limits on each command it forks (so its
+        own CPU time and process count never run into them).
+        """
+        # bwrap's --die-with-parent covers the namespace, not bwrap itself: a server killed while
+        # bwrap sets up would leave it waiting for ever. setpriv gives bwrap the same signal.
+        args = [self.setpriv, "--pdeathsig", "KILL", "--", *self._bwrap(workspace, _SHELL_CAPS, network=False)]
+        args += ["--ro-bind", str(Path(__file__).with_name("exec_server.py")), EXEC_SERVER_FILE]
+        if self._tmp_binds:
+            args += ["--perms", "0700", "--dir", KEEP_DIR]  # root's only
+            for i, p in enumerate(self._tmp_binds):
+                args += ["--ro-bind", p, f"{KEEP_DIR}/{i}"]
+        args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
+        return args + [
+            python,
+            "-I",
+            "-S",
+            EXEC_SERVER_FILE,
+            str(exec_fd),
+            str(ctl_fd),
+            str(self.limits.tmp_bytes),
+            json.dumps(self._tmp_binds),
+        ]

@@ -1,7 +1,8 @@
 """The one process runner: a command in its own session, output capped, with a deadline.
 
-Used by sandbox_server (argv is a bwrap command line) and by the local workspace executor
-(tools/executor.py). The behaviour both rely on:
+Used by sandbox_server (a command forked by the slot's exec server, or a bwrap command line)
+and by the local workspace executor (tools/executor.py). How the process starts is a `Spawn`
+(a local subprocess by default); the behaviour all rely on:
 - the command is done when its main process exits, even if a backgrounded child still
   holds the output pipe (we own the pipe, so nothing waits for its other holders);
 - whatever is left of the process group is killed then, on timeout and on cancellation.
@@ -15,10 +16,11 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
-__all__ = ["ExecResult", "die_with_parent", "kill_process_group", "run_command"]
+__all__ = ["Child", "ExecResult", "Spawn", "die_with_parent", "kill_process_group", "run_command", "spawn_local"]
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,68 @@ def kill_process_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+class Child(Protocol):
+    """A started command as the runner sees it."""
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    async def wait(self) -> int: ...
+
+    def kill(self) -> None:
+        """SIGKILL the command and what it started (its process group, or its pid namespace)."""
+
+
+# (argv, cwd, env, stdout_fd, stdin_fd or None) -> a started Child; the fds are the caller's to close.
+Spawn = Callable[[list[str], str, dict[str, str], int, "int | None"], Awaitable[Child]]
+
+
+class _LocalChild:
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.pid = proc.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.proc.returncode
+
+    async def wait(self) -> int:
+        return await self.proc.wait()
+
+    def kill(self) -> None:
+        kill_process_group(self.proc.pid)
+
+
+async def spawn_local(argv: list[str], cwd: str, env: dict[str, str], stdout_fd: int, stdin_fd: int | None) -> Child:
+    """A plain subprocess in a new session (its own process group, no controlling terminal)."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        cwd=cwd,
+        env=env,
+        stdin=stdin_fd if stdin_fd is not None else asyncio.subprocess.DEVNULL,
+        stdout=stdout_fd,
+        stderr=stdout_fd,
+        start_new_session=True,
+    )
+    return _LocalChild(proc)
+
+
+async def _feed(fd: int, data: bytes) -> None:
+    """Write `data` to the command's stdin pipe and close it; a command that stops reading is fine."""
+    loop = asyncio.get_running_loop()
+    transport, protocol = await loop.connect_write_pipe(
+        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader()), os.fdopen(fd, "wb", buffering=0)
+    )
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    try:
+        writer.write(data)
+        await writer.drain()
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        transport.close()
 
 
 async def _read_capped(stream: asyncio.StreamReader, cap: int, kept: bytearray) -> bool:
@@ -60,26 +124,24 @@ async def run_command(
     timeout: float,
     max_output_bytes: int,
     stdin: bytes | None = None,
-    on_start: Callable[[asyncio.subprocess.Process], None] | None = None,
+    on_start: Callable[[Child], None] | None = None,
+    spawn: Spawn | None = None,
 ) -> ExecResult:
-    """Run argv in a new session; on timeout (or cancellation) the whole group is killed."""
+    """Run argv (by default in a new session); on timeout (or cancellation) all of it is killed."""
     started = time.monotonic()
     read_fd, write_fd = os.pipe()
+    stdin_r, stdin_w = os.pipe() if stdin is not None else (None, None)
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            cwd=cwd,
-            env=env,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=write_fd,
-            stderr=write_fd,
-            start_new_session=True,
-        )
+        proc = await (spawn or spawn_local)(argv, cwd, env, write_fd, stdin_r)
     except BaseException:
         os.close(read_fd)
+        if stdin_w is not None:
+            os.close(stdin_w)
         raise
     finally:
         os.close(write_fd)
+        if stdin_r is not None:
+            os.close(stdin_r)
     if on_start is not None:
         on_start(proc)
     loop = asyncio.get_running_loop()
@@ -89,7 +151,9 @@ async def run_command(
             lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0)
         )
     except BaseException:  # cancelled between spawn and the guarded wait: the command must not outlive us
-        kill_process_group(proc.pid)
+        if stdin_w is not None:
+            os.close(stdin_w)
+        proc.kill()
         await proc.wait()
         raise
     kept = bytearray()
@@ -97,24 +161,22 @@ async def run_command(
     timed_out = False
     try:
         async with asyncio.timeout(timeout):
-            if stdin is not None:
-                assert proc.stdin is not None
-                try:
-                    proc.stdin.write(stdin)
-                    await proc.stdin.drain()
-                    proc.stdin.close()
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+            if stdin_w is not None:
+                fd, stdin_w = stdin_w, None
+                await _feed(fd, stdin)  # type: ignore[arg-type]  # not None when the pipe exists
             await proc.wait()
     except TimeoutError:
         timed_out = True
     except BaseException:
-        kill_process_group(proc.pid)
+        proc.kill()
         reader.cancel()
         transport.close()
         await proc.wait()
         raise
-    kill_process_group(proc.pid)
+    finally:
+        if stdin_w is not None:
+            os.close(stdin_w)
+    proc.kill()
     await proc.wait()
     try:
         # A process that left the group (no pid namespace around it) may still hold the pipe:

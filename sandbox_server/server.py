@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import hmac
 import json
 import logging
@@ -33,7 +34,9 @@ from pydantic import BaseModel, Field
 
 from sandbox_server.fileops import FileOpError, Workspace
 from sandbox_server.isolation import COMMAND_FILE, IsolationStatus, Sandboxing, SlotLimits, probe_bwrap
-from sandbox_server.procs import kill_process_group, run_command
+from sandbox_server.procs import ExecResult, run_command
+from sandbox_server.quota import LimitExceeded, SlotGuard
+from sandbox_server.spawner import SlotShell, SlotShellError
 
 __all__ = ["ServerConfig", "SandboxServer", "build_app"]
 
@@ -42,8 +45,18 @@ log = logging.getLogger("sandbox_server")
 API_VERSION = 2
 # Commands longer than this go to bash as a script file instead of argv (MAX_ARG_STRLEN is 128 KiB).
 ARGV_COMMAND_BYTES = 64 * 1024
-_STATUS = {"bad_request": 400, "path_escape": 403, "not_found": 404, "is_directory": 400, "not_regular": 400,
-           "too_large": 413}  # fmt: skip
+# Through a slot's exec server the request is one socket message: keep it well under its limit
+# even when JSON escapes every byte (x6).
+SHELL_ARGV_BYTES = 16 * 1024
+_STATUS = {
+    "bad_request": 400,
+    "path_escape": 403,
+    "not_found": 404,
+    "is_directory": 400,
+    "not_regular": 400,
+    "too_large": 413,
+    "quota_exceeded": 507,
+}
 
 
 class ServerConfig(BaseModel):
@@ -82,6 +95,7 @@ class SlotState:
     file_ops: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
     procs: set = field(default_factory=set)
     generation: int = 0  # bumped by reset so a caller can tell it got a fresh workspace
+    shell: asyncio.Task | None = None  # starting or started SlotShell: the slot's namespace and exec server
 
 
 def _env_for(python_bin: str, workspace_mount: str) -> dict[str, str]:
@@ -140,7 +154,9 @@ class SandboxServer:
         # Slots run as uids nobody else uses: RLIMIT_NPROC and kill(-1) then act on one slot only.
         base = config.limits.uid_base
         self.uid_base = base if base is not None else 1_000_000 + (os.getpid() % 1_000_000) * 256
+        self._shell_error: str | None = None  # why slots cannot keep an exec server here, if they cannot
         self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * config.slots), thread_name_prefix="fileops")
+        self.guard = SlotGuard(config.limits, _kill_uid)
 
     async def start(self) -> None:
         self.isolation = await probe_bwrap(self.config.bwrap)
@@ -160,11 +176,18 @@ class SandboxServer:
             slot = SlotState(str(i), root, uid, ws)
             await asyncio.to_thread(self._fresh_workspace, slot)
             self.slots[str(i)] = slot
+            if self.isolation.available and self._shell_error is None:
+                self._start_shell(slot)
+            self.guard.add(slot.id, str(root), uid)
+        if self.isolation.available:  # the guard finds a slot's processes by its uid
+            self.guard.start()
 
     async def stop(self) -> None:
+        await self.guard.stop()
         for slot in self.slots.values():
             slot.generation += 1
             self._kill_slot(slot)
+        await asyncio.gather(*(self._close_shell(s) for s in self.slots.values()))
         if self.isolation.available:
             await asyncio.gather(*(asyncio.to_thread(_kill_uid, s.uid) for s in self.slots.values()))
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -180,7 +203,39 @@ class SandboxServer:
 
     def _kill_slot(self, slot: SlotState) -> None:
         for proc in list(slot.procs):
-            kill_process_group(proc.pid)
+            proc.kill()
+
+    def _start_shell(self, slot: SlotState) -> None:
+        argv = functools.partial(self.sandboxing.shell_argv, slot.root, sys.executable)
+        slot.shell = asyncio.create_task(SlotShell.start(argv))
+
+    async def _shell(self, slot: SlotState) -> SlotShell | None:
+        """The slot's exec server, started if need be; None if it cannot start here (then bwrap per command)."""
+        task = slot.shell
+        if task is None or (task.done() and (task.cancelled() or task.exception() or not task.result().alive)):
+            if task is not None and task.done() and not task.cancelled() and task.exception() is None:
+                await task.result().close()  # its exec server died: start the slot a new one
+            self._start_shell(slot)
+        assert slot.shell is not None
+        try:
+            return await asyncio.shield(slot.shell)
+        except SlotShellError as exc:
+            # e.g. a kernel without pidfd_open: stay on the slower path instead of retrying each call
+            log.warning("slot %s: %s; running each command in a bwrap namespace of its own from now on", slot.id, exc)
+            self._shell_error = str(exc)
+            return None
+
+    async def _close_shell(self, slot: SlotState) -> None:
+        """End the slot's namespace: every command in it dies."""
+        task, slot.shell = slot.shell, None
+        if task is None:
+            return
+        try:
+            # Not cancelled while it starts: a command may be waiting for it (it then finds it closed).
+            shell = await asyncio.shield(task)
+        except SlotShellError:
+            return
+        await shell.close()
 
     def _fresh_workspace(self, slot: SlotState) -> None:
         root = slot.root
@@ -221,9 +276,10 @@ class SandboxServer:
         raw = command.encode("utf-8", errors="surrogateescape")
         if len(raw) > self.config.max_command_bytes or len(stdin or "") > self.config.max_command_bytes:
             raise RequestError(
-                413, "too_large",
+                413,
+                "too_large",
                 f"the command or its stdin is over {self.config.max_command_bytes} bytes; write large data with write_file",
-            )  # fmt: skip
+            )
         try:
             timeout = float(body.get("timeout", 30))
             cap = int(body.get("max_output_bytes", 100_000))
@@ -244,6 +300,19 @@ class SandboxServer:
         async with slot.lock:
             if slot.generation != generation:
                 raise RequestError(409, "slot_reset", "the slot was reset while this command waited; it did not run")
+            fast = self.isolation.available and not network and self._shell_error is None
+            shell = await self._shell(slot) if fast else None
+            if shell is not None:
+                try:
+                    async with self.guard.command(slot.id):  # the slot's totals, watched while it runs
+                        outcome = await self._exec_in_shell(slot, shell, raw, command, stdin, timeout, cap)
+                    return outcome.to_json()
+                except SlotShellError as exc:
+                    if slot.generation != generation:
+                        raise RequestError(409, "slot_reset", "the slot was reset as this command started") from None
+                    raise RequestError(503, "sandbox_error", f"{exc}; reset the slot") from None
+                except LimitExceeded as exc:
+                    raise RequestError(_STATUS.get(exc.kind, 507), exc.kind, str(exc)) from None
             command_file = None
             if len(raw) > ARGV_COMMAND_BYTES:
                 command_file = self.data_dir / "commands" / f"{slot.id}-{uuid.uuid4().hex}.sh"
@@ -257,32 +326,83 @@ class SandboxServer:
                 else:
                     argv = ["bash", str(command_file)] if command_file else ["bash", "-c", command]
                     env = _env_for(self._python_bin, str(slot.root))
-                outcome = await run_command(
-                    argv,
-                    cwd=str(slot.root),
-                    env=env,
-                    timeout=timeout,
-                    max_output_bytes=cap,
-                    stdin=stdin.encode() if stdin is not None else None,
-                    on_start=slot.procs.add,
-                )
+                try:
+                    async with self.guard.command(slot.id):  # the slot's totals, watched while it runs
+                        outcome = await run_command(
+                            argv,
+                            cwd=str(slot.root),
+                            env=env,
+                            timeout=timeout,
+                            max_output_bytes=cap,
+                            stdin=stdin.encode() if stdin is not None else None,
+                            on_start=slot.procs.add,
+                        )
+                except LimitExceeded as exc:
+                    raise RequestError(_STATUS.get(exc.kind, 507), exc.kind, str(exc)) from None
             finally:
                 if command_file is not None:
                     command_file.unlink(missing_ok=True)
                 slot.procs.difference_update({p for p in slot.procs if p.returncode is not None})
         return outcome.to_json()
 
+    async def _exec_in_shell(
+        self, slot: SlotState, shell: SlotShell, raw: bytes, command: str, stdin: str | None, timeout: float, cap: int
+    ) -> ExecResult:
+        script = None
+        if len(raw) > SHELL_ARGV_BYTES:
+            # Long: bash reads it from a memory file handed over as fd 3 (the request stays small).
+            script = os.memfd_create("hermes-command", os.MFD_CLOEXEC)
+            view = memoryview(raw)
+            while view:
+                view = view[os.write(script, view) :]
+            os.lseek(script, 0, os.SEEK_SET)
+        spawn = functools.partial(
+            shell.spawn,
+            uid=slot.uid,
+            rlimits=self.config.limits.clamped_rlimits(),
+            script_fd=script,
+        )
+        try:
+            return await run_command(
+                ["bash", "/dev/fd/3"] if script is not None else ["bash", "-c", command],
+                cwd=self.config.workspace_mount,
+                env=_env_for(self._python_bin, self.config.workspace_mount),
+                timeout=timeout,
+                max_output_bytes=cap,
+                stdin=stdin.encode() if stdin is not None else None,
+                on_start=slot.procs.add,
+                spawn=spawn,
+            )
+        finally:
+            if script is not None:
+                os.close(script)
+            slot.procs.difference_update({p for p in slot.procs if p.returncode is not None})
+
+    async def interrupt(self, slot: SlotState) -> dict:
+        """Stop what runs or waits in the slot because its caller gave up; the workspace stays.
+
+        (A trajectory past its time budget is scored next, often by commands in this slot.)
+        """
+        slot.generation += 1  # commands queued on the lock see this and do not run
+        self._kill_slot(slot)  # the rest of the command's processes die with it (pid namespace)
+        async with slot.lock:  # returns once the killed command has let go of the slot
+            return {"slot": slot.id, "generation": slot.generation}
+
     async def reset(self, slot: SlotState) -> dict:
-        """Kill what runs or waits in the slot, then give it an empty workspace."""
+        """Kill what runs or waits in the slot, then give it an empty workspace and a new namespace."""
         slot.generation += 1  # commands still queued on the lock see this and do not run
         running = bool(slot.procs)
         self._kill_slot(slot)
+        await self._close_shell(slot)  # the namespace, /tmp and every process in it end here
         if running and self.isolation.available:
-            # Killing bwrap ends its pid namespace; this also gets anything of the slot's uid that
-            # got out of it some other way.
+            # This also gets anything of the slot's uid that got out some other way.
             await asyncio.to_thread(_kill_uid, slot.uid)
         async with slot.lock:
+            await self._close_shell(slot)  # one a command started meanwhile still sees the old workspace
             await asyncio.to_thread(self._fresh_workspace, slot)
+            self.guard.reset(slot.id)
+            if self.isolation.available and self._shell_error is None:
+                self._start_shell(slot)  # ready by the next command, mostly
         return {"slot": slot.id, "generation": slot.generation}
 
     # `path` is whatever the caller sent; Workspace.parts() refuses anything but a non-empty string.
@@ -290,7 +410,9 @@ class SandboxServer:
         return await self._file_op(slot, slot.workspace.read, path)
 
     async def write_file(self, slot: SlotState, path: object, data: bytes) -> dict:
-        written = await self._file_op(slot, slot.workspace.write, path, data)
+        room = await self.guard.room(slot.id, len(data))
+        written = await self._file_op(slot, slot.workspace.write, path, data, room)
+        self.guard.wrote(slot.id, written)
         return {"path": path, "bytes_written": written}
 
     async def list_artifacts(self, slot: SlotState, path: str) -> dict:
@@ -341,6 +463,7 @@ class SandboxServer:
                 "max_file_bytes": {"value": lim.max_file_bytes, "how": "RLIMIT_FSIZE"} if iso else None,
                 "max_open_files": {"value": lim.max_open_files, "how": "RLIMIT_NOFILE"} if iso else None,
                 "tmp_bytes": {"value": lim.tmp_bytes, "how": "private tmpfs per command"} if iso else None,
+                **self.guard.describe(),
                 "cache": "read-only" if iso and self.cache_dir is not None else None,
                 "file_ops": "openat per component, O_NOFOLLOW, O_NONBLOCK, regular files only",
                 "max_command_bytes": self.config.max_command_bytes,
@@ -394,6 +517,9 @@ def build_app(server: SandboxServer) -> web.Application:
 
     async def reset(request):
         return web.json_response(await server.reset(server._slot(request.match_info["slot"])))
+
+    async def interrupt(request):
+        return web.json_response(await server.interrupt(server._slot(request.match_info["slot"])))
 
     async def get_file(request):
         slot = server._slot(request.match_info["slot"])
@@ -449,6 +575,7 @@ def build_app(server: SandboxServer) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_post("/slots/{slot}/exec", exec_)
     app.router.add_post("/slots/{slot}/reset", reset)
+    app.router.add_post("/slots/{slot}/interrupt", interrupt)
     app.router.add_get("/slots/{slot}/file", get_file)
     app.router.add_put("/slots/{slot}/file", put_file)
     app.router.add_get("/slots/{slot}/artifacts", artifacts)

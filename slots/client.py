@@ -120,6 +120,10 @@ class SandboxClient:
     async def reset(self, slot: str, timeout: float = 60.0) -> dict:
         return await self._json("POST", f"/slots/{slot}/reset", timeout=timeout)
 
+    async def interrupt(self, slot: str, timeout: float = 30.0) -> dict:
+        """Kill the slot's running and queued commands, keeping its workspace."""
+        return await self._json("POST", f"/slots/{slot}/interrupt", timeout=timeout)
+
     async def read_file(self, slot: str, path: str, timeout: float = 60.0) -> bytes:
         status, body, _ = await self._request("GET", f"/slots/{slot}/file", params={"path": path}, timeout=timeout)
         if status >= 400:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 from typing import TYPE_CHECKING, Any
 
 from slots.client import SandboxClient, SandboxUnavailable, decode_b64, exec_result, raise_for_error
@@ -14,15 +15,18 @@ if TYPE_CHECKING:
 
 __all__ = ["SandboxBatcher", "SlotExecutor"]
 
+log = logging.getLogger(__name__)
+
 
 class SandboxBatcher:
-    """Collects the calls made to one sandbox within `window_s` and sends them as one /batch.
+    """Sends the calls made to one sandbox in the same event-loop turn as one /batch.
 
-    The server answers line by line as calls finish, so a long command in a batch does
-    not delay the quick ones.
+    A lone call goes out at once (the next turn of the loop); with `window_s` > 0 calls wait
+    that long for company instead. The server answers line by line as calls finish, so a long
+    command in a batch does not delay the quick ones.
     """
 
-    def __init__(self, client: SandboxClient, *, window_s: float = 0.002) -> None:
+    def __init__(self, client: SandboxClient, *, window_s: float = 0.0) -> None:
         self.client = client
         self.window_s = window_s
         self._pending: list[tuple[dict, asyncio.Future, float]] = []
@@ -42,6 +46,7 @@ class SandboxBatcher:
         return line["result"]
 
     async def _flush_soon(self) -> None:
+        # sleep(0) yields once: calls made in this turn (a gather of tool calls) join the batch
         await asyncio.sleep(self.window_s)
         batch, self._pending, self._flusher = self._pending, [], None
         task = asyncio.create_task(self._send(batch))
@@ -79,6 +84,11 @@ class SandboxBatcher:
         await asyncio.gather(*self._inflight, return_exceptions=True)
 
 
+def _log_failure(task: asyncio.Task) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("could not interrupt an abandoned command: %s", task.exception())
+
+
 class SlotExecutor:
     """Runs a trajectory's tools in its slot; paths and commands see the slot's workspace."""
 
@@ -86,6 +96,7 @@ class SlotExecutor:
         self.slot = slot
         self._batcher = batcher
         self._python = python
+        self._interrupt: asyncio.Task | None = None
 
     @property
     def workspace(self) -> str:
@@ -113,7 +124,18 @@ class SlotExecutor:
             "stdin": stdin,
             "network": network,
         }
-        return exec_result(await self._batcher.call(call, timeout=timeout))
+        if self._interrupt is not None:
+            # A command sent after an abandoned one runs once that one is gone, never behind it.
+            await asyncio.wait([self._interrupt])
+        try:
+            return exec_result(await self._batcher.call(call, timeout=timeout))
+        except asyncio.CancelledError:
+            # The caller gave up (time budget, cancelled trajectory): the command must not run on
+            # and hold the slot, e.g. in front of the verifier's commands.
+            if self._interrupt is None or self._interrupt.done():
+                self._interrupt = asyncio.ensure_future(self._batcher.client.interrupt(self.slot.index))
+                self._interrupt.add_done_callback(_log_failure)
+            raise
 
     async def read_file(self, path: str) -> bytes:
         result = await self._batcher.call({"slot": self.slot.index, "op": "read_file", "path": path}, timeout=60)

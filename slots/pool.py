@@ -34,7 +34,9 @@ class SlotPoolConfig(BaseModel):
     acquire_timeout_s: float = Field(300.0, gt=0, description="How long acquire() waits for a free slot")
     health_interval_s: float = Field(5.0, gt=0, description="Seconds between health checks of each sandbox")
     reset_timeout_s: float = Field(60.0, gt=0)
-    batch_window_s: float = Field(0.002, ge=0, description="Calls to one sandbox within this window go as one request")
+    batch_window_s: float = Field(
+        0.0, ge=0, description="Calls to one sandbox within this window go as one request; 0: those of one loop turn"
+    )
     max_connections: int = Field(256, ge=1, description="HTTP connections to all sandboxes together")
 
 

@@ -193,13 +193,14 @@ def strip_code_fence(body: str) -> str:
     if not s.startswith("```"):
         return s
     newline = s.find("\n")
-    lang = s[3:newline].strip() if newline != -1 else "?"
+    if newline == -1:
+        return s
+    lang = s[3:newline].strip()
     if lang and not lang.isalnum():
         return s
-    inner = s[newline + 1 :].rstrip()
-    if inner.endswith("```"):
-        inner = inner[:-3]
-    return inner.strip()
+    # s ends in a non-space, so its tail needs no rstrip; one slice instead of three copies.
+    end = len(s) - 3 if s.endswith("```", newline + 1) else len(s)
+    return s[newline + 1 : end].strip()
 
 
 def decode_json_exact(body: str) -> tuple[Any, str | None]:
@@ -210,7 +211,11 @@ def decode_json_exact(body: str) -> tuple[Any, str | None]:
 
 def decode_json_text(body: str) -> tuple[Any, str, str | None]:
     """`decode_json_exact`, also returning the JSON text itself (fences and outer space removed)."""
-    s = strip_code_fence(body)
+    return decode_json_stripped(strip_code_fence(body))
+
+
+def decode_json_stripped(s: str) -> tuple[Any, str, str | None]:
+    """`decode_json_text` of a text already stripped of its fence and outer space."""
     if not s:
         return None, s, "empty tool call body"
     try:

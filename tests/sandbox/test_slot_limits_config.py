@@ -1,0 +1,25 @@
+"""Per-slot limits travel as one typed object from each backend's config to sandbox_server's options."""
+
+from __future__ import annotations
+
+from backends.nomad import NomadBackendConfig, build_job_spec
+from sandbox_server.__main__ import _parse
+from sandbox_server.isolation import SlotLimits
+
+MiB = 1024 * 1024
+
+
+def test_limits_round_trip_through_the_server_options():
+    limits = SlotLimits(slot_memory_bytes=300 * MiB, workspace_bytes=50 * MiB, watchdog_interval_s=0.25, uid_base=5000)
+    _, config = _parse(["--data-dir", "d", *limits.cli_args()])
+    assert config.limits == limits
+    _, default = _parse(["--data-dir", "d"])
+    assert default.limits == SlotLimits()
+
+
+def test_nomad_jobs_carry_the_configured_limits():
+    config = NomadBackendConfig(limits=SlotLimits(slot_memory_bytes=300 * MiB, workspace_bytes=50 * MiB))
+    args = build_job_spec(config, job_id="p-0", token="t")["TaskGroups"][0]["Tasks"][0]["Config"]["args"]
+    assert args[:2] == ["-m", "sandbox_server"]
+    _, server = _parse([a.replace("${NOMAD_PORT_http}", "1") for a in args[2:]])
+    assert server.limits == config.limits
