@@ -9,6 +9,14 @@
 # `--security-opt seccomp=unconfined --security-opt apparmor=unconfined --cap-add SYS_ADMIN`.
 # Without that the server still starts, reports isolation unavailable in /health, and
 # refuses commands; the slot pool then refuses the sandbox.
+# hermes-spawn (sandbox_server/spawn_helper.c): each command's uid and limits in one exec.
+FROM python:3.11-slim-bookworm AS spawn-helper
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
+COPY sandbox_server/spawn_helper.c /src/spawn_helper.c
+RUN cc -O2 -Wall -static -o /src/hermes-spawn /src/spawn_helper.c
+
 FROM python:3.11-slim-bookworm
 
 RUN apt-get update \
@@ -19,6 +27,7 @@ COPY sandbox_server/requirements.txt /opt/hermes/sandbox_server/requirements.txt
 RUN pip install --no-cache-dir -r /opt/hermes/sandbox_server/requirements.txt pytest
 
 COPY sandbox_server /opt/hermes/sandbox_server
+COPY --from=spawn-helper /src/hermes-spawn /opt/hermes/sandbox_server/hermes-spawn
 ENV PYTHONPATH=/opt/hermes PYTHONUNBUFFERED=1
 WORKDIR /opt/hermes
 EXPOSE 8080

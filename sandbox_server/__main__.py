@@ -41,6 +41,11 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, ServerConfig]:
     ap.add_argument("--workspace-mount", default="/workspace")
     ap.add_argument("--no-cache", action="store_true", help="no shared /cache directory")
     ap.add_argument("--max-output-bytes", type=int, default=1_000_000)
+    ap.add_argument(
+        "--no-spawn-helper",
+        action="store_true",
+        help="start commands through prlimit and setpriv even if hermes-spawn is built",
+    )
     defaults = SlotLimits()
     for name, info in SlotLimits.model_fields.items():
         kind = float if info.annotation is float else int
@@ -56,6 +61,7 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, ServerConfig]:
         workspace_mount=ns.workspace_mount,
         cache_mount=None if ns.no_cache else "/cache",
         max_output_bytes=ns.max_output_bytes,
+        spawn_helper=not ns.no_spawn_helper,
         limits=limits,
     )
     return ns, config

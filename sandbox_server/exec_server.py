@@ -1,17 +1,21 @@
 """A slot's exec server, run inside the slot's long-lived bubblewrap namespace (see spawner.py).
 
-Standard library only, and small on purpose: it forks for every command, and a fork costs in
-proportion to the memory it copies. Run as `python -I -S exec_server.py EXEC_FD CTL_FD TMP_BYTES TMP_BINDS`.
+Standard library only, and small on purpose. Run as
+`python -I -S exec_server.py EXEC_FD CTL_FD TMP_BYTES TMP_BINDS`.
+
+It never runs a command's setup in Python: each command is one `posix_spawn` (a vfork, so no
+copy of this process's memory) of the command line the host sent, which starts with the
+host's uid-and-limits prefix (`Sandboxing.slot_user_argv`: prlimit, then setpriv switching to
+the slot's uid and dropping every capability and the bounding set, then bash).
 """
 
 from __future__ import annotations
 
+import array
 import ctypes
 import gc
 import json
 import os
-import resource
-import select
 import selectors
 import signal
 import socket
@@ -21,7 +25,10 @@ import time
 MNT_DETACH, MS_RDONLY, MS_NOSUID, MS_NODEV, MS_REMOUNT, MS_BIND, MS_REC = 2, 1, 2, 4, 32, 4096, 16384
 KEEP_DIR = "/.hermes-keep"  # isolation.KEEP_DIR (this file imports nothing of the package)
 PR_SET_CHILD_SUBREAPER, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS, PR_CAP_AMBIENT = 36, 24, 38, 47
+# What the uid-and-limits prefix needs after exec: root keeps only these (bounding set) across it.
+CAP_SETGID, CAP_SETUID, CAP_SETPCAP = 6, 7, 8
 _MAX_MESSAGE = 256 * 1024
+_KILLED = 128 + signal.SIGKILL
 
 
 class _CapHeader(ctypes.Structure):
@@ -38,47 +45,20 @@ def _check(rc: int, what: str) -> None:
         raise OSError(err, f"{what}: {os.strerror(err)}")
 
 
-def _command(req: dict, fds: dict[str, int]) -> None:
-    """In the forked command process: the slot's uid and limits, then exec. Never returns.
-
-    The rest was done once for the whole server (`_drop_for_children`): an empty bounding set,
-    no inheritable or ambient capabilities, no_new_privs, default SIGPIPE/SIGXFSZ.
-    """
-    try:
-        os.setsid()
-        os.dup2(fds.get("stdin", fds["null"]), 0)
-        os.dup2(fds["stdout"], 1)
-        os.dup2(fds["stdout"], 2)
-        if "script" in fds:
-            os.dup2(fds["script"], 3)
-            os.closerange(4, 65536)
-        else:
-            os.closerange(3, 65536)
-        for which, soft, hard in req["rlimits"]:
-            resource.setrlimit(which, (soft, hard))
-        uid = req["uid"]
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)  # permitted and effective capabilities go with uid 0
-        os.chdir(req["cwd"])
-        os.execvpe(req["argv"][0], req["argv"], req["env"])
-    except BaseException as exc:  # noqa: BLE001 - whatever went wrong, say it on the command's output
-        try:
-            os.write(2, f"sandbox: cannot start the command: {exc}\n".encode())
-        finally:
-            os._exit(127)
-
-
 def _drop_for_children(libc) -> None:
     """What every command must not have, taken from this server once (children inherit it).
 
-    None of it limits the server itself, which never execs: it keeps its permitted and
-    effective capabilities.
+    The bounding set keeps only CAP_SETUID/SETGID/SETPCAP: a root process exec'd from here gets
+    nothing else, and the prefix (setpriv) uses those three to empty the bounding set and
+    switch to the slot's uid before it execs the command, which then has no capabilities at
+    all. No inheritable or ambient capabilities; no_new_privs. None of it limits the server
+    itself, which never execs: it keeps its permitted and effective capabilities.
     """
     with open("/proc/sys/kernel/cap_last_cap") as fh:
         last_cap = int(fh.read())
     for cap in range(last_cap + 1):
-        _check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop bounding set")
+        if cap not in (CAP_SETGID, CAP_SETUID, CAP_SETPCAP):
+            _check(libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), "drop bounding set")
     header, data = _CapHeader(0x20080522, 0), (_CapData * 2)()
     _check(libc.capget(ctypes.byref(header), data), "read capabilities")
     data[0].inheritable = data[1].inheritable = 0
@@ -117,69 +97,64 @@ def _kill_all(statuses: dict[int, int]) -> None:
             time.sleep(0.0002)
 
 
-def _waiting_child(exec_sock: socket.socket, id_pipe: int, null: int) -> None:
-    """Forked ahead of time: wait for the next command, tell the server its id, become it. Never returns."""
-    try:
-        msg, passed, _, _ = socket.recv_fds(exec_sock, _MAX_MESSAGE, 8)
-        if not msg:
-            os._exit(0)
-        req = json.loads(msg)
-        os.write(id_pipe, str(req["id"]).encode())
-        fds = dict(zip(req["fds"], passed))
-        fds["null"] = null
-    except BaseException:  # noqa: BLE001 - nothing to report to; the server sees an exit without an id
-        os._exit(127)
-    _command(req, fds)
+def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
+    """One request and its descriptors, close-on-exec (socket.recv_fds drops its flags argument)."""
+    fds = array.array("i")
+    msg, ancillary, _, _ = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_LEN(8 * fds.itemsize), socket.MSG_CMSG_CLOEXEC)
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
+    return msg, list(fds)
+
+
+def _spawn(req: dict, fds: dict[str, int]) -> int:
+    """Start the command in a session of its own with the caller's pipes as 0/1/2 (and a script as 3)."""
+    actions = [
+        (os.POSIX_SPAWN_DUP2, fds.get("stdin", fds["null"]), 0),
+        (os.POSIX_SPAWN_DUP2, fds["stdout"], 1),
+        (os.POSIX_SPAWN_DUP2, fds["stdout"], 2),
+    ]
+    if "script" in fds:
+        actions.append((os.POSIX_SPAWN_DUP2, fds["script"], 3))
+    # Every other descriptor here is close-on-exec (the received ones by MSG_CMSG_CLOEXEC).
+    if os.getcwd() != req["cwd"]:
+        os.chdir(req["cwd"])
+    argv = req["argv"]
+    return os.posix_spawn(argv[0], argv, req["env"], file_actions=actions, setsid=True, setsigmask=())
 
 
 def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str]) -> None:
-    """The exec server's loop.
+    """The exec server's loop: one command at a time; kill on request; report its exit code.
 
-    A forked child always waits on the exec socket for the next command (so a command costs a
-    wake-up, not a fork, on its way in); this loop watches it, kills on request, reports the
-    exit code on the control socket, then cleans up and forks the next waiting child.
+    Once a command's main process exits, everything else in the namespace is killed and /tmp
+    is made fresh before the next command is read.
     """
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     _check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
     _drop_for_children(libc)
-    gc.disable()  # a collection in a forked child would touch (copy) every object; nothing here makes cycles
+    gc.disable()  # nothing here makes cycles; no pauses between a command and its report
+    for fd in (exec_fd, ctl_fd):
+        os.set_inheritable(fd, False)  # passed in by bwrap; no command may hold them
     exec_sock = socket.socket(fileno=exec_fd)
     ctl = socket.socket(fileno=ctl_fd)
     null = os.open("/dev/null", os.O_RDWR | os.O_CLOEXEC)
+    try:
+        os.fstat(3)
+    except OSError:  # keep fd 3 taken, so no received descriptor is already the script's target
+        os.dup2(null, 3, inheritable=False)
     sel = selectors.DefaultSelector()
     sel.register(ctl, selectors.EVENT_READ, "ctl")
+    sel.register(exec_sock, selectors.EVENT_READ, "exec")
     # As the subreaper we inherit the command's orphans: reap them as they die (zombies count
     # against the slot's process limit), not only when the command ends.
     chld_r, chld_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(chld_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
     sel.register(chld_r, selectors.EVENT_READ, "sigchld")
-    child: dict = {}  # the waiting (or running) child: pid, pidfd, id pipe, id once it took a command
+    child: dict = {}  # the running command: id, pid, pidfd, status
     last_done = 0  # ids only grow: a kill for an id up to this one is stale
-    pending_kill = 0  # a kill for a command the child has not picked up yet
-
-    def fork_child() -> None:
-        r, w = os.pipe2(os.O_CLOEXEC)
-        pid = os.fork()
-        if pid == 0:
-            os.close(r)
-            _waiting_child(exec_sock, w, null)
-        os.close(w)
-        gen = child.get("gen", 0) + 1  # events of an earlier child still in a select() batch are stale
-        child.clear()
-        child.update(pid=pid, pidfd=os.pidfd_open(pid), pipe=r, id=0, status={pid: -1}, gen=gen)
-        sel.register(child["pidfd"], selectors.EVENT_READ, ("exit", gen))
-        sel.register(r, selectors.EVENT_READ, ("took", gen))
-
-    def took() -> None:
-        data = os.read(child["pipe"], 64)
-        sel.unregister(child["pipe"])
-        os.close(child["pipe"])
-        child["pipe"] = None
-        child["id"] = int(data or 0)
-        if child["id"] and child["id"] == pending_kill:
-            _kill_all(child["status"])
+    pending_kill = 0  # a kill for a command not read yet
 
     bind_tops = {
         p.split("/")[2] for p in tmp_binds if p.count("/") >= 2
@@ -198,51 +173,69 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str]) -> No
             flags = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV
             _check(libc.mount(None, path.encode(), None, flags, None), f"remount {path} read-only")
 
-    fork_child()
+    def report(req_id: int, code: int) -> None:
+        nonlocal last_done
+        last_done = req_id
+        ctl.send(b'{"id": %d, "exit": %d}' % (req_id, code))
+
+    def start() -> None:
+        msg, passed = _receive(exec_sock)
+        if not msg:
+            raise SystemExit(0)  # the host went away
+        req = json.loads(msg)
+        fds = dict(zip(req["fds"], passed))
+        fds["null"] = null
+        try:
+            if req["id"] == pending_kill:
+                report(req["id"], _KILLED)  # killed before it started: it never runs
+                return
+            try:
+                pid = _spawn(req, fds)
+            except OSError as exc:
+                os.write(fds["stdout"], f"sandbox: cannot start the command: {exc}\n".encode())
+                report(req["id"], 126)
+                return
+        finally:
+            for fd in passed:
+                os.close(fd)
+        child.update(id=req["id"], pid=pid, pidfd=os.pidfd_open(pid), status={pid: -1})
+        sel.unregister(exec_sock)  # one command at a time: the next one waits in the socket
+        sel.register(child["pidfd"], selectors.EVENT_READ, "exit")
+
+    def finish() -> None:
+        sel.unregister(child["pidfd"])
+        os.close(child["pidfd"])
+        _reap(child["status"])  # (a kill may have reaped it already)
+        status = child["status"][child["pid"]]
+        if status == -1:  # not reaped yet (cannot happen once its pidfd is readable; be sure)
+            status = os.waitpid(child["pid"], 0)[1]
+        _kill_all(child["status"])  # the command is over: nothing it started outlives it
+        code = os.waitstatus_to_exitcode(status)
+        report(child["id"], code if code >= 0 else 128 - code)
+        child.clear()
+        fresh_tmp(tmp_bytes)
+        sel.register(exec_sock, selectors.EVENT_READ, "exec")
+
     ctl.send(json.dumps({"ready": os.getpid()}).encode())
     while True:
         for key, _ in sel.select():
             if key.data == "sigchld":
                 while os.read(chld_r, 4096) == 4096:
                     pass
-                _reap(child["status"])
-                continue
-            if key.data != "ctl" and key.data[1] != child["gen"]:
-                continue
-            if key.data == "ctl":
+                _reap(child.get("status", {}))
+            elif key.data == "ctl":
                 msg = ctl.recv(_MAX_MESSAGE)
                 if not msg:
                     return  # the host went away; bwrap's --die-with-parent ends the namespace too
                 kill = json.loads(msg)["kill"]
-                if child["pipe"] is not None and select_readable(child["pipe"]):
-                    took()
-                if kill > last_done and kill == child["id"]:
+                if child and kill == child["id"]:
                     _kill_all(child["status"])
                 elif kill > last_done:
                     pending_kill = kill
-            elif key.data[0] == "took":
-                if child["pipe"] is not None:
-                    took()
-            else:  # the child exited
-                if child["pipe"] is not None:
-                    took()
-                sel.unregister(child["pidfd"])
-                os.close(child["pidfd"])
-                _reap(child["status"])  # (a kill may have reaped it already)
-                status = child["status"][child["pid"]]
-                if status == -1:  # not reaped yet (cannot happen once its pidfd is readable; be sure)
-                    status = os.waitpid(child["pid"], 0)[1]
-                _kill_all(child["status"])  # the command is over: nothing it started outlives it
-                if child["id"]:
-                    last_done = child["id"]
-                    code = os.waitstatus_to_exitcode(status)
-                    ctl.send(json.dumps({"id": child["id"], "exit": code if code >= 0 else 128 - code}).encode())
-                    fresh_tmp(tmp_bytes)
-                fork_child()
-
-
-def select_readable(fd: int) -> bool:
-    return bool(select.select([fd], [], [], 0)[0])
+            elif key.data == "exec" and not child:
+                start()
+            elif key.data == "exit" and child:
+                finish()
 
 
 if __name__ == "__main__":

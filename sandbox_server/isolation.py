@@ -43,6 +43,10 @@ _SWITCH_CAPS = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CA
 # The slot's exec server also kills what a command leaves (kill(-1)) and remounts /tmp after it.
 _SHELL_CAPS = [*_SWITCH_CAPS, "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
 EXEC_SERVER_FILE = "/.hermes-exec-server.py"
+# The compiled uid-and-limits helper (spawn_helper.c, built by scripts/setup.sh and the
+# Dockerfile); without it each command goes through prlimit and setpriv instead (two more execs).
+SPAWN_HELPER = Path(__file__).with_name("hermes-spawn")
+SPAWN_HELPER_FILE = "/.hermes-spawn"
 KEEP_DIR = "/.hermes-keep"  # a second view of the read-only binds inside /tmp (see exec_server.py)
 
 
@@ -180,6 +184,28 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
     return IsolationStatus(True, path, setpriv=setpriv, prlimit=prlimit)
 
 
+async def probe_spawn_helper(helper: Path = SPAWN_HELPER) -> str | None:
+    """`helper` if it is built and switches to an unprivileged uid here; otherwise None (use prlimit/setpriv)."""
+    if not os.access(helper, os.X_OK):
+        return None
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            str(helper),
+            "65534",
+            f"{resource.RLIMIT_NPROC}:64:64",
+            "--",
+            "sh",
+            "-c",
+            'test "$(id -u)" = 65534',
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        code = await asyncio.wait_for(proc.wait(), 10)
+    except (OSError, asyncio.TimeoutError):
+        return None
+    return str(helper) if code == 0 else None
+
+
 class Sandboxing:
     """Builds the bwrap command line for a slot."""
 
@@ -204,6 +230,7 @@ class Sandboxing:
         self.cache_dir = cache_dir
         self.cache_mount = cache_mount
         self.limits = limits
+        self.spawn_helper: str | None = None  # the host path of hermes-spawn once probed (probe_spawn_helper)
         ro = list(SYSTEM_DIRS) + extra_ro
         self._ro: list[str] = []
         for p in ro:
@@ -214,6 +241,7 @@ class Sandboxing:
         # exec server puts them back each time it gives /tmp a fresh tmpfs.
         self._tmp_binds = [p for p in self._ro_bound if _under("/tmp", p)]
         self._limits = limits.prlimit_args()
+        self._helper_limits = [f"{which}:{soft}:{hard}" for which, soft, hard in limits.clamped_rlimits()]
 
     def _fixed_binds(self) -> list[str]:
         args = [
@@ -285,7 +313,10 @@ class Sandboxing:
         # bwrap builds the root as a tmpfs; make it read-only so the workspace and /tmp are
         # the only writable places.
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
-        args += [
+        return args + self._as_slot_user(uid) + command
+
+    def _as_slot_user(self, uid: int) -> list[str]:
+        return [
             self.setpriv,
             "--reuid",
             str(uid),
@@ -297,18 +328,31 @@ class Sandboxing:
             "--no-new-privs",
             "--",
         ]
-        return args + command
+
+    def slot_user_argv(self, uid: int) -> list[str]:
+        """The prefix a slot's exec server runs each command behind: the slot's rlimits, then its uid.
+
+        It is exec'd by root (limits only lowered; the bounding set emptied and the uid switched,
+        leaving no capabilities), so the exec server never runs a forked copy of itself: a
+        posix_spawn of this line is the whole start of a command. hermes-spawn does it in one
+        exec; prlimit then setpriv is the same in three.
+        """
+        if self.spawn_helper is not None:
+            return [SPAWN_HELPER_FILE, str(uid), *self._helper_limits, "--"]
+        return [self.prlimit, *self._limits, *self._as_slot_user(uid)]
 
     def shell_argv(self, workspace: Path, python: str, exec_fd: int, ctl_fd: int) -> list[str]:
         """The slot's long-lived namespace running its exec server (sandbox_server/exec_server.py) as root.
 
-        No rlimits here: the exec server sets the slot's limits on each command it forks (so its
-        own CPU time and process count never run into them).
+        No rlimits here: each command gets the slot's limits from its own prefix
+        (`slot_user_argv`), so the exec server's CPU time and process count never run into them.
         """
         # bwrap's --die-with-parent covers the namespace, not bwrap itself: a server killed while
         # bwrap sets up would leave it waiting for ever. setpriv gives bwrap the same signal.
         args = [self.setpriv, "--pdeathsig", "KILL", "--", *self._bwrap(workspace, _SHELL_CAPS, network=False)]
         args += ["--ro-bind", str(Path(__file__).with_name("exec_server.py")), EXEC_SERVER_FILE]
+        if self.spawn_helper is not None:
+            args += ["--ro-bind", self.spawn_helper, SPAWN_HELPER_FILE]
         if self._tmp_binds:
             args += ["--perms", "0700", "--dir", KEEP_DIR]  # root's only
             for i, p in enumerate(self._tmp_binds):

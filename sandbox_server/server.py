@@ -33,7 +33,14 @@ from aiohttp import web
 from pydantic import BaseModel, Field
 
 from sandbox_server.fileops import FileOpError, Workspace
-from sandbox_server.isolation import COMMAND_FILE, IsolationStatus, Sandboxing, SlotLimits, probe_bwrap
+from sandbox_server.isolation import (
+    COMMAND_FILE,
+    IsolationStatus,
+    Sandboxing,
+    SlotLimits,
+    probe_bwrap,
+    probe_spawn_helper,
+)
 from sandbox_server.procs import ExecResult, run_command
 from sandbox_server.quota import LimitExceeded, SlotGuard
 from sandbox_server.spawner import SlotShell, SlotShellError
@@ -74,6 +81,9 @@ class ServerConfig(BaseModel):
     max_command_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Largest command (and stdin) accepted")
     file_op_timeout_s: float = Field(30.0, gt=0, description="Upper bound on one file operation")
     extra_ro_paths: list[str] = Field(default_factory=list, description="More host paths to show read-only")
+    spawn_helper: bool = Field(
+        True, description="Start commands through hermes-spawn when it is built and runs here (else prlimit + setpriv)"
+    )
     limits: SlotLimits = Field(default_factory=SlotLimits)
 
 
@@ -164,6 +174,9 @@ class SandboxServer:
             self.sandboxing.bwrap = self.isolation.bwrap or self.config.bwrap
             self.sandboxing.setpriv = self.isolation.setpriv or "setpriv"
             self.sandboxing.prlimit = self.isolation.prlimit or "prlimit"
+            self.sandboxing.spawn_helper = await probe_spawn_helper() if self.config.spawn_helper else None
+            if self.sandboxing.spawn_helper is None and self.config.spawn_helper:
+                log.info("hermes-spawn is not built or does not run here: commands start through prlimit and setpriv")
         (self.data_dir / "slots").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "commands").mkdir(mode=0o700, exist_ok=True)
         if self.cache_dir is not None:
@@ -356,15 +369,11 @@ class SandboxServer:
             while view:
                 view = view[os.write(script, view) :]
             os.lseek(script, 0, os.SEEK_SET)
-        spawn = functools.partial(
-            shell.spawn,
-            uid=slot.uid,
-            rlimits=self.config.limits.clamped_rlimits(),
-            script_fd=script,
-        )
+        spawn = functools.partial(shell.spawn, script_fd=script)
+        words = ["bash", "/dev/fd/3"] if script is not None else ["bash", "-c", command]
         try:
             return await run_command(
-                ["bash", "/dev/fd/3"] if script is not None else ["bash", "-c", command],
+                self.sandboxing.slot_user_argv(slot.uid) + words,
                 cwd=self.config.workspace_mount,
                 env=_env_for(self._python_bin, self.config.workspace_mount),
                 timeout=timeout,
@@ -465,6 +474,9 @@ class SandboxServer:
                 "tmp_bytes": {"value": lim.tmp_bytes, "how": "private tmpfs per command"} if iso else None,
                 **self.guard.describe(),
                 "cache": "read-only" if iso and self.cache_dir is not None else None,
+                "command_start": ("hermes-spawn" if self.sandboxing.spawn_helper else "prlimit + setpriv")
+                if iso
+                else None,
                 "file_ops": "openat per component, O_NOFOLLOW, O_NONBLOCK, regular files only",
                 "max_command_bytes": self.config.max_command_bytes,
             },

@@ -1,13 +1,14 @@
-"""A slot's exec server: one long-lived bubblewrap namespace per slot that forks each command.
+"""A slot's exec server: one long-lived bubblewrap namespace per slot that starts each command.
 
-Starting bubblewrap costs ~10 ms of namespace and mount setup per command; a fork inside an
-existing namespace costs far less. So each slot keeps one namespace (made by the same bwrap
-command line as before, recreated on reset) with exec_server.py running inside as root with
-only CAP_SETUID/SETGID/SETPCAP/KILL/SYS_ADMIN. The slot runs one command at a time; for each:
+Starting bubblewrap costs ~10 ms of namespace and mount setup per command; starting a process
+inside an existing namespace costs far less. So each slot keeps one namespace (made by the same
+bwrap command line as before, recreated on reset) with exec_server.py running inside as root
+with only CAP_SETUID/SETGID/SETPCAP/KILL/SYS_ADMIN. The slot runs one command at a time; for each:
 
-1. a child forked ahead of time takes the command, its own session, the slot's rlimits and
-   uid/gid (no capabilities, empty bounding set, no_new_privs: set once on the server, so
-   every child inherits them), the caller's output and stdin pipes, then execs;
+1. the exec server posix_spawns (vfork, no copy of its memory) the command line it is sent, in
+   a session of its own with the caller's output and stdin pipes; that line starts with the
+   host's uid-and-limits prefix (`Sandboxing.slot_user_argv`: the slot's rlimits, then its
+   uid/gid with no capabilities, an empty bounding set and no_new_privs), then bash;
 2. when the command's main process exits (or is killed at its timeout), everything else in the
    slot's pid namespace but its init and the server is killed (kill(-1) with CAP_KILL, until
    nothing is left): setsid and double forks cannot escape, a pid namespace has no way out;
@@ -154,10 +155,9 @@ class SlotShell:
         stdout_fd: int,
         stdin_fd: int | None,
         *,
-        uid: int,
-        rlimits: list[tuple[int, int, int]],
         script_fd: int | None = None,
     ) -> SlotChild:
+        """Start argv (which must begin with `Sandboxing.slot_user_argv`: it runs as the server's root)."""
         if not self.alive:
             raise SlotShellError("the slot's exec server is gone")
         self._next += 1
@@ -169,7 +169,7 @@ class SlotShell:
         if script_fd is not None:
             names.append("script")
             fds.append(script_fd)
-        req = {"id": self._next, "argv": argv, "cwd": cwd, "env": env, "uid": uid, "rlimits": rlimits, "fds": names}
+        req = {"id": self._next, "argv": argv, "cwd": cwd, "env": env, "fds": names}
         self._children[child.id] = child
         try:
             socket.send_fds(self._exec, [json.dumps(req).encode()], fds)

@@ -16,12 +16,19 @@ need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 command -v flock >/dev/null 2>&1 || need_apt+=(util-linux)  # the SWE-smith env locks its repo cache
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)  # sandbox_server's hermes-spawn helper
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   echo "[setup] installing system packages: ${need_apt[*]}"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
+
+# sandbox_server starts each command through this (one exec setting the slot's uid and limits);
+# without it, through prlimit and setpriv (slower). Static: it also runs in other images.
+echo "[setup] building sandbox_server/hermes-spawn"
+cc -O2 -Wall -static -o sandbox_server/hermes-spawn sandbox_server/spawn_helper.c \
+  || cc -O2 -Wall -o sandbox_server/hermes-spawn sandbox_server/spawn_helper.c
 
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then
