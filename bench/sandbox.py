@@ -54,6 +54,14 @@ async def timed(coro) -> float:
     return time.perf_counter() - t
 
 
+async def settled(backend) -> None:
+    """Wait until every slot's namespace and exec server is up (/health `ready`), so start-up work
+    (32 bwrap namespaces and Python exec servers) does not share the CPU with the timed calls."""
+    for sb in backend._sandboxes.values():
+        while not all(s.get("ready", True) for s in (await sb.client.health())["slots"]):
+            await asyncio.sleep(0.05)
+
+
 async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> dict[str, float]:
     root = Path(tempfile.mkdtemp(prefix="bench-sandbox-"))
     pool = SlotPoolConfig(slots_per_sandbox=8, min_sandboxes=4, max_sandboxes=4, health_interval_s=60)
@@ -73,6 +81,7 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> dict[str, 
     try:
         # 1. round trip, one slot, sequential
         slot = await backend.acquire()
+        await settled(backend)
         for _ in range(5):
             await execute(backend, slot, call)  # warm up connections
         slot_rt = [await timed(execute(backend, slot, call)) for _ in range(n_round_trips)]
@@ -81,6 +90,7 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> dict[str, 
 
         # 2. throughput, 32 slots busy at once
         slots = [await backend.acquire() for _ in range(32)]
+        await settled(backend)  # (the slot released above got a new namespace)
         sandboxes = list(backend._sandboxes.values())
         batches0 = sum(sb.batcher.batches_sent for sb in sandboxes)
         calls0 = sum(sb.batcher.calls_sent for sb in sandboxes)

@@ -17,7 +17,7 @@ import os
 import signal
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Protocol
 
 __all__ = ["Child", "ExecResult", "Spawn", "die_with_parent", "kill_process_group", "run_command", "spawn_local"]
@@ -32,7 +32,13 @@ class ExecResult:
     duration_s: float = 0.0
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {
+            "exit_code": self.exit_code,
+            "output": self.output,
+            "timed_out": self.timed_out,
+            "truncated": self.truncated,
+            "duration_s": self.duration_s,
+        }
 
 
 def kill_process_group(pid: int) -> None:
@@ -104,16 +110,43 @@ async def _feed(fd: int, data: bytes) -> None:
         transport.close()
 
 
-async def _read_capped(stream: asyncio.StreamReader, cap: int, kept: bytearray) -> bool:
-    """Read to EOF into `kept`, up to `cap` bytes; keep draining so the child never blocks. True if cut."""
-    truncated = False
-    while chunk := await stream.read(65536):
-        room = cap - len(kept)
+class _Output:
+    """The command's output pipe, read by the event loop as it comes: up to `cap` bytes kept, the rest
+    drained so the command never blocks on a full pipe. A callback, not a stream and a task: one
+    wake-up per chunk and nothing else per command."""
+
+    def __init__(self, fd: int, cap: int) -> None:
+        self.fd, self.cap = fd, cap
+        self.kept = bytearray()
+        self.truncated = False
+        self.loop = asyncio.get_running_loop()
+        self.eof: asyncio.Future[None] = self.loop.create_future()
+        os.set_blocking(fd, False)
+        self.loop.add_reader(fd, self._readable)
+
+    def _readable(self) -> None:
+        try:
+            chunk = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.close()
+            return
+        room = self.cap - len(self.kept)
         if room > 0:
-            kept += chunk[:room]
+            self.kept += chunk[:room]
         if len(chunk) > max(room, 0):
-            truncated = True
-    return truncated
+            self.truncated = True
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            self.loop.remove_reader(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+        if not self.eof.done():
+            self.eof.set_result(None)
 
 
 async def run_command(
@@ -144,20 +177,7 @@ async def run_command(
             os.close(stdin_r)
     if on_start is not None:
         on_start(proc)
-    loop = asyncio.get_running_loop()
-    stream = asyncio.StreamReader(limit=2**20)
-    try:
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(stream), os.fdopen(read_fd, "rb", buffering=0)
-        )
-    except BaseException:  # cancelled between spawn and the guarded wait: the command must not outlive us
-        if stdin_w is not None:
-            os.close(stdin_w)
-        proc.kill()
-        await proc.wait()
-        raise
-    kept = bytearray()
-    reader = asyncio.create_task(_read_capped(stream, max_output_bytes, kept))
+    out = _Output(read_fd, max_output_bytes)
     timed_out = False
     try:
         async with asyncio.timeout(timeout):
@@ -169,8 +189,7 @@ async def run_command(
         timed_out = True
     except BaseException:
         proc.kill()
-        reader.cancel()
-        transport.close()
+        out.close()
         await proc.wait()
         raise
     finally:
@@ -179,19 +198,17 @@ async def run_command(
     proc.kill()
     await proc.wait()
     try:
-        # A process that left the group (no pid namespace around it) may still hold the pipe:
-        # keep what arrived instead of waiting for it.
-        truncated = await asyncio.wait_for(reader, 2)
-    except asyncio.TimeoutError:
-        truncated = False
+        if not out.eof.done():
+            # A process that left the group (no pid namespace around it) may still hold the pipe:
+            # keep what arrived instead of waiting for it.
+            await asyncio.wait([out.eof], timeout=2)
     finally:
-        transport.close()
-    data = bytes(kept)
+        out.close()
     return ExecResult(
         exit_code=None if timed_out else proc.returncode,
-        output=data.decode("utf-8", errors="replace"),
+        output=out.kept.decode("utf-8", errors="replace"),
         timed_out=timed_out,
-        truncated=truncated,
+        truncated=out.truncated,
         duration_s=round(time.monotonic() - started, 4),
     )
 

@@ -243,7 +243,9 @@ class SlotGuard:
         """Walk the workspace if the slot may have gone over quota since its last walk (see the module docstring)."""
         if not s.dirty:
             return
-        grown = max(0, await self._run(_fs_used, s.root) - s.fs_used)
+        # statvfs reads the filesystem's counters (no I/O on a local disk): inline, not a thread
+        # hand-off, which would add a wake-up to the end of every command.
+        grown = max(0, _fs_used(s.root) - s.fs_used)
         stale = time.monotonic() - s.walked_at > max(MAX_WALK_AGE_S, 20 * s.walk_s)
         if stale or s.disk + grown > self.limits.workspace_bytes:
             await self._walk(s)

@@ -238,6 +238,13 @@ class SandboxServer:
             self._shell_error = str(exc)
             return None
 
+    def _shell_ready(self, slot: SlotState) -> bool:
+        """The slot's namespace and exec server are up (its next command starts at once)."""
+        task = slot.shell
+        if task is None or not task.done():
+            return self._shell_error is not None or not self.isolation.available  # nothing to wait for
+        return not task.cancelled() and task.exception() is None and task.result().alive
+
     async def _close_shell(self, slot: SlotState) -> None:
         """End the slot's namespace: every command in it dies."""
         task, slot.shell = slot.shell, None
@@ -480,7 +487,10 @@ class SandboxServer:
                 "file_ops": "openat per component, O_NOFOLLOW, O_NONBLOCK, regular files only",
                 "max_command_bytes": self.config.max_command_bytes,
             },
-            "slots": [{"id": s.id, "busy": s.lock.locked(), "generation": s.generation} for s in self.slots.values()],
+            "slots": [
+                {"id": s.id, "busy": s.lock.locked(), "generation": s.generation, "ready": self._shell_ready(s)}
+                for s in self.slots.values()
+            ],
             "workspace": self.config.workspace_mount if iso else None,
             "cache": self.config.cache_mount if iso else None,
             "python": os.path.join(self._python_bin, "python"),
@@ -558,8 +568,6 @@ def build_app(server: SandboxServer) -> web.Application:
         calls = body.get("calls")
         if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
             raise RequestError(400, "bad_request", "'calls' must be a list of objects")
-        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
 
         async def one(i: int, call: dict) -> bytes:
             try:
@@ -577,6 +585,10 @@ def build_app(server: SandboxServer) -> web.Application:
                 }
             return (json.dumps(line) + "\n").encode()
 
+        if len(calls) == 1:  # the usual case (a lone tool call): one line, one write, no tasks
+            return web.Response(body=await one(0, calls[0]), content_type="application/x-ndjson")
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
+        await response.prepare(request)
         # Lines go out as calls finish, so a slow command does not hold back quick ones.
         for fut in asyncio.as_completed([one(i, c) for i, c in enumerate(calls)]):
             await response.write(await fut)

@@ -30,7 +30,7 @@ class SandboxBatcher:
         self.client = client
         self.window_s = window_s
         self._pending: list[tuple[dict, asyncio.Future, float]] = []
-        self._flusher: asyncio.Task | None = None
+        self._flusher: asyncio.Handle | None = None
         self._inflight: set[asyncio.Task] = set()
         self.batches_sent = 0
         self.calls_sent = 0
@@ -39,15 +39,18 @@ class SandboxBatcher:
         fut: asyncio.Future = asyncio.get_running_loop().create_future()
         self._pending.append((call, fut, timeout))
         if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush_soon())
+            # The next turn of the loop (after the other calls of this turn, e.g. a gather of tool
+            # calls, have joined), or after the window.
+            loop = asyncio.get_running_loop()
+            self._flusher = (
+                loop.call_later(self.window_s, self._flush) if self.window_s > 0 else loop.call_soon(self._flush)
+            )
         line = await fut
         if not line["ok"]:
             raise_for_error(line.get("status", 0), line.get("kind", ""), line.get("error", ""))
         return line["result"]
 
-    async def _flush_soon(self) -> None:
-        # sleep(0) yields once: calls made in this turn (a gather of tool calls) join the batch
-        await asyncio.sleep(self.window_s)
+    def _flush(self) -> None:
         batch, self._pending, self._flusher = self._pending, [], None
         task = asyncio.create_task(self._send(batch))
         self._inflight.add(task)
@@ -79,7 +82,14 @@ class SandboxBatcher:
                     )
 
     async def close(self) -> None:
-        for task in list(self._inflight) + ([self._flusher] if self._flusher else []):
+        if self._flusher is not None:
+            self._flusher.cancel()
+            self._flusher = None
+            for _, fut, _ in self._pending:
+                if not fut.done():
+                    fut.set_exception(SandboxUnavailable(f"sandbox {self.client.address.name} is closing"))
+            self._pending = []
+        for task in list(self._inflight):
             task.cancel()
         await asyncio.gather(*self._inflight, return_exceptions=True)
 
