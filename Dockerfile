@@ -14,8 +14,8 @@ FROM python:3.11-slim-bookworm AS spawn-helper
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev \
     && rm -rf /var/lib/apt/lists/*
-COPY sandbox_server/spawn_helper.c /src/spawn_helper.c
-RUN cc -O2 -Wall -static -o /src/hermes-spawn /src/spawn_helper.c
+COPY sandbox_server/spawn_helper.c sandbox_server/build_spawn_helper.sh /src/
+RUN bash /src/build_spawn_helper.sh /src/hermes-spawn
 
 FROM python:3.11-slim-bookworm
 

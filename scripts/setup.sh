@@ -25,10 +25,10 @@ if [ ${#need_apt[@]} -gt 0 ]; then
 fi
 
 # sandbox_server starts each command through this (one exec setting the slot's uid and limits);
-# without it, through prlimit and setpriv (slower). Static: it also runs in other images.
+# without it, through prlimit and setpriv (slower). Static (it also runs in other images) and,
+# on x86-64/arm64, without libc's start-up.
 echo "[setup] building sandbox_server/hermes-spawn"
-cc -O2 -Wall -static -o sandbox_server/hermes-spawn sandbox_server/spawn_helper.c \
-  || cc -O2 -Wall -o sandbox_server/hermes-spawn sandbox_server/spawn_helper.c
+bash sandbox_server/build_spawn_helper.sh sandbox_server/hermes-spawn
 
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then
