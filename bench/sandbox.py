@@ -54,6 +54,41 @@ async def timed(coro) -> float:
     return time.perf_counter() - t
 
 
+def cpu_seconds(backend) -> dict[str, float]:
+    """CPU used so far by this process (the client), the sandbox_servers, their slots' exec servers,
+    and the commands those reaped (user + system, from /proc; bwrap's own share is left out)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    parent: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            parent[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    servers = {proc.pid for proc in backend.provider._procs.values()}
+    tree, todo = set(), list(servers)
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo += [p for p, pp in parent.items() if pp == pid and p not in tree]
+    out = {"client": sum(os.times()[:2]), "servers": 0.0, "exec servers": 0.0, "commands": 0.0}
+    for pid in tree:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        own, reaped = (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+        if pid in servers:
+            out["servers"] += own
+        elif b"exec-server" in cmdline:
+            out["exec servers"] += own
+            out["commands"] += reaped
+    return out
+
+
 async def settled(backend) -> None:
     """Wait until every slot's namespace and exec server is up (/health `ready`), so start-up work
     (32 bwrap namespaces and Python exec servers) does not share the CPU with the timed calls."""
@@ -100,9 +135,11 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> dict[str, 
                 r = await execute(backend, s, call)
                 assert r.exit_code == 0, r
 
+        cpu0 = cpu_seconds(backend)
         t = time.perf_counter()
         await asyncio.gather(*(worker(s) for s in slots))
         slot_tput = 32 * per_slot / (time.perf_counter() - t)
+        cpu = {k: (v - cpu0[k]) / (32 * per_slot) for k, v in cpu_seconds(backend).items()}
 
         async def plain_worker() -> None:
             for _ in range(per_slot):
@@ -155,6 +192,7 @@ async def main(n_round_trips: int, per_slot: int, fresh_runs: int) -> dict[str, 
     print(f"    slot  {slot_tput:8.1f} execs/s   ({calls} calls in {batches} batch requests)")
     print(f"    plain {plain_tput:8.1f} execs/s   (32 concurrent local subprocesses, baseline)")
     print(f"    ratio slot/plain: {slot_tput / plain_tput:.2f}x")
+    print("    CPU per exec: " + ", ".join(f"{k} {v * 1000:.2f} ms" for k, v in cpu.items()))
     print("  getting a clean workspace")
     print(f"    slot release(reset)+acquire p50 {ms(statistics.median(cycle_times))}  p95 {ms(pct(cycle_times, 0.95))}")
     print(f"    fresh sandbox_server start  p50 {ms(statistics.median(fresh))}  ({fresh_runs} runs)")
