@@ -2,14 +2,15 @@
 
 Each slot has a long-lived namespace (mount, pid, ipc, uts, cgroup and network) made by
 bwrap, with the slot's exec server (exec_server.py) inside; it is recreated when the slot is reset.
-Each command then gets its own pid namespace (everything it starts dies when it exits, is
-killed at its timeout, or the slot is reset), its own mount namespace with a fresh /proc and a
-private size-capped /tmp. The filesystem it sees is the system directories read-only, the
+Everything a command starts dies when its main process exits, is killed at its timeout, or the
+slot is reset (the exec server kills all of the namespace but itself and its init), and each
+command gets a private size-capped /tmp. The filesystem it sees is the system directories read-only, the
 interpreter's prefix read-only, the slot's workspace read-write at a fixed path and, if
 configured, the shared cache read-only. Nothing else of the host is visible.
 
 Each command runs as the slot's own unprivileged uid with no capabilities (bounding set
-too) and no_new_privs. Limits are rlimits set on each command before it starts (inherited
+too) and no_new_privs, set by `slot_user_argv` (hermes-spawn, or prlimit then setpriv) before
+bash starts. Limits are rlimits set on each command before it starts (inherited
 by every process it makes); RLIMIT_NPROC counts per uid, so a slot's process limit covers
 all its commands together and a fork bomb stays inside its slot. These work without cgroups
 (Modal, Nomad containers, cgroup v1 without systemd).
