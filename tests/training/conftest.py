@@ -3,12 +3,12 @@
 atroposlib's `run-api` runs as a process; `python -m training.grpo` registers with it and waits
 for a batch; the hash-reward GSM8k env serves groups into it from the embedded llama.cpp model
 (exact tokens, free sampling at temperature 1); the trainer takes one step and saves its
-weights and the batch it trained on. Two `process` runs write groups in the env's own JSONL
-format: one with a grammar forcing python tool calls (for the per-tool SFT split), one sampled
-freely at temperature 1 (the tokens the model itself chose, for the logprob check). Tests then
-read what those real processes left behind.
+weights and the batch it trained on; `serve` also saves the groups it sent (free sampling at
+temperature 1: the tokens the model itself chose, for the logprob check). A `process` run with a
+grammar forcing python tool calls writes groups in the env's JSONL format (for the per-tool SFT
+split). All of it runs at once; tests then read what those real processes left behind.
 
-The served and the freely sampled groups come from llama.cpp running the embedded weights in
+The served groups come from llama.cpp running the embedded weights in
 float32 (`embedded_float_gguf`): with the Q4_1 file llama.cpp rounds activations to 8 bits for
 its matmuls, which moves logprobs by ~0.04 nats against any float recomputation and would hide
 small data-path errors. The grammar run uses the Q4_1 file (the embedded model as shipped).
@@ -39,7 +39,9 @@ class TrainedRun:
     grpo_log: str
     grpo_returncode: int
     processed: Path  # `process` JSONL of the same env, tool calls forced by a grammar (Q4_1 engine)
-    free_processed: Path  # `process` JSONL of the same env, free sampling at temperature 1 (float32 engine)
+    served: (
+        Path  # the groups `serve` sent to run-api, as it saved them: free sampling at temperature 1 (float32 engine)
+    )
 
 
 def _env_args(llm, config: Path, out: Path) -> list[str]:
@@ -88,34 +90,18 @@ def trained_run(embedded_llm, embedded_float_llm, tmp_path_factory) -> TrainedRu
     grammar_config.write_text(yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}))
     free_config.write_text(yaml.safe_dump({"env": {}}))
     env_cmd = [sys.executable, "-m", "tests.training.hash_reward_env"]
-
-    # Both `process` runs at once: the llama.cpp server has slots for both.
-    processed, free_processed = tmp / "processed.jsonl", tmp / "free_processed.jsonl"
-    runs = [
-        subprocess.Popen(
-            [*env_cmd, "process", *_env_args(llm, config, out), "--env.total_steps", "1"],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for llm, config, out in (
-            (embedded_llm, grammar_config, processed),
-            (embedded_float_llm, free_config, free_processed),
-        )
-    ]
-    for run in runs:
-        try:
-            _, stderr = run.communicate(timeout=900)
-        finally:
-            if run.poll() is None:
-                run.kill()
-        assert run.returncode == 0, stderr[-3000:]
-
-    api, api_url = start_run_api(tmp)
-    trainer = env = None
+    processed, served = tmp / "processed.jsonl", tmp / "served.jsonl"
     grpo_out, grpo_log = tmp / "grpo", tmp / "grpo.log"
+
+    # Everything at once (each server has slots for its runs): the grammar `process` run on the
+    # Q4_1 server, and the trainer loading its weights while `serve` samples on the float32 one.
+    api, api_url = start_run_api(tmp)
+    trainer = env = grammar_run = None
     try:
+        grammar_run = start_process(
+            [*env_cmd, "process", *_env_args(embedded_llm, grammar_config, processed), "--env.total_steps", "1"],
+            tmp / "process.log",
+        )
         # lr large enough that one step visibly moves float32 weights.
         trainer = start_process(
             [
@@ -143,7 +129,7 @@ def trained_run(embedded_llm, embedded_float_llm, tmp_path_factory) -> TrainedRu
             [
                 *env_cmd,
                 "serve",
-                *_env_args(embedded_float_llm, free_config, tmp / "served.jsonl"),
+                *_env_args(embedded_float_llm, free_config, served),
                 "--env.rollout_server_url",
                 api_url,
                 "--env.wandb_name",
@@ -153,14 +139,16 @@ def trained_run(embedded_llm, embedded_float_llm, tmp_path_factory) -> TrainedRu
             ],
             tmp / "env.log",
         )
-        try:
-            trainer.wait(1200)
-        except subprocess.TimeoutExpired:
-            pytest.fail(
-                "training.grpo did not finish: " + grpo_log.read_text()[-3000:] + (tmp / "env.log").read_text()[-3000:]
-            )
+        for proc, name, log in ((grammar_run, "process", tmp / "process.log"), (trainer, "training.grpo", grpo_log)):
+            try:
+                proc.wait(1200)
+            except subprocess.TimeoutExpired:
+                pytest.fail(
+                    f"{name} did not finish: " + log.read_text()[-3000:] + (tmp / "env.log").read_text()[-3000:]
+                )
+        assert grammar_run.returncode == 0, (tmp / "process.log").read_text()[-3000:]
     finally:
-        for p in (env, trainer, api):
+        for p in (env, trainer, grammar_run, api):
             if p is not None:
                 stop_process(p)
-    return TrainedRun(grpo_out, grpo_log.read_text(), trainer.returncode, processed, free_processed)
+    return TrainedRun(grpo_out, grpo_log.read_text(), trainer.returncode, processed, served)

@@ -18,12 +18,12 @@ pytestmark = pytest.mark.xdist_group("trained_run")
 @pytest.mark.llm
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # the first user of `trained_run` also runs the env and the trainer
-@pytest.mark.parametrize("source", ["processed", "batch"])
+@pytest.mark.parametrize("source", ["served", "batch"])
 def test_recomputed_logprobs_match_llama_cpp(trained_run, tmp_path, source):
     # Free sampling at temperature 1 (no grammar) by llama.cpp serving the embedded weights in
     # float32: the check is on tokens the model itself chose. Measured here: ~0.002 nats mean,
     # max ~0.02 (llama.cpp's f16 KV cache); a misalignment costs ~1 nat (see the shifted test).
-    groups_file = trained_run.free_processed if source == "processed" else trained_run.grpo_out / "batches.jsonl"
+    groups_file = trained_run.served if source == "served" else trained_run.grpo_out / "batches.jsonl"
     report_file = tmp_path / "report.json"
     assert main([str(groups_file), "--model", "embedded", "--report", str(report_file)]) == 0  # default: 0.05
     report = json.loads(report_file.read_text())
@@ -51,7 +51,7 @@ def test_q4_engine_numerics_cost_hundredths_of_a_nat_without_misalignment(traine
 @pytest.mark.timeout(2400)  # the first user of `trained_run` also runs the env and the trainer
 def test_logprobs_shifted_by_one_token_fail_loudly(trained_run, tmp_path):
     shifted = tmp_path / "shifted.jsonl"
-    rows = [json.loads(line) for line in trained_run.free_processed.read_text().splitlines()]
+    rows = [json.loads(line) for line in trained_run.served.read_text().splitlines()]
     for row in rows:
         # Each logprob moves one token later: position t now carries the logprob of token t-1.
         row["inference_logprobs"] = [[lps[0], *lps[:-1]] for lps in row["inference_logprobs"]]
