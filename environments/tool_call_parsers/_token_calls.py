@@ -23,7 +23,7 @@ from ._core import (
     join_content,
     make_call,
     strip_code_fence,
-    valid_name,
+    match_name,
 )
 
 __all__ = ["TokenCallSpec", "TokenCallParser"]
@@ -42,38 +42,35 @@ class TokenCallSpec:
     layout: Literal["name_args", "type_name_fenced", "id_args"]
 
 
-_BEGIN, _END, _CALL, _CALL_END = range(4)
+# A token's kind is the number of its group in the scanner, so a match's `lastindex` names it.
+_BEGIN, _END, _CALL, _CALL_END = range(1, 5)
 
 
 @lru_cache(maxsize=None)
-def _scanner(spec: TokenCallSpec) -> tuple[re.Pattern[str], tuple[int, ...]]:
-    """One pattern for every token of the family (their shared prefix, then the rest, longest
-    first) and each alternative's kind, indexed by the match's `lastindex`.
+def _scanner(spec: TokenCallSpec) -> re.Pattern[str]:
+    """One pattern for every token of the family: their shared prefix, then one group per kind.
 
     One scan finds the same tokens as searching each on its own, because no token contains
-    another and none ends with the start of another (checked here).
+    another and none ends with the start of another (checked here); for the same reason at
+    most one alternative can match at a position, so their order does not matter.
     """
-    kinds = {t: _BEGIN for t in spec.section_begin}
-    kinds.update({t: _END for t in spec.section_end})
-    kinds[spec.call_begin] = _CALL
-    kinds[spec.call_end] = _CALL_END
-    for a in kinds:
-        for b in kinds:
+    groups = (spec.section_begin, spec.section_end, (spec.call_begin,), (spec.call_end,))
+    tokens = [t for group in groups for t in group]
+    for a in tokens:
+        for b in tokens:
             if a != b and (a in b or any(a.endswith(b[:k]) for k in range(1, min(len(a), len(b))))):
                 raise ValueError(f"tool-call tokens {a!r} and {b!r} overlap; they cannot be scanned in one pass")
-    prefix = os.path.commonprefix(list(kinds))
+    prefix = os.path.commonprefix(tokens)
     if not prefix:
-        raise ValueError(f"tool-call tokens {sorted(kinds)} share no first character")
-    table = sorted(kinds.items(), key=lambda kv: len(kv[0]), reverse=True)
+        raise ValueError(f"tool-call tokens {sorted(tokens)} share no first character")
     # A literal prefix lets the regex engine skip to candidates as fast as str.find does.
-    rests = "|".join(f"({re.escape(tok[len(prefix) :])})" for tok, _ in table)
-    return re.compile(f"{re.escape(prefix)}(?:{rests})"), (-1, *(kind for _, kind in table))
+    rests = "|".join("(" + "|".join(re.escape(t[len(prefix) :]) for t in group) + ")" for group in groups)
+    return re.compile(f"{re.escape(prefix)}(?:{rests})")
 
 
-def _tokens(text: str, scanner: tuple[re.Pattern[str], tuple[int, ...]]) -> list[tuple[int, int, int]]:
+def _tokens(text: str, scanner: re.Pattern[str]) -> list[tuple[int, int, int]]:
     """(start, end, kind) of every family token in the text, in order; linear however broken it is."""
-    pattern, kinds = scanner
-    return [(*m.span(), kinds[m.lastindex]) for m in pattern.finditer(text)]  # type: ignore[index]  # lastindex is set: every alternative is a group
+    return [(m.start(), m.end(), m.lastindex) for m in scanner.finditer(text)]  # type: ignore[misc]  # lastindex is set: every alternative is in a group
 
 
 class TokenCallParser(ToolCallParser):
@@ -176,7 +173,7 @@ class TokenCallParser(ToolCallParser):
                 call_id = name.strip()
                 name = _name_from_id(call_id)
         name = name.strip()
-        if not valid_name(name):
+        if match_name(name) is None:
             return f"invalid function name {name[:40]!r}"
         # raw of the fenced layout is stripped already; strip_code_fence of it would return it as is
         value, json_text, reason = (decode_json_stripped if fenced else decode_json_text)(raw)

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from environments.tool_call_parsers import get_parser
+from environments.tool_call_parsers._core import strip_code_fence
 
 from ._conformance import ESCAPES, PING, TOOLS, TYPED, WEATHER, calls_of
 from environments.tool_call_parsers.testing import LAYOUTS, MARKUP, WRITERS
@@ -172,3 +173,28 @@ def test_arguments_are_strict_json(family, value):
     result = get_parser(family).parse_detailed(text)
     assert result.tool_calls == [] and result.errors
     assert all("internal parser error" not in e.reason for e in result.errors)
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v31", "kimi_k2"])
+def test_too_long_integer_is_named(family):
+    # The hot path converts integers in C; one past int()'s digit limit must still be reported in the
+    # strict decoder's words, at the same place, and not as an internal error.
+    text = WRITERS[family]([("f", {"x": 0})]).replace('{"x": 0}', '{"x": [1, ' + "9" * 5000 + "]}")
+    (error,) = get_parser(family).parse_detailed(text).errors
+    assert error.reason == "invalid JSON: integer with 5000 digits at position 0"
+
+
+@pytest.mark.parametrize(
+    "body, inner",
+    [
+        ('```json\n{"a": 1}\n```', '{"a": 1}'),
+        ("```json\n```", ""),  # the closing fence right after the opening line
+        ('  ```json\n\n {"a": 1} \n```\n', '{"a": 1}'),
+        ('```json\n{"a": 1}\n``', '{"a": 1}\n``'),  # no closing fence: kept
+        ('```JSON5\n{"a": 1}\n```', '{"a": 1}'),
+        ('```js on\n{"a": 1}\n```', '```js on\n{"a": 1}\n```'),  # not a language: not a fence
+        ('```json{"a": 1}```', '```json{"a": 1}```'),  # no line break: not a fence
+    ],
+)
+def test_code_fence_shapes(body, inner):
+    assert strip_code_fence(body) == inner
