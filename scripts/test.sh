@@ -6,6 +6,4 @@ bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy  # files and settings: [tool.mypy] in pyproject.toml
-# Two workers on two cores: a test waits on a model server or a sandbox much of its time. Tests
-# sharing a long session fixture carry an xdist_group mark and stay on one worker.
-exec .venv/bin/python -m pytest -n auto --maxprocesses 4 --dist loadgroup "$@"
+exec .venv/bin/python -m pytest "$@"

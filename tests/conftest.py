@@ -25,9 +25,3 @@ def embedded_llm() -> Iterator[EmbeddedLLM]:
         yield llm
     finally:
         llm.stop()
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Tests grouped for pytest-xdist (the users of one long session fixture, such as
-    # `trained_run`) go first: their worker starts the long run at once instead of ending last.
-    items.sort(key=lambda item: item.get_closest_marker("xdist_group") is None)
