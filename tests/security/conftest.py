@@ -13,6 +13,7 @@ import os
 import resource
 import time
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -75,14 +76,21 @@ def server_data_dir(backend: SlotPool) -> Path:
     return proc.data_dir
 
 
-@pytest.fixture
-async def sandbox(tmp_path):
-    backend = sandbox_backend(tmp_path)
+@contextlib.asynccontextmanager
+async def running_sandbox(tmp_path, **kwargs: Any) -> AsyncIterator[SlotPool]:
+    """`sandbox_backend(tmp_path, **kwargs)`, started, and stopped on the way out."""
+    backend = sandbox_backend(tmp_path, **kwargs)
     await backend.start()
     try:
         yield backend
     finally:
         await backend.stop()
+
+
+@pytest.fixture
+async def sandbox(tmp_path):
+    async with running_sandbox(tmp_path) as backend:
+        yield backend
 
 
 def server_token(backend: SlotPool) -> str:

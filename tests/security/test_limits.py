@@ -10,7 +10,7 @@ import asyncio
 
 import pytest
 
-from tests.security.conftest import outer_memory_limit, outer_process_limit, play, sandbox_backend
+from tests.security.conftest import outer_memory_limit, outer_process_limit, play, running_sandbox, sandbox_backend
 
 MiB = 1024 * 1024
 FORK_BOMB = "bomb() { bomb | bomb & }; bomb; sleep 14; echo bomb-over"
@@ -19,9 +19,7 @@ FORK_BOMB = "bomb() { bomb | bomb & }; bomb; sleep 14; echo bomb-over"
 @pytest.mark.slow
 async def test_fork_bomb_in_one_slot_leaves_the_other_slot_working(tmp_path):
     with outer_process_limit(1500):
-        backend = sandbox_backend(tmp_path, limits={"max_processes": 200})
-        await backend.start()
-        try:
+        async with running_sandbox(tmp_path, limits={"max_processes": 200}) as backend:
             async with backend.trajectory("bomber") as a, backend.trajectory("innocent") as b:
                 bomb = asyncio.create_task(play(a, [[("terminal", {"command": FORK_BOMB, "timeout": 15})]]))
                 await asyncio.sleep(3)  # the bomb has filled what it can
@@ -36,8 +34,6 @@ async def test_fork_bomb_in_one_slot_leaves_the_other_slot_working(tmp_path):
                 r.output for r in results if r.exit_code
             ]
             assert all(r.exit_code == 0 for r in results)
-        finally:
-            await backend.stop()
 
 
 async def test_limits_trip_at_their_configured_values(tmp_path):

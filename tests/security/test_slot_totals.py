@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tests.security.conftest import outer_memory_limit, outer_process_limit, play, sandbox_backend
+from tests.security.conftest import outer_memory_limit, outer_process_limit, play, running_sandbox
 
 MiB = 1024 * 1024
 # Five processes of ~70 MiB each: every one far below the 256 MiB per-process limit, 350 MiB together.
@@ -43,9 +43,7 @@ async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_
         "tmp_bytes": 256 * MiB,
     }
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        backend = sandbox_backend(tmp_path, limits=limits)
-        await backend.start()
-        try:
+        async with running_sandbox(tmp_path, limits=limits) as backend:
             async with backend.trajectory("hogs") as a, backend.trajectory("neighbour") as b:
                 hogs = asyncio.create_task(
                     play(
@@ -61,8 +59,6 @@ async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_
                 pings = [await b.exec(f"echo ok-{i}", timeout=20, max_output_bytes=100) for i in range(3)]
                 msgs = await hogs
                 health = await backend.client(a.slot).health()
-        finally:
-            await backend.stop()
     killed, again = msgs[0]["content"], msgs[1]["result"]
     assert "all-survived" not in killed
     assert "memory" in killed and "killed" in killed and "200 MiB" in killed, killed
@@ -85,9 +81,7 @@ async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(tm
     links = f"ln -s {host} hostdir && ln -s {host}/big.bin hostfile && echo linked"
     fill = "for i in $(seq 40); do dd if=/dev/zero of=junk$i bs=1M count=8 status=none || break; done; echo wrote-all"
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        backend = sandbox_backend(tmp_path, limits=limits)
-        await backend.start()
-        try:
+        async with running_sandbox(tmp_path, limits=limits) as backend:
             async with backend.trajectory("filler") as ex:
                 msgs = await play(
                     ex,
@@ -100,8 +94,6 @@ async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(tm
                     ],
                 )
                 health = await backend.client(ex.slot).health()
-        finally:
-            await backend.stop()
     assert "linked" in msgs[1]["content"]
     loop_msg, blob_msg, after = msgs[2]["content"], msgs[3]["content"], msgs[4]["result"]["output"]
     assert "wrote-all" not in loop_msg and "disk quota of 64 MiB" in loop_msg and "junk" in loop_msg, loop_msg
@@ -115,9 +107,7 @@ async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(tm
 async def test_write_file_and_patch_past_the_disk_quota_are_refused(tmp_path):
     limits = {"workspace_bytes": 1 * MiB}  # small: the scripted model server takes requests up to 1 MiB
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        backend = sandbox_backend(tmp_path, limits=limits)
-        await backend.start()
-        try:
+        async with running_sandbox(tmp_path, limits=limits) as backend:
             async with backend.trajectory("writer") as ex:
                 msgs = await play(
                     ex,
@@ -129,8 +119,6 @@ async def test_write_file_and_patch_past_the_disk_quota_are_refused(tmp_path):
                         [("terminal", {"command": "du -s --block-size=1 .; ls; cat small.txt"})],
                     ],
                 )
-        finally:
-            await backend.stop()
     assert "made" in msgs[0]["result"]["output"]
     assert "disk quota" in msgs[1]["content"] and "bytes_written" not in msgs[1]["content"], msgs[1]["content"]
     assert msgs[2]["result"] == {"path": "small.txt", "bytes_written": 5}
