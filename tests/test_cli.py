@@ -11,6 +11,7 @@ import yaml
 
 from environments.cli import CliError, config_dump, parse_invocation, redact
 from environments.gsm8k_agent_env import GSM8kAgentEnv
+from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -55,7 +56,7 @@ def write_yaml(tmp_path: Path, data: dict) -> str:
     ],
 )
 def test_bad_flags_exit_2_with_one_line(args, expected):
-    proc = run_env("process", *args)
+    proc = run_cli(GSM8kAgentEnv, "process", *args)
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = error_lines(proc.stderr)
     assert line.startswith("error: ") and expected in line
@@ -80,10 +81,18 @@ def test_bad_flags_exit_2_with_one_line(args, expected):
     ],
 )
 def test_bad_yaml_exits_2_with_one_line(tmp_path, config, expected):
-    proc = run_env("process", "--config", write_yaml(tmp_path, config))
+    proc = run_cli(GSM8kAgentEnv, "process", "--config", write_yaml(tmp_path, config))
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = error_lines(proc.stderr)
     assert line.startswith("error: ") and expected in line
+
+
+def test_the_module_entry_point_prints_one_line_and_exits_2():
+    """As a user runs it: a new interpreter, so anything printed while importing would show here."""
+    proc = run_env("process", "--env.group_sise", "4")
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    (line,) = error_lines(proc.stderr)
+    assert line == "error: unknown flag --env.group_sise; did you mean --env.group_size?"
 
 
 def test_list_flags_take_commas_and_yaml_lists():
@@ -122,8 +131,8 @@ def test_keys_are_redacted_in_the_dump_and_only_shown_with_verbose(tmp_path):
         "a": {"tavily_api_key": "***", "n": [{"token": "***"}]}
     }
     # --verbose prints the dump (redacted), then the bad toolset stops the command before any server.
-    quiet = run_env("process", "--openai.api_key", secret, "--env.enabled_toolsets", "nope")
-    loud = run_env("process", "--verbose", "--openai.api_key", secret, "--env.enabled_toolsets", "nope")
+    quiet = run_cli(GSM8kAgentEnv, "process", "--openai.api_key", secret, "--env.enabled_toolsets", "nope")
+    loud = run_cli(GSM8kAgentEnv, "process", "--verbose", "--openai.api_key", secret, "--env.enabled_toolsets", "nope")
     assert "group_size" not in quiet.stderr and "group_size" in loud.stderr
     assert secret not in loud.stderr + loud.stdout and "***" in loud.stderr
 

@@ -46,7 +46,9 @@ class ScriptedOpenAIServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
-        self._runner = web.AppRunner(app)
+        # A reply still sleeping at exit (delay_s) belongs to a request the test gave up on:
+        # cancel it at once instead of aiohttp's default minute-long wait for it.
+        self._runner = web.AppRunner(app, shutdown_timeout=0.1)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()

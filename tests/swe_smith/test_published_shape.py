@@ -28,6 +28,7 @@ from environments.swe_smith.env import (
 )
 from environments.verifier import parse_junit_statuses, parse_test_statuses
 from slots.pool import SlotPoolConfig
+from tests.support.cli import run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.swe_smith.conftest import ROOT, git
 
@@ -295,24 +296,15 @@ def test_cli_evaluate_through_mirror_base_and_dataset_path(tmp_path, published):
 
 @pytest.mark.slow
 def test_a_bad_dataset_path_is_one_line_and_exit_2(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "environments.swe_smith_oracle_env",
-            "evaluate",
-            "--openai.base_url",
-            "http://127.0.0.1:9/v1",
-            "--env.dataset",
-            str(tmp_path / "missing.jsonl"),
-            "--env.data_path_to_save_groups",
-            str(tmp_path / "g.jsonl"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    proc = run_cli(
+        SweSmithOracleEnv,
+        "evaluate",
+        "--openai.base_url",
+        "http://127.0.0.1:9/v1",
+        "--env.dataset",
+        str(tmp_path / "missing.jsonl"),
+        "--env.data_path_to_save_groups",
+        str(tmp_path / "g.jsonl"),
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "is neither 'offline', an existing JSONL/JSON file" in proc.stderr and "Traceback" not in proc.stderr

@@ -4,7 +4,6 @@ so both faces of tinker-atropos are played by `TinkerAtroposDouble` (tests/suppo
 
 from __future__ import annotations
 
-import subprocess
 import sys
 import time
 
@@ -13,9 +12,11 @@ import pytest
 import yaml
 
 from environments.models.token_mode.servers import TokenServerConfig, _REQUESTS, _RESPONSES
+from environments.gsm8k_agent_env import GSM8kAgentEnv
+from tests.support.cli import run_cli
 from tests.support.tinker_atropos_double import tinker_datums
 
-from tests.support.run_api import ROOT, free_port, register_trainer, start_process, start_run_api, stop_process
+from tests.support.run_api import free_port, register_trainer, start_process, start_run_api, stop_process
 
 from .test_serve import check_trainer_view
 
@@ -60,23 +61,15 @@ def test_trainer_datums_mark_untrained_positions_and_refuse_missing_logprobs():
 def test_chat_mode_with_a_tinker_trainer_is_refused_at_start(tmp_path):
     config = tmp_path / "tinker.yaml"
     config.write_text(yaml.safe_dump({"tinker": {"lora_rank": 32}}))
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "environments.gsm8k_agent_env",
-            "serve",
-            "--config",
-            str(config),
-            "--env.token_server",
-            "off",
-            "--openai.base_url",
-            "http://127.0.0.1:9/v1",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
+    proc = run_cli(
+        GSM8kAgentEnv,
+        "serve",
+        "--config",
+        str(config),
+        "--env.token_server",
+        "off",
+        "--openai.base_url",
+        "http://127.0.0.1:9/v1",
     )
     assert proc.returncode == 2
     assert "needs inference_logprobs" in proc.stderr and "--env.token_server" in proc.stderr

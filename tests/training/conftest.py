@@ -19,6 +19,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,10 +72,11 @@ def _env_args(llm, config: Path, out: Path) -> list[str]:
     ]
 
 
-@pytest.fixture(scope="session")
-def embedded_float_llm() -> Iterator[EmbeddedLLM]:
-    """llama.cpp serving the embedded model's weights dequantized to float32."""
-    llm = EmbeddedLLM(EmbeddedLLMConfig(model_path=embedded_float_gguf(), n_parallel=2, ctx_size=4096, threads=2))
+@contextmanager
+def one_thread_llm(model_path: Path) -> Iterator[EmbeddedLLM]:
+    """A llama.cpp server on one thread: two of them and the trainer share 2 cores here, and a
+    llama.cpp thread without a core of its own stalls its server (see EmbeddedLLMConfig.threads)."""
+    llm = EmbeddedLLM(EmbeddedLLMConfig(model_path=model_path, n_parallel=2, ctx_size=4096, threads=1))
     llm.start()
     try:
         _ = llm.tokenizer_dir
@@ -84,8 +86,12 @@ def embedded_float_llm() -> Iterator[EmbeddedLLM]:
 
 
 @pytest.fixture(scope="session")
-def trained_run(embedded_llm, embedded_float_llm, tmp_path_factory) -> TrainedRun:
-    tmp = tmp_path_factory.mktemp("trained_run")
+def trained_run(tmp_path_factory) -> TrainedRun:
+    with one_thread_llm(EmbeddedLLMConfig().model_path) as q4_llm, one_thread_llm(embedded_float_gguf()) as float_llm:
+        return _trained_run(tmp_path_factory.mktemp("trained_run"), q4_llm, float_llm)
+
+
+def _trained_run(tmp: Path, embedded_llm: EmbeddedLLM, embedded_float_llm: EmbeddedLLM) -> TrainedRun:
     grammar_config, free_config = tmp / "grammar.yaml", tmp / "free.yaml"
     grammar_config.write_text(yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}))
     free_config.write_text(yaml.safe_dump({"env": {}}))
