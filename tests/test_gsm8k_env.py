@@ -74,7 +74,7 @@ def test_process_runs_against_embedded_llama_cpp_and_executes_model_tool_calls(e
         str(config),
         *embedded_model_flags(embedded_llm),
         "--env.total_steps",
-        "2",
+        "1",
         "--env.group_size",
         "2",
         "--env.max_agent_turns",
@@ -87,7 +87,7 @@ def test_process_runs_against_embedded_llama_cpp_and_executes_model_tool_calls(e
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert str(out.resolve()) in proc.stdout and str(out.with_suffix(".html").resolve()) in proc.stdout
     groups = read_groups(out)
-    assert len(groups) == 2 and out.with_suffix(".html").exists()
+    assert len(groups) == 1 and out.with_suffix(".html").exists()
     executed = 0
     for group in groups:
         assert len(group["messages"]) == len(group["tokens"]) == len(group["masks"]) == len(group["scores"]) == 2
@@ -105,7 +105,7 @@ def test_process_runs_against_embedded_llama_cpp_and_executes_model_tool_calls(e
                 # the call really ran: its output is the product the model asked for
                 assert json.loads(results[call["id"]])["output"] == f"{a * b}\n"
                 executed += 1
-    assert executed >= 4
+    assert executed == 4  # 2 rollouts, a forced call in each of their 2 turns
 
 
 def _free_port() -> int:

@@ -147,7 +147,7 @@ def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path
             "process",
             *embedded_model_flags(embedded_llm),
             "--env.total_steps",
-            "2",
+            "1",
             "--env.group_size",
             "2",
             "--env.max_agent_turns",
@@ -164,7 +164,7 @@ def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]
-    assert len(groups) == 2
+    assert len(groups) == 1
     for group in groups:
         assert len(group["scores"]) == 2 and all(0.0 <= s <= 1.0 for s in group["scores"])
         infos = group["rollout_info"]
@@ -177,7 +177,7 @@ def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path
     from exports import canonical_messages, read_conversations, sharegpt_to_messages, to_sharegpt
 
     conversations = list(read_conversations(out))
-    assert len(conversations) == 4 and all(c.source == "process" and c.tools for c in conversations)
+    assert len(conversations) == 2 and all(c.source == "process" and c.tools for c in conversations)
     for conv in conversations:
         assert canonical_messages(sharegpt_to_messages(to_sharegpt(conv))) == canonical_messages(conv.messages)
 

@@ -108,7 +108,7 @@ def test_process_cli_runs_end_to_end_against_the_embedded_model(embedded_llm, tm
     assert "Working directory: /workspace" in first_user
 
 
-def test_evaluate_cli_with_the_oracle_scores_every_task(tmp_path):
+def test_evaluate_cli_with_the_oracle_scores_the_tasks_it_is_given(tmp_path):
     proc = subprocess.run(
         [
             sys.executable,
@@ -117,6 +117,8 @@ def test_evaluate_cli_with_the_oracle_scores_every_task(tmp_path):
             "evaluate",
             "--env.agent",
             "oracle",
+            "--env.eval_size",  # the oracle on every task is the test above; this one is the command
+            "3",
             "--env.data_dir_to_save_evals",
             str(tmp_path / "eval"),
             "--env.data_path_to_save_groups",
@@ -128,5 +130,5 @@ def test_evaluate_cli_with_the_oracle_scores_every_task(tmp_path):
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "'eval/accuracy': 1.0" in proc.stdout and "'eval/n': 9" in proc.stdout
+    assert "'eval/accuracy': 1.0" in proc.stdout and "'eval/n': 3" in proc.stdout
     assert "starting the embedded model server" not in proc.stderr  # a scripted agent needs no model
