@@ -3,9 +3,7 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,8 @@ from datasets import Dataset, DatasetDict
 from environments.gsm8k.data import dataset_kind, load_local_gsm8k, synthetic_gsm8k
 from environments.gsm8k.env import GSM8kAgentEnv, GSM8kAgentEnvConfig
 from environments.hermes_base_env import HermesEnvError
-from tests.support.scripted_openai import ScriptedOpenAIServer
+from tests.support.cli import run_cli
+from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -71,13 +70,11 @@ async def test_bad_rows_are_named(tmp_path: Path, content: str, message: str) ->
         await make_env(str(path)).setup()
 
 
-async def test_the_cli_refuses_a_missing_file_in_one_line(tmp_path: Path) -> None:
+def test_the_cli_refuses_a_missing_file_in_one_line(tmp_path: Path) -> None:
     out = tmp_path / "groups.jsonl"
-    async with ScriptedOpenAIServer([]) as server:  # reachable, so the dataset is what fails
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "environments.gsm8k_agent_env",
+    with serving_in_a_thread(ScriptedOpenAIServer([])) as server:  # reachable, so the dataset is what fails
+        proc = run_cli(
+            GSM8kAgentEnv,
             "process",
             "--env.dataset",
             str(tmp_path / "x.jsonl"),
@@ -89,12 +86,8 @@ async def test_the_cli_refuses_a_missing_file_in_one_line(tmp_path: Path) -> Non
             "embedded",
             "--env.data_path_to_save_groups",
             str(out),
-            cwd=ROOT,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
         )
-        _, err_bytes = await asyncio.wait_for(proc.communicate(), 300)
-    err = err_bytes.decode()
+    err = proc.stderr
     assert proc.returncode == 2, err[-2000:]
     assert "Traceback" not in err and not out.exists()
     assert "x.jsonl' is neither 'synthetic'" in err.splitlines()[-1]

@@ -140,7 +140,7 @@ def test_unreachable_server_fails_fast_with_the_url(tmp_path: Path, capsys: pyte
 @pytest.mark.llm
 @pytest.mark.slow
 def test_sigkill_midway_then_resume_gives_each_prompt_exactly_once(embedded_llm, tmp_path: Path) -> None:
-    n = 20
+    n = 10
     dataset = write_prompts(
         tmp_path / "p.jsonl", [{"id": f"q{i:02d}", "prompt": f"What is {i} plus {i}?"} for i in range(n)]
     )

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from aiohttp import web
@@ -102,3 +104,20 @@ class ScriptedOpenAIServer:
                 "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
             }
         )
+
+
+@contextmanager
+def serving_in_a_thread(server: ScriptedOpenAIServer) -> Iterator[ScriptedOpenAIServer]:
+    """The server on its own event loop in a thread, for a test whose main thread runs a command
+    in-process (`tests.support.cli.run_cli` starts its own loop and sets signal handlers)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, name="scripted-openai", daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(server.__aenter__(), loop).result(30)
+    try:
+        yield server
+    finally:
+        asyncio.run_coroutine_threadsafe(server.__aexit__(None, None, None), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()

@@ -28,9 +28,9 @@ from environments.swe_smith.env import (
 )
 from environments.verifier import parse_junit_statuses, parse_test_statuses
 from slots.pool import SlotPoolConfig
-from tests.support.cli import run_cli
-from tests.support.scripted_openai import ScriptedOpenAIServer
-from tests.swe_smith.conftest import ROOT, git
+from tests.support.cli import CliRun, run_cli
+from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
+from tests.swe_smith.conftest import git
 
 
 def make_env(tmp_path, published, base_url: str, **overrides) -> SweSmithOracleEnv:
@@ -246,46 +246,36 @@ async def test_instances_naming_an_image_are_skipped_on_the_local_backend(tmp_pa
 
 @pytest.mark.slow
 def test_cli_evaluate_through_mirror_base_and_dataset_path(tmp_path, published):
-    async def main() -> list[subprocess.CompletedProcess]:
-        async with ScriptedOpenAIServer([]) as server:
-            results = []
-            for agent in ("oracle", "noop"):
-                argv = [
-                    sys.executable,
-                    "-m",
-                    "environments.swe_smith_oracle_env",
-                    "evaluate",
-                    "--openai.base_url",
-                    server.base_url,
-                    "--openai.model_name",
-                    "scripted",
-                    "--openai.api_key",
-                    "x",
-                    "--env.agent",
-                    agent,
-                    "--env.dataset",
-                    str(published["dataset"]),
-                    "--env.mirror_base",
-                    str(published["mirrors"]),
-                    "--env.profiles",
-                    str(published["profiles"]),
-                    "--env.image_policy",
-                    "base",
-                    "--env.cache_dir",
-                    str(tmp_path / "cache"),
-                    "--env.data_path_to_save_groups",
-                    str(tmp_path / agent / "groups.jsonl"),
-                    "--env.data_dir_to_save_evals",
-                    str(tmp_path / agent / "eval"),
-                ]
-                proc = await asyncio.create_subprocess_exec(
-                    *argv, cwd=ROOT, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-                )
-                out, err = await asyncio.wait_for(proc.communicate(), 900)
-                results.append(subprocess.CompletedProcess(argv, proc.returncode, out.decode(), err.decode()))
-            return results
+    def evaluate(agent: str) -> CliRun:
+        return run_cli(
+            SweSmithOracleEnv,
+            "evaluate",
+            "--openai.base_url",
+            server.base_url,
+            "--openai.model_name",
+            "scripted",
+            "--openai.api_key",
+            "x",
+            "--env.agent",
+            agent,
+            "--env.dataset",
+            str(published["dataset"]),
+            "--env.mirror_base",
+            str(published["mirrors"]),
+            "--env.profiles",
+            str(published["profiles"]),
+            "--env.image_policy",
+            "base",
+            "--env.cache_dir",
+            str(tmp_path / "cache"),
+            "--env.data_path_to_save_groups",
+            str(tmp_path / agent / "groups.jsonl"),
+            "--env.data_dir_to_save_evals",
+            str(tmp_path / agent / "eval"),
+        )
 
-    oracle, noop = asyncio.run(main())
+    with serving_in_a_thread(ScriptedOpenAIServer([])) as server:
+        oracle, noop = evaluate("oracle"), evaluate("noop")
     for proc, resolved in ((oracle, 1.0), (noop, 0.0)):
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert "3 usable instances of 5 rows; skipped: 1 empty problem_statement; 1 no mirror" in proc.stderr
