@@ -4,8 +4,6 @@ and rollouts with an injected model and no HTTP server at all."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,7 @@ import yaml
 
 from environments.examples.count_files import CountFilesEnv
 from environments.models.base import ModelTurn
+from tests.support.cli import run_cli
 from tests.support.embedded import embedded_model_flags
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,27 +62,19 @@ def test_process_runs_on_the_embedded_model(embedded_llm, tmp_path):
     config.write_text(
         yaml.safe_dump({"env": {"extra_body": {"grammar": "root ::= [1-9]"}, "tools_in": "system_prompt"}})
     )
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "environments.examples.count_files",
-            "process",
-            "--config",
-            str(config),
-            *embedded_model_flags(embedded_llm),
-            "--env.total_steps",
-            "2",
-            "--env.group_size",
-            "2",
-            "--env.ensure_scores_are_not_same=False",
-            "--env.data_path_to_save_groups",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = run_cli(
+        CountFilesEnv,
+        "process",
+        "--config",
+        str(config),
+        *embedded_model_flags(embedded_llm),
+        "--env.total_steps",
+        "2",
+        "--env.group_size",
+        "2",
+        "--env.ensure_scores_are_not_same=False",
+        "--env.data_path_to_save_groups",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]

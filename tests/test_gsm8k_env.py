@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ import yaml
 from environments.gsm8k.answers import is_correct
 from environments.gsm8k.data import gold_answer, synthetic_gsm8k
 from environments.gsm8k_agent_env import GSM8kAgentEnv
-from tests.support.cli import run_cli
+from tests.support.cli import CliRun, run_cli
 from tests.support.embedded import embedded_model_flags
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,14 +23,8 @@ TOOL_CALL_GRAMMAR = r"""root ::= "<tool_call>\n{\"name\": \"python\", \"argument
 num ::= [1-9] [0-9]?"""
 
 
-def run_env(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "environments.gsm8k_agent_env", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def run_env(*args: str) -> CliRun:
+    return run_cli(GSM8kAgentEnv, *args)
 
 
 def read_groups(path: Path) -> list[dict]:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
 from tests.gaia.solver import SOLVED_TASKS, GaiaScriptedSolver
 from environments.models.base import ModelTurn
 from tests.support.scripted_openai import ScriptedOpenAIServer
+from tests.support.cli import run_cli
 from tests.support.embedded import embedded_model_flags
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -139,28 +138,20 @@ def test_reward_weights_must_sum_to_one() -> None:
 @pytest.mark.slow
 def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path) -> None:
     out = tmp_path / "gaia.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "environments.gaia_agent_env",
-            "process",
-            *embedded_model_flags(embedded_llm),
-            "--env.total_steps",
-            "1",
-            "--env.group_size",
-            "2",
-            "--env.max_agent_turns",
-            "2",
-            "--env.agent_max_tokens",
-            "48",
-            "--env.data_path_to_save_groups",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = run_cli(
+        GaiaAgentEnv,
+        "process",
+        *embedded_model_flags(embedded_llm),
+        "--env.total_steps",
+        "1",
+        "--env.group_size",
+        "2",
+        "--env.max_agent_turns",
+        "2",
+        "--env.agent_max_tokens",
+        "48",
+        "--env.data_path_to_save_groups",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from environments.swe_smith.env import (
 )
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
+from tests.support.cli import run_cli
 from tests.support.embedded import embedded_model_flags
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -125,30 +125,22 @@ async def test_process_with_the_oracle_writes_groups_scored_one(tmp_path):
 @pytest.mark.slow
 def test_process_cli_runs_on_the_local_sandbox_backend_against_the_embedded_model(embedded_llm, tmp_path):
     out = tmp_path / "groups.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "environments.swe_smith_oracle_env",
-            "process",
-            *embedded_model_flags(embedded_llm),
-            "--env.total_steps",
-            "1",
-            "--env.group_size",
-            "2",
-            "--env.max_agent_turns",
-            "1",
-            "--env.agent_max_tokens",
-            "32",
-            "--env.ensure_scores_are_not_same",
-            "False",
-            "--env.data_path_to_save_groups",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    proc = run_cli(
+        SweSmithOracleEnv,
+        "process",
+        *embedded_model_flags(embedded_llm),
+        "--env.total_steps",
+        "1",
+        "--env.group_size",
+        "2",
+        "--env.max_agent_turns",
+        "1",
+        "--env.agent_max_tokens",
+        "32",
+        "--env.ensure_scores_are_not_same",
+        "False",
+        "--env.data_path_to_save_groups",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +11,8 @@ import pytest
 from environments.models.base import ModelTurn
 from environments.terminal_tasks import BUNDLED_TASKS, NoOpAgent, OracleAgent, load_tasks_dir
 from tests.terminal_tasks.conftest import make_env
+from tests.support.cli import run_cli
+from environments.terminal_tasks import TerminalTasksEnv
 from tests.support.embedded import embedded_model_flags
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -75,30 +75,22 @@ async def test_oracle_scores_one_and_noop_zero_on_every_bundled_task(scripted_se
 @pytest.mark.slow
 def test_process_cli_runs_end_to_end_against_the_embedded_model(embedded_llm, tmp_path):
     out = tmp_path / "groups.jsonl"
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "environments.terminal_tasks_env",
-            "process",
-            *embedded_model_flags(embedded_llm),
-            "--env.total_steps",
-            "1",
-            "--env.group_size",
-            "2",
-            "--env.max_agent_turns",
-            "2",
-            "--env.agent_max_tokens",
-            "48",
-            "--env.ensure_scores_are_not_same",
-            "False",
-            "--env.data_path_to_save_groups",
-            str(out),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    proc = run_cli(
+        TerminalTasksEnv,
+        "process",
+        *embedded_model_flags(embedded_llm),
+        "--env.total_steps",
+        "1",
+        "--env.group_size",
+        "2",
+        "--env.max_agent_turns",
+        "2",
+        "--env.agent_max_tokens",
+        "48",
+        "--env.ensure_scores_are_not_same",
+        "False",
+        "--env.data_path_to_save_groups",
+        str(out),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]
@@ -109,25 +101,17 @@ def test_process_cli_runs_end_to_end_against_the_embedded_model(embedded_llm, tm
 
 
 def test_evaluate_cli_with_the_oracle_scores_the_tasks_it_is_given(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "environments.terminal_tasks_env",
-            "evaluate",
-            "--env.agent",
-            "oracle",
-            "--env.eval_size",  # the oracle on every task is the test above; this one is the command
-            "3",
-            "--env.data_dir_to_save_evals",
-            str(tmp_path / "eval"),
-            "--env.data_path_to_save_groups",
-            str(tmp_path / "g.jsonl"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=900,
+    proc = run_cli(
+        TerminalTasksEnv,
+        "evaluate",
+        "--env.agent",
+        "oracle",
+        "--env.eval_size",  # the oracle on every task is the test above; this one is the command
+        "3",
+        "--env.data_dir_to_save_evals",
+        str(tmp_path / "eval"),
+        "--env.data_path_to_save_groups",
+        str(tmp_path / "g.jsonl"),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "'eval/accuracy': 1.0" in proc.stdout and "'eval/n': 3" in proc.stdout

@@ -4,12 +4,13 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
+
+from environments.gsm8k_agent_env import GSM8kAgentEnv
+from tests.support.cli import CliRun, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -19,14 +20,8 @@ TOOL_CALL_GRAMMAR = r"""root ::= "<tool_call>\n{\"name\": \"python\", \"argument
 num ::= [1-9] [0-9]?"""
 
 
-def run_env(*args: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "environments.gsm8k_agent_env", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def run_env(*args: str) -> CliRun:
+    return run_cli(GSM8kAgentEnv, *args)
 
 
 def trained_spans(masks: list[int]) -> list[tuple[int, int]]:
