@@ -16,16 +16,6 @@ from tests.support.cli import run_cli
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_env(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "environments.gsm8k_agent_env", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-
-
 def error_lines(stderr: str) -> list[str]:
     # transformers announces at import that torch is absent; everything else must be our one line.
     return [line for line in stderr.splitlines() if line.strip() and "PyTorch was not found" not in line]
@@ -87,9 +77,26 @@ def test_bad_yaml_exits_2_with_one_line(tmp_path, config, expected):
     assert line.startswith("error: ") and expected in line
 
 
-def test_the_module_entry_point_prints_one_line_and_exits_2():
-    """As a user runs it: a new interpreter, so anything printed while importing would show here."""
-    proc = run_env("process", "--env.group_sise", "4")
+@pytest.mark.parametrize(
+    "module",
+    [
+        "environments.gsm8k_agent_env",
+        "environments.swe_smith_oracle_env",
+        "environments.gaia_agent_env",
+        "environments.terminal_tasks_env",
+        "environments.examples.count_files",
+    ],
+)
+def test_each_entry_module_runs_as_a_command_and_prints_one_line(module):
+    """As a user runs it: a new interpreter, so anything printed while importing would show here
+    (the other command tests call the same `main` in-process)."""
+    proc = subprocess.run(
+        [sys.executable, "-m", module, "process", "--env.group_sise", "4"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     (line,) = error_lines(proc.stderr)
     assert line == "error: unknown flag --env.group_sise; did you mean --env.group_size?"
