@@ -351,10 +351,12 @@ class SlotGuard:
         used = await self._run(self._pss, sample.pids) + sample.tmp
         if used <= limit:
             return
-        await self._run(self._kill_uid, s.uid)
+        # The reason is recorded before the kill: the killed command's call may end (and read it)
+        # while the kill is still running on the executor.
         s.breach = LimitExceeded(
             "memory_limit",
             f"the slot's {len(sample.pids)} processes used {used // MiB} MiB of memory together (with /tmp "
             f"{sample.tmp // MiB} MiB), over the slot's limit of {limit // MiB} MiB: all of them were killed. "
             "Use less memory at once (fewer or smaller processes, less in /tmp).",
         )
+        await self._run(self._kill_uid, s.uid)
