@@ -14,8 +14,6 @@ from environments.models.base import ModelTurn
 from tests.support.cli import run_cli
 from tests.support.embedded import embedded_model_flags
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 class CountingAgent:
     """Runs `ls | wc -l` in its workspace, then answers what the tool printed (plus `off`)."""

@@ -16,7 +16,6 @@ from environments.gsm8k_agent_env import GSM8kAgentEnv
 from tests.support.cli import CliRun, run_cli
 from tests.support.embedded import embedded_model_flags
 
-ROOT = Path(__file__).resolve().parents[1]
 
 # llama.cpp grammar: the model must write one hermes-format python call computing a product.
 TOOL_CALL_GRAMMAR = r"""root ::= "<tool_call>\n{\"name\": \"python\", \"arguments\": {\"code\": \"print(" num " * " num ")\"}}\n</tool_call>"

@@ -21,8 +21,6 @@ from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.cli import run_cli
 from tests.support.embedded import embedded_model_flags
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 @pytest.fixture(scope="module")
 def tokenizer_dir() -> str:

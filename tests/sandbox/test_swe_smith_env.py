@@ -25,8 +25,6 @@ from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.cli import run_cli
 from tests.support.embedded import embedded_model_flags
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def make_env(base_url: str, tmp_path, **overrides) -> SweSmithOracleEnv:
     pool = SlotPoolConfig(slots_per_sandbox=4, min_sandboxes=2, max_sandboxes=2, health_interval_s=30)

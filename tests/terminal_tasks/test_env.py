@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from pathlib import Path
 
 import pytest
 
@@ -14,8 +13,6 @@ from tests.terminal_tasks.conftest import make_env
 from tests.support.cli import run_cli
 from environments.terminal_tasks import TerminalTasksEnv
 from tests.support.embedded import embedded_model_flags
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_bundled_tasks_cover_both_formats_and_all_run_locally():

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import yaml
@@ -12,7 +11,6 @@ import yaml
 from environments.gsm8k_agent_env import GSM8kAgentEnv
 from tests.support.cli import CliRun, run_cli
 
-ROOT = Path(__file__).resolve().parents[2]
 
 # llama.cpp grammar: one hermes-format python call computing a product (the tiny model rarely
 # calls tools on its own).
