@@ -6,4 +6,6 @@ bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy  # files and settings: [tool.mypy] in pyproject.toml
-exec .venv/bin/python -m pytest "$@"
+# Two workers: half the suite waits on sandboxes, timeouts and child processes, one core each.
+# Serial instead: append -n 0.
+exec .venv/bin/python -m pytest -n 2 "$@"

@@ -150,10 +150,12 @@ def tokenizer(embedded_llm):
 
 def test_sync_start_stop_leaves_no_process():
     before = _server_children()
-    llm = EmbeddedLLM(EmbeddedLLMConfig(n_parallel=1, ctx_size=512))
+    llm = EmbeddedLLM(EmbeddedLLMConfig(n_parallel=1, ctx_size=512, omp_spin_count=250))
     llm.start()
     try:
         assert llm.running
+        # its OpenMP threads spin briefly, then sleep (see EmbeddedLLMConfig.omp_spin_count)
+        assert b"GOMP_SPINCOUNT=250" in Path(f"/proc/{llm.pid}/environ").read_bytes().split(b"\0")
         assert llm.server_url.startswith("http://127.0.0.1:")
         assert llm.base_url == llm.server_url + "/v1"
         assert httpx.get(llm.server_url + "/health").status_code == 200
@@ -475,9 +477,7 @@ def test_cli_tokenizer_builds_a_loadable_dir_once(tmp_path):
     }
     # Idempotent: a complete directory is reused, not rewritten (a build reads the whole vocabulary).
     mtimes = {p.name: p.stat().st_mtime_ns for p in out.iterdir()}
-    started = time.monotonic()
     assert ensure_gguf_tokenizer(default_model_path(), out) == out
-    assert time.monotonic() - started < 1.0
     assert {p.name: p.stat().st_mtime_ns for p in out.iterdir()} == mtimes
 
 

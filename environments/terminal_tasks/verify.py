@@ -140,6 +140,10 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
         run = f"python3 -m pytest -q {vdir}/tests/{test.name}"
     files["pytest.ini"] = (_EMPTY_INI.encode(), 0o644)
     addopts = f"-p no:cacheprovider --rootdir={vdir}/tests -c {ini} --confcutdir={vdir}/tests"
+    # Endless Terminals images carry Ubuntu's bare python3-pytest, so its tests need no plugin, and
+    # whatever the slot's interpreter has installed (xdist, hypothesis...) only costs a start-up each
+    # run. Harbor's test.sh is the task's own and may install and use plugins: left alone.
+    plugins = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"} if task.format == "endless" else {}
     env = {
         "HOME": f"{vdir}/home",
         "LANG": "C.UTF-8",
@@ -148,6 +152,7 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
         "PYTHONSAFEPATH": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTEST_ADDOPTS": addopts,
+        **plugins,
         **task.verifier_env,
     }
     env_words = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())

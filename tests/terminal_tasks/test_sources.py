@@ -152,6 +152,25 @@ async def test_a_wrong_initial_state_voids_the_rollout(scripted_server, tmp_path
     assert "fails test_initial_state.py" in rollout.error
 
 
+BARE_PYTEST_TEST = """\
+def test_no_installed_plugin_was_loaded(pytestconfig):
+    loaded = {name for name, _ in pytestconfig.pluginmanager.list_name_plugin()}
+    assert not loaded & {"asyncio", "anyio", "xdist", "timeout", "hypothesispytest"}, loaded
+"""
+
+
+async def test_endless_tests_run_on_bare_pytest_like_their_image(scripted_server, tmp_path):
+    """Endless Terminals images have Ubuntu's python3-pytest and nothing else: the slot
+    interpreter's installed plugins (this venv has five) are not loaded into the verifier."""
+    shutil.copytree(BUNDLED_TASKS / "endless" / "task_000003_d4f6b8c0", tmp_path / "tasks" / "t")
+    (tmp_path / "tasks" / "t" / "test_final_state.py").write_text(BARE_PYTEST_TEST)
+    env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(tmp_path / "tasks"))
+    async with env.runtime():
+        await env.setup()
+        rollout = await env.rollout(env.tasks[0], model=NoOpAgent())
+    assert rollout.error is None and rollout.score == 1.0
+
+
 def test_path_map_rewrites_whole_paths_only():
     from environments.terminal_tasks.tasks import PathMap
 

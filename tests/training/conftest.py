@@ -16,11 +16,13 @@ small data-path errors. The grammar run uses the Q4_1 file (the embedded model a
 
 from __future__ import annotations
 
+import fcntl
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import pytest
@@ -30,8 +32,6 @@ from tests.tokens.test_phase2_env import TOOL_CALL_GRAMMAR
 from embedded_llm import EmbeddedLLM, EmbeddedLLMConfig
 from tests.support.run_api import start_process, start_run_api, stop_process
 from training.models import embedded_float_gguf
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass
@@ -86,9 +86,32 @@ def one_thread_llm(model_path: Path) -> Iterator[EmbeddedLLM]:
 
 
 @pytest.fixture(scope="session")
-def trained_run(tmp_path_factory) -> TrainedRun:
+def trained_run(tmp_path_factory, request) -> TrainedRun:
+    if not hasattr(request.config, "workerinput"):  # not an xdist worker
+        return _run_once(tmp_path_factory.mktemp("trained_run"))
+    # Under xdist each worker has its own session: the first to get here runs it, the others wait
+    # and read the record (the run directory is shared by this run's workers only).
+    shared = tmp_path_factory.getbasetemp().parent
+    with open(shared / "trained_run.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = shared / "trained_run.json"
+        if not record.is_file():
+            run = _run_once(shared / "trained_run")
+            record.write_text(json.dumps({k: str(v) for k, v in asdict(run).items()}))
+        fields = json.loads(record.read_text())
+    return TrainedRun(
+        grpo_out=Path(fields["grpo_out"]),
+        grpo_log=fields["grpo_log"],
+        grpo_returncode=int(fields["grpo_returncode"]),
+        processed=Path(fields["processed"]),
+        served=Path(fields["served"]),
+    )
+
+
+def _run_once(tmp: Path) -> TrainedRun:
+    tmp.mkdir(exist_ok=True)
     with one_thread_llm(EmbeddedLLMConfig().model_path) as q4_llm, one_thread_llm(embedded_float_gguf()) as float_llm:
-        return _trained_run(tmp_path_factory.mktemp("trained_run"), q4_llm, float_llm)
+        return _trained_run(tmp, q4_llm, float_llm)
 
 
 def _trained_run(tmp: Path, embedded_llm: EmbeddedLLM, embedded_float_llm: EmbeddedLLM) -> TrainedRun:

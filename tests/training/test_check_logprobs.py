@@ -11,9 +11,6 @@ import pytest
 from training.check_logprobs import CheckConfig, compare, main
 from training.groups import IGNORE, Group, LogprobSemantics, read_groups
 
-# Under pytest-xdist one worker runs every user of `trained_run` (a session fixture is per worker).
-pytestmark = pytest.mark.xdist_group("trained_run")
-
 
 @pytest.mark.llm
 @pytest.mark.slow

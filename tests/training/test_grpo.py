@@ -14,9 +14,6 @@ from training.grpo import policy_loss, sequence_inputs
 from training.models import embedded_checkpoint, load_causal_lm
 from training.policy import token_logprobs
 
-# Under pytest-xdist one worker runs every user of `trained_run` (a session fixture is per worker).
-pytestmark = pytest.mark.xdist_group("trained_run")
-
 
 def _batch_groups(run) -> list[Group]:
     lines = (run.grpo_out / "batches.jsonl").read_text().splitlines()

@@ -15,9 +15,6 @@ from training.sft_per_tool import SFTPerToolConfig, registry_schemas, run, to_pr
 
 from .tiny_models import embedded_tokenizer_dir, tiny_llama
 
-# Under pytest-xdist one worker runs every user of `trained_run` (a session fixture is per worker).
-pytestmark = pytest.mark.xdist_group("trained_run")
-
 
 @pytest.mark.llm
 @pytest.mark.slow
