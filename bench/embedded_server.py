@@ -3,8 +3,10 @@
 Startup is compared with the same run's baseline of spawning a Python that only imports
 xllamacpp (what any child-process design pays). Throughput: N concurrent /completion
 requests (N = n_parallel slots) against one request at a time, same server, same prompts.
+`--contention`: generation with one core kept busy by another process, at libgomp's default
+spin count (the baseline) and at `EmbeddedLLMConfig.omp_spin_count`, each also idle.
 
-    .venv/bin/python bench/embedded_server.py [--parallel 4] [--tokens 64] [--repeats 3]
+    .venv/bin/python bench/embedded_server.py [--parallel 4] [--tokens 64] [--repeats 3] [--contention]
 """
 
 from __future__ import annotations
@@ -57,13 +59,40 @@ async def throughput(llm: EmbeddedLLM, concurrency: int, requests: int, tokens: 
         return done / (time.perf_counter() - started)
 
 
+LIBGOMP_DEFAULT_SPINS = 300_000  # GOMP_SPINCOUNT when neither it nor OMP_WAIT_POLICY is set
+
+
+def contention(threads: int, tokens: int) -> None:
+    ours = EmbeddedLLMConfig().omp_spin_count
+    rates = {}
+    for spins in (LIBGOMP_DEFAULT_SPINS, ours):
+        with EmbeddedLLM(EmbeddedLLMConfig(n_parallel=1, threads=threads, omp_spin_count=spins)) as llm:
+            idle = asyncio.run(throughput(llm, 1, 2, tokens))
+            hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+            try:
+                busy = asyncio.run(throughput(llm, 1, 2, tokens))
+            finally:
+                hog.kill()
+                hog.wait()
+        rates[spins] = (idle, busy)
+        print(f"{threads} threads, {spins} spins: idle {idle:.1f} tok/s, one core busy {busy:.1f} tok/s")
+    (base_idle, base_busy), (our_idle, our_busy) = rates[LIBGOMP_DEFAULT_SPINS], rates[ours]
+    print(
+        f"{ours} spins vs libgomp's default: idle {our_idle / base_idle:.2f}x, one core busy {our_busy / base_busy:.1f}x"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--parallel", type=int, default=4)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--contention", action="store_true", help="only the busy-core comparison (about a minute)")
     args = ap.parse_args()
+    if args.contention:
+        contention(args.threads, min(args.tokens, 16))
+        return
     config = EmbeddedLLMConfig(n_parallel=args.parallel, threads=args.threads)
 
     baseline = statistics.median(time_import_baseline() for _ in range(args.repeats))
