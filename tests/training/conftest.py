@@ -1,4 +1,4 @@
-"""One real data path for the training tests, run once per session.
+"""One real data path for the training tests, run once per test run (once across xdist workers).
 
 atroposlib's `run-api` runs as a process; `python -m training.grpo` registers with it and waits
 for a batch; the hash-reward GSM8k env serves groups into it from the embedded llama.cpp model
@@ -75,7 +75,7 @@ def _env_args(llm, config: Path, out: Path) -> list[str]:
 @contextmanager
 def one_thread_llm(model_path: Path) -> Iterator[EmbeddedLLM]:
     """A llama.cpp server on one thread: two of them and the trainer share 2 cores here, and a
-    llama.cpp thread without a core of its own stalls its server (see EmbeddedLLMConfig.threads)."""
+    llama.cpp thread without a core of its own slows its server (see EmbeddedLLMConfig.omp_spin_count)."""
     llm = EmbeddedLLM(EmbeddedLLMConfig(model_path=model_path, n_parallel=2, ctx_size=4096, threads=1))
     llm.start()
     try:
