@@ -14,7 +14,7 @@ from environments.gsm8k.answers import is_correct
 from environments.gsm8k.data import gold_answer, synthetic_gsm8k
 from environments.gsm8k_agent_env import GSM8kAgentEnv
 from tests.support.cli import CliRun, run_cli
-from tests.support.embedded import embedded_model_flags
+from tests.support.embedded import embedded_model_flags, small_group_flags
 
 
 # llama.cpp grammar: the model must write one hermes-format python call computing a product.
@@ -66,14 +66,7 @@ def test_process_runs_against_embedded_llama_cpp_and_executes_model_tool_calls(e
         *embedded_model_flags(embedded_llm),
         "--env.total_steps",
         "1",
-        "--env.group_size",
-        "2",
-        "--env.max_agent_turns",
-        "2",
-        "--env.agent_max_tokens",
-        "64",
-        "--env.data_path_to_save_groups",
-        str(out),
+        *small_group_flags(out, max_tokens=64),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert str(out.resolve()) in proc.stdout and str(out.with_suffix(".html").resolve()) in proc.stdout

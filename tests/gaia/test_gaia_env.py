@@ -19,7 +19,7 @@ from tests.gaia.solver import SOLVED_TASKS, GaiaScriptedSolver
 from environments.models.base import ModelTurn
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.cli import run_cli
-from tests.support.embedded import embedded_model_flags
+from tests.support.embedded import embedded_model_flags, small_group_flags
 
 
 @pytest.fixture(scope="module")
@@ -142,14 +142,7 @@ def test_process_runs_offline_on_the_embedded_model(embedded_llm, tmp_path: Path
         *embedded_model_flags(embedded_llm),
         "--env.total_steps",
         "1",
-        "--env.group_size",
-        "2",
-        "--env.max_agent_turns",
-        "2",
-        "--env.agent_max_tokens",
-        "48",
-        "--env.data_path_to_save_groups",
-        str(out),
+        *small_group_flags(out),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]

@@ -23,7 +23,7 @@ from environments.swe_smith.env import (
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.cli import run_cli
-from tests.support.embedded import embedded_model_flags
+from tests.support.embedded import embedded_model_flags, small_group_flags
 
 
 def make_env(base_url: str, tmp_path, **overrides) -> SweSmithOracleEnv:
@@ -129,16 +129,9 @@ def test_process_cli_runs_on_the_local_sandbox_backend_against_the_embedded_mode
         *embedded_model_flags(embedded_llm),
         "--env.total_steps",
         "1",
-        "--env.group_size",
-        "2",
-        "--env.max_agent_turns",
-        "1",
-        "--env.agent_max_tokens",
-        "32",
         "--env.ensure_scores_are_not_same",
         "False",
-        "--env.data_path_to_save_groups",
-        str(out),
+        *small_group_flags(out, max_turns=1, max_tokens=32),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from embedded_llm import EmbeddedLLM
 
 
@@ -16,4 +18,18 @@ def embedded_model_flags(llm: EmbeddedLLM) -> list[str]:
         "local",
         "--env.tokenizer_name",
         str(llm.tokenizer_dir),
+    ]
+
+
+def small_group_flags(out: Path, *, max_turns: int = 2, max_tokens: int = 48) -> list[str]:
+    """Groups of 2 short rollouts, saved to `out`: what the end-to-end command tests run."""
+    return [
+        "--env.group_size",
+        "2",
+        "--env.max_agent_turns",
+        str(max_turns),
+        "--env.agent_max_tokens",
+        str(max_tokens),
+        "--env.data_path_to_save_groups",
+        str(out),
     ]

@@ -12,7 +12,7 @@ from environments.terminal_tasks import BUNDLED_TASKS, NoOpAgent, OracleAgent, l
 from tests.terminal_tasks.conftest import make_env
 from tests.support.cli import run_cli
 from environments.terminal_tasks import TerminalTasksEnv
-from tests.support.embedded import embedded_model_flags
+from tests.support.embedded import embedded_model_flags, small_group_flags
 
 
 def test_bundled_tasks_cover_both_formats_and_all_run_locally():
@@ -78,16 +78,9 @@ def test_process_cli_runs_end_to_end_against_the_embedded_model(embedded_llm, tm
         *embedded_model_flags(embedded_llm),
         "--env.total_steps",
         "1",
-        "--env.group_size",
-        "2",
-        "--env.max_agent_turns",
-        "2",
-        "--env.agent_max_tokens",
-        "48",
         "--env.ensure_scores_are_not_same",
         "False",
-        "--env.data_path_to_save_groups",
-        str(out),
+        *small_group_flags(out),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     groups = [json.loads(line) for line in out.read_text().splitlines()]

@@ -10,6 +10,7 @@ import yaml
 
 from environments.gsm8k_agent_env import GSM8kAgentEnv
 from tests.support.cli import CliRun, run_cli
+from tests.support.embedded import embedded_model_flags, small_group_flags
 
 
 # llama.cpp grammar: one hermes-format python call computing a product (the tiny model rarely
@@ -45,26 +46,12 @@ def test_gsm8k_phase2_groups_carry_exact_tokens_masks_logprobs(embedded_llm, tmp
         "process",
         "--config",
         str(config),
-        "--openai.base_url",
-        embedded_llm.base_url,
-        "--openai.model_name",
-        embedded_llm.model_name,
-        "--openai.api_key",
-        "local",
+        *embedded_model_flags(embedded_llm),
         "--env.token_server",
         "llamacpp",
-        "--env.tokenizer_name",
-        str(embedded_llm.tokenizer_dir),
         "--env.total_steps",
         "1",
-        "--env.group_size",
-        "2",
-        "--env.max_agent_turns",
-        "2",
-        "--env.agent_max_tokens",
-        "64",
-        "--env.data_path_to_save_groups",
-        str(out),
+        *small_group_flags(out, max_tokens=64),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "token mode: exact tokens from llamacpp" in proc.stderr

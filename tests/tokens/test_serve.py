@@ -11,6 +11,7 @@ import httpx
 import pytest
 import yaml
 
+from tests.support.embedded import embedded_model_flags, small_group_flags
 from tests.support.run_api import register_trainer, start_process, start_run_api, stop_process
 
 from .test_phase2_env import TOOL_CALL_GRAMMAR, trained_spans
@@ -108,26 +109,12 @@ def test_serve_feeds_run_api_and_a_trainer_pulls_exact_token_groups(embedded_llm
                 api_url,
                 "--env.wandb_name",
                 "gsm8k-phase2-test",
-                "--openai.base_url",
-                embedded_llm.base_url,
-                "--openai.model_name",
-                embedded_llm.model_name,
-                "--openai.api_key",
-                "local",
+                *embedded_model_flags(embedded_llm),
                 "--env.token_server",
                 "llamacpp",
-                "--env.tokenizer_name",
-                str(embedded_llm.tokenizer_dir),
-                "--env.group_size",
-                "2",
-                "--env.max_agent_turns",
-                "2",
-                "--env.agent_max_tokens",
-                "48",
                 "--env.max_num_workers",
                 "1",
-                "--env.data_path_to_save_groups",
-                str(tmp_path / "served.jsonl"),
+                *small_group_flags(tmp_path / "served.jsonl"),
             ],
             tmp_path / "env.log",
         )

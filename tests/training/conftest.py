@@ -30,6 +30,7 @@ import yaml
 
 from tests.tokens.test_phase2_env import TOOL_CALL_GRAMMAR
 from embedded_llm import EmbeddedLLM, EmbeddedLLMConfig
+from tests.support.embedded import embedded_model_flags, small_group_flags
 from tests.support.run_api import start_process, start_run_api, stop_process
 from training.models import embedded_float_gguf
 
@@ -49,26 +50,12 @@ def _env_args(llm, config: Path, out: Path) -> list[str]:
     return [
         "--config",
         str(config),
-        "--openai.base_url",
-        llm.base_url,
-        "--openai.model_name",
-        llm.model_name,
-        "--openai.api_key",
-        "local",
+        *embedded_model_flags(llm),
         "--env.token_server",
         "llamacpp",
-        "--env.tokenizer_name",
-        str(llm.tokenizer_dir),
-        "--env.group_size",
-        "2",
-        "--env.max_agent_turns",
-        "2",
-        "--env.agent_max_tokens",
-        "48",
         "--env.agent_temperature",
         "1.0",
-        "--env.data_path_to_save_groups",
-        str(out),
+        *small_group_flags(out),
     ]
 
 
