@@ -10,6 +10,18 @@ environment: HOME outside anything the agent prepared, no user site-packages
 `sitecustomize.py` is not importable), and pytest pinned to the pristine tests' own ini
 file, rootdir and conftest boundary (`-c`, `--rootdir`, `--confcutdir`), so a planted
 conftest.py, pytest.ini, tox.ini, setup.cfg or pyproject addopts is never read.
+
+The tests run the agent's programs as the same uid as test.sh, so those programs could write
+reward.txt = 1 and make it read-only (test.sh's own write then fails), or leave a process
+that keeps writing it. test.sh is therefore run under a guard (`_GUARD`, see
+docs/security.md): before each of its commands that names reward.txt/reward.json, and when it
+exits, every process the tests left outside test.sh's own process tree is killed and any
+reward file test.sh's own reward commands did not write is discarded (the reward directory
+is put back if it was made read-only or swapped for a link). Git in the verifier reads no
+system/global config and runs no fsmonitor, hook, pager or editor the repository configures.
+Nothing of this reaches the programs under test as an import-path change: the pytest that
+test.sh starts with `python3 -m pytest` leaves the working directory off sys.path through a
+shell function, not PYTHONSAFEPATH (which every program the tests run would inherit).
 """
 
 from __future__ import annotations
@@ -28,6 +40,143 @@ from environments.terminal_tasks.tasks import PathMap, TerminalTask, replay_comm
 __all__ = ["Verdict", "pack", "setup_script", "verify_script", "parse_verdict", "solution_script"]
 
 _EMPTY_INI = "[pytest]\n"
+
+# `python -m pytest` without the working directory (a planted pytest.py) on sys.path; the flag
+# -P would do it on Python >= 3.11 only, PYTHONSAFEPATH would reach every program the tests run.
+_PYTEST_BOOT = (
+    "import runpy, sys; del sys.path[0]; sys.argv[0] = 'pytest'; "
+    "runpy.run_module('pytest', run_name='__main__', alter_sys=True)"
+)
+
+# Git as the tests run it: no system/global config, and none of the commands a repository's own
+# config can make git run (core.fsmonitor, hooks, pager, editor, credential helpers, ext::).
+GIT_PINNED = {
+    "core.fsmonitor": "false",
+    "core.hooksPath": "/dev/null",
+    "core.pager": "cat",
+    "core.editor": "true",
+    "core.askPass": "",
+    "credential.helper": "",
+    "protocol.ext.allow": "never",
+}
+GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_CONFIG_COUNT": str(len(GIT_PINNED)),
+    **{f"GIT_CONFIG_KEY_{i}": k for i, k in enumerate(GIT_PINNED)},
+    **{f"GIT_CONFIG_VALUE_{i}": v for i, v in enumerate(GIT_PINNED.values())},
+}
+
+# Runs test.sh ($0) in this shell with a DEBUG trap (see the module docstring). Each guard
+# function starts with `local -; set +eux`: test.sh's own set -e/-u/-x must not apply inside it.
+# Exit status 97: processes the tests left could not all be stopped (a fork race); no reward.
+_GUARD = r"""
+__hermes_dir=@REWARD_DIR@
+__hermes_chain=(@CHAIN@)
+__hermes_pytest=@PYTEST_BOOT@
+declare -A __hermes_trusted=()
+__hermes_wrote=
+__hermes_stat() { stat -c '%i:%s:%z' -- "$1" 2>/dev/null; }
+__hermes_record() {
+  local f
+  for f in reward.txt reward.json; do __hermes_trusted[$f]=$(__hermes_stat "$__hermes_dir/$f"); done
+}
+__hermes_strays() {
+  # Processes of this uid outside test.sh's process tree (by uid, not /proc ownership, which a
+  # non-dumpable process hands to root): whatever the tested code left running.
+  local -; set +eux
+  local -A up=() mine=()
+  local p k v st pp uid x
+  for p in /proc/[0-9]*; do
+    st= pp= uid=
+    while read -r k v _; do
+      case $k in State:) st=$v ;; PPid:) pp=$v ;; Uid:) uid=$v; break ;; esac
+    done < "$p/status" 2>/dev/null
+    [ "$uid" = "$UID" ] && [ "$st" != Z ] && up[${p#/proc/}]=$pp
+  done
+  x=$BASHPID
+  while [ -n "$x" ]; do mine[$x]=1; x=${up[$x]}; done
+  for p in "${!up[@]}"; do
+    [ -n "${mine[$p]}" ] && continue
+    x=$p
+    while [ -n "$x" ] && [ "$x" != "$$" ]; do x=${up[$x]}; done
+    [ -z "$x" ] && echo "$p"
+  done
+  return 0
+}
+__hermes_stop_strays() {
+  local -; set +eux
+  local i s
+  for i in {1..50}; do
+    s=$(__hermes_strays)
+    [ -z "$s" ] && return 0
+    kill -KILL $s 2>/dev/null
+  done
+  return 1
+}
+__hermes_clean() {
+  # Keep only reward files test.sh's own reward commands left; put the directories back.
+  local -; set +eux
+  local d f
+  chmod u+rwx -- "${__hermes_chain[0]}" 2>/dev/null
+  for d in "${__hermes_chain[@]:1}"; do
+    if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f -- "$d"; fi
+    mkdir -p -- "$d" 2>/dev/null; chmod u+rwx -- "$d" 2>/dev/null
+  done
+  for f in reward.txt reward.json; do
+    d=$__hermes_dir/$f
+    { [ -e "$d" ] || [ -L "$d" ]; } || continue
+    if [ -L "$d" ] || [ ! -f "$d" ] || [ "$(__hermes_stat "$d")" != "${__hermes_trusted[$f]}" ]; then
+      rm -rf -- "$d"
+    fi
+  done
+  return 0
+}
+__hermes_final() {
+  local -; set +eux
+  [ "$BASHPID" = "$$" ] || return 0
+  [ -n "$__hermes_wrote" ] && __hermes_record
+  __hermes_wrote=
+  __hermes_stop_strays || { rm -rf -- "$__hermes_dir/reward.txt" "$__hermes_dir/reward.json"; exit 97; }
+  __hermes_clean
+}
+__hermes_keep_exit_trap() {
+  # test.sh may set its own EXIT trap: ours then runs after it.
+  local -; set +eux
+  local cur
+  cur=$(trap -p EXIT)
+  case $cur in *__hermes_final) return 0 ;; esac
+  if [ -z "$cur" ]; then trap __hermes_final EXIT; else eval "set -- $cur"; trap -- "$3"$'
+'__hermes_final EXIT; fi
+}
+__hermes_guard() {
+  local -; set +eux
+  [ "$BASHPID" = "$$" ] || return 0
+  case ${FUNCNAME[1]-} in __hermes_*|python|python3) return 0 ;; esac  # inside our own wrappers
+  if [ -n "$__hermes_wrote" ]; then __hermes_record; __hermes_wrote=; fi
+  __hermes_keep_exit_trap
+  case $BASH_COMMAND in *reward.txt*|*reward.json*) ;; *) return 0 ;; esac
+  __hermes_stop_strays || { rm -rf -- "$__hermes_dir/reward.txt" "$__hermes_dir/reward.json"; exit 97; }
+  __hermes_clean
+  __hermes_wrote=1
+}
+__hermes_python() {
+  local exe=$1; shift
+  if [ "$1" = -m ] && [ "$2" = pytest ]; then shift 2; command "$exe" -c "$__hermes_pytest" "$@"
+  else command "$exe" "$@"; fi
+}
+python3() { __hermes_python python3 "$@"; }
+python() { __hermes_python python "$@"; }
+set -T
+trap __hermes_guard DEBUG
+. "$0"
+__hermes_rc=$?
+trap - DEBUG
+__hermes_keep_exit_trap
+exit $__hermes_rc
+"""
+GUARD_FAILED = 97
 
 
 def pack(files: dict[str, tuple[bytes, int]]) -> str:
@@ -131,13 +280,20 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
         assert task.tests_dir is not None
         files = _mapped_files(task.tests_dir, "tests", paths)
         ini = f"{vdir}/tests/pytest.ini" if (task.tests_dir / "pytest.ini").is_file() else f"{vdir}/pytest.ini"
-        run = f"bash {vdir}/tests/test.sh"
+        guard = (
+            _GUARD.replace("@REWARD_DIR@", shlex.quote(f"{vdir}/logs/verifier"))
+            .replace(
+                "@CHAIN@", " ".join(shlex.quote(d) for d in (workspace, vdir, f"{vdir}/logs", f"{vdir}/logs/verifier"))
+            )
+            .replace("@PYTEST_BOOT@", shlex.quote(_PYTEST_BOOT))
+        )
+        run = f"bash -c {shlex.quote(guard)} {vdir}/tests/test.sh"
     else:
         test = task.initial_test if initial else task.final_test
         assert test is not None
         files = _mapped_files(test.parent, "tests", paths, only=test)
         ini = f"{vdir}/pytest.ini"
-        run = f"python3 -m pytest -q {vdir}/tests/{test.name}"
+        run = f"python3 -c {shlex.quote(_PYTEST_BOOT)} -q {vdir}/tests/{test.name}"
     files["pytest.ini"] = (_EMPTY_INI.encode(), 0o644)
     addopts = f"-p no:cacheprovider --rootdir={vdir}/tests -c {ini} --confcutdir={vdir}/tests"
     # Endless Terminals images carry Ubuntu's bare python3-pytest, so its tests need no plugin, and
@@ -149,9 +305,9 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
         "LANG": "C.UTF-8",
         "TMPDIR": "/tmp",
         "PYTHONNOUSERSITE": "1",
-        "PYTHONSAFEPATH": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTEST_ADDOPTS": addopts,
+        **GIT_ENV,
         **plugins,
         **task.verifier_env,
     }
@@ -168,6 +324,7 @@ rc=$?
 # sandbox's own pid namespace, whose init is bubblewrap: there `kill -1` reaches nothing else).
 [ "$(cat /proc/1/comm 2>/dev/null)" = bwrap ] && kill -KILL -1 2>/dev/null
 echo "{nonce} rc $rc"
+[ $rc = {GUARD_FAILED} ] && echo "{nonce} guard failed"
 for f in reward.txt reward.json; do
   p={q(vdir)}/logs/verifier/$f
   if [ -f "$p" ] && [ ! -L "$p" ]; then echo "{nonce} $f $(head -c 65536 "$p" | base64 -w0)"; fi
@@ -200,6 +357,8 @@ def parse_verdict(task: TerminalTask, output: str, nonce: str) -> Verdict:
     log = base64.b64decode(fields.get("log", "")).decode(errors="replace")
     if rc is None:
         return Verdict(0.0, "the verifier did not run", None, {}, output[-2000:])
+    if "guard" in fields:
+        return Verdict(0.0, "processes the tests left running could not be stopped", rc, {}, log)
     if task.format == "endless":
         # Endless Terminals: the final-state tests pass or they do not; no partial credit.
         return Verdict(1.0 if rc == 0 else 0.0, f"pytest exit status {rc}", rc, {}, log)
