@@ -31,7 +31,8 @@ class OracleAgent:
         if task is None or task.solution_dir is None:
             return ModelTurn(content="I have no solution for this task.", finish_reason="stop")
         command = solution_script(task, self.workspace)
-        args = {"command": command, "timeout": 120}
+        # Harbor gives the oracle the task's whole agent timeout (task.toml `[agent] timeout_sec`).
+        args = {"command": command, "timeout": task.agent_timeout_s}
         call = {"id": "call_1", "type": "function", "function": {"name": "terminal", "arguments": json.dumps(args)}}
         return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls")
 

@@ -46,6 +46,11 @@ SYSTEM_PROMPT = (
 class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     tool_backend: Literal["local", "sandbox"] = Field("sandbox", description="Terminal tasks run in sandbox slots")
     max_token_length: int = Field(8192, gt=0, description="Longest token sequence a group may hold")
+    tool_max_timeout_s: float = Field(
+        3600.0,
+        gt=0,
+        description="Largest timeout a command may ask for; a task's [agent] timeout_sec ends its trajectory anyway",
+    )
     tasks_dir: str | None = Field(
         None, description="Directory of Harbor and/or Endless Terminals tasks (default: the bundled ones)"
     )
@@ -125,7 +130,10 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         return self.config.sandbox.backend.kind != "local"
 
     def item_loop_config(self, item: TerminalTask, loop: AgentLoopConfig) -> AgentLoopConfig:
-        # Harbor's `[agent] timeout_sec` caps the trajectory; a shorter --env.agent_time_budget_s still wins.
+        # Harbor's `[agent] timeout_sec` caps the trajectory; a shorter --env.agent_time_budget_s still wins,
+        # except for the oracle/no-op check agents, which get the task's own timeout as Harbor gives them.
+        if self.config.agent != "model":
+            return loop.model_copy(update={"time_budget_s": item.agent_timeout_s})
         if item.agent_timeout_s >= loop.time_budget_s:
             return loop
         return loop.model_copy(update={"time_budget_s": item.agent_timeout_s})
