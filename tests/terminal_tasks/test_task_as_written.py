@@ -1,4 +1,5 @@
-"""A task runs as its own harness runs it (issue 25): programs under test see no verifier
+"""A task runs as its own harness runs it (issue 25): in its own working directory (/app, so a
+test hashing `find /app` output gets the published hash), programs under test see no verifier
 environment (a module next to a script stays importable), and the oracle gets the task's
 `[agent] timeout_sec` for its command."""
 
@@ -57,6 +58,14 @@ def write_task(root, agent_timeout: float = 900.0):
             """\
             import subprocess
 
+            # sha256 of "/app/run.py\\n/app/settings.py\\n", as the task author computed it in the image
+            LISTING = "153e01105e2432c1de108f4d514ec67406ef03ef3af193af9a58f616d2527427"
+
+
+            def test_the_app_directory_is_as_built():
+                out = subprocess.run("find /app -maxdepth 1 -type f | sort | sha256sum", shell=True, capture_output=True, text=True)
+                assert out.stdout.split()[0] == LISTING
+
 
             def test_run_prints_42():
                 out = subprocess.run(["python3", "/app/run.py"], capture_output=True, text=True)
@@ -72,13 +81,15 @@ def write_task(root, agent_timeout: float = 900.0):
 
 
 @pytest.mark.slow
-async def test_a_program_the_tests_run_imports_the_module_next_to_it(scripted_server, tmp_path):
+async def test_the_task_runs_in_app_and_its_programs_import_modules_next_to_them(scripted_server, tmp_path):
     write_task(tmp_path / "tasks" / "import-next-to-it")
     env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(tmp_path / "tasks"))
     async with env.runtime():
         await env.setup()
         (task,) = env.tasks
         oracle = await env.rollout(task, model=OracleAgent(env.by_id))
+        prompt = next(m for m in oracle.result.messages if m["role"] == "user")["content"]
+        assert "Working directory: /app" in prompt
         noop = await env.rollout(task, model=NoOpAgent())
     assert (oracle.error, noop.error) == (None, None)
     assert (oracle.score, noop.score) == (1.0, 0.0)
