@@ -26,6 +26,7 @@ class LocalBackendConfig(BaseModel):
     python: str | None = Field(None, description="Interpreter that runs sandbox_server (default: this one)")
     bwrap: str = "bwrap"
     limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
+    workspace_mount: str = Field("/workspace", description="Where a slot's workspace appears inside the sandbox")
 
 
 class LocalSandboxProvider:
@@ -53,7 +54,7 @@ class LocalSandboxProvider:
                 slots=self.config.pool.slots_per_sandbox,
                 python=self.config.python,
                 bwrap=self.config.bwrap,
-                extra_args=self.config.limits.cli_args(),
+                extra_args=[*self.config.limits.cli_args(), "--workspace-mount", self.config.workspace_mount],
             )
             address = SandboxAddress(f"local-{proc.pid}", proc.url, proc.token)
             self._procs[address.name] = proc

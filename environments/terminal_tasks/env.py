@@ -64,7 +64,9 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     limit: int | None = Field(None, ge=1, description="Use at most this many tasks")
     agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
     workspace_path: str = Field(
-        "/workspace", description="Where the sandbox shows a slot's workspace (sandbox_server --workspace_mount)"
+        "/workspace",
+        description="Nomad/Modal: where the task image's sandbox shows a slot's workspace (sandbox_server "
+        "--workspace-mount); the local backend mounts it at the task's own working directory instead",
     )
     image_registry: str = Field("hermes-rl-tasks", description="Registry prefix of the task images Nomad/Modal run")
     setup_timeout_s: float = Field(300.0, gt=0, description="Building a task's initial state in its slot")
@@ -138,9 +140,14 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             return loop
         return loop.model_copy(update={"time_budget_s": item.agent_timeout_s})
 
+    def workspace_for(self, item: TerminalTask) -> str:
+        """Where the task's workspace is: its own working directory (local), else --env.workspace_path."""
+        return self.config.workspace_path if self._sandboxes_per_image() else item.workdir_root
+
     def scripted_agent(self) -> Callable[[], ChatModel] | None:
         if self.config.agent == "oracle":
-            return lambda: OracleAgent(self.by_id, self.config.workspace_path)
+            workspace = self.config.workspace_path if self._sandboxes_per_image() else None
+            return lambda: OracleAgent(self.by_id, workspace)
         return NoOpAgent if self.config.agent == "noop" else None
 
     def make_tool_backend(self) -> TaskSandboxes:
@@ -153,16 +160,16 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             raise RuntimeError(
                 "rollout() outside the env's runtime; use process/serve/evaluate or `async with env.runtime()`"
             )
-        return backend.trajectory(task_id, image=image)
+        return backend.trajectory(task_id, image=image, workspace=self.workspace_for(item))
 
     def format_prompt(self, item: TerminalTask) -> str:
-        ws = self.config.workspace_path
+        ws = self.workspace_for(item)
         instruction = PathMap.for_task(item, ws)(item.instruction).strip()
         workdir = PathMap.for_task(item, ws)(item.workdir)
         return f"{instruction}\n\nTask: {item.id}\nWorking directory: {workdir}"
 
     async def setup_trajectory_workspace(self, item: TerminalTask, ctx: ToolContext) -> None:
-        ws = self.config.workspace_path
+        ws = self.workspace_for(item)
         where = await ctx.executor.exec("pwd", timeout=30, max_output_bytes=1000)
         if where.output.strip() != ws:
             raise RuntimeError(
@@ -187,7 +194,7 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
                 )
 
     async def compute_reward(self, item: TerminalTask, result: AgentResult, ctx: ToolContext) -> float:
-        script, payload, nonce = verify_script(item, self.config.workspace_path)
+        script, payload, nonce = verify_script(item, self.workspace_for(item))
         run = await ctx.executor.exec(
             script, timeout=item.verifier_timeout_s + 30, max_output_bytes=200_000, stdin=payload
         )

@@ -2,8 +2,8 @@
 
 Reward integrity (the agent is assumed hostile, and it shared the workspace with the
 verifier): the tests are never in the workspace while the agent works; at verification a
-pristine copy goes into a directory with a fresh random name, with a fresh log directory
-for the reward file. The agent's processes are gone by then (each command runs in its own
+pristine copy goes into a directory with a fresh random name in the verifying command's own
+/tmp (a fresh tmpfs, never the workspace), with a fresh log directory for the reward file. The agent's processes are gone by then (each command runs in its own
 pid namespace and process group, killed when it returns). The test run gets a fixed
 environment: HOME outside anything the agent prepared, no user site-packages
 (`.pth`/usercustomize), no script directory or cwd on sys.path (a planted `pytest.py` or
@@ -215,7 +215,7 @@ def _inside(root: Path, rel: str) -> Path:
 def setup_script(task: TerminalTask, workspace: str, *, image_has_packages: bool) -> tuple[str, str]:
     """(script, stdin) that builds the task's initial state in the workspace."""
     paths = PathMap.for_task(task, workspace)
-    stage = f"{workspace}/.hermes-env-{secrets.token_hex(6)}"
+    stage = f"/tmp/hermes-env-{secrets.token_hex(6)}"  # the command's private /tmp: never in the workspace
     files: dict[str, tuple[bytes, int]] = {}
     lines = [
         "set -e",
@@ -258,7 +258,7 @@ def solution_script(task: TerminalTask, workspace: str) -> str:
     """One shell command that runs the task's oracle solution from its working directory, then removes it."""
     if task.solution_dir is None:
         raise ValueError(f"{task.id} has no solution/solve.sh")
-    sol = f"{workspace}/.hermes-solution-{secrets.token_hex(6)}"
+    sol = f"/tmp/hermes-solution-{secrets.token_hex(6)}"
     paths = PathMap.for_task(task, workspace, solution_dir=sol)
     payload = pack(_mapped_files(task.solution_dir, "solution", paths))
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in task.solution_env.items())
@@ -274,7 +274,9 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
     `initial`: Endless Terminals' test_initial_state.py instead, to check the built initial state.
     """
     nonce = secrets.token_hex(8)
-    vdir = f"{workspace}/.hermes-verify-{secrets.token_hex(8)}"
+    # In the command's private /tmp (a fresh tmpfs): nothing the agent left is there, and tests that
+    # list or hash the working directory do not see the verifier's files.
+    vdir = f"/tmp/hermes-verify-{secrets.token_hex(8)}"
     paths = PathMap.for_task(task, workspace, verify_dir=vdir)
     if task.format == "harbor":
         assert task.tests_dir is not None
@@ -283,7 +285,7 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
         guard = (
             _GUARD.replace("@REWARD_DIR@", shlex.quote(f"{vdir}/logs/verifier"))
             .replace(
-                "@CHAIN@", " ".join(shlex.quote(d) for d in (workspace, vdir, f"{vdir}/logs", f"{vdir}/logs/verifier"))
+                "@CHAIN@", " ".join(shlex.quote(d) for d in ("/tmp", vdir, f"{vdir}/logs", f"{vdir}/logs/verifier"))
             )
             .replace("@PYTEST_BOOT@", shlex.quote(_PYTEST_BOOT))
         )
