@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from environments.terminal_tasks import OracleAgent
 from tests.terminal_tasks.conftest import make_env
 from tests.terminal_tasks.test_reward_integrity import Commands
 from tools.context import ToolContext
@@ -91,3 +92,37 @@ async def test_the_tests_own_git_runs_no_hook_the_agent_configured(scripted_serv
             assert await env.compute_reward(task, None, ctx) == 0.0
             gone = await ctx.terminal("test ! -e hook-ran")
             assert gone.exit_code == 0, "the verifier's git ran the agent's fsmonitor or hook"
+
+
+GRADED_TASK = {
+    "task.toml": 'version = "1.0"\n\n[verifier]\ntimeout_sec = 60.0\n\n[agent]\ntimeout_sec = 120.0\n',
+    "instruction.md": "Make /app/make_answer.sh write 42 to /app/answer.txt.\n",
+    "environment/Dockerfile": "FROM ubuntu:22.04\nWORKDIR /app\nCOPY make_answer.sh /app/\n",
+    "environment/make_answer.sh": "#!/bin/bash\necho 41 > /app/answer.txt\n",
+    "solution/solve.sh": "#!/bin/bash\nsed -i 's/41/42/' /app/make_answer.sh\n",
+    # The agent's script runs first; the grader that writes the reward runs after it.
+    "tests/test.sh": "#!/bin/bash\nmkdir -p /logs/verifier\nbash /app/make_answer.sh\n"
+    "python3 /tests/grade.py > /logs/verifier/reward.txt\n",
+    "tests/grade.py": "print(1 if open('/app/answer.txt').read().strip() == '42' else 0)\n",
+}
+REWRITE_GRADER = (
+    "cat > make_answer.sh <<'EOF'\n#!/bin/bash\necho 41 > /app/answer.txt\n"
+    "for g in $(find / -maxdepth 5 -path /proc -prune -o -name grade.py -print 2>/dev/null); do "
+    "echo 'print(1)' > \"$g\"; done\nEOF"
+)
+
+
+@pytest.mark.slow
+async def test_code_the_tests_run_cannot_rewrite_a_grader_that_runs_after_it(scripted_server, tmp_path):
+    for name, text in GRADED_TASK.items():
+        path = tmp_path / "tasks" / "graded" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(tmp_path / "tasks"))
+    async with env.runtime():
+        await env.setup()
+        (task,) = env.tasks
+        cheat = await env.rollout(task, model=Commands(REWRITE_GRADER))
+        oracle = await env.rollout(task, model=OracleAgent(env.by_id))
+    assert (cheat.error, oracle.error) == (None, None)
+    assert (cheat.score, oracle.score) == (0.0, 1.0)
