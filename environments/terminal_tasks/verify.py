@@ -27,6 +27,7 @@ shell function, not PYTHONSAFEPATH (which every program the tests run would inhe
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import secrets
@@ -70,9 +71,11 @@ GIT_ENV = {
 
 # Runs test.sh ($0) in this shell with a DEBUG trap (see the module docstring). Each guard
 # function starts with `local -; set +eux`: test.sh's own set -e/-u/-x must not apply inside it.
-# Exit status 97: processes the tests left could not all be stopped (a fork race); no reward.
+# Exit status 97: processes the tests left could not all be stopped (a fork race), or the tests'
+# own files were changed while they ran; no reward.
 _GUARD = r"""
 __hermes_dir=@REWARD_DIR@
+__hermes_manifest=@MANIFEST@
 __hermes_chain=(@CHAIN@)
 __hermes_pytest=@PYTEST_BOOT@
 declare -A __hermes_trusted=()
@@ -133,12 +136,15 @@ __hermes_clean() {
   done
   return 0
 }
+__hermes_void() { rm -rf -- "$__hermes_dir/reward.txt" "$__hermes_dir/reward.json"; exit 97; }
 __hermes_final() {
   local -; set +eux
   [ "$BASHPID" = "$$" ] || return 0
   [ -n "$__hermes_wrote" ] && __hermes_record
   __hermes_wrote=
-  __hermes_stop_strays || { rm -rf -- "$__hermes_dir/reward.txt" "$__hermes_dir/reward.json"; exit 97; }
+  __hermes_stop_strays || __hermes_void
+  # The tests' own files, as packed: code the tests ran may have edited a grader run after it.
+  sha256sum --quiet --status -c <<<"$__hermes_manifest" || __hermes_void
   __hermes_clean
 }
 __hermes_keep_exit_trap() {
@@ -157,7 +163,8 @@ __hermes_guard() {
   if [ -n "$__hermes_wrote" ]; then __hermes_record; __hermes_wrote=; fi
   __hermes_keep_exit_trap
   case $BASH_COMMAND in *reward.txt*|*reward.json*) ;; *) return 0 ;; esac
-  __hermes_stop_strays || { rm -rf -- "$__hermes_dir/reward.txt" "$__hermes_dir/reward.json"; exit 97; }
+  __hermes_stop_strays || __hermes_void
+  sha256sum --quiet --status -c <<<"$__hermes_manifest" || __hermes_void
   __hermes_clean
   __hermes_wrote=1
 }
@@ -203,6 +210,11 @@ def _mapped_files(root: Path, prefix: str, paths: PathMap, *, only: Path | None 
             pass  # binary: left as it is
         out[f"{prefix}/{p.relative_to(root)}"] = (data, p.stat().st_mode & 0o777)
     return out
+
+
+def _manifest(files: dict[str, tuple[bytes, int]], root: str) -> str:
+    """`sha256sum -c` lines for the packed files as they will be under `root`."""
+    return "\n".join(f"{hashlib.sha256(data).hexdigest()}  {root}/{name}" for name, (data, _) in sorted(files.items()))
 
 
 def _inside(root: Path, rel: str) -> Path:
@@ -288,6 +300,7 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
                 "@CHAIN@", " ".join(shlex.quote(d) for d in ("/tmp", vdir, f"{vdir}/logs", f"{vdir}/logs/verifier"))
             )
             .replace("@PYTEST_BOOT@", shlex.quote(_PYTEST_BOOT))
+            .replace("@MANIFEST@", shlex.quote(_manifest(files, vdir)))
         )
         run = f"bash -c {shlex.quote(guard)} {vdir}/tests/test.sh"
     else:
@@ -360,7 +373,9 @@ def parse_verdict(task: TerminalTask, output: str, nonce: str) -> Verdict:
     if rc is None:
         return Verdict(0.0, "the verifier did not run", None, {}, output[-2000:])
     if "guard" in fields:
-        return Verdict(0.0, "processes the tests left running could not be stopped", rc, {}, log)
+        return Verdict(
+            0.0, "processes the tests left running could not be stopped, or the tests' files were changed", rc, {}, log
+        )
     if task.format == "endless":
         # Endless Terminals: the final-state tests pass or they do not; no partial credit.
         return Verdict(1.0 if rc == 0 else 0.0, f"pytest exit status {rc}", rc, {}, log)
