@@ -112,17 +112,31 @@ REWRITE_GRADER = (
 )
 
 
+# The same grader writing the reward file itself: no test.sh command names it.
+UNNAMED = {
+    "tests/test.sh": "#!/bin/bash\nmkdir -p /logs/verifier\nbash /app/make_answer.sh\npython3 /tests/grade.py\n",
+    "tests/grade.py": "ok = open('/app/answer.txt').read().strip() == '42'\n"
+    "open('/logs/verifier/reward.txt', 'w').write('1' if ok else '0')\n",
+}
+
+
 @pytest.mark.slow
 async def test_code_the_tests_run_cannot_rewrite_a_grader_that_runs_after_it(scripted_server, tmp_path):
-    for name, text in GRADED_TASK.items():
-        path = tmp_path / "tasks" / "graded" / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+    for task_dir, files in {"graded": GRADED_TASK, "graded-unnamed": {**GRADED_TASK, **UNNAMED}}.items():
+        for name, text in files.items():
+            path = tmp_path / "tasks" / task_dir / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
     env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(tmp_path / "tasks"))
     async with env.runtime():
         await env.setup()
-        (task,) = env.tasks
-        cheat = await env.rollout(task, model=Commands(REWRITE_GRADER))
-        oracle = await env.rollout(task, model=OracleAgent(env.by_id))
-    assert (cheat.error, oracle.error) == (None, None)
-    assert (cheat.score, oracle.score) == (0.0, 1.0)
+        runs = [(t.id, agent) for t in env.tasks for agent in (Commands(REWRITE_GRADER), OracleAgent(env.by_id))]
+        rollouts = await asyncio.gather(*(env.rollout(env.by_id[t], model=agent) for t, agent in runs))
+    assert [r.error for r in rollouts] == [None] * 4
+    scores = {(t, type(agent).__name__): r.score for (t, agent), r in zip(runs, rollouts)}
+    assert scores == {
+        ("graded", "Commands"): 0.0,
+        ("graded", "OracleAgent"): 1.0,
+        ("graded-unnamed", "Commands"): 0.0,
+        ("graded-unnamed", "OracleAgent"): 1.0,
+    }
