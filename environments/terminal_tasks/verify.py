@@ -79,7 +79,7 @@ __hermes_manifest=@MANIFEST@
 __hermes_chain=(@CHAIN@)
 __hermes_pytest=@PYTEST_BOOT@
 declare -A __hermes_trusted=()
-__hermes_wrote=
+__hermes_wrote= __hermes_trapped=
 __hermes_named=  # test.sh has a command naming a reward file (else its grader writes it unseen)
 __hermes_stat() { stat -c '%i:%s:%z' -- "$1" 2>/dev/null; }
 __hermes_record() {
@@ -112,6 +112,9 @@ __hermes_strays() {
 __hermes_stop_strays() {
   local -; set +eux
   local i s
+  # Only as a slot's uid inside the sandbox's own pid namespace (whose init is bubblewrap): run
+  # anywhere else (as root on a host) this would kill processes that are not the tests'.
+  [ "$UID" != 0 ] && [ "$(cat /proc/1/comm 2>/dev/null)" = bwrap ] || return 0
   for i in {1..50}; do
     s=$(__hermes_strays)
     [ -z "$s" ] && return 0
@@ -145,7 +148,7 @@ __hermes_final() {
   __hermes_wrote=
   __hermes_stop_strays || __hermes_void
   # The tests' own files, as packed: code the tests ran may have edited a grader run after it.
-  sha256sum --quiet --status -c <<<"$__hermes_manifest" || __hermes_void
+  [ -z "$__hermes_manifest" ] || sha256sum --quiet --status -c <<<"$__hermes_manifest" || __hermes_void
   [ -n "$__hermes_named" ] && __hermes_clean
   return 0
 }
@@ -163,10 +166,12 @@ __hermes_guard() {
   [ "$BASHPID" = "$$" ] || return 0
   case ${FUNCNAME[1]-} in __hermes_*|python|python3) return 0 ;; esac  # inside our own wrappers
   if [ -n "$__hermes_wrote" ]; then __hermes_record; __hermes_wrote=; fi
-  __hermes_keep_exit_trap
+  # Only a `trap` command changes the EXIT trap: look at it again after one (no fork per command).
+  if [ -n "$__hermes_trapped" ]; then __hermes_keep_exit_trap; __hermes_trapped=; fi
+  case $BASH_COMMAND in trap\ *|builtin\ trap\ *) __hermes_trapped=1 ;; esac
   case $BASH_COMMAND in *reward.txt*|*reward.json*) ;; *) return 0 ;; esac
   __hermes_stop_strays || __hermes_void
-  sha256sum --quiet --status -c <<<"$__hermes_manifest" || __hermes_void
+  [ -z "$__hermes_manifest" ] || sha256sum --quiet --status -c <<<"$__hermes_manifest" || __hermes_void
   __hermes_clean
   __hermes_wrote=1 __hermes_named=1
 }
@@ -178,6 +183,7 @@ __hermes_python() {
 python3() { __hermes_python python3 "$@"; }
 python() { __hermes_python python "$@"; }
 set -T
+trap __hermes_final EXIT
 trap __hermes_guard DEBUG
 . "$0"
 __hermes_rc=$?
