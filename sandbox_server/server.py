@@ -22,7 +22,6 @@ import hmac
 import json
 import logging
 import os
-import shutil
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -44,6 +43,7 @@ from sandbox_server.isolation import (
 from sandbox_server.procs import ExecResult, run_command
 from sandbox_server.quota import LimitExceeded, SlotGuard
 from sandbox_server.spawner import SlotShell, SlotShellError
+from sandbox_server.tree import remove_tree
 
 __all__ = ["ServerConfig", "SandboxServer", "build_app"]
 
@@ -181,11 +181,14 @@ class SandboxServer:
         (self.data_dir / "commands").mkdir(mode=0o700, exist_ok=True)
         if self.cache_dir is not None:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
+        config = self.config
         for i in range(self.config.slots):
             root = self.data_dir / "slots" / str(i)
             uid = self.uid_base + i
             owner = (uid, uid) if self.isolation.available else None
-            ws = Workspace(str(root), self.config.workspace_mount, owner, self.config.max_file_bytes)
+            ws = Workspace(
+                str(root), self.config.workspace_mount, owner, self.config.max_file_bytes, config.limits.max_path_depth
+            )
             slot = SlotState(str(i), root, uid, ws)
             await asyncio.to_thread(self._fresh_workspace, slot)
             self.slots[str(i)] = slot
@@ -260,11 +263,9 @@ class SandboxServer:
     def _fresh_workspace(self, slot: SlotState) -> None:
         root = slot.root
         try:
-            shutil.rmtree(root)
-        except FileNotFoundError:
-            pass
-        except OSError:
-            # Something could not be removed: move it aside so the slot still starts clean.
+            remove_tree(root)  # iterative: a tree of any depth goes
+        except Exception:  # noqa: BLE001 - whatever stayed, the slot must start clean: a reset never fails the sandbox
+            log.exception("slot %s: could not remove its workspace; moving it aside", slot.id)
             root.rename(root.with_name(f"{root.name}.stale-{uuid.uuid4().hex[:8]}"))
         root.mkdir(mode=0o755)
         if self.isolation.available:
@@ -427,8 +428,8 @@ class SandboxServer:
 
     async def write_file(self, slot: SlotState, path: object, data: bytes) -> dict:
         room = await self.guard.room(slot.id, len(data))
-        written = await self._file_op(slot, slot.workspace.write, path, data, room)
-        self.guard.wrote(slot.id, written)
+        written, made = await self._file_op(slot, slot.workspace.write, path, data, room)
+        self.guard.wrote(slot.id, written, made)
         return {"path": path, "bytes_written": written}
 
     async def list_artifacts(self, slot: SlotState, path: str) -> dict:
