@@ -480,6 +480,12 @@ class SandboxServer:
                 "max_file_bytes": {"value": lim.max_file_bytes, "how": "RLIMIT_FSIZE"} if iso else None,
                 "max_open_files": {"value": lim.max_open_files, "how": "RLIMIT_NOFILE"} if iso else None,
                 "tmp_bytes": {"value": lim.tmp_bytes, "how": "private tmpfs per command"} if iso else None,
+                "ipc": {
+                    "value": lim.ipc_sysctls(),
+                    "how": "kernel.* limits of the slot's own IPC namespace (shared memory dies with its last user)",
+                }
+                if iso
+                else None,
                 **self.guard.describe(),
                 "cache": "read-only" if iso and self.cache_dir is not None else None,
                 "command_start": ("hermes-spawn" if self.sandboxing.spawn_helper else "prlimit + setpriv")

@@ -89,6 +89,7 @@ async def test_many_empty_files_trip_the_workspace_file_limit(tmp_path):
     assert "made-all" not in over and "1000 files" in over, over
     assert int(after[0]) <= 1_000 and after[1] == "precious", after
     assert health["enforced"]["workspace_files"]["value"] == 1_000
+    assert health["enforced"]["ipc"]["value"]["shm_rmid_forced"] == "1"
 
 
 async def test_a_very_deep_tree_is_refused_or_removed_and_the_other_slot_is_untouched(tmp_path):
