@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 
 from sandbox_server.tree import DEFAULT_MAX_DEPTH
 
-__all__ = ["IsolationStatus", "Sandboxing", "SlotLimits", "probe_bwrap"]
+__all__ = ["IsolationStatus", "Sandboxing", "SlotLimits", "probe_bwrap", "probe_ipc_limits"]
 
 # System directories every command may read. Merged-/usr systems have /bin -> usr/bin;
 # those links are recreated as links so the same paths resolve inside.
@@ -238,6 +238,22 @@ async def probe_spawn_helper(helper: Path = SPAWN_HELPER) -> str | None:
     return str(helper) if code == 0 else None
 
 
+async def probe_ipc_limits(bwrap: str, sysctls: dict[str, str]) -> str | None:
+    """None if a new IPC namespace here takes `sysctls` from root inside it (as each slot's does); else why not."""
+    writes = " && ".join(f"echo {v} > /proc/sys/kernel/{k}" for k, v in sysctls.items())
+    argv = [bwrap, *_NAMESPACES, "--unshare-net", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, "/bin/sh", "-c", writes, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 10)
+    except (OSError, asyncio.TimeoutError) as exc:
+        return f"bubblewrap could not start: {exc}"
+    if proc.returncode != 0:
+        return err.decode(errors="replace").strip() or f"exit {proc.returncode}"
+    return None
+
+
 class Sandboxing:
     """Builds the bwrap command line for a slot."""
 
@@ -274,9 +290,7 @@ class Sandboxing:
         self._tmp_binds = [p for p in self._ro_bound if _under("/tmp", p)]
         self._limits = limits.prlimit_args()
         self._helper_limits = [f"{which}:{soft}:{hard}" for which, soft, hard in limits.clamped_rlimits()]
-        # The command's own IPC namespace gets the slot's limits from a root shell before setpriv.
-        writes = "".join(f"echo {v} > /proc/sys/kernel/{k} && " for k, v in limits.ipc_sysctls().items())
-        self._ipc_limits = ["/bin/sh", "-c", writes + 'exec "$@"', "sh"]
+        self.ipc_sysctls: dict[str, str] = {}  # set once probed (probe_ipc_limits): the slots' IPC namespace limits
 
     def _fixed_binds(self) -> list[str]:
         args = [
@@ -348,7 +362,14 @@ class Sandboxing:
         # bwrap builds the root as a tmpfs; make it read-only so the workspace and /tmp are
         # the only writable places.
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
-        return args + self._ipc_limits + self._as_slot_user(uid) + command
+        return args + self._ipc_limits() + self._as_slot_user(uid) + command
+
+    def _ipc_limits(self) -> list[str]:
+        """The command's own IPC namespace gets the slot's limits from a root shell before setpriv."""
+        if not self.ipc_sysctls:
+            return []
+        writes = "".join(f"echo {v} > /proc/sys/kernel/{k} && " for k, v in self.ipc_sysctls.items())
+        return ["/bin/sh", "-c", writes + 'exec "$@"', "sh"]
 
     def _as_slot_user(self, uid: int) -> list[str]:
         return [
@@ -402,5 +423,5 @@ class Sandboxing:
             str(ctl_fd),
             str(self.limits.tmp_bytes),
             json.dumps(self._tmp_binds),
-            json.dumps(self.limits.ipc_sysctls()),
+            json.dumps(self.ipc_sysctls),
         ]

@@ -38,6 +38,7 @@ from sandbox_server.isolation import (
     Sandboxing,
     SlotLimits,
     probe_bwrap,
+    probe_ipc_limits,
     probe_spawn_helper,
 )
 from sandbox_server.procs import ExecResult, run_command
@@ -165,6 +166,7 @@ class SandboxServer:
         base = config.limits.uid_base
         self.uid_base = base if base is not None else 1_000_000 + (os.getpid() % 1_000_000) * 256
         self._shell_error: str | None = None  # why slots cannot keep an exec server here, if they cannot
+        self._ipc_error: str | None = None  # why the slots' IPC namespaces cannot be limited here, if they cannot
         self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * config.slots), thread_name_prefix="fileops")
         self.guard = SlotGuard(config.limits, _kill_uid)
 
@@ -174,7 +176,18 @@ class SandboxServer:
             self.sandboxing.bwrap = self.isolation.bwrap or self.config.bwrap
             self.sandboxing.setpriv = self.isolation.setpriv or "setpriv"
             self.sandboxing.prlimit = self.isolation.prlimit or "prlimit"
-            self.sandboxing.spawn_helper = await probe_spawn_helper() if self.config.spawn_helper else None
+            wanted = self.config.limits.ipc_sysctls()
+            helper, self._ipc_error = await asyncio.gather(
+                probe_spawn_helper() if self.config.spawn_helper else asyncio.sleep(0, None),
+                probe_ipc_limits(self.sandboxing.bwrap, wanted),
+            )
+            self.sandboxing.spawn_helper = helper
+            if self._ipc_error is None:
+                self.sandboxing.ipc_sysctls = wanted
+            else:  # (e.g. a sandbox runtime whose /proc/sys is read-only): said in /health, not silent
+                log.warning(
+                    "slots' IPC namespaces cannot be limited here (%s): SysV memory is not capped", self._ipc_error
+                )
             if self.sandboxing.spawn_helper is None and self.config.spawn_helper:
                 log.info("hermes-spawn is not built or does not run here: commands start through prlimit and setpriv")
         (self.data_dir / "slots").mkdir(parents=True, exist_ok=True)
@@ -481,8 +494,10 @@ class SandboxServer:
                 "max_open_files": {"value": lim.max_open_files, "how": "RLIMIT_NOFILE"} if iso else None,
                 "tmp_bytes": {"value": lim.tmp_bytes, "how": "private tmpfs per command"} if iso else None,
                 "ipc": {
-                    "value": lim.ipc_sysctls(),
-                    "how": "kernel.* limits of the slot's own IPC namespace (shared memory dies with its last user)",
+                    "value": self.sandboxing.ipc_sysctls or None,
+                    "how": "kernel.* limits of the slot's own IPC namespace (shared memory dies with its last user)"
+                    if self._ipc_error is None
+                    else f"not enforced: {self._ipc_error}",
                 }
                 if iso
                 else None,

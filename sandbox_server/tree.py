@@ -119,11 +119,13 @@ def remove_tree(path: str | os.PathLike[str], *, dir_fd: int | None = None, open
             return 1
         moved = 0
         while True:
-            dirs, files = _entries(fd)
+            dirs: list[str] = []
+            stack.append((fd, name, dirs))  # first: closed by the finally whatever fails below
+            subdirs, files = _entries(fd)
+            dirs.extend(subdirs)
             for f in files:
                 os.unlink(f, dir_fd=fd)
             removed += len(files)
-            stack.append((fd, name, dirs))
             fd = -1
             while stack and fd == -1:
                 cur, cur_name, todo = stack[-1]
