@@ -45,10 +45,13 @@ def _process(*flags: str) -> tuple[int, str]:
 def test_lone_surrogates_from_a_chat_model_become_u_fffd_and_the_group_is_written(tmp_path):
     # Escaped in the server's JSON: in the prose and inside the arguments' own JSON text.
     arguments = '{"path": "answer.txt", "content": "apple ' + "\\ud83d" + '"}'
-    script: list[Any] = [
-        {"content": f"writing {LONE} now", "tool_calls": [tool_call("write_file", arguments)]},
-        {"content": f"done {LONE}"},
-    ] * 2
+
+    def reply(body: dict[str, Any]) -> dict[str, Any]:  # per rollout: one call, then the answer
+        if body["messages"][-1]["role"] == "user":
+            return {"content": f"writing {LONE} now", "tool_calls": [tool_call("write_file", arguments)]}
+        return {"content": f"done {LONE}"}
+
+    script: list[Any] = [reply] * 4
     out = tmp_path / "groups.jsonl"
     with serving_in_a_thread(ScriptedOpenAIServer(script)) as server:
         code, err = _process(
@@ -74,7 +77,8 @@ def test_lone_surrogates_written_by_a_token_model_are_replaced_and_the_group_is_
     call = '{"name": "write_file", "arguments": {"path": "answer.txt", "content": "apple \\ud83d"}}'
     first = renderer.encode(f"writing \\ud83d now\n<tool_call>\n{call}\n</tool_call>{renderer.close.text}")
     last = renderer.encode(f"done{renderer.close.text}")
-    script = [Scripted(first, [-0.1] * len(first)), Scripted(last, [-0.2] * len(last))] * 2
+    # Both rollouts ask for their first turn before either asks for its second.
+    script = [Scripted(first, [-0.1] * len(first))] * 2 + [Scripted(last, [-0.2] * len(last))] * 2
     out = tmp_path / "groups.jsonl"
     with serving_in_a_thread(ScriptedTokenServerDouble(script)) as server:  # type: ignore[arg-type]  # same async context protocol
         code, err = _process(
