@@ -8,6 +8,7 @@ arguments through the real CLI / agent loop; every run must finish and write who
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +95,34 @@ def test_lone_surrogates_written_by_a_token_model_are_replaced_and_the_group_is_
         assert said[0]["content"] == "writing \\ud83d now"  # the model's own text, verbatim
         args = json.loads(said[0]["tool_calls"][0]["function"]["arguments"])
         assert args == {"path": "answer.txt", "content": f"apple {REPLACEMENT}"}
+
+
+def test_a_rollout_whose_tokens_cannot_be_built_is_left_out_with_its_reason(tmp_path):
+    # A real tokenizer whose chat template refuses some text (templates raise on what they cannot
+    # render); one rollout of the group writes it, the other does not.
+    source = EmbeddedLLM(EmbeddedLLMConfig()).tokenizer_dir
+    tokenizer_dir = tmp_path / "tokenizer"
+    shutil.copytree(source, tokenizer_dir)
+    config = json.loads((tokenizer_dir / "tokenizer_config.json").read_text())
+    refuse = "{%- for m in messages %}{%- if m.content and 'UNRENDERABLE' in m.content %}"
+    refuse += "{{ raise_exception('this template cannot render that') }}{%- endif %}{%- endfor %}"
+    config["chat_template"] = refuse + config["chat_template"]
+    (tokenizer_dir / "tokenizer_config.json").write_text(json.dumps(config))
+    answers = iter(["UNRENDERABLE", "done"])
+    script: list[Any] = [lambda body: {"content": next(answers)}] * 2
+    out = tmp_path / "groups.jsonl"
+    with serving_in_a_thread(ScriptedOpenAIServer(script)) as server:
+        code, err = _process(
+            "--openai.base_url", server.base_url, "--openai.model_name", "scripted",
+            "--env.tokenizer_name", str(tokenizer_dir), "--env.data_path_to_save_groups", str(out),
+        )  # fmt: skip
+    assert code == 0, err[-3000:]
+    (group,) = _groups(out)
+    assert len(group["tokens"]) == 1 and group["group_overrides"] == {"group_size": 1}
+    (said,) = [m["content"] for m in group["messages"][0] if m["role"] == "assistant"]
+    assert said == "done"
+    (reason,) = group["left_out"]
+    assert "this template cannot render that" in reason
 
 
 async def test_line_separators_in_model_text_do_not_break_batch_output_or_resume(tmp_path):
