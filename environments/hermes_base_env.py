@@ -580,7 +580,7 @@ class HermesAgentBaseEnv(BaseEnv):
         dropped = 0
         left_out: list[str] = []
         tools = self.tool_schemas()
-        for r in rollouts:
+        for index, r in enumerate(rollouts):
             assert r.result is not None and r.score is not None
             trace = r.extras.get("token_trace")
             try:
@@ -613,6 +613,7 @@ class HermesAgentBaseEnv(BaseEnv):
                         "tool_errors": len(r.result.tool_errors),
                         "duration_s": round(r.duration_s, 3),
                         "token_sequences": len(items),
+                        "rollout": index,  # which of the rollouts: some may be left out, some give several sequences
                     }
                 )
         # Not `overrides`: trainers read that key as per-item training overrides. (run-api drops it.)
