@@ -13,6 +13,7 @@ Fixtures under fixtures/ are in the published shapes, each checked against a rea
 
 from __future__ import annotations
 
+import re
 import shutil
 import textwrap
 from pathlib import Path
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from environments.terminal_tasks import BUNDLED_TASKS, NoOpAgent, OracleAgent, load_tasks_dir
+from environments.terminal_tasks.tasks import replay_command
 from tests.terminal_tasks.conftest import make_env
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -28,16 +30,18 @@ HARBOR_11 = FIXTURES / "harbor-1.1" / "sum-column"
 ENDLESS = FIXTURES / "endless" / "task_000004_e5a7c9d1"
 
 
-def harbor_task(tmp_path: Path, dockerfile: str, test_sh: str | None = None, **files: str) -> Path:
+def harbor_task(
+    tmp_path: Path, dockerfile: str, test_sh: str | None = None, files: dict[str, str] | None = None
+) -> Path:
     """A copy of the bundled edit-config task with its Dockerfile (and test.sh / other files) replaced."""
     root = tmp_path / "tasks" / "t"
     shutil.copytree(BUNDLED_TASKS / "harbor" / "edit-config", root)
     (root / "environment" / "Dockerfile").write_text(textwrap.dedent(dockerfile))
     if test_sh is not None:
         (root / "tests" / "test.sh").write_text(textwrap.dedent(test_sh))
-    for rel, text in files.items():
-        (root / rel.replace("__", "/")).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel.replace("__", "/")).write_text(textwrap.dedent(text))
+    for rel, text in (files or {}).items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(textwrap.dedent(text))
     return root
 
 
@@ -57,7 +61,9 @@ def only(tmp_path: Path):
 
 
 def test_git_clone_in_the_dockerfile_is_a_download(tmp_path):
-    harbor_task(tmp_path, "FROM python:3.12\nWORKDIR /app\nRUN git clone https://github.com/psf/requests.git /app/src\n")
+    harbor_task(
+        tmp_path, "FROM python:3.12\nWORKDIR /app\nRUN git clone https://github.com/psf/requests.git /app/src\n"
+    )
     assert "git clone https://github.com/psf/requests.git" in (only(tmp_path).local_skip or "")
 
 
@@ -73,7 +79,7 @@ def test_installs_in_helper_scripts_under_tests_count(tmp_path):
         tmp_path,
         "FROM python:3.12\nWORKDIR /app\n",
         test_sh="#!/bin/bash\nbash /tests/setup_env.sh\npython3 /tests/check_config.py\n",
-        tests__setup_env_sh="#!/bin/bash\npip install --no-cache-dir hermes-rl-no-such-dist==1.0\n",
+        files={"tests/setup_env.sh": "#!/bin/bash\npip install --no-cache-dir hermes-rl-no-such-dist==1.0\n"},
     )
     assert "tests/setup_env.sh: installs hermes-rl-no-such-dist" in (only(tmp_path).local_skip or "")
 
@@ -243,8 +249,10 @@ def test_endless_def_is_parsed_as_apptainer_does():
     copies = [(s.source, s.target) for s in task.setup if s.kind == "copy"]
     assert copies == [("inventory.csv", "/home/user/data/inventory.csv")]
     assert task.verifier_env["REPORT_DIR"] == "/home/user/reports"
-    [run] = [s.command for s in task.setup if s.kind == "run"]
-    assert "mkdir -p /home/user/data              /home/user/reports" in run.replace("\n", " ")
+    [run] = [s for s in task.setup if s.kind == "run"]
+    replayed = replay_command(run, image_has_packages=False)  # whole commands, continuations joined
+    assert "apt-get" not in replayed and "python3-pytest" not in replayed
+    assert re.search(r"^mkdir -p /home/user/data +/home/user/reports$", replayed, re.M)
 
 
 def test_endless_solutions_as_published_give_the_oracle_its_commands():
@@ -275,9 +283,7 @@ async def test_published_shapes_run_oracle_one_noop_zero(scripted_server, tmp_pa
     tasks = tmp_path / "tasks"
     for src in (TB2, HARBOR_11, ENDLESS):
         shutil.copytree(src, tasks / src.name)
-    env = make_env(
-        scripted_server.base_url, tmp_path, tasks_dir=str(tasks), bootstrap_tests_with_sandbox_pytest=True
-    )
+    env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(tasks), bootstrap_tests_with_sandbox_pytest=True)
     async with env.runtime():
         await env.setup()
         assert sorted(t.id for t in env.tasks) == ["count-errors", "hermes-rl/sum-column", "task_000004_e5a7c9d1"]
