@@ -285,12 +285,13 @@ def scan_script(
                 if install:
                     manager, pkgs = install
                     missing = _missing(manager, pkgs, machine)
-                    tools_only = all(_TEST_TOOLS.match(_base(p)) or _base(p) == "curl" for p in pkgs if p)
+                    # Test tools the sandbox's pytest replaces; anything else must already be on this machine.
+                    tools_only = all(_TEST_TOOLS.match(m) or m == "curl" for m in missing)
                     if missing:
                         problem(f"installs {' '.join(missing)} (not on this machine)", bootstrap=tools_only)
                     elif test_script or manager == "uvx":
                         # A test script runs its installs for real (uvx always fetches into its own cache).
-                        problem(f"fetches its test tools ({cmd[:70]})", bootstrap=tools_only or not missing)
+                        problem(f"fetches its test tools ({cmd[:70]})", bootstrap=True)
                     drop = True
                     continue
                 fetched = _downloads(words, segment)

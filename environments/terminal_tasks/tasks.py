@@ -343,9 +343,16 @@ def _harbor_fields(config: dict[str, Any], task_dir: Path) -> tuple[list[str], l
             unsupported.append(f"[environment].{key} = {value!r} (not applied by the local backend)")
         elif value not in (None, [], "", {}):
             unsupported.append(f"[environment].{key} = {value!r} (not supported by this backend)")
-    if env_cfg.get("env"):
+    env_vars = env_cfg.get("env") or {}
+    templated = [k for k, v in env_vars.items() if "$" in str(v)]
+    if templated:
         unsupported.append(
-            f"[environment.env] ({', '.join(env_cfg['env'])}) set for setup, solution and tests, not in the agent's shell"
+            f"[environment.env] ({', '.join(templated)}) resolve ${{VAR}} from Harbor's host: not set by this backend"
+        )
+    if len(templated) < len(env_vars):
+        unsupported.append(
+            f"[environment.env] ({', '.join(k for k in env_vars if k not in templated)}) "
+            "set for setup, solution and tests, not in the agent's shell"
         )
     for name in _COMPOSE_FILES:
         if (task_dir / "environment" / name).is_file():
@@ -403,6 +410,17 @@ def load_harbor_task(task_dir: Path, *, machine: Machine | None = None) -> Termi
             )
             problems += [p for p in found if p not in problems]
     roots = (first_workdir, *HARBOR_SPECIAL)
+    run_text = "\n".join(s.command or "" for s in steps if s.kind == "run")
+    for path, text in _texts(task_dir / "environment", "*.sh"):
+        if path.name in run_text:  # a helper the Dockerfile runs: its commands are build commands
+            _, found = scan_script(
+                text,
+                where=str(path.relative_to(task_dir)),
+                machine=machine,
+                roots=(first_workdir,),
+                ownership_checked=owners,
+            )
+            problems += [p for p in found if p not in problems]
     problems += [
         p
         for p in _script_problems(
@@ -413,7 +431,8 @@ def load_harbor_task(task_dir: Path, *, machine: Machine | None = None) -> Termi
     unsupported, field_problems = _harbor_fields(config, task_dir)
     problems += field_problems
     test_sh = (task_dir / "tests" / "test.sh").read_text()
-    extra_env = {k: str(v) for k, v in (env_cfg.get("env") or {}).items()}
+    # Values templated on Harbor's host environment (${VAR}, ${VAR:-default}) are not resolved here (reported above).
+    extra_env = {k: str(v) for k, v in (env_cfg.get("env") or {}).items() if "$" not in str(v)}
     memory = env_cfg.get("memory_mb") or _size_mb(env_cfg.get("memory"))
     storage = env_cfg.get("storage_mb") or _size_mb(env_cfg.get("storage"))
     return TerminalTask(
@@ -556,7 +575,11 @@ def load_endless_task(
             problems.append(Problem(text="container.def is empty: the initial state cannot be reproduced"))
         elif base and not LOCAL_BASE_IMAGES.match(base):
             problems.append(Problem(text=f"base image {base} is not reproduced by the local sandbox"))
-        problems += [Problem(text=f"container.def {a}: not supported by the local sandbox") for a in args]
+        problems += [
+            Problem(text=f"container.def {a}: not supported by the local sandbox")
+            for a in args
+            if not re.fullmatch(r"%post\s+-c\s+/bin/(ba)?sh", a)  # the shell %post runs in: bash here too
+        ]
         for line in sections.get("files", []):
             parts = shlex.split(line, comments=True)
             if parts:

@@ -304,3 +304,73 @@ async def test_without_the_opt_in_a_bootstrapping_task_is_skipped(scripted_serve
     with pytest.raises(Exception, match="no runnable terminal tasks"):
         await env.items()
     assert "--env.bootstrap_tests_with_sandbox_pytest" in capsys.readouterr().err
+
+
+def test_a_setup_script_the_dockerfile_runs_is_read_too(tmp_path):
+    # terminal-bench-2 fix-git's shape: the Dockerfile COPYs setup.sh and RUNs it; the clone is inside.
+    harbor_task(
+        tmp_path,
+        "FROM python:3.13-slim-bookworm\nWORKDIR /app\nCOPY setup.sh ./\nRUN bash /app/setup.sh && rm /app/setup.sh\n",
+        files={"environment/setup.sh": "git clone https://github.com/example/site.git\ncd site\n"},
+    )
+    assert "environment/setup.sh: downloads (git clone https://github.com/example/site.git)" in (
+        only(tmp_path).local_skip or ""
+    )
+
+
+def test_uvx_pulling_a_package_this_machine_lacks_is_more_than_a_bootstrap(tmp_path):
+    test_sh = (TB2 / "tests" / "test.sh").read_text().replace("-w pytest==8.4.1", "-w pytest==8.4.1 -w no-such-dist==1")
+    harbor_task(tmp_path, "FROM python:3.12\nWORKDIR /app\n", test_sh=test_sh)
+    task = only(tmp_path)
+    assert not task.only_bootstrap_blocks
+    assert any("no-such-dist" in p.text and not p.bootstrap for p in task.local_problems)
+
+
+def test_the_sandbox_pytest_script_keeps_the_tests_own_arguments():
+    [task] = load_tasks_dir(TB2)
+    script = task.sandbox_pytest_test_script or ""
+    assert "python3 -m pytest /tests/test_outputs.py -rA" in script  # no --ctrf: its plugin is not here
+    assert "uvx" not in script and "astral.sh" not in script and "apt-get" not in script
+    assert "echo 1 > /logs/verifier/reward.txt" in script
+
+
+def test_a_dataset_row_whose_task_is_malformed_is_reported_and_the_rest_load(tmp_path):
+    from environments.terminal_tasks.tasks import load_endless_rows
+
+    good = endless_task(tmp_path, (ENDLESS / "container.def").read_text(), name="task_000001_aaaaaaaa")
+    shutil.copy(ENDLESS / "inventory.csv", good / "inventory.csv")
+    bad = endless_task(tmp_path, "", name="task_000002_bbbbbbbb")
+    (bad / "task.json").write_text("{not json")
+    errors: list[str] = []
+    rows = [{"description": "d", "task_dir": f"/data/{p.name}"} for p in (good, bad)]
+    tasks = load_endless_rows(rows, tmp_path / "tasks", errors=errors)
+    assert [t.id for t in tasks] == ["task_000002_c3e5a7b9"]  # the copied task.json's name
+    assert len(errors) == 1 and errors[0].startswith("task_000002_bbbbbbbb: ")
+
+
+def test_environment_env_templated_on_harbors_host_is_reported_not_set(tmp_path):
+    root = tmp_path / "tasks" / "sum-column"
+    shutil.copytree(HARBOR_11, root)
+    toml = (root / "task.toml").read_text()
+    (root / "task.toml").write_text(
+        toml.replace('TOTAL_DECIMALS = "2"', 'TOTAL_DECIMALS = "2"\nPATH = "/opt/venv/bin:${PATH}"')
+    )
+    task = only(tmp_path)
+    assert "PATH" not in task.verifier_env and task.verifier_env["TOTAL_DECIMALS"] == "2"
+    assert any(line.startswith("[environment.env] (PATH) resolve") for line in task.unsupported)
+
+
+def test_post_with_its_shell_named_is_still_replayed(tmp_path):
+    endless_task(
+        tmp_path,
+        """\
+        Bootstrap: localimage
+        From: ./ubuntu_22.04.sif
+
+        %post -c /bin/bash
+            mkdir -p /home/user
+            printf 'web01\\ndb01\\nweb01\\ncache01\\ndb01\\nweb02\\nweb01\\n' > /home/user/hosts.txt
+        """,
+    )
+    task = only(tmp_path)
+    assert task.local_skip is None and [s.kind for s in task.setup] == ["run"]
