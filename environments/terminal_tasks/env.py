@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -154,13 +155,15 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         return task
 
     def _report_unsupported(self, tasks: list[TerminalTask]) -> None:
-        """One line per task field the local backend does not honour, naming the tasks."""
-        by_field: dict[str, list[str]] = {}
+        """One line per task field the local backend does not honour and why, naming the tasks (with their values)."""
+        by_field: dict[tuple[str, str], list[str]] = {}
         for t in tasks:
             for line in t.unsupported:
-                by_field.setdefault(line.split(" ", 1)[0], []).append(f"{t.id} ({line.split(' ', 1)[1]})")
-        for field, where in sorted(by_field.items()):
-            self._report(f"not supported by the local backend: {field} in {', '.join(where)}")
+                m = re.match(r"^(\S+)(?: = (.*?))? \((.*)\)$", line)
+                field, value, why = m.groups() if m else (line, None, "not supported")
+                by_field.setdefault((field, why), []).append(f"{t.id} = {value}" if value else t.id)
+        for (field, why), where in sorted(by_field.items()):
+            self._report(f"{field} not honoured by the local backend ({why}): {', '.join(where)}")
 
     async def eval_items(self) -> list[TerminalTask]:
         return self.tasks  # evaluate runs every loaded task once

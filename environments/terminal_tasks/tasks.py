@@ -339,20 +339,22 @@ def _harbor_fields(config: dict[str, Any], task_dir: Path) -> tuple[list[str], l
         elif key == "allow_internet":
             if value:
                 unsupported.append("[environment].allow_internet = true (the local sandbox gives no network)")
-        elif key in ("cpus", "memory_mb", "memory", "storage_mb", "storage", "build_timeout_sec"):
-            unsupported.append(f"[environment].{key} = {value!r} (not applied by the local backend)")
+        elif key == "build_timeout_sec":
+            unsupported.append(f"[environment].{key} = {value!r} (setup runs under --env.setup_timeout_s)")
+        elif key in ("cpus", "memory_mb", "memory", "storage_mb", "storage"):
+            unsupported.append(f"[environment].{key} = {value!r} (the local sandbox sets no per-task limit)")
         elif value not in (None, [], "", {}):
             unsupported.append(f"[environment].{key} = {value!r} (not supported by this backend)")
     env_vars = env_cfg.get("env") or {}
     templated = [k for k, v in env_vars.items() if "$" in str(v)]
     if templated:
         unsupported.append(
-            f"[environment.env] ({', '.join(templated)}) resolve ${{VAR}} from Harbor's host: not set by this backend"
+            f"[environment.env] = {' '.join(templated)} (templated on Harbor's host environment: not set)"
         )
     if len(templated) < len(env_vars):
         unsupported.append(
-            f"[environment.env] ({', '.join(k for k in env_vars if k not in templated)}) "
-            "set for setup, solution and tests, not in the agent's shell"
+            f"[environment.env] = {' '.join(k for k in env_vars if k not in templated)} "
+            "(set for setup, solution and tests, not in the agent's shell)"
         )
     for name in _COMPOSE_FILES:
         if (task_dir / "environment" / name).is_file():
@@ -600,7 +602,9 @@ def load_endless_task(
             if "".join(line for line in sections.get(name, []) if not line.strip().startswith("#")).strip():
                 problems.append(Problem(text=f"container.def %{name}: not run by the local sandbox"))
         if env:
-            unsupported.append(f"container.def %environment ({', '.join(env)}) set for tests, not in the agent's shell")
+            unsupported.append(
+                f"container.def:%environment = {' '.join(env)} (set for tests and solution, not in the agent's shell)"
+            )
     for step in steps:
         if step.kind == "copy" and step.target and not PurePosixPath(step.target).is_relative_to(ENDLESS_HOME):
             problems.append(
