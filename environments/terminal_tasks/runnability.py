@@ -109,7 +109,8 @@ def logical_lines(script: str) -> list[str]:
             buf += line[:-1] + " "
             continue
         buf += line
-        m = re.search(r"<<-?\s*['\"]?(\w+)['\"]?", buf)
+        # A heredoc (not a here-string `<<<` nor an arithmetic shift `$((1<<2))`): its body is data.
+        m = re.search(r"(?<!<)<<-?\s*['\"]?([A-Za-z_]\w*)['\"]?", buf)
         if m:
             heredoc = m.group(1)
             continue
@@ -235,7 +236,7 @@ def scan_script(
     script: str,
     *,
     where: str,
-    machine: Machine,
+    machine: Machine | None,
     roots: tuple[str, ...],
     ownership_checked: bool,
     test_script: bool = False,
@@ -244,6 +245,7 @@ def scan_script(
 
     `roots`: the task's directories the sandbox maps into its workspace (writes there are fine).
     `test_script`: fetching the test tools is a bootstrap problem (see the module docstring).
+    `machine` None: only the replayed commands are wanted (installs are not checked).
     """
     kept: list[str] = []
     problems: list[Problem] = []
@@ -284,7 +286,7 @@ def scan_script(
                 install = _installs(words)
                 if install:
                     manager, pkgs = install
-                    missing = _missing(manager, pkgs, machine)
+                    missing = _missing(manager, pkgs, machine) if machine is not None else []
                     # Test tools the sandbox's pytest replaces; anything else must already be on this machine.
                     tools_only = all(_TEST_TOOLS.match(m) or m == "curl" for m in missing)
                     if missing:

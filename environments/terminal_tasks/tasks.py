@@ -642,7 +642,7 @@ def replay_command(step: SetupStep, *, image_has_packages: bool) -> str:
     Locally those are satisfied by this machine or the task was skipped; on an image backend the image did them.
     """
     assert step.kind == "run" and step.command is not None
-    kept, _ = scan_script(step.command, where="", machine=Machine(), roots=("/",), ownership_checked=False)
+    kept, _ = scan_script(step.command, where="", machine=None, roots=("/",), ownership_checked=False)
     return "\n".join(kept)
 
 

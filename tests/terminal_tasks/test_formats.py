@@ -374,3 +374,18 @@ def test_post_with_its_shell_named_is_still_replayed(tmp_path):
     )
     task = only(tmp_path)
     assert task.local_skip is None and [s.kind for s in task.setup] == ["run"]
+
+
+def test_scripts_are_cut_into_commands_as_the_shell_reads_them():
+    from environments.terminal_tasks.runnability import logical_lines
+
+    script = (
+        "# c\napt-get install -y \\\n  jq\ncat <<< 'x'\necho $((1<<2))\ncat > f <<'EOF'\n$body \\\nEOF\necho done\n"
+    )
+    assert logical_lines(script) == [
+        "apt-get install -y    jq",
+        "cat <<< 'x'",
+        "echo $((1<<2))",
+        "cat > f <<'EOF'\n$body \\\nEOF",
+        "echo done",
+    ]
