@@ -234,6 +234,11 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         logger.info("task %s: reward %.3f (%s)", item.id, verdict.reward, verdict.reason)
         return verdict.reward
 
+    def eval_metrics(self, rollouts: list[Rollout]) -> dict[str, float]:
+        # How many verdicts came from the sandbox's pytest instead of the task's own test tools (the opt-in).
+        bootstrapped = sum(r.item.test_script is not None for r in rollouts)
+        return {**super().eval_metrics(rollouts), "eval/tests_bootstrapped_with_sandbox_pytest": float(bootstrapped)}
+
     def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
         item = {"id": rollout.item.id, "format": rollout.item.format}
         if rollout.item.test_script is not None:

@@ -694,11 +694,11 @@ def load_endless_rows(rows: Any, tasks_dir: Path | None, *, errors: list[str] | 
         path = Path(ref)
         if tasks_dir is not None:
             path = Path(tasks_dir) / path.name
-        if not (path / "task.json").is_file():
-            raise ValueError(
-                f"task directory {path} not found; pass --env.tasks_dir holding the generated task_* folders"
-            )
         try:
+            if not (path / "task.json").is_file():
+                raise ValueError(
+                    f"task directory {path} not found; pass --env.tasks_dir holding the generated task_* folders"
+                )
             tasks.append(load_endless_task(path, description=row.get("description"), machine=machine))
         except (ValueError, OSError, KeyError, TypeError) as exc:
             if errors is None:

@@ -287,11 +287,15 @@ async def test_published_shapes_run_oracle_one_noop_zero(scripted_server, tmp_pa
     async with env.runtime():
         await env.setup()
         assert sorted(t.id for t in env.tasks) == ["count-errors", "hermes-rl/sum-column", "task_000004_e5a7c9d1"]
-        scores = {
-            (t.id, type(agent).__name__): (await env.rollout(t, model=agent)).score
+        rollouts = {
+            (t.id, type(agent).__name__): await env.rollout(t, model=agent)
             for t in env.tasks
             for agent in (OracleAgent(env.by_id), NoOpAgent())
         }
+    scores = {key: r.score for key, r in rollouts.items()}
+    # The opt-in is stated in the results: count-errors' two verdicts came from the sandbox's pytest.
+    assert env.eval_metrics(list(rollouts.values()))["eval/tests_bootstrapped_with_sandbox_pytest"] == 2.0
+    assert env.eval_sample(rollouts["count-errors", "OracleAgent"])["item"]["tests_bootstrapped_with_sandbox_pytest"]
     assert scores == {
         (t, a): 1.0 if a == "OracleAgent" else 0.0
         for t in ("count-errors", "hermes-rl/sum-column", "task_000004_e5a7c9d1")
