@@ -64,6 +64,9 @@ HARBOR_SPECIAL = ("/tests", "/solution", "/logs")
 # Base images whose userland this machine stands in for (Debian/Ubuntu with python3); packages
 # beyond that are checked against this machine itself (runnability.Machine).
 LOCAL_BASE_IMAGES = re.compile(r"^(docker://)?(python|ubuntu|debian|buildpack-deps)(:|$)|^\./ubuntu_[\d.]+\.sif$")
+# Variables the sandbox owns: its PATH leads to the interpreter the verifier runs, HOME is the verifier's own.
+SANDBOX_ENV = frozenset({"PATH", "HOME"})
+_SANDBOX_ENV_WHY = "kept as the sandbox sets them"
 _COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 
 
@@ -346,6 +349,10 @@ def _harbor_fields(config: dict[str, Any], task_dir: Path) -> tuple[list[str], l
         elif value not in (None, [], "", {}):
             unsupported.append(f"[environment].{key} = {value!r} (not supported by this backend)")
     env_vars = env_cfg.get("env") or {}
+    kept_by_sandbox = [k for k in env_vars if k in SANDBOX_ENV]
+    if kept_by_sandbox:
+        unsupported.append(f"[environment.env] = {' '.join(kept_by_sandbox)} ({_SANDBOX_ENV_WHY})")
+    env_vars = {k: v for k, v in env_vars.items() if k not in SANDBOX_ENV}
     templated = [k for k, v in env_vars.items() if "$" in str(v)]
     if templated:
         unsupported.append(
@@ -434,7 +441,7 @@ def load_harbor_task(task_dir: Path, *, machine: Machine | None = None) -> Termi
     problems += field_problems
     test_sh = (task_dir / "tests" / "test.sh").read_text()
     # Values templated on Harbor's host environment (${VAR}, ${VAR:-default}) are not resolved here (reported above).
-    extra_env = {k: str(v) for k, v in (env_cfg.get("env") or {}).items() if "$" not in str(v)}
+    extra_env = {k: str(v) for k, v in (env_cfg.get("env") or {}).items() if "$" not in str(v) and k not in SANDBOX_ENV}
     memory = env_cfg.get("memory_mb") or _size_mb(env_cfg.get("memory"))
     storage = env_cfg.get("storage_mb") or _size_mb(env_cfg.get("storage"))
     return TerminalTask(
@@ -601,6 +608,10 @@ def load_endless_task(
         for name in ("setup", "test", "startscript"):
             if "".join(line for line in sections.get(name, []) if not line.strip().startswith("#")).strip():
                 problems.append(Problem(text=f"container.def %{name}: not run by the local sandbox"))
+        kept_by_sandbox = [k for k in env if k in SANDBOX_ENV]
+        if kept_by_sandbox:
+            unsupported.append(f"container.def:%environment = {' '.join(kept_by_sandbox)} ({_SANDBOX_ENV_WHY})")
+        env = {k: v for k, v in env.items() if k not in SANDBOX_ENV}
         if env:
             unsupported.append(
                 f"container.def:%environment = {' '.join(env)} (set for tests and solution, not in the agent's shell)"

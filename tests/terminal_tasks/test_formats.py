@@ -352,16 +352,16 @@ def test_a_dataset_row_whose_task_is_malformed_is_reported_and_the_rest_load(tmp
     assert len(errors) == 1 and errors[0].startswith("task_000002_bbbbbbbb: ")
 
 
-def test_environment_env_templated_on_harbors_host_is_reported_not_set(tmp_path):
+def test_environment_env_templated_on_harbors_host_or_owned_by_the_sandbox_is_reported_not_set(tmp_path):
     root = tmp_path / "tasks" / "sum-column"
     shutil.copytree(HARBOR_11, root)
     toml = (root / "task.toml").read_text()
-    (root / "task.toml").write_text(
-        toml.replace('TOTAL_DECIMALS = "2"', 'TOTAL_DECIMALS = "2"\nPATH = "/opt/venv/bin:${PATH}"')
-    )
+    extra = 'TOTAL_DECIMALS = "2"\nDATA_ROOT = "${DATA_ROOT:-/srv}"\nPATH = "/opt/venv/bin:/usr/bin:/bin"'
+    (root / "task.toml").write_text(toml.replace('TOTAL_DECIMALS = "2"', extra))
     task = only(tmp_path)
-    assert "PATH" not in task.verifier_env and task.verifier_env["TOTAL_DECIMALS"] == "2"
-    assert "[environment.env] = PATH (templated on Harbor's host environment: not set)" in task.unsupported
+    assert task.verifier_env == {"TOTAL_DECIMALS": "2"} == task.solution_env
+    assert "[environment.env] = DATA_ROOT (templated on Harbor's host environment: not set)" in task.unsupported
+    assert "[environment.env] = PATH (kept as the sandbox sets them)" in task.unsupported
 
 
 def test_post_with_its_shell_named_is_still_replayed(tmp_path):
