@@ -4,11 +4,17 @@ A backend is started with the env and stopped with it; each trajectory enters
 `backend.trajectory(task_id)` and gets a `ToolExecutor` that is cleaned up (workspace
 removed, or sandbox slot reset and released) when it leaves, also on errors and
 cancellation.
+
+Model code is confined by default: `sandbox` slots (bubblewrap: its own uid, no network, only its
+workspace and read-only system dirs). `local` runs it as this user with this machine's files and
+network, so it, and a machine that cannot confine, need the explicit `unconfined_tools` opt-out
+(docs/security.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -19,9 +25,19 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, Field
 
 from sandbox_server.tree import remove_tree_quietly
+from backends import LocalBackendConfig, make_backend
+from environments.sandbox_backend import SandboxToolBackendConfig
+from sandbox_server.isolation import probe_bwrap
 from tools.executor import LocalWorkspace, ToolExecutor
 
-__all__ = ["ToolBackend", "LocalToolBackendConfig", "LocalToolBackend"]
+__all__ = ["ToolBackend", "LocalToolBackendConfig", "LocalToolBackend", "ConfinementError", "select_tool_backend"]
+
+logger = logging.getLogger(__name__)
+
+OPT_OUT = (
+    "set unconfined_tools (--env.unconfined_tools true; batch_runner: --unconfined_tools) to run model code "
+    "as this user with this machine's files and network (docs/security.md)"
+)
 
 
 class ToolBackend(Protocol):
@@ -43,7 +59,7 @@ class LocalToolBackendConfig(BaseModel):
 
 
 class LocalToolBackend:
-    """One fresh directory per trajectory on this machine; processes run unisolated."""
+    """One fresh directory per trajectory on this machine; processes run unisolated (`unconfined_tools` only)."""
 
     def __init__(self, config: LocalToolBackendConfig | None = None) -> None:
         self.config = config or LocalToolBackendConfig()
@@ -75,3 +91,32 @@ class LocalToolBackend:
         finally:
             if not self.config.keep_workspaces:
                 await asyncio.to_thread(remove_tree_quietly, path)
+
+
+class ConfinementError(RuntimeError):
+    """Model code could not be confined and the user did not opt out: the run must not start."""
+
+
+async def select_tool_backend(
+    kind: Literal["local", "sandbox"],
+    workspace: LocalToolBackendConfig,
+    sandbox: SandboxToolBackendConfig,
+    *,
+    unconfined: bool,
+) -> ToolBackend:
+    """The backend `kind` names, refusing to run model code unconfined unless `unconfined` says so."""
+    if kind == "local":
+        if not unconfined:
+            raise ConfinementError(
+                f"tool_backend local does not confine model code; use sandbox (the default), or {OPT_OUT}"
+            )
+        return LocalToolBackend(workspace)
+    backend = sandbox.resolved_backend()
+    if isinstance(backend, LocalBackendConfig):  # Nomad/Modal sandboxes report bubblewrap failures themselves
+        status = await probe_bwrap(backend.bwrap)
+        if not status.available:
+            if not unconfined:
+                raise ConfinementError(f"cannot confine model code: {status.reason}; or {OPT_OUT}")
+            logger.warning("model code runs UNCONFINED (unconfined_tools): %s", status.reason)
+            return LocalToolBackend(workspace)
+    return make_backend(backend)

@@ -5,21 +5,26 @@ gold answer. No `--env.tool_backend` flag: what is tested is each env's default.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import select
 import socket
+from collections.abc import Callable
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import batch_runner
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 from environments.gaia.env import GaiaAgentEnv
 from environments.gsm8k.env import GSM8kAgentEnv
 from environments.swe_smith_oracle_env import SweSmithOracleEnv
 from environments.terminal_tasks import TerminalTasksEnv
-from tests.support.cli import run_cli
+from tests.support.cli import CliRun, run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread, tool_call
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,55 +113,130 @@ def tokenizer_dir() -> str:
     return str(ensure_gguf_tokenizer(cfg.model_path, chat_template=cfg.resolved_chat_template()))
 
 
-@pytest.mark.parametrize("name", list(ENVS))
-def test_default_command_confines_model_code(name: str, tmp_path: Path, tokenizer_dir: str) -> None:
+@dataclass
+class Attack:
+    returncode: int
+    stderr: str
+    found: list[dict[str, Any]]  # what each run of the payload reported
+    connected: bool  # whether the 127.0.0.1 listener saw a connection
+    out: Path
+
+
+def attack(tmp_path: Path, run: Callable[[str, Path], CliRun]) -> Attack:
+    """`run(model_base_url, out)` a command against the attacker model, with a canary and a listener in place."""
     (tmp_path / "host-secret.txt").write_text("CANARY-host-secret")
     listener = socket.socket()
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     listener.setblocking(False)
-    port = listener.getsockname()[1]
     out = tmp_path / "groups.jsonl"
     try:
-        with serving_in_a_thread(ScriptedOpenAIServer([_attacker(tmp_path, port)] * 40)) as server:
-            proc = run_cli(
-                ENVS[name],
-                "process",
-                "--openai.base_url",
-                server.base_url,
-                "--openai.model_name",
-                "scripted",
-                "--openai.api_key",
-                "x",
-                "--env.tokenizer_name",
-                tokenizer_dir,
-                "--env.total_steps",
-                "1",
-                "--env.group_size",
-                "2",
-                "--env.max_agent_turns",
-                "3",
-                "--env.ensure_scores_are_not_same",
-                "False",
-                "--env.data_path_to_save_groups",
-                str(out),
-            )
+        script = [_attacker(tmp_path, listener.getsockname()[1])] * 40
+        with serving_in_a_thread(ScriptedOpenAIServer(script)) as server:
+            proc = run(server.base_url, out)
             requests = list(server.requests)
         connected = bool(select.select([listener], [], [], 0)[0])
     finally:
         listener.close()
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    tool_outputs = [m["content"] for body in requests for m in body["messages"] if m["role"] == "tool"]
-    found = [json.loads(line[6:]) for c in tool_outputs for line in _lines(c) if line.startswith("ATTACK")]
-    assert found, f"the payload never ran: {tool_outputs[:2]}"
-    for r in found:
+    outputs = [m["content"] for body in requests for m in body["messages"] if m["role"] == "tool"]
+    found = [json.loads(line[6:]) for c in outputs for line in _lines(c) if line.startswith("ATTACK")]
+    return Attack(proc.returncode, proc.stderr, found, connected, out)
+
+
+def env_command(env_cls: Any, tokenizer_dir: str, *flags: str) -> Callable[[str, Path], CliRun]:
+    def run(base_url: str, out: Path) -> CliRun:
+        return run_cli(
+            env_cls,
+            "process",
+            "--openai.base_url",
+            base_url,
+            "--openai.model_name",
+            "scripted",
+            "--openai.api_key",
+            "x",
+            "--env.tokenizer_name",
+            tokenizer_dir,
+            "--env.total_steps",
+            "1",
+            "--env.group_size",
+            "2",
+            "--env.max_agent_turns",
+            "3",
+            "--env.ensure_scores_are_not_same",
+            "False",
+            "--env.data_path_to_save_groups",
+            str(out),
+            *flags,
+        )
+
+    return run
+
+
+def batch_command(tmp_path: Path, *flags: str) -> Callable[[str, Path], CliRun]:
+    dataset = tmp_path / "prompts.jsonl"
+    dataset.write_text(json.dumps({"id": "p0", "prompt": "What is 6 * 7?", "toolsets": ["python"]}) + "\n")
+
+    def run(base_url: str, out: Path) -> CliRun:
+        argv = ["--dataset_file", str(dataset), "--run_name", "r", "--model", "scripted", "--base_url", base_url]
+        err = io.StringIO()
+        with redirect_stderr(err), redirect_stdout(io.StringIO()):
+            code = batch_runner.main([*argv, "--output_dir", str(tmp_path / "runs"), *flags])
+        return CliRun(code, "", err.getvalue())
+
+    return run
+
+
+def assert_confined(result: Attack) -> None:
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.found, "the payload never ran"
+    for r in result.found:
         assert r["uid"] not in (0, os.getuid()), r
         assert r["secret"] is None and r["source"] is None, r
         assert r["wrote"] is False, r
         assert r["connected"] is False, r
         assert r["gold"] is None, r
-    assert not (tmp_path / "pwned.txt").exists()
-    assert not connected, "model code reached a listener on 127.0.0.1"
+    assert not (result.out.parent / "pwned.txt").exists()
+    assert not result.connected, "model code reached a listener on 127.0.0.1"
+
+
+@pytest.mark.parametrize("name", list(ENVS))
+def test_default_command_confines_model_code(name: str, tmp_path: Path, tokenizer_dir: str) -> None:
+    result = attack(tmp_path, env_command(ENVS[name], tokenizer_dir))
+    assert_confined(result)
     if name == "gsm8k":  # the answer it gave from what it found scores nothing
-        groups = [json.loads(line) for line in out.read_text().splitlines()]
+        groups = [json.loads(line) for line in result.out.read_text().splitlines()]
         assert groups and all(s < 1.0 for g in groups for s in g["scores"]), [g["scores"] for g in groups]
+
+
+def test_batch_runner_confines_model_code_by_default(tmp_path: Path) -> None:
+    assert_confined(attack(tmp_path, batch_command(tmp_path)))
+
+
+NO_BWRAP = ("--env.sandbox.backend.bwrap", str(Path("/nonexistent") / "bwrap"))
+
+
+@pytest.mark.parametrize("flags", [NO_BWRAP, ("--env.tool_backend", "local")], ids=["no-bwrap", "local"])
+def test_a_run_that_cannot_confine_refuses_in_one_line(flags: tuple[str, ...], tmp_path: Path) -> None:
+    out = tmp_path / "groups.jsonl"
+    proc = run_cli(GSM8kAgentEnv, "process", *flags, "--env.data_path_to_save_groups", str(out))
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    assert "confine model code" in line and "--env.unconfined_tools true" in line, line
+    assert "Traceback" not in proc.stderr and "starting the embedded model server" not in proc.stderr
+    assert not out.exists()
+
+
+def test_batch_runner_refuses_local_tools_in_one_line(tmp_path: Path) -> None:
+    proc = batch_command(tmp_path, "--tool_backend", "local")("http://127.0.0.1:9/v1", tmp_path / "unused")
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert proc.stderr.count("\n") == 1 and "does not confine model code" in proc.stderr, proc.stderr
+
+
+def test_the_explicit_opt_out_runs_unconfined(tmp_path: Path, tokenizer_dir: str) -> None:
+    """What docs/security.md says the opt-out costs: model code runs as this user, with loopback."""
+    env = attack(tmp_path, env_command(GSM8kAgentEnv, tokenizer_dir, *NO_BWRAP, "--env.unconfined_tools", "true"))
+    (tmp_path / "b").mkdir()
+    batch = attack(tmp_path / "b", batch_command(tmp_path, "--tool_backend", "local", "--unconfined_tools"))
+    for result in (env, batch):
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert result.found and all(r["uid"] == os.getuid() and r["connected"] for r in result.found)
