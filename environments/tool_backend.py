@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -24,10 +26,10 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
-from sandbox_server.tree import remove_tree_quietly
 from backends import LocalBackendConfig, make_backend
 from environments.sandbox_backend import SandboxToolBackendConfig
-from sandbox_server.isolation import probe_bwrap
+from sandbox_server.isolation import SYSTEM_DIRS, probe_bwrap
+from sandbox_server.tree import remove_tree_quietly
 from tools.executor import LocalWorkspace, ToolExecutor
 
 __all__ = ["ToolBackend", "LocalToolBackendConfig", "LocalToolBackend", "ConfinementError", "select_tool_backend"]
@@ -114,9 +116,37 @@ async def select_tool_backend(
     backend = sandbox.resolved_backend()
     if isinstance(backend, LocalBackendConfig):  # Nomad/Modal sandboxes report bubblewrap failures themselves
         status = await probe_bwrap(backend.bwrap)
-        if not status.available:
+        reason = status.reason
+        shown = exposing_dir(PROJECT_ROOT, slot_read_only_dirs(backend))
+        if status.available and shown is not None:
+            reason = (
+                f"sandbox slots see {shown} read-only, which holds this project ({PROJECT_ROOT}: its source and "
+                "gold data); install it outside the system directories and the interpreter's prefix"
+            )
+        if reason is not None:
             if not unconfined:
-                raise ConfinementError(f"cannot confine model code: {status.reason}; or {OPT_OUT}")
-            logger.warning("model code runs UNCONFINED (unconfined_tools): %s", status.reason)
+                raise ConfinementError(f"cannot confine model code: {reason}; or {OPT_OUT}")
+            logger.warning("model code runs UNCONFINED (unconfined_tools): %s", reason)
             return LocalToolBackend(workspace)
     return make_backend(backend)
+
+
+# The checkout (or installed copy) this code runs from: model code must not see it.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def slot_read_only_dirs(backend: LocalBackendConfig) -> list[str]:
+    """Host directories a local sandbox server shows its slots read-only (sandbox_server/isolation.py)."""
+    dirs = list(SYSTEM_DIRS)
+    if backend.python is None:  # the server runs on this interpreter and shows its prefixes
+        dirs += [sys.prefix, sys.base_prefix]
+    return dirs
+
+
+def exposing_dir(root: Path, shown: list[str]) -> str | None:
+    """The first of `shown` that is `root` or one of its parents (links resolved), if any."""
+    for d in shown:
+        real = Path(os.path.realpath(d))
+        if real == root or real in root.parents:
+            return d
+    return None

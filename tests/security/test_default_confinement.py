@@ -10,6 +10,7 @@ import json
 import os
 import select
 import socket
+import sys
 from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
@@ -19,11 +20,13 @@ from typing import Any
 import pytest
 
 import batch_runner
+from backends import LocalBackendConfig
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 from environments.gaia.env import GaiaAgentEnv
 from environments.gsm8k.env import GSM8kAgentEnv
 from environments.swe_smith_oracle_env import SweSmithOracleEnv
 from environments.terminal_tasks import TerminalTasksEnv
+from environments.tool_backend import PROJECT_ROOT, exposing_dir, slot_read_only_dirs
 from tests.support.cli import CliRun, run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread, tool_call
 
@@ -240,3 +243,13 @@ def test_the_explicit_opt_out_runs_unconfined(tmp_path: Path, tokenizer_dir: str
     for result in (env, batch):
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.found and all(r["uid"] == os.getuid() and r["connected"] for r in result.found)
+
+
+def test_a_project_the_slots_would_see_read_only_is_found() -> None:
+    """A checkout under /opt, or a copy installed into the interpreter's prefix, would put the source and
+    gold data in every slot: the run refuses (select_tool_backend) instead of starting."""
+    shown = slot_read_only_dirs(LocalBackendConfig())
+    assert exposing_dir(Path("/opt/hermes-rl"), shown) == "/opt"
+    site = Path(sys.prefix).resolve() / "lib" / "site-packages"
+    assert exposing_dir(site, shown) is not None
+    assert exposing_dir(PROJECT_ROOT, shown) is None  # this checkout is not (the attacks above show it end to end)
