@@ -113,7 +113,9 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     tools_in: Literal["request", "system_prompt"] = Field(
         "request", description="How tools reach the model: tools= in the request, or Hermes text in the system prompt"
     )
-    workspace_root: str | None = Field(None, description="Where per-trajectory workspaces go (default: a temp dir)")
+    workspace_root: str | None = Field(
+        None, description="Where per-trajectory workspaces go with tool_backend local (default: a temp dir)"
+    )
     tool_backend: Literal["local", "sandbox"] = Field(
         "sandbox", description="Where tools run: isolated sandbox slots, or local processes (needs unconfined_tools)"
     )
