@@ -143,7 +143,14 @@ def test_process_cli_runs_on_the_local_sandbox_backend_against_the_embedded_mode
 
 async def test_oracle_also_scores_on_the_plain_local_tool_backend(tmp_path):
     async with ScriptedOpenAIServer([]) as server:
-        env = make_env(server.base_url, tmp_path, tool_backend="local", workspace_root=str(tmp_path / "ws"), limit=1)
+        env = make_env(
+            server.base_url,
+            tmp_path,
+            tool_backend="local",
+            unconfined_tools=True,  # the local backend needs the opt-out; the oracle's diff is not model code
+            workspace_root=str(tmp_path / "ws"),
+            limit=1,
+        )
         async with env.runtime():
             await env.setup()
             fixed = await env.rollout(env.instances[0], model=OracleAgent(env.by_id))
