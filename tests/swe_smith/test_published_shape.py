@@ -59,11 +59,16 @@ def test_rows_parse_in_the_published_shape(published):
     assert inst.name == "tinycalc" and inst.repo_name.startswith("hermes__tinycalc.")
     assert inst.source("https://github.com") == f"https://github.com/{inst.repo}.git"
     assert inst.source(str(published["mirrors"])) == str(published["mirrors"] / f"{inst.repo}.git")
-    # base_commit is the tip of the branch named after the instance, one "Bug Patch" commit on main
+    # base_commit is the tip of the branch named after the instance: Initial commit -> Bug Patch -> Remove F2P Tests
     bare = published["mirrors"] / f"{inst.repo}.git"
     assert git("rev-parse", f"refs/heads/{inst.instance_id}", cwd=bare) == inst.base_commit
-    assert git("log", "-1", "--format=%s", inst.base_commit, cwd=bare) == "Bug Patch"
-    assert git("rev-parse", f"{inst.base_commit}^", cwd=bare) == git("rev-parse", "main", cwd=bare)
+    assert git("log", "--format=%s", inst.base_commit, cwd=bare).splitlines() == [
+        "Remove F2P Tests",
+        "Bug Patch",
+        "Initial commit",
+    ]
+    assert git("rev-parse", f"{inst.base_commit}~2", cwd=bare) == git("rev-parse", "main", cwd=bare)
+    assert git("diff", "--name-status", f"{inst.base_commit}^", inst.base_commit, cwd=bare) == "D\ttests/test_calc.py"
 
 
 def test_published_profiles_give_the_test_command():
@@ -216,12 +221,15 @@ async def test_oracle_one_noop_zero_skips_counted_and_preds_round_trip(tmp_path,
 
 
 def _score_independently(tmp_path: Path, published: dict, row: dict, model_patch: str) -> float:
-    """A clean clone of the instance's branch, the prediction applied with git, the tests run with pytest/unittest."""
+    """As SWE-smith's harness: the instance branch, `git checkout HEAD~1` (the tests back), the prediction
+    applied with git, the test files checked out again, the tests run with pytest/unittest."""
     work = tmp_path / "replay" / row["instance_id"]
     git("clone", "-q", "--branch", row["instance_id"], str(published["mirrors"] / f"{row['repo']}.git"), str(work))
     assert git("rev-parse", "HEAD", cwd=work) == row["base_commit"]
+    git("-c", "advice.detachedHead=false", "checkout", "-q", "HEAD~1", cwd=work)
     if model_patch:
         git("apply", "-", cwd=work, stdin=model_patch)
+    git("checkout", "-q", "--", "tests", cwd=work)
     f2p = row["FAIL_TO_PASS"] if isinstance(row["FAIL_TO_PASS"], list) else json.loads(row["FAIL_TO_PASS"])
     p2p = row["PASS_TO_PASS"] if isinstance(row["PASS_TO_PASS"], list) else json.loads(row["PASS_TO_PASS"])
     runner = (
