@@ -37,6 +37,7 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -76,6 +77,9 @@ OFFLINE_DATA = Path(__file__).parents[1] / "data" / "swe_smith"
 PROFILES = OFFLINE_DATA / "profiles.json"
 HUB_DATASET = "SWE-bench/SWE-smith"
 DEFAULT_TEST_CMD = "pytest --disable-warnings --color=no --tb=no --verbose"  # SWE-smith's PythonProfile
+# The commit subjects of a published task branch: Initial commit -> BUG_COMMIT -> REMOVE_TESTS_COMMIT (head).
+BUG_COMMIT = "Bug Patch"
+REMOVE_TESTS_COMMIT = "Remove F2P Tests"
 # The published Python test commands start by activating the image's conda env; on our base there is none.
 _IMAGE_ENV_PREFIX = re.compile(r"^\s*source /opt/miniconda3/bin/activate;\s*conda activate \w+;\s*")
 _FIXED_GIT_ENV = {
@@ -95,6 +99,22 @@ SYSTEM_PROMPT = (
     "tools to read the code, run the tests and edit the source. Do not change the tests. When the "
     "bug is fixed, reply with a short summary and no tool call."
 )
+
+
+# Run in the verifier's checkout once the agent's diff is applied: the test files from the "Bug Patch"
+# commit (see `_snapshot`) replace whatever is there. No archive (nothing to restore): nothing happens.
+RESTORE_TESTS = (
+    'tests="../.$(basename "$PWD").tests.tar"\n'
+    'if [ -f "$tests" ]; then tar -xf "$tests" || echo "hermes-rl: restoring the test files failed"; fi'
+)
+
+
+@dataclass(frozen=True)
+class _Start:
+    bundle: Path  # one commit holding the starting tree
+    commit: str  # that commit
+    tests: Path | None  # tar of the test files the verifier restores (None: nothing to restore)
+    restored: tuple[str, ...]  # their paths
 
 
 class SweSmithInstance(BaseModel):
@@ -159,9 +179,10 @@ def build_mirror(
     """A mirror in SWE-smith's published shape from plain project directories and bug patches.
 
     `repos`: project name -> directory; `bugs`: rows with `name` (a key of repos), `bug_id`, `patch` and
-    the published fields. Writes `out_dir/swesmith/<owner>__<name>.<sha8>.git` (main = the original,
-    one branch per instance with the bug committed) and returns the rows with `instance_id`, `repo` and
-    `base_commit` filled in. Commits use a fixed identity and date, so the result is reproducible.
+    the published fields. Writes `out_dir/swesmith/<owner>__<name>.<sha8>.git` (main = the original; one
+    branch per instance: "Bug Patch", then "Remove F2P Tests" deleting the FAIL_TO_PASS test files) and
+    returns the rows with `instance_id`, `repo` and `base_commit` (the branch head) filled in. Commits use
+    a fixed identity and date, so the result is reproducible.
     """
     work = out_dir / ".work"
     rows = []
@@ -186,7 +207,12 @@ def build_mirror(
         instance_id = f"{repo.split('/')[1]}.{bug['bug_id']}"
         _git(["checkout", "-q", "-b", instance_id, "main"], tree)
         _git(["apply", "-"], tree, stdin=bug["patch"])
-        _git(["commit", "-q", "-am", "Bug Patch"], tree)
+        _git(["commit", "-q", "-am", BUG_COMMIT], tree)
+        # As SWE-smith publishes: a second commit deletes the FAIL_TO_PASS test files; the head is the start.
+        hidden = sorted({t.split("::")[0] for t in bug["FAIL_TO_PASS"]} & set(_git(["ls-files"], tree).splitlines()))
+        if hidden:
+            _git(["rm", "-q", "--", *hidden], tree)
+            _git(["commit", "-q", "-m", REMOVE_TESTS_COMMIT], tree)
         row = {k: v for k, v in bug.items() if k not in ("name", "bug_id")}
         rows.append(row | {"instance_id": instance_id, "repo": repo, "base_commit": _git(["rev-parse", "HEAD"], tree)})
         _git(["checkout", "-q", "main"], tree)
@@ -341,6 +367,17 @@ def build_test_command(inst: SweSmithInstance, profile: Mapping[str, Any], *, py
     return command
 
 
+def _failing_tests(item: SweSmithInstance, mode: str) -> str:
+    """The prompt's line on FAIL_TO_PASS; on the published layout those files are hidden from the agent."""
+    if mode == "none":
+        return ""
+    if mode == "ids":
+        return f"\nFailing tests: {', '.join(item.FAIL_TO_PASS)}"
+    files = sorted({t.split("::")[0] for t in item.FAIL_TO_PASS})
+    more = f" and {len(files) - 20} more files" if len(files) > 20 else ""
+    return f"\nFailing tests: {len(item.FAIL_TO_PASS)} in {', '.join(files[:20])}{more}"
+
+
 # -- deterministic agents -------------------------------------------------------------------------
 
 _INSTANCE_RE = re.compile(r"^Instance: (\S+)$", re.MULTILINE)
@@ -403,6 +440,11 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
         "skip; base = run them on the base environment (you installed their dependencies)",
     )
     agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
+    prompt_tests: Literal["files", "ids", "none"] = Field(
+        "files",
+        description="What the prompt says of FAIL_TO_PASS: the files holding them with a count (files), every "
+        "test id (ids: can exceed the context, one instance lists 34 KB), or nothing (none)",
+    )
     install_command: str | None = Field(
         None, description="Run in the repository before the tests (e.g. pip install -e .)"
     )
@@ -429,7 +471,7 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         check_dataset(config.dataset)
         super().__init__(config, *args, **kwargs)
         self._cache = Path(config.cache_dir) if config.cache_dir else _default_cache()
-        self._snapshots: dict[str, tuple[Path, str]] = {}
+        self._snapshots: dict[str, _Start] = {}
         self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._verifier = TestVerifier(TestVerifierConfig(timeout_s=config.test_timeout_s))
         self.verdicts: dict[str, Verdict] = {}
@@ -504,53 +546,99 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
             f"{item.problem_statement}\n\n"
             f"Instance: {item.instance_id}\n"
             f"Repository path: {item.name}\n"
-            f"(relative to your working directory)\n"
-            f"Failing tests: {', '.join(item.FAIL_TO_PASS)}"
+            f"(relative to your working directory)" + _failing_tests(item, self.config.prompt_tests)
         )
 
     # -- the starting tree: a host-side bare mirror, a one-commit snapshot bundle per instance --
 
-    async def _snapshot(self, item: SweSmithInstance) -> tuple[Path, str]:
-        """(bundle holding one commit with the instance's starting tree, that commit's id)."""
+    async def _mirror(self, item: SweSmithInstance) -> Path:
+        """This machine's bare clone of the instance's mirror, holding its task branch."""
+        source = item.source(self.mirror_base)
+        bare = self._cache / "mirrors" / (hashlib.sha1(source.encode()).hexdigest()[:12] + "-" + item.name + ".git")
+        async with self._locks[str(bare)]:
+            if not bare.exists():
+                tmp = bare.with_name(bare.name + f".tmp{os.getpid()}")
+                await _git_async(["clone", "-q", "--mirror", source, str(tmp)], self.config.setup_timeout_s)
+                tmp.rename(bare)
+            wanted = [f"refs/heads/{item.instance_id}", *([item.base_commit] if item.base_commit else [])]
+            if not [ref for ref in wanted if await _git_ok(["-C", str(bare), "cat-file", "-e", f"{ref}^{{commit}}"])]:
+                await _git_async(
+                    ["-C", str(bare), "fetch", "-q", "origin", "+refs/heads/*:refs/heads/*"],
+                    self.config.setup_timeout_s,
+                )
+        return bare
+
+    async def _snapshot(self, item: SweSmithInstance) -> _Start:
+        """The instance's starting tree as a one-commit bundle, and the test files the verifier restores.
+
+        The start is the task branch's head (the row's `base_commit` if the mirror has no such branch).
+        On SWE-smith's published layout that head is "Remove F2P Tests": the agent never sees the
+        FAIL_TO_PASS test files, and the verifier takes them (with every other test file the row names)
+        from the "Bug Patch" commit below it, as SWE-smith's harness does with `HEAD~1`.
+        """
         async with self._locks[item.instance_id]:
             if item.instance_id in self._snapshots:
                 return self._snapshots[item.instance_id]
-            source = item.source(self.mirror_base)
-            bare = self._cache / "mirrors" / (hashlib.sha1(source.encode()).hexdigest()[:12] + "-" + item.name + ".git")
-            ref = item.base_commit or f"refs/heads/{item.instance_id}"
-            async with self._locks[str(bare)]:
-                if not bare.exists():
-                    tmp = bare.with_name(bare.name + f".tmp{os.getpid()}")
-                    await _git_async(["clone", "-q", "--mirror", source, str(tmp)], self.config.setup_timeout_s)
-                    tmp.rename(bare)
-                if not await _git_ok(["-C", str(bare), "cat-file", "-e", f"{ref}^{{commit}}"]):
-                    await _git_async(
-                        ["-C", str(bare), "fetch", "-q", "origin", "+refs/heads/*:refs/heads/*"],
-                        self.config.setup_timeout_s,
-                    )
-            tree = await _git_async(["-C", str(bare), "rev-parse", f"{ref}^{{tree}}"], 60)
-            snap = await _git_async(["-C", str(bare), "commit-tree", tree, "-m", f"{item.instance_id}"], 60)
+            bare = await self._mirror(item)
+            git = ["-C", str(bare)]
+            branch = f"refs/heads/{item.instance_id}"
+            if await _git_ok([*git, "cat-file", "-e", f"{branch}^{{commit}}"]):
+                head = await _git_async([*git, "rev-parse", branch], 60)
+            elif item.base_commit and await _git_ok([*git, "cat-file", "-e", f"{item.base_commit}^{{commit}}"]):
+                head = item.base_commit
+            else:
+                raise RuntimeError(
+                    f"{item.source(self.mirror_base)} has neither a branch {item.instance_id} nor the row's "
+                    f"base_commit {item.base_commit}; check --env.mirror_base or the row's repo"
+                )
+            tests_from, hidden = head, []
+            if await _git_async([*git, "log", "-1", "--format=%s", head], 60) == REMOVE_TESTS_COMMIT:
+                tests_from = await _git_async([*git, "rev-parse", f"{head}^"], 60)
+                deleted = await _git_async([*git, "diff", "--name-only", "--diff-filter=D", tests_from, head], 60)
+                hidden = deleted.splitlines()
+            tracked = set((await _git_async([*git, "ls-tree", "-r", "--name-only", tests_from], 120)).splitlines())
+            restore = sorted(set(hidden) | (set(item.test_files) & tracked))
+            tree = await _git_async([*git, "rev-parse", f"{head}^{{tree}}"], 60)
+            snap = await _git_async([*git, "commit-tree", tree, "-m", f"{item.instance_id}"], 60)
             safe = re.sub(r"[^A-Za-z0-9_.-]", "_", item.instance_id)
-            await _git_async(["-C", str(bare), "update-ref", f"refs/hermes/{safe}", snap], 60)
+            await _git_async([*git, "update-ref", f"refs/hermes/{safe}", snap], 60)
             bundle = self._cache / "bundles" / f"{safe}-{snap[:12]}.bundle"
             bundle.parent.mkdir(parents=True, exist_ok=True)
             if not bundle.exists():
                 partial = bundle.with_suffix(f".tmp{os.getpid()}")
-                await _git_async(["-C", str(bare), "bundle", "create", "-q", str(partial), f"refs/hermes/{safe}"], 300)
+                await _git_async([*git, "bundle", "create", "-q", str(partial), f"refs/hermes/{safe}"], 300)
                 partial.replace(bundle)
-            self._snapshots[item.instance_id] = (bundle, snap)
-            return bundle, snap
+            tests: Path | None = None
+            if restore:
+                tests = bundle.with_name(f"{safe}-{tests_from[:12]}.tests.tar")
+                if not tests.exists():
+                    partial = tests.with_suffix(f".tmp{os.getpid()}")
+                    await _git_async(
+                        [*git, "archive", "--format=tar", "-o", str(partial), tests_from, "--", *restore], 300
+                    )
+                    partial.replace(tests)
+            start = _Start(bundle, snap, tests, tuple(restore))
+            self._snapshots[item.instance_id] = start
+            return start
 
-    async def _checkout(self, item: SweSmithInstance, executor: ToolExecutor, dest: str) -> None:
-        """The instance's starting tree at `dest` in a workspace, from the uploaded snapshot bundle."""
-        bundle, snap = await self._snapshot(item)
+    async def _checkout(
+        self, item: SweSmithInstance, executor: ToolExecutor, dest: str, *, with_tests: bool = False
+    ) -> None:
+        """The instance's starting tree at `dest` in a workspace, from the uploaded snapshot bundle.
+
+        `with_tests` (the verifier's checkout): also leave the test files to restore at `.{dest}.tests.tar`
+        beside it, for `RESTORE_TESTS` to unpack once the agent's diff is applied.
+        """
+        start = await self._snapshot(item)
         name = f".{dest}.bundle"
-        await executor.write_file(name, await asyncio.to_thread(bundle.read_bytes))
+        await executor.write_file(name, await asyncio.to_thread(start.bundle.read_bytes))
+        if with_tests and start.tests is not None:
+            await executor.write_file(f".{dest}.tests.tar", await asyncio.to_thread(start.tests.read_bytes))
         script = f"""set -e
 {GIT_SAFE} init -q {shlex.quote(dest)}
 cd {shlex.quote(dest)}
-{GIT_SAFE} fetch -q "$OLDPWD"/{shlex.quote(name)} {snap}
-{GIT_SAFE} -c advice.detachedHead=false checkout -q {snap}
+{GIT_SAFE} fetch -q "$OLDPWD"/{shlex.quote(name)} {start.commit}
+{GIT_SAFE} -c advice.detachedHead=false checkout -q {start.commit}
 rm -f "$OLDPWD"/{shlex.quote(name)}
 """
         result = await executor.exec(script, timeout=self.config.setup_timeout_s, max_output_bytes=20_000)
@@ -565,7 +653,7 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
     # -- the reward ---------------------------------------------------------------------------------
 
     async def compute_reward(self, item: SweSmithInstance, result: AgentResult, ctx: ToolContext):
-        _, snap = await self._snapshot(item)
+        snap = (await self._snapshot(item)).commit
         broken: str | None = None
         try:
             patch = await capture_diff(ctx.executor, item.name, snap)
@@ -608,11 +696,11 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
             command = f"export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1\n{command}"
         return await self._verifier.verify(
             executor,
-            prepare=lambda ex, dest: self._checkout(item, ex, dest),
+            prepare=lambda ex, dest: self._checkout(item, ex, dest, with_tests=True),
             patch=patch,
             test_command=command,
             must_pass=item.FAIL_TO_PASS + item.PASS_TO_PASS,
-            setup_command=cfg.install_command,
+            setup_command="\n".join(filter(None, [RESTORE_TESTS, cfg.install_command])),
         )
 
     async def _write_pred(self, item: SweSmithInstance, verdict: Verdict, patch: str) -> None:
