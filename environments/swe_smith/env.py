@@ -47,12 +47,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from environments.agent_loop import AgentResult
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from environments.models.base import ChatModel, ModelTurn
+from environments.swe_smith.deps import DEFAULT_INSTALL, PreparedRepoEnv, RepoEnvConfig, RepoEnvError, prepare_repo_env
 from environments.verifier import (
     GIT_SAFE,
     TestVerifier,
     TestVerifierConfig,
     Verdict,
     capture_diff,
+    runs_pytest,
     split_diff,
 )
 from tools.context import ToolContext
@@ -353,16 +355,21 @@ def _published_profiles() -> Mapping[str, Mapping[str, Any]]:
 
 
 def build_test_command(inst: SweSmithInstance, profile: Mapping[str, Any], *, python: str, on_image: bool) -> str:
-    """The profile's test command (pytest if none), on the base environment with our interpreter.
+    """The profile's test command (pytest if none), on the base environment with `python` (shell words).
 
     Like SWE-smith's harness, a pytest command gets the instance's test files appended; unlike it,
     those of PASS_TO_PASS too, since a test missing from the output counts as failed here.
     """
     command = profile.get("test_cmd") or DEFAULT_TEST_CMD
+    pytest = runs_pytest(command)  # decided before `python` (a path that may contain "pytest") goes in
     if not on_image:
         command = _IMAGE_ENV_PREFIX.sub("", command)
-        command = re.sub(r"(^|[;&|]\s*)pytest\b", lambda m: f"{m.group(1)}{python} -m pytest", command)
-    if "pytest" in command:
+        command = re.sub(
+            r"(^|[;&|]\s*)(pytest|python3?)(?=\s|$)",
+            lambda m: m.group(1) + (f"{python} -m pytest" if m.group(2) == "pytest" else python),
+            command,
+        )
+    if pytest:
         command += " -p no:cacheprovider " + " ".join(shlex.quote(f) for f in inst.test_files)
     return command
 
@@ -446,7 +453,11 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
         "test id (ids: can exceed the context, one instance lists 34 KB), or nothing (none)",
     )
     install_command: str | None = Field(
-        None, description="Run in the repository before the tests (e.g. pip install -e .)"
+        None, description="Run in the verified checkout before the tests (no network there; see --env.deps)"
+    )
+    deps: RepoEnvConfig = Field(
+        default_factory=RepoEnvConfig,
+        description="Each repository's dependencies without its image (docs/swe_smith.md)",
     )
     pytest_plugin_autoload: bool = Field(
         False,
@@ -469,8 +480,11 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
 
     def __init__(self, config: SweSmithOracleEnvConfig, *args: Any, **kwargs: Any) -> None:
         check_dataset(config.dataset)
-        super().__init__(config, *args, **kwargs)
-        self._cache = Path(config.cache_dir) if config.cache_dir else _default_cache()
+        cache = Path(config.cache_dir) if config.cache_dir else _default_cache()
+        self._env_dir = Path(config.deps.dir) if config.deps.dir else cache / "envs"
+        super().__init__(_with_env_dir_visible(config, self._env_dir), *args, **kwargs)
+        self._cache = cache
+        self._envs: dict[str, PreparedRepoEnv] = {}
         self._snapshots: dict[str, _Start] = {}
         self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._verifier = TestVerifier(TestVerifierConfig(timeout_s=config.test_timeout_s))
@@ -529,9 +543,42 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
             raise HermesEnvError(
                 f"no usable SWE-smith instances in {cfg.dataset!r}" + (f" ({reasons})" if reasons else "")
             )
+        if cfg.deps.mode == "venv":
+            for inst in {i.repo: i for i in instances}.values():  # one environment per repository, before any rollout
+                await self._repo_env(inst)
         self.instances = instances
         self.by_id = {i.instance_id: i for i in instances}
         return instances
+
+    async def _repo_env(self, item: SweSmithInstance) -> PreparedRepoEnv:
+        """The repository's prepared environment (built on this machine the first time; see deps.py)."""
+        cfg: SweSmithOracleEnvConfig = self.config
+        async with self._locks[f"env:{item.repo}"]:
+            if item.repo not in self._envs:
+                profile = profile_for(item.repo, self.extra_profiles)
+                install = cfg.deps.install_command or "\n".join(profile.get("install_cmds") or []) or DEFAULT_INSTALL
+                with_pytest = runs_pytest(profile.get("test_cmd") or DEFAULT_TEST_CMD)
+                print(f"[hermes-rl] SWE-smith: preparing {item.repo}'s environment ({install!r})", file=sys.stderr)
+                try:
+                    self._envs[item.repo] = await asyncio.to_thread(
+                        prepare_repo_env,
+                        repo=item.repo,
+                        mirror=await self._mirror(item),
+                        install_command=install,
+                        pytest_requirement=cfg.deps.pytest_requirement if with_pytest else None,
+                        base_dir=self._env_dir,
+                        timeout_s=cfg.deps.timeout_s,
+                    )
+                except RepoEnvError as exc:
+                    raise HermesEnvError(
+                        f"{item.repo}: {exc} (set --env.deps.install_command, or --env.deps.mode off)"
+                    ) from None
+            return self._envs[item.repo]
+
+    def _python(self, item: SweSmithInstance, executor: ToolExecutor) -> str:
+        """Shell words starting the interpreter the tests run with: the repository's prepared env, else the slot's."""
+        env = self._envs.get(item.repo)
+        return env.interpreter() if env else executor.python.removesuffix(" -")
 
     async def eval_items(self) -> list[SweSmithInstance]:
         return self.instances  # evaluate runs every usable instance once
@@ -546,7 +593,13 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
             f"{item.problem_statement}\n\n"
             f"Instance: {item.instance_id}\n"
             f"Repository path: {item.name}\n"
-            f"(relative to your working directory)" + _failing_tests(item, self.config.prompt_tests)
+            f"(relative to your working directory)"
+            + _failing_tests(item, self.config.prompt_tests)
+            + (
+                f"\nPython with the repository's dependencies (run it in the repository path): {env.interpreter()}"
+                if (env := self._envs.get(item.repo))
+                else ""
+            )
         )
 
     # -- the starting tree: a host-side bare mirror, a one-commit snapshot bundle per instance --
@@ -685,7 +738,7 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
     async def _verify(self, item: SweSmithInstance, patch: str, executor: ToolExecutor) -> Verdict:
         cfg: SweSmithOracleEnvConfig = self.config
         profile = profile_for(item.repo, self.extra_profiles)
-        python = executor.python.removesuffix(" -")
+        python = self._python(item, executor)
         command = build_test_command(
             item,
             profile,
@@ -737,6 +790,21 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
 
     def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
         return {**super().eval_sample(rollout), "item": {"instance_id": rollout.item.instance_id}}
+
+
+def _with_env_dir_visible(config: SweSmithOracleEnvConfig, env_dir: Path) -> SweSmithOracleEnvConfig:
+    """With --env.deps.mode venv, the local backend's slots see the prepared environments (read-only)."""
+    if config.deps.mode != "venv" or config.tool_backend != "sandbox":
+        return config
+    backend = config.sandbox.backend
+    if backend.kind != "local":
+        raise HermesEnvError(
+            f"--env.deps.mode venv prepares environments on this machine, which {backend.kind} slots cannot see; "
+            "there the instance's image provides them (--env.deps.mode off)"
+        )
+    env_dir.mkdir(parents=True, exist_ok=True)  # bwrap shows only paths that exist when a server starts
+    backend = backend.model_copy(update={"extra_ro_paths": [*backend.extra_ro_paths, str(env_dir.resolve())]})
+    return config.model_copy(update={"sandbox": config.sandbox.model_copy(update={"backend": backend})})
 
 
 def _append(path: Path, text: str, mode: str) -> None:

@@ -26,7 +26,7 @@ from environments.swe_smith.env import (
     profile_for,
     read_rows,
 )
-from environments.verifier import parse_junit_statuses, parse_test_statuses
+from environments.verifier import parse_junit_statuses, parse_test_statuses, runs_pytest
 from slots.pool import SlotPoolConfig
 from tests.support.cli import CliRun, run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
@@ -88,6 +88,13 @@ def test_published_profiles_give_the_test_command():
     assert build_test_command(inst, pygments, python="python", on_image=True).startswith(
         "source /opt/miniconda3/bin/activate;"
     )
+    # SWE-smith's install commands come with the profile; a prepared env's interpreter replaces `python`
+    # and `pytest`, and an interpreter path that merely contains "pytest" does not make a command pytest's
+    assert profile_for("swesmith/marshmallow-code__apispec.8b421526")["install_cmds"] == ["pip install -e .[dev]"]
+    venv = 'PYTHONPATH="$PWD"/src /tmp/pytest-of-root/envs/venv/bin/python'
+    assert build_test_command(inst, pygments, python=venv, on_image=False).startswith(f"{venv} -m pytest --disable")
+    unittest = build_test_command(inst, {"test_cmd": "python -m unittest -v"}, python=venv, on_image=False)
+    assert unittest == f"{venv} -m unittest -v" and not runs_pytest(unittest)
     go = profile_for("swesmith/gin-gonic__gin.3c12d2a8")
     assert go.get("language", "golang") == "golang"
     assert build_test_command(inst, {}, python="python", on_image=False).startswith(
