@@ -263,7 +263,7 @@ export PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1
 def runs_pytest(command: str) -> bool:
     """Whether a shell command runs pytest (a word `pytest`, `-m pytest`, `.../bin/pytest`), not a path merely
     naming it (an interpreter under /tmp/pytest-of-root/...)."""
-    return re.search(r"(?:^|[\s;&|/(])pytest(?=[\s;&|)]|$)", command) is not None
+    return re.search(r"(?:^|[\s;&|/(\"'`=])pytest(?=[\s;&|)\"'`]|$)", command) is not None
 
 
 def parse_junit_statuses(xml: str) -> dict[str, str]:

@@ -231,7 +231,8 @@ def load_offline_instances(
 ) -> tuple[Path, list[SweSmithInstance]]:
     """The bundled bugs as a local mirror of the published shape: (mirror_base, instances)."""
     lines = (data_dir / "instances.jsonl").read_text()
-    key = hashlib.sha1(lines.encode())
+    # The branch layout is part of the key: a mirror cached by an older build is never reused.
+    key = hashlib.sha1(f"{BUG_COMMIT} -> {REMOVE_TESTS_COMMIT}\n".encode() + lines.encode())
     for p in sorted((data_dir / "repos").rglob("*")):
         if p.is_file() and "__pycache__" not in p.parts:
             key.update(str(p.relative_to(data_dir)).encode() + b"\0" + p.read_bytes())
@@ -443,8 +444,9 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
     )
     image_policy: Literal["auto", "skip", "base"] = Field(
         "auto",
-        description="Instances naming an image: auto = skip them on the local backends, run them on nomad/modal; "
-        "skip; base = run them on the base environment (you installed their dependencies)",
+        description="Instances naming an image: auto = run them on nomad/modal, and on the local backends when "
+        "--env.deps.mode venv provides their dependencies, else skip them; skip; base = run them on the base "
+        "environment (you installed their dependencies)",
     )
     agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
     prompt_tests: Literal["files", "ids", "none"] = Field(
@@ -500,10 +502,17 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         return config.model_copy(update=update), servers
 
     def _runs_images(self) -> bool:
+        """Whether rows naming an image run: on that image, or here with their dependencies provided."""
         cfg: SweSmithOracleEnvConfig = self.config
         if cfg.image_policy != "auto":
             return cfg.image_policy == "base"
-        return cfg.tool_backend == "sandbox" and cfg.sandbox.backend.kind in ("nomad", "modal")
+        return self._on_images() or cfg.deps.mode == "venv"
+
+    def _on_images(self) -> bool:
+        """Whether slots run the instance's own image (its test command then activates the image's env)."""
+        cfg: SweSmithOracleEnvConfig = self.config
+        auto = cfg.image_policy == "auto" and cfg.tool_backend == "sandbox"
+        return auto and cfg.sandbox.backend.kind in ("nomad", "modal")
 
     async def items(self) -> list[SweSmithInstance]:
         cfg: SweSmithOracleEnvConfig = self.config
@@ -743,7 +752,7 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
             item,
             profile,
             python=python,
-            on_image=bool(item.image_name) and self._runs_images() and cfg.image_policy != "base",
+            on_image=bool(item.image_name) and self._on_images(),
         )
         if not cfg.pytest_plugin_autoload:
             command = f"export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1\n{command}"

@@ -313,3 +313,19 @@ def test_a_bad_dataset_path_is_one_line_and_exit_2(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "is neither 'offline', an existing JSONL/JSON file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["files", "ids", "none"])
+def test_the_prompt_names_the_failing_test_files_by_default(tmp_path, published, mode):
+    env = make_env(tmp_path, published, "http://127.0.0.1:9/v1", prompt_tests=mode)
+    f2p = [f"tests/test_{i % 3}.py::TestK::test_case_{i}[param-{i}]" for i in range(400)]
+    inst = SweSmithInstance.model_validate(published["rows"][0] | {"FAIL_TO_PASS": f2p})
+    prompt = env.format_prompt(inst)
+    assert f"Instance: {inst.instance_id}\nRepository path: tinycalc\n" in prompt  # what OracleAgent reads
+    expected = {
+        "files": "\nFailing tests: 400 in tests/test_0.py, tests/test_1.py, tests/test_2.py",
+        "ids": f"\nFailing tests: {', '.join(f2p)}",
+        "none": "(relative to your working directory)",
+    }[mode]
+    assert prompt.endswith(expected)
+    assert len(prompt) < 600 if mode != "ids" else len(prompt) > 15_000

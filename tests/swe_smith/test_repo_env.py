@@ -98,8 +98,8 @@ def test_process_scores_the_real_layout_with_the_dependency_from_a_prepared_env(
     ]
     assert git("diff", "--name-status", f"{head}^", head, cwd=bare) == "D\ttests/test_quad.py"
 
-    def process(agent: str, *flags: str) -> tuple[CliRun, list[float]]:
-        out = tmp_path / f"{agent}{len(flags)}" / "groups.jsonl"
+    def process(run: str, agent: str, *flags: str) -> tuple[CliRun, list[float]]:
+        out = tmp_path / run / "groups.jsonl"
         proc = run_cli(
             SweSmithOracleEnv,
             "process",
@@ -107,7 +107,7 @@ def test_process_scores_the_real_layout_with_the_dependency_from_a_prepared_env(
             *("--env.agent", agent, "--env.total_steps", "1", "--env.group_size", "2"),
             *("--env.ensure_scores_are_not_same", "False", "--env.data_path_to_save_groups", str(out)),
             *("--env.dataset", str(tmp_path / "instances.jsonl"), "--env.mirror_base", str(quadlib["mirrors"])),
-            *("--env.profiles", str(tmp_path / "profiles.json"), "--env.image_policy", "base"),
+            *("--env.profiles", str(tmp_path / "profiles.json")),
             *("--env.cache_dir", str(tmp_path / "cache"), "--env.include_messages", "True"),
             *flags,
         )
@@ -115,11 +115,11 @@ def test_process_scores_the_real_layout_with_the_dependency_from_a_prepared_env(
         groups = [json.loads(line) for line in out.read_text().splitlines()]
         return proc, [s for g in groups for s in g["scores"]]
 
-    venv = ("--env.deps.mode", "venv")
+    venv = ("--env.deps.mode", "venv")  # the row names an image: with its dependencies provided, it runs here
     with serving_in_a_thread(ScriptedOpenAIServer([])) as server:
-        fixed, fixed_scores = process("oracle", *venv)
-        _, untouched_scores = process("noop", *venv)
-        _, without_deps_scores = process("oracle")
+        fixed, fixed_scores = process("fixed", "oracle", *venv)
+        _, untouched_scores = process("untouched", "noop", *venv)
+        _, without_deps_scores = process("without_deps", "oracle", "--env.image_policy", "base")
     assert fixed_scores == [1.0, 1.0]
     assert untouched_scores == [0.0, 0.0]
     assert without_deps_scores == [0.0, 0.0]  # the same fix, but tinydep is not importable
@@ -127,7 +127,8 @@ def test_process_scores_the_real_layout_with_the_dependency_from_a_prepared_env(
     envs = list((tmp_path / "cache" / "envs").glob("*/hermes-env.json"))
     assert len(envs) == 1 and json.loads(envs[0].read_text())["source_root"] == "src"
     assert "preparing" in fixed.stderr and (envs[0].parent / "venv" / "lib").exists()
-    groups = [json.loads(x) for x in (tmp_path / "oracle2" / "groups.jsonl").read_text().splitlines()]
+    assert "1 usable instances of 1 rows\n" in fixed.stderr
+    groups = [json.loads(x) for x in (tmp_path / "fixed" / "groups.jsonl").read_text().splitlines()]
     prompt = next(m for m in groups[0]["messages"][0] if m["role"] == "user")["content"]
     assert "Failing tests: 1 in tests.test_quad.QuadTest.test_quad" in prompt
     assert f'PYTHONPATH="$PWD"/src {envs[0].parent}/venv/bin/python' in prompt
