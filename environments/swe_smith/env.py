@@ -6,17 +6,20 @@
     python -m environments.swe_smith_oracle_env evaluate --env.dataset my_instances.jsonl --env.mirror_base /srv/mirrors
 
 Instances have SWE-smith's published shape: `repo` = `swesmith/<owner>__<name>.<sha8>`, the mirror is
-`{mirror_base}/{repo}.git` (a URL, or a local directory of bare repositories); the bug is already
-committed on a branch named after `instance_id`, and `base_commit` is that bug commit (so the `patch`
-is never applied again). `image_name` is the instance's environment; the test command comes from
+`{mirror_base}/{repo}.git` (a URL, or a local directory of bare repositories); a branch named after
+`instance_id` holds "Bug Patch" (the `patch`, never applied again) and then "Remove F2P Tests" (the
+FAIL_TO_PASS test files deleted), its head being the row's `base_commit`. `image_name` is the instance's
+environment (without it: --env.deps, environments/swe_smith/deps.py); the test command comes from
 SWE-smith's repository profile (environments/data/swe_smith/profiles.json, generated from SWE-smith's
 package by scripts/swe_smith_profiles.py), else pytest. Unusable rows are skipped with counted reasons.
+docs/swe_smith.md tells the whole story.
 
 This process keeps one bare mirror per repository (never visible to slots) and gives each workspace a
-one-commit snapshot of the starting tree (the bug commit's history would reveal the bug). The reward
-comes from `environments.verifier`: the agent's diff to non-test files, applied to a pristine checkout
-in a fresh slot, tested with the original tests. Every scored trajectory is also written to
-`preds.jsonl` beside the groups file, in SWE-bench's prediction format.
+one-commit snapshot of the branch head (its history would reveal the bug). The reward comes from
+`environments.verifier`: the agent's diff to non-test files, applied to a pristine checkout in a fresh
+slot, the test files restored from "Bug Patch" (as SWE-smith's harness does with HEAD~1), tested.
+Every scored trajectory is also written to `preds.jsonl` beside the groups file, in SWE-bench's
+prediction format.
 
 The offline default is a handful of tiny repositories with injected bugs (environments/data/swe_smith/),
 turned into a local mirror of the published shape at startup. `--env.agent oracle` replaces the model
@@ -128,7 +131,9 @@ class SweSmithInstance(BaseModel):
     FAIL_TO_PASS: list[str]
     PASS_TO_PASS: list[str] = Field(default_factory=list)
     problem_statement: str = ""
-    base_commit: str | None = Field(None, description="The bug commit, tip of the branch named instance_id")
+    base_commit: str | None = Field(
+        None, description="The head of the branch named instance_id (used when the mirror has no such branch)"
+    )
     image_name: str | None = Field(None, description="The instance's Docker image (its repository's environment)")
     repo_url: str | None = Field(None, description="git URL or local path overriding the mirror")
 
