@@ -23,6 +23,7 @@ from environments.swe_smith.env import (
     SweSmithOracleEnvConfig,
     build_test_command,
     load_instances,
+    load_offline_instances,
     profile_for,
     read_rows,
 )
@@ -329,3 +330,38 @@ def test_the_prompt_names_the_failing_test_files_by_default(tmp_path, published,
     }[mode]
     assert prompt.endswith(expected)
     assert len(prompt) < 600 if mode != "ids" else len(prompt) > 15_000
+
+
+REAL_BRANCH = json.loads((Path(__file__).parent / "data" / "real_branch_shape.json").read_text())
+
+
+def _branch_shape(bare: Path, head: str) -> dict:
+    log = [line.split("|") for line in git("log", "--format=%s|%P", head, cwd=bare).splitlines()]
+    return {
+        "commits": [(subject, len(parents.split())) for subject, parents in log],
+        "main_is_initial_commit": git("rev-parse", f"{head}~2", cwd=bare) == git("rev-parse", "main", cwd=bare),
+        "removal_statuses": {
+            line.split("\t")[0] for line in git("diff", "--name-status", f"{head}^", head, cwd=bare).splitlines()
+        },
+        "bug_statuses": {
+            line.split("\t")[0] for line in git("diff", "--name-status", f"{head}~2", f"{head}^", cwd=bare).splitlines()
+        },
+    }
+
+
+def test_fixture_and_offline_mirrors_have_the_real_branch_shape(tmp_path, published):
+    """Both mirror builders (the tests' and the env's offline one) against a real SWE-smith task branch's
+    history, recorded in tests/swe_smith/data/real_branch_shape.json."""
+    real = {
+        "commits": [(c["subject"], c["parents"]) for c in REAL_BRANCH["commits"]],
+        "main_is_initial_commit": True,
+        "removal_statuses": {line.split("\t")[0] for line in REAL_BRANCH["remove_f2p_tests"]},
+        "bug_statuses": {line.split("\t")[0] for line in REAL_BRANCH["bug_patch"]},
+    }
+    assert real["commits"] == [("Remove F2P Tests", 1), ("Bug Patch", 1), ("Initial commit", 0)]
+    assert REAL_BRANCH["task_branches_with_this_history"] == REAL_BRANCH["task_branches"] == 301
+    row = published["rows"][0]
+    assert _branch_shape(published["mirrors"] / f"{row['repo']}.git", row["base_commit"]) == real
+    mirror_base, offline = load_offline_instances(cache_dir=tmp_path)
+    for inst in offline:
+        assert _branch_shape(Path(inst.source(str(mirror_base))), inst.base_commit) == real, inst.instance_id
