@@ -29,6 +29,7 @@ class LocalBackendConfig(BaseModel):
         default_factory=list, description="Host paths slots see read-only at the same place (e.g. prepared envs)"
     )
     limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
+    workspace_mount: str = Field("/workspace", description="Where a slot's workspace appears inside the sandbox")
 
 
 class LocalSandboxProvider:
@@ -56,7 +57,12 @@ class LocalSandboxProvider:
                 slots=self.config.pool.slots_per_sandbox,
                 python=self.config.python,
                 bwrap=self.config.bwrap,
-                extra_args=[*self.config.limits.cli_args(), *(f"--ro-path={p}" for p in self.config.extra_ro_paths)],
+                extra_args=[
+                    *self.config.limits.cli_args(),
+                    *(f"--ro-path={p}" for p in self.config.extra_ro_paths),
+                    "--workspace-mount",
+                    self.config.workspace_mount,
+                ],
             )
             address = SandboxAddress(f"local-{proc.pid}", proc.url, proc.token)
             self._procs[address.name] = proc

@@ -372,12 +372,22 @@ class HermesAgentBaseEnv(BaseEnv):
         rollouts = await asyncio.gather(
             *(self.rollout(item, loop_config=loop_config, for_eval=True) for item in self._eval_items)
         )
+        # Rollouts lost to infrastructure are no one's score: left out of the metrics and of n.
+        scored = [r for r in rollouts if not r.infrastructure_failure]
+        lost = [r for r in rollouts if r.infrastructure_failure]
         metrics = {
-            **self.eval_metrics(rollouts),
-            "eval/infrastructure_failures": sum(r.infrastructure_failure for r in rollouts),
-            "eval/n": len(rollouts),
+            **(self.eval_metrics(scored) if scored else {}),
+            "eval/infrastructure_failures": len(lost),
+            "eval/n": len(scored),
         }
-        print(f"[hermes-rl] evaluation: {metrics}")
+        if lost:
+            print(
+                f"[hermes-rl] evaluation: {len(lost)} of {len(rollouts)} rollouts lost to infrastructure, "
+                f"not scored (first: {lost[0].error})",
+                file=sys.stderr,
+            )
+        if scored:
+            print(f"[hermes-rl] evaluation: {metrics}")
         await self.evaluate_log(
             metrics=metrics,
             samples=[self.eval_sample(r) for r in rollouts],
@@ -385,6 +395,11 @@ class HermesAgentBaseEnv(BaseEnv):
             end_time=time.time(),
             generation_parameters={"temperature": 0.0, "max_tokens": loop_config.max_tokens},
         )
+        if lost and not scored:
+            raise HermesEnvError(
+                f"evaluation lost to infrastructure: {len(lost)} of {len(rollouts)} rollouts failed, none was "
+                f"scored, so there is no accuracy (first: {lost[0].error}); the samples say what failed"
+            )
 
     # ---- the rollout ---------------------------------------------------------------------
 

@@ -346,6 +346,11 @@ class Sandboxing:
         if not network:
             args.append("--unshare-net")
         args += self._fixed
+        # A workspace mounted at a task's own directory (/home/user): its missing parents 0755, not
+        # the 0700 bwrap would make, so the slot's uid can reach it.
+        for ancestor in reversed(Path(self.workspace_mount).parents):
+            if str(ancestor) != "/" and not any(_under(c, str(ancestor)) for c in self._ro_bound):
+                args += ["--perms", "0755", "--dir", str(ancestor)]
         args += ["--bind", str(workspace), self.workspace_mount]
         if self.cache_dir is not None:
             # Read-only: one trajectory's writes (a git hook in a bare repo) must not reach another's.

@@ -19,7 +19,8 @@ TASK_LINE = re.compile(r"^Task: (\S+)$", re.M)
 class OracleAgent:
     """Runs the task's solution/solve.sh with one terminal call, as Harbor's oracle agent does."""
 
-    def __init__(self, tasks: Mapping[str, TerminalTask], workspace: str = "/workspace") -> None:
+    def __init__(self, tasks: Mapping[str, TerminalTask], workspace: str | None = None) -> None:
+        # None: each task's workspace is its own working directory (the local backend mounts it there)
         self.tasks = dict(tasks)
         self.workspace = workspace
 
@@ -31,12 +32,10 @@ class OracleAgent:
         task = self.tasks.get(task_match.group(1)) if task_match else None
         if task is None or not task.has_solution:
             return ModelTurn(content="I have no solution for this task.", finish_reason="stop")
-        command = (
-            solution_script(task, self.workspace)
-            if task.solution_dir
-            else sampled_solution_script(task, self.workspace)
-        )
-        args = {"command": command, "timeout": 120}
+        workspace = self.workspace or task.workdir_root
+        command = solution_script(task, workspace) if task.solution_dir else sampled_solution_script(task, workspace)
+        # Harbor gives the oracle the task's whole agent timeout (task.toml `[agent] timeout_sec`).
+        args = {"command": command, "timeout": task.agent_timeout_s}
         call = {"id": "call_1", "type": "function", "function": {"name": "terminal", "arguments": json.dumps(args)}}
         return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls")
 

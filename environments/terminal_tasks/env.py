@@ -47,6 +47,11 @@ SYSTEM_PROMPT = (
 class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     tool_backend: Literal["local", "sandbox"] = Field("sandbox", description="Terminal tasks run in sandbox slots")
     max_token_length: int = Field(8192, gt=0, description="Longest token sequence a group may hold")
+    tool_max_timeout_s: float = Field(
+        3600.0,
+        gt=0,
+        description="Largest timeout a command may ask for; a task's [agent] timeout_sec ends its trajectory anyway",
+    )
     tasks_dir: str | None = Field(
         None, description="Directory of Harbor and/or Endless Terminals tasks (default: the bundled ones)"
     )
@@ -60,7 +65,9 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     limit: int | None = Field(None, ge=1, description="Use at most this many tasks")
     agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
     workspace_path: str = Field(
-        "/workspace", description="Where the sandbox shows a slot's workspace (sandbox_server --workspace_mount)"
+        "/workspace",
+        description="Nomad/Modal: where the task image's sandbox shows a slot's workspace (sandbox_server "
+        "--workspace-mount); the local backend mounts it at the task's own working directory instead",
     )
     image_registry: str = Field("hermes-rl-tasks", description="Registry prefix of the task images Nomad/Modal run")
     setup_timeout_s: float = Field(300.0, gt=0, description="Building a task's initial state in its slot")
@@ -172,14 +179,22 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         return self.config.sandbox.backend.kind != "local"
 
     def item_loop_config(self, item: TerminalTask, loop: AgentLoopConfig) -> AgentLoopConfig:
-        # Harbor's `[agent] timeout_sec` caps the trajectory; a shorter --env.agent_time_budget_s still wins.
+        # Harbor's `[agent] timeout_sec` caps the trajectory; a shorter --env.agent_time_budget_s still wins,
+        # except for the oracle/no-op check agents, which get the task's own timeout as Harbor gives them.
+        if self.config.agent != "model":
+            return loop.model_copy(update={"time_budget_s": item.agent_timeout_s})
         if item.agent_timeout_s >= loop.time_budget_s:
             return loop
         return loop.model_copy(update={"time_budget_s": item.agent_timeout_s})
 
+    def workspace_for(self, item: TerminalTask) -> str:
+        """Where the task's workspace is: its own working directory (local), else --env.workspace_path."""
+        return self.config.workspace_path if self._sandboxes_per_image() else item.workdir_root
+
     def scripted_agent(self) -> Callable[[], ChatModel] | None:
         if self.config.agent == "oracle":
-            return lambda: OracleAgent(self.by_id, self.config.workspace_path)
+            workspace = self.config.workspace_path if self._sandboxes_per_image() else None
+            return lambda: OracleAgent(self.by_id, workspace)
         return NoOpAgent if self.config.agent == "noop" else None
 
     def make_tool_backend(self) -> TaskSandboxes:
@@ -192,16 +207,16 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             raise RuntimeError(
                 "rollout() outside the env's runtime; use process/serve/evaluate or `async with env.runtime()`"
             )
-        return backend.trajectory(task_id, image=image)
+        return backend.trajectory(task_id, image=image, workspace=self.workspace_for(item))
 
     def format_prompt(self, item: TerminalTask) -> str:
-        ws = self.config.workspace_path
+        ws = self.workspace_for(item)
         instruction = PathMap.for_task(item, ws)(item.instruction).strip()
         workdir = PathMap.for_task(item, ws)(item.workdir)
         return f"{instruction}\n\nTask: {item.id}\nWorking directory: {workdir}"
 
     async def setup_trajectory_workspace(self, item: TerminalTask, ctx: ToolContext) -> None:
-        ws = self.config.workspace_path
+        ws = self.workspace_for(item)
         where = await ctx.executor.exec("pwd", timeout=30, max_output_bytes=1000)
         if where.output.strip() != ws:
             raise RuntimeError(
@@ -226,7 +241,7 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
                 )
 
     async def compute_reward(self, item: TerminalTask, result: AgentResult, ctx: ToolContext) -> float:
-        script, payload, nonce = verify_script(item, self.config.workspace_path)
+        script, payload, nonce = verify_script(item, self.workspace_for(item))
         run = await ctx.executor.exec(
             script, timeout=item.verifier_timeout_s + 30, max_output_bytes=200_000, stdin=payload
         )

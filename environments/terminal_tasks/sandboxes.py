@@ -4,8 +4,9 @@ On Nomad and Modal a task runs in a sandbox started from its own image: Harbor's
 `[environment] docker_image`, or the image built from its `environment/Dockerfile` (or an
 Endless Terminals `container.def`'s base), each with the project's sandbox layer on top
 (sandbox_server + bubblewrap, see the project Dockerfile). One slot pool per image, made
-on first use. The local backend has no images: every task shares its one pool and runs on
-this machine's base environment (tasks it cannot reproduce are skipped at load time).
+on first use. The local backend has no images: tasks run on this machine's base environment
+(those it cannot reproduce are skipped at load time), in one pool per working directory: the
+slot's workspace is mounted where the task expects it (/app, /home/user), as in its image.
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ class TaskSandboxes:
     ) -> None:
         self.config = config
         self.factory = factory
-        self.pools: dict[str | None, SlotPool] = {}
+        self.pools: dict[str, SlotPool] = {}
         self._lock = asyncio.Lock()
 
     @property
@@ -107,8 +108,7 @@ class TaskSandboxes:
         return not isinstance(self.config.backend, LocalBackendConfig)
 
     async def start(self) -> None:
-        if not self.per_image:
-            await self._pool(None)
+        pass  # pools start on first use: one per image (Nomad, Modal) or working directory (local)
 
     async def stop(self) -> None:
         pools, self.pools = list(self.pools.values()), {}
@@ -124,21 +124,30 @@ class TaskSandboxes:
             update["pool_name"] = f"{backend.pool_name}-{suffix}"  # Modal: names and tags per pool
         return backend.model_copy(update=update)
 
-    async def _pool(self, image: str | None) -> SlotPool:
-        key = image if self.per_image else None
+    async def _pool(self, key: str) -> SlotPool:
         async with self._lock:
             pool = self.pools.get(key)
             if pool is None:
-                pool = self.factory(self.config.resolved_backend() if key is None else self._config_for(key))
+                backend = self.config.resolved_backend()
+                if self.per_image:
+                    config = self._config_for(key)
+                else:
+                    config = backend.model_copy(update={"workspace_mount": key})
+                pool = self.factory(config)
                 await pool.start()
                 self.pools[key] = pool
         return pool
 
     @asynccontextmanager
-    async def trajectory(self, task_id: str, image: str | None = None) -> AsyncIterator[SlotExecutor]:
+    async def trajectory(
+        self, task_id: str, image: str | None = None, workspace: str | None = None
+    ) -> AsyncIterator[SlotExecutor]:
+        """A slot for the task's image (Nomad, Modal) or with its workspace at `workspace` (local)."""
         if self.per_image and image is None:
             raise ValueError("a task on Nomad or Modal needs its image")
-        pool = await self._pool(image)
+        local = self.config.resolved_backend()
+        default_mount = getattr(local, "workspace_mount", "/workspace")
+        pool = await self._pool(image if self.per_image and image else (workspace or default_mount))
         async with pool.trajectory(task_id) as executor:
             yield executor
 

@@ -2,19 +2,32 @@
 
 Reward integrity (the agent is assumed hostile, and it shared the workspace with the
 verifier): the tests are never in the workspace while the agent works; at verification a
-pristine copy goes into a directory with a fresh random name, with a fresh log directory
-for the reward file. The agent's processes are gone by then (each command runs in its own
+pristine copy goes into a directory with a fresh random name in the verifying command's own
+/tmp (a fresh tmpfs, never the workspace), with a fresh log directory for the reward file. The agent's processes are gone by then (each command runs in its own
 pid namespace and process group, killed when it returns). The test run gets a fixed
 environment: HOME outside anything the agent prepared, no user site-packages
 (`.pth`/usercustomize), no script directory or cwd on sys.path (a planted `pytest.py` or
 `sitecustomize.py` is not importable), and pytest pinned to the pristine tests' own ini
 file, rootdir and conftest boundary (`-c`, `--rootdir`, `--confcutdir`), so a planted
 conftest.py, pytest.ini, tox.ini, setup.cfg or pyproject addopts is never read.
+
+The tests run the agent's programs as the same uid as test.sh, so those programs could write
+reward.txt = 1 and make it read-only (test.sh's own write then fails), or leave a process
+that keeps writing it. test.sh is therefore run under a guard (`_GUARD`, see
+docs/security.md): before each of its commands that names reward.txt/reward.json, and when it
+exits, every process the tests left outside test.sh's own process tree is killed and any
+reward file test.sh's own reward commands did not write is discarded (the reward directory
+is put back if it was made read-only or swapped for a link). Git in the verifier reads no
+system/global config and runs no fsmonitor, hook, pager or editor the repository configures.
+Nothing of this reaches the programs under test as an import-path change: the pytest that
+test.sh starts with `python3 -m pytest` leaves the working directory off sys.path through a
+shell function, not PYTHONSAFEPATH (which every program the tests run would inherit).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import json
 import secrets
@@ -28,6 +41,157 @@ from environments.terminal_tasks.tasks import PathMap, TerminalTask, replay_comm
 __all__ = ["Verdict", "pack", "setup_script", "verify_script", "parse_verdict", "solution_script"]
 
 _EMPTY_INI = "[pytest]\n"
+
+# `python -m pytest` without the working directory (a planted pytest.py) on sys.path; the flag
+# -P would do it on Python >= 3.11 only, PYTHONSAFEPATH would reach every program the tests run.
+_PYTEST_BOOT = (
+    "import runpy, sys; del sys.path[0]; sys.argv[0] = 'pytest'; "
+    "runpy.run_module('pytest', run_name='__main__', alter_sys=True)"
+)
+
+# Git as the tests run it: no system/global config, and none of the commands a repository's own
+# config can make git run (core.fsmonitor, hooks, pager, editor, credential helpers, ext::).
+GIT_PINNED = {
+    "core.fsmonitor": "false",
+    "core.hooksPath": "/dev/null",
+    "core.pager": "cat",
+    "core.editor": "true",
+    "core.askPass": "",
+    "credential.helper": "",
+    "protocol.ext.allow": "never",
+}
+GIT_ENV = {
+    "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_CONFIG_COUNT": str(len(GIT_PINNED)),
+    **{f"GIT_CONFIG_KEY_{i}": k for i, k in enumerate(GIT_PINNED)},
+    **{f"GIT_CONFIG_VALUE_{i}": v for i, v in enumerate(GIT_PINNED.values())},
+}
+
+# Runs test.sh ($0) in this shell with a DEBUG trap (see the module docstring). Each guard
+# function starts with `local -; set +eux`: test.sh's own set -e/-u/-x must not apply inside it.
+# Exit status 97: processes the tests left could not all be stopped (a fork race), or the tests'
+# own files were changed while they ran; no reward.
+_GUARD = r"""
+__hermes_dir=@REWARD_DIR@
+__hermes_manifest=@MANIFEST@
+__hermes_chain=(@CHAIN@)
+__hermes_pytest=@PYTEST_BOOT@
+declare -A __hermes_trusted=()
+__hermes_wrote= __hermes_trapped=
+__hermes_named=  # test.sh has a command naming a reward file (else its grader writes it unseen)
+__hermes_stat() { stat -c '%i:%s:%z' -- "$1" 2>/dev/null; }
+__hermes_record() {
+  local f
+  for f in reward.txt reward.json; do __hermes_trusted[$f]=$(__hermes_stat "$__hermes_dir/$f"); done
+}
+__hermes_strays() {
+  # Processes of this uid outside test.sh's process tree (by uid, not /proc ownership, which a
+  # non-dumpable process hands to root): whatever the tested code left running.
+  local -; set +eux
+  local -A up=() mine=()
+  local p k v st pp uid x
+  for p in /proc/[0-9]*; do
+    st= pp= uid=
+    while read -r k v _; do
+      case $k in State:) st=$v ;; PPid:) pp=$v ;; Uid:) uid=$v; break ;; esac
+    done < "$p/status" 2>/dev/null
+    [ "$uid" = "$UID" ] && [ "$st" != Z ] && up[${p#/proc/}]=$pp
+  done
+  x=$BASHPID
+  while [ -n "$x" ]; do mine[$x]=1; x=${up[$x]}; done
+  for p in "${!up[@]}"; do
+    [ -n "${mine[$p]}" ] && continue
+    x=$p
+    while [ -n "$x" ] && [ "$x" != "$$" ]; do x=${up[$x]}; done
+    [ -z "$x" ] && echo "$p"
+  done
+  return 0
+}
+__hermes_stop_strays() {
+  local -; set +eux
+  local i s
+  # Only as a slot's uid inside the sandbox's own pid namespace (whose init is bubblewrap): run
+  # anywhere else (as root on a host) this would kill processes that are not the tests'.
+  [ "$UID" != 0 ] && [ "$(cat /proc/1/comm 2>/dev/null)" = bwrap ] || return 0
+  for i in {1..50}; do
+    s=$(__hermes_strays)
+    [ -z "$s" ] && return 0
+    kill -KILL $s 2>/dev/null
+  done
+  return 1
+}
+__hermes_clean() {
+  # Keep only reward files test.sh's own reward commands left; put the directories back.
+  local -; set +eux
+  local d f
+  chmod u+rwx -- "${__hermes_chain[0]}" 2>/dev/null
+  for d in "${__hermes_chain[@]:1}"; do
+    if [ -L "$d" ] || { [ -e "$d" ] && [ ! -d "$d" ]; }; then rm -f -- "$d"; fi
+    mkdir -p -- "$d" 2>/dev/null; chmod u+rwx -- "$d" 2>/dev/null
+  done
+  for f in reward.txt reward.json; do
+    d=$__hermes_dir/$f
+    { [ -e "$d" ] || [ -L "$d" ]; } || continue
+    if [ -L "$d" ] || [ ! -f "$d" ] || [ "$(__hermes_stat "$d")" != "${__hermes_trusted[$f]}" ]; then
+      rm -rf -- "$d"
+    fi
+  done
+  return 0
+}
+__hermes_void() { rm -rf -- "$__hermes_dir/reward.txt" "$__hermes_dir/reward.json"; exit 97; }
+__hermes_final() {
+  local -; set +eux
+  [ "$BASHPID" = "$$" ] || return 0
+  [ -n "$__hermes_wrote" ] && __hermes_record
+  __hermes_wrote=
+  __hermes_stop_strays || __hermes_void
+  # The tests' own files, as packed: code the tests ran may have edited a grader run after it.
+  [ -z "$__hermes_manifest" ] || sha256sum --quiet --status -c <<<"$__hermes_manifest" || __hermes_void
+  [ -n "$__hermes_named" ] && __hermes_clean
+  return 0
+}
+__hermes_keep_exit_trap() {
+  # test.sh may set its own EXIT trap: ours then runs after it.
+  local -; set +eux
+  local cur
+  cur=$(trap -p EXIT)
+  case $cur in *__hermes_final) return 0 ;; esac
+  if [ -z "$cur" ]; then trap __hermes_final EXIT; else eval "set -- $cur"; trap -- "$3"$'
+'__hermes_final EXIT; fi
+}
+__hermes_guard() {
+  local -; set +eux
+  [ "$BASHPID" = "$$" ] || return 0
+  case ${FUNCNAME[1]-} in __hermes_*|python|python3) return 0 ;; esac  # inside our own wrappers
+  if [ -n "$__hermes_wrote" ]; then __hermes_record; __hermes_wrote=; fi
+  # Only a `trap` command changes the EXIT trap: look at it again after one (no fork per command).
+  if [ -n "$__hermes_trapped" ]; then __hermes_keep_exit_trap; __hermes_trapped=; fi
+  case $BASH_COMMAND in trap\ *|builtin\ trap\ *) __hermes_trapped=1 ;; esac
+  case $BASH_COMMAND in *reward.txt*|*reward.json*) ;; *) return 0 ;; esac
+  __hermes_stop_strays || __hermes_void
+  [ -z "$__hermes_manifest" ] || sha256sum --quiet --status -c <<<"$__hermes_manifest" || __hermes_void
+  __hermes_clean
+  __hermes_wrote=1 __hermes_named=1
+}
+__hermes_python() {
+  local exe=$1; shift
+  if [ "$1" = -m ] && [ "$2" = pytest ]; then shift 2; command "$exe" -c "$__hermes_pytest" "$@"
+  else command "$exe" "$@"; fi
+}
+python3() { __hermes_python python3 "$@"; }
+python() { __hermes_python python "$@"; }
+set -T
+trap __hermes_final EXIT
+trap __hermes_guard DEBUG
+. "$0"
+__hermes_rc=$?
+trap - DEBUG
+__hermes_keep_exit_trap
+exit $__hermes_rc
+"""
+GUARD_FAILED = 97
 
 
 def pack(files: dict[str, tuple[bytes, int]]) -> str:
@@ -56,6 +220,11 @@ def _mapped_files(root: Path, prefix: str, paths: PathMap, *, only: Path | None 
     return out
 
 
+def _manifest(files: dict[str, tuple[bytes, int]], root: str) -> str:
+    """`sha256sum -c` lines for the packed files as they will be under `root`."""
+    return "\n".join(f"{hashlib.sha256(data).hexdigest()}  {root}/{name}" for name, (data, _) in sorted(files.items()))
+
+
 def _inside(root: Path, rel: str) -> Path:
     target = (root / rel).resolve()
     if target != root.resolve() and not target.is_relative_to(root.resolve()):
@@ -66,7 +235,7 @@ def _inside(root: Path, rel: str) -> Path:
 def setup_script(task: TerminalTask, workspace: str, *, image_has_packages: bool) -> tuple[str, str]:
     """(script, stdin) that builds the task's initial state in the workspace."""
     paths = PathMap.for_task(task, workspace)
-    stage = f"{workspace}/.hermes-env-{secrets.token_hex(6)}"
+    stage = f"/tmp/hermes-env-{secrets.token_hex(6)}"  # the command's private /tmp: never in the workspace
     files: dict[str, tuple[bytes, int]] = {}
     lines = [
         "set -e",
@@ -109,7 +278,7 @@ def solution_script(task: TerminalTask, workspace: str) -> str:
     """One shell command that runs the task's oracle solution from its working directory, then removes it."""
     if task.solution_dir is None:
         raise ValueError(f"{task.id} has no solution/solve.sh")
-    sol = f"{workspace}/.hermes-solution-{secrets.token_hex(6)}"
+    sol = f"/tmp/hermes-solution-{secrets.token_hex(6)}"
     paths = PathMap.for_task(task, workspace, solution_dir=sol)
     payload = pack(_mapped_files(task.solution_dir, "solution", paths))
     env = " ".join(f"{k}={shlex.quote(v)}" for k, v in task.solution_env.items())
@@ -125,7 +294,9 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
     `initial`: Endless Terminals' test_initial_state.py instead, to check the built initial state.
     """
     nonce = secrets.token_hex(8)
-    vdir = f"{workspace}/.hermes-verify-{secrets.token_hex(8)}"
+    # In the command's private /tmp (a fresh tmpfs): nothing the agent left is there, and tests that
+    # list or hash the working directory do not see the verifier's files.
+    vdir = f"/tmp/hermes-verify-{secrets.token_hex(8)}"
     paths = PathMap.for_task(task, workspace, verify_dir=vdir)
     if task.format == "harbor":
         assert task.tests_dir is not None
@@ -133,13 +304,21 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
         if task.test_script is not None:  # --env.bootstrap_tests_with_sandbox_pytest: the sandbox's own pytest
             files["tests/test.sh"] = (paths(task.test_script).encode(), 0o755)
         ini = f"{vdir}/tests/pytest.ini" if (task.tests_dir / "pytest.ini").is_file() else f"{vdir}/pytest.ini"
-        run = f"bash {vdir}/tests/test.sh"
+        guard = (
+            _GUARD.replace("@REWARD_DIR@", shlex.quote(f"{vdir}/logs/verifier"))
+            .replace(
+                "@CHAIN@", " ".join(shlex.quote(d) for d in ("/tmp", vdir, f"{vdir}/logs", f"{vdir}/logs/verifier"))
+            )
+            .replace("@PYTEST_BOOT@", shlex.quote(_PYTEST_BOOT))
+            .replace("@MANIFEST@", shlex.quote(_manifest(files, vdir)))
+        )
+        run = f"bash -c {shlex.quote(guard)} {vdir}/tests/test.sh"
     else:
         test = task.initial_test if initial else task.final_test
         assert test is not None
         files = _mapped_files(test.parent, "tests", paths, only=test)
         ini = f"{vdir}/pytest.ini"
-        run = f"python3 -m pytest -q {vdir}/tests/{test.name}"
+        run = f"python3 -c {shlex.quote(_PYTEST_BOOT)} -q {vdir}/tests/{test.name}"
     files["pytest.ini"] = (_EMPTY_INI.encode(), 0o644)
     addopts = f"-p no:cacheprovider --rootdir={vdir}/tests -c {ini} --confcutdir={vdir}/tests"
     # Endless Terminals images carry Ubuntu's bare python3-pytest, so its tests need no plugin, and
@@ -151,9 +330,9 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
         "LANG": "C.UTF-8",
         "TMPDIR": "/tmp",
         "PYTHONNOUSERSITE": "1",
-        "PYTHONSAFEPATH": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTEST_ADDOPTS": addopts,
+        **GIT_ENV,
         **plugins,
         **{k: paths(v) for k, v in task.verifier_env.items()},  # the task's paths, as in its test files
     }
@@ -170,6 +349,7 @@ rc=$?
 # sandbox's own pid namespace, whose init is bubblewrap: there `kill -1` reaches nothing else).
 [ "$(cat /proc/1/comm 2>/dev/null)" = bwrap ] && kill -KILL -1 2>/dev/null
 echo "{nonce} rc $rc"
+[ $rc = {GUARD_FAILED} ] && echo "{nonce} guard failed"
 for f in reward.txt reward.json; do
   p={q(vdir)}/logs/verifier/$f
   if [ -f "$p" ] && [ ! -L "$p" ]; then echo "{nonce} $f $(head -c 65536 "$p" | base64 -w0)"; fi
@@ -202,6 +382,10 @@ def parse_verdict(task: TerminalTask, output: str, nonce: str) -> Verdict:
     log = base64.b64decode(fields.get("log", "")).decode(errors="replace")
     if rc is None:
         return Verdict(0.0, "the verifier did not run", None, {}, output[-2000:])
+    if "guard" in fields:
+        return Verdict(
+            0.0, "processes the tests left running could not be stopped, or the tests' files were changed", rc, {}, log
+        )
     if task.format == "endless":
         # Endless Terminals: the final-state tests pass or they do not; no partial credit.
         return Verdict(1.0 if rc == 0 else 0.0, f"pytest exit status {rc}", rc, {}, log)

@@ -114,7 +114,7 @@ async def test_the_attacks_beat_a_naive_verifier_but_not_ours(scripted_server, t
                 await env.setup_trajectory_workspace(task, ctx)
                 for command in ATTACKS[name].commands:
                     assert (await ctx.terminal(command)).exit_code == 0, name
-                await ctx.write_file(".pristine_test.py", test_text.replace("/home/user", "/workspace"))
+                await ctx.write_file(".pristine_test.py", test_text)  # the workspace is /home/user itself
                 naive = await ctx.terminal(NAIVE_ENDLESS_VERIFIER.format(test=".pristine_test.py"))
                 assert naive.exit_code == 0, (name, naive.output[-500:])
                 await ctx.terminal("rm -f test_final.py .pristine_test.py")

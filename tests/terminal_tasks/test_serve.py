@@ -57,4 +57,4 @@ def test_serve_with_the_oracle_feeds_run_api(tmp_path):
         assert group["scores"] == [1.0] * len(group["tokens"])
         assert all(len(t) == len(m) for t, m in zip(group["tokens"], group["masks"]))
         user = next(m for m in group["messages"][0] if m["role"] == "user")["content"]
-        assert "Working directory: /workspace" in user
+        assert "Working directory: /app" in user or "Working directory: /home/user" in user
