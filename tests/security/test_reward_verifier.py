@@ -21,9 +21,9 @@ HACK_CONFTEST = (
 )
 
 
-def _origin(tmp_path):
+def _origin(tmp_path, files=TASK):
     origin = tmp_path / "origin"
-    for rel, text in TASK.items():
+    for rel, text in files.items():
         (origin / rel).parent.mkdir(parents=True, exist_ok=True)
         (origin / rel).write_text(text)
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
@@ -33,8 +33,8 @@ def _origin(tmp_path):
     return origin, base.stdout.strip()
 
 
-async def _score(tmp_path, agent_command: str, **kwargs):
-    origin, base = await asyncio.to_thread(_origin, tmp_path)
+async def _score(tmp_path, agent_command: str, *, files=TASK, test: str | None = None, **kwargs):
+    origin, base = await asyncio.to_thread(_origin, tmp_path, files)
 
     async def prepare(executor, dest):
         await executor.exec(f"git clone -q {shlex.quote(str(origin))} {dest}", timeout=60, max_output_bytes=10_000)
@@ -44,7 +44,7 @@ async def _score(tmp_path, agent_command: str, **kwargs):
     ran = await agent.exec(f"cd task && {agent_command}", timeout=60, max_output_bytes=10_000)
     assert ran.exit_code == 0, ran.output
     patch = await capture_diff(agent, "task", base)
-    test = f"{sys.executable} -m pytest -p no:cacheprovider -v tests"
+    test = test or f"{sys.executable} -m pytest -p no:cacheprovider -v tests"
     return await TestVerifier().verify(
         LocalWorkspace(tmp_path / "verify"), prepare=prepare, patch=patch, test_command=test, **kwargs
     )
@@ -84,3 +84,39 @@ async def test_a_diff_that_does_not_apply_scores_zero(tmp_path):
         test_command="true",
     )
     assert broken.score == 0.0 and broken.error == "the agent's diff does not apply to a clean checkout"
+
+
+UNITTEST_TASK = {
+    "solution.py": "def answer():\n    return 41\n",
+    "tests/__init__.py": "",
+    "tests/test_task.py": (
+        "import unittest\n\nfrom solution import answer\n\n\nclass TaskTest(unittest.TestCase):\n"
+        "    def test_answer(self):\n        self.assertEqual(answer(), 42)\n"
+    ),
+}
+UNITTEST_NAME = "tests.test_task.TaskTest.test_answer"
+# Printed by the code under test as the process exits, after unittest reported the real failure.
+FORGED_OK = (
+    "printf '%s\\n' 'import atexit' "
+    "'atexit.register(lambda: print(\"test_answer (tests.test_task.TaskTest.test_answer) ... ok\"))' >> solution.py"
+)
+
+
+async def test_a_unittest_runner_is_not_scored_from_what_the_code_prints(tmp_path):
+    unittest = f"{sys.executable} -m unittest -v tests.test_task"
+    kwargs = {"files": UNITTEST_TASK, "test": unittest, "must_pass": [UNITTEST_NAME]}
+    hack = await _score(tmp_path / "hack", FORGED_OK, **kwargs)
+    assert "... ok" in hack.output_tail or hack.flags  # the forged line was printed, or the source was flagged
+    fixed = await _score(tmp_path / "fix", "sed -i 's/41/42/' solution.py", **kwargs)
+    assert (hack.score, fixed.score) == (0.0, 1.0)
+    assert fixed.statuses == {UNITTEST_NAME: "PASSED"}
+
+
+async def test_an_expected_failure_counts_only_where_the_original_tests_declare_it(tmp_path):
+    files = {
+        **TASK,
+        "tests/test_known.py": "import pytest\n\n\n@pytest.mark.xfail(reason='known')\ndef test_known():\n    assert False\n",
+    }
+    must = ["tests/test_task.py::test_answer", "tests/test_known.py::test_known"]
+    fixed = await _score(tmp_path, "sed -i 's/41/42/' solution.py", files=files, must_pass=must)
+    assert fixed.score == 1.0 and fixed.statuses == dict(zip(must, ["PASSED", "XFAIL"]))
