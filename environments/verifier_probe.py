@@ -1,0 +1,240 @@
+"""Loaded into the test process before the code under test; reports each test's outcome down a pipe.
+
+Not imported by hermes-rl: `environments.verifier` ships this file's text into the verified checkout's
+private temp dir and loads it as a pytest plugin (`-p <name>`) or runs it as the unittest runner
+(`python -m <name> unittest ...`). Standard library (and pytest) only.
+
+Why: the code under test runs in the same process as the runner, so anything the runner writes to a file
+afterwards (JUnit XML, stdout) can be rewritten by it. Here each outcome is written as it happens to a
+pipe the verifier reads (fd 3); nothing written there can be taken back. Records are chained with an
+HMAC whose key is drawn, and sent first, before the code under test is imported, so lines it forges
+into the pipe do not verify. The probe also snapshots the runner's functions and classes at import and
+reports any that were replaced, and reports plugins registered from the files the agent changed and
+expected failures raised from them. A determined in-process attacker can still defeat all of this
+(e.g. by finding the key in memory); the verifier's static screen of the diff is the other half.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import sys
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+PREFIX = "@hermes-verdict "
+_CONFIG = json.loads(Path(__file__).with_suffix(".json").read_text())
+_FD: int = _CONFIG["fd"]
+_CHANGED: frozenset[str] = frozenset(_CONFIG["changed"])
+_ROOT = os.getcwd()
+_WATCHED = ("_pytest", "pytest", "pluggy", "unittest")
+_write = os.write  # bound now: later replacements of os.write do not reach the probe
+
+
+def _snapshot() -> dict[tuple[str, ...], Any]:
+    """(module,), (module, name), (module, class, attr) -> the object (and code) found at import."""
+    snap: dict[tuple[str, ...], Any] = {}
+    for name, module in list(sys.modules.items()):
+        if name.split(".")[0] not in _WATCHED or name.startswith("unittest.mock") or module is None:
+            continue
+        snap[(name,)] = module
+        for key, value in list(vars(module).items()):
+            if isinstance(value, type) and value.__module__ == name:
+                snap[(name, key)] = value
+                for attr, member in list(vars(value).items()):
+                    if callable(member) or isinstance(member, (property, classmethod, staticmethod)):
+                        snap[(name, key, attr)] = (member, getattr(member, "__code__", None))
+            elif callable(value) and not key.startswith("_reprcompare") and not key.startswith("_assertion_pass"):
+                snap[(name, key)] = (value, getattr(value, "__code__", None))
+    return snap
+
+
+def _replaced(snap: dict[tuple[str, ...], Any]) -> list[str]:
+    """What was replaced by something foreign: from a file the agent changed, or without code to trace.
+
+    pytest and installed plugins patch pytest too (legacypath, fixtures), with functions of their own
+    files: those are accepted.
+    """
+    out = []
+    for key, was in snap.items():
+        module = sys.modules.get(key[0])
+        if len(key) == 1:
+            now: Any = module
+        elif len(key) == 2:
+            value = vars(module).get(key[1]) if module is not None else None
+            now = value if isinstance(was, type) else (value, getattr(value, "__code__", None))
+        else:
+            member = vars(snap[key[:2]]).get(key[2])
+            now = (member, getattr(member, "__code__", None))
+        if now is was or now == was:
+            continue
+        new = now[0] if isinstance(now, tuple) else now
+        origin = _origin(new)
+        if origin is None or _changed_file(origin):
+            out.append(".".join(key))
+    return out
+
+
+def _origin(obj: Any) -> str | None:
+    """The source file of a function, method, property, partial, class or module."""
+    for _ in range(10):
+        if isinstance(obj, (property,)):
+            obj = obj.fget
+        elif isinstance(obj, (classmethod, staticmethod)) or hasattr(obj, "__func__"):
+            obj = obj.__func__
+        elif hasattr(obj, "func") and callable(obj.func):  # functools.partial
+            obj = obj.func
+        else:
+            break
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        return str(code.co_filename)
+    if isinstance(obj, type):
+        return getattr(sys.modules.get(obj.__module__), "__file__", None)
+    return getattr(obj, "__file__", None)
+
+
+class _Channel:
+    """HMAC-chained JSON records to the verifier's pipe."""
+
+    def __init__(self, runner: str) -> None:
+        self._key = os.urandom(32)
+        self._mac = b""
+        self._snap = _snapshot()
+        self._send({"k": "start", "runner": runner, "key": self._key.hex()}, keyed=False)
+
+    def _send(self, record: dict[str, Any], *, keyed: bool = True) -> None:
+        payload = json.dumps(record, sort_keys=True)
+        if keyed:
+            self._mac = hmac.new(self._key, self._mac + payload.encode(), hashlib.sha256).digest()
+        else:
+            self._mac = hashlib.sha256(payload.encode()).digest()
+        _write(_FD, f"{PREFIX}{payload}\t{self._mac.hex()}\n".encode())
+
+    def check(self) -> None:
+        replaced = _replaced(self._snap)
+        if replaced:
+            self._send({"k": "tamper", "what": f"test runner internals replaced: {', '.join(replaced[:5])}"})
+            self._snap = _snapshot()  # report each replacement once
+
+    def report(self, node: str, when: str, outcome: str, *, xfail: bool = False, declared: bool = True) -> None:
+        self.check()
+        self._send(
+            {"k": "report", "node": node, "when": when, "outcome": outcome, "xfail": xfail, "declared": declared}
+        )
+
+    def tamper(self, what: str) -> None:
+        self._send({"k": "tamper", "what": what})
+
+    def end(self) -> None:
+        self.check()
+        self._send({"k": "end"})
+
+
+def _changed_file(path: str | None) -> str | None:
+    """`path` relative to the checkout if it is one of the files the agent changed."""
+    if not path:
+        return None
+    rel = os.path.relpath(os.path.abspath(path), _ROOT)
+    return rel if rel in _CHANGED else None
+
+
+def _module_file(obj: object) -> str | None:
+    module = obj if type(obj).__name__ == "module" else sys.modules.get(getattr(type(obj), "__module__", ""))
+    return getattr(module, "__file__", None)
+
+
+# -- as a pytest plugin ----------------------------------------------------------------------------------
+
+if __name__ != "__main__":
+    import pytest
+
+    _channel = _Channel("pytest")
+    _declared_xfail: dict[str, bool] = {}
+
+    def pytest_plugin_registered(plugin: object, manager: object) -> None:
+        changed = _changed_file(_module_file(plugin))
+        if changed:
+            _channel.tamper(f"{changed}: registered itself as a pytest plugin")
+
+    def pytest_collection_finish(session: pytest.Session) -> None:
+        _channel.check()
+        for item in session.items:  # markers as the tests and their conftest files set them
+            _declared_xfail[item.nodeid] = item.get_closest_marker("xfail") is not None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        excinfo = call.excinfo
+        if excinfo is not None and excinfo.errisinstance(pytest.xfail.Exception):
+            # The frame that called pytest.xfail(): a test may, the code under test may not.
+            tb: TracebackType | None = excinfo.tb
+            raiser = None
+            while tb is not None:
+                if "_pytest" not in Path(tb.tb_frame.f_code.co_filename).parts:
+                    raiser = tb.tb_frame.f_code.co_filename
+                tb = tb.tb_next
+            changed = _changed_file(raiser)
+            if changed:
+                _channel.tamper(f"{changed}: called pytest.xfail() from the code under test")
+                _declared_xfail[item.nodeid] = False
+            elif not _declared_xfail.get(item.nodeid):
+                _declared_xfail[item.nodeid] = True
+        return report
+
+    def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+        xfail = hasattr(report, "wasxfail")
+        declared = _declared_xfail.get(report.nodeid, False) if xfail else True
+        _channel.report(report.nodeid, report.when, report.outcome, xfail=xfail, declared=declared)
+
+    def pytest_unconfigure(config: pytest.Config) -> None:
+        _channel.end()
+
+
+# -- as the unittest runner: python -m <this module> unittest <unittest's arguments> ---------------------
+
+
+def _unittest_main() -> None:
+    import unittest
+
+    channel = _Channel("unittest")
+
+    class Result(unittest.TextTestResult):
+        def addSuccess(self, test: unittest.TestCase) -> None:
+            super().addSuccess(test)
+            channel.report(test.id(), "call", "passed")
+
+        def addFailure(self, test: unittest.TestCase, err: Any) -> None:
+            super().addFailure(test, err)
+            channel.report(test.id(), "call", "failed")
+
+        def addError(self, test: unittest.TestCase, err: Any) -> None:
+            super().addError(test, err)
+            channel.report(test.id(), "call", "failed")
+
+        def addSkip(self, test: unittest.TestCase, reason: str) -> None:
+            super().addSkip(test, reason)
+            channel.report(test.id(), "call", "skipped")
+
+        def addExpectedFailure(self, test: unittest.TestCase, err: Any) -> None:
+            super().addExpectedFailure(test, err)
+            channel.report(test.id(), "call", "skipped", xfail=True)  # @expectedFailure: declared by the test
+
+        def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:
+            super().addUnexpectedSuccess(test)
+            channel.report(test.id(), "call", "passed", xfail=True)
+
+    class Runner(unittest.TextTestRunner):
+        resultclass = Result  # type: ignore[assignment]
+
+    try:
+        unittest.main(module=None, argv=["python -m unittest", *sys.argv[2:]], testRunner=Runner)
+    finally:
+        channel.end()
+
+
+if __name__ == "__main__":
+    _unittest_main()
