@@ -135,7 +135,7 @@ def split_diff(patch: str) -> tuple[str, list[ChangedFile]]:
 _TAMPERING: list[tuple[str, re.Pattern[str]]] = [
     ("pytest internals", re.compile(r"\b_pytest\b|\bimport\s+pytest\b|\bfrom\s+pytest\b|\bpytest\s*\.")),
     ("pytest hook machinery", re.compile(r"\bpluggy\b|\bhookimpl\b|\bpytest_\w+|\bpytest11\b")),
-    ("sys.modules surgery", re.compile(r"\bsys\s*\.\s*modules\b|\bfrom\s+sys\s+import\b.*\bmodules\b")),
+    ("sys.modules surgery", re.compile(r"\bsys\s*\.\s*modules\b|\bfrom\s+sys\s+import\b.*\bmodules\b|\bModuleType\b")),
     ("atexit hook", re.compile(r"\batexit\b")),
     ("process exit", re.compile(r"\bos\s*\.\s*_exit\b")),
     ("test report path", re.compile(r"junit|xunit|/proc/self|/dev/fd\b|\bos\s*\.\s*dup2\b", re.IGNORECASE)),
@@ -149,7 +149,7 @@ _TAMPERING: list[tuple[str, re.Pattern[str]]] = [
     ),
     (
         "dynamic code",
-        re.compile(r"(?<![.\w])(exec|eval|compile)\s*\(|__import__|\bimportlib\b|\bmarshal\b|\bbase64\b"),
+        re.compile(r"(?<![.\w])(exec|eval|compile)\s*\(|__import__|\bimportlib\b|\brunpy\b|\bmarshal\b|\bbase64\b"),
     ),
 ]
 _PYTHON_SOURCE = (".py", ".pyw", ".pyx", ".pxd", ".pyi")

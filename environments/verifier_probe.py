@@ -34,47 +34,48 @@ _WATCHED = ("_pytest", "pytest", "pluggy", "unittest")
 _write = os.write  # bound now: later replacements of os.write do not reach the probe
 
 
-def _snapshot() -> dict[tuple[str, ...], Any]:
-    """(module,), (module, name), (module, class, attr) -> the object (and code) found at import."""
-    snap: dict[tuple[str, ...], Any] = {}
+# (label, live namespace, key, object found there, its code object)
+_Entry = tuple[str, Any, str, Any, Any]
+
+
+def _snapshot() -> list[_Entry]:
+    """The runner's modules, their functions and classes, and the classes' members, as found at import."""
+    entries: list[_Entry] = []
     for name, module in list(sys.modules.items()):
         if name.split(".")[0] not in _WATCHED or name.startswith("unittest.mock") or module is None:
             continue
-        snap[(name,)] = module
-        for key, value in list(vars(module).items()):
+        entries.append((name, sys.modules, name, module, None))
+        namespace = vars(module)
+        for key, value in list(namespace.items()):
             if isinstance(value, type) and value.__module__ == name:
-                snap[(name, key)] = value
-                for attr, member in list(vars(value).items()):
+                entries.append((f"{name}.{key}", namespace, key, value, None))
+                members = vars(value)  # a live view: later replacements show
+                for attr, member in list(members.items()):
                     if callable(member) or isinstance(member, (property, classmethod, staticmethod)):
-                        snap[(name, key, attr)] = (member, getattr(member, "__code__", None))
-            elif callable(value) and not key.startswith("_reprcompare") and not key.startswith("_assertion_pass"):
-                snap[(name, key)] = (value, getattr(value, "__code__", None))
-    return snap
+                        entries.append(
+                            (f"{name}.{key}.{attr}", members, attr, member, getattr(member, "__code__", None))
+                        )
+            elif callable(value):
+                entries.append((f"{name}.{key}", namespace, key, value, getattr(value, "__code__", None)))
+    return entries
 
 
-def _replaced(snap: dict[tuple[str, ...], Any]) -> list[str]:
+def _replaced(entries: list[_Entry]) -> list[str]:
     """What was replaced by something foreign: from a file the agent changed, or without code to trace.
 
     pytest and installed plugins patch pytest too (legacypath, fixtures), with functions of their own
-    files: those are accepted.
+    files: those are accepted. Each replacement is judged once (the entry then holds the new object).
     """
     out = []
-    for key, was in snap.items():
-        module = sys.modules.get(key[0])
-        if len(key) == 1:
-            now: Any = module
-        elif len(key) == 2:
-            value = vars(module).get(key[1]) if module is not None else None
-            now = value if isinstance(was, type) else (value, getattr(value, "__code__", None))
-        else:
-            member = vars(snap[key[:2]]).get(key[2])
-            now = (member, getattr(member, "__code__", None))
-        if now is was or now == was:
+    for i, (label, namespace, key, was, code) in enumerate(entries):
+        now = namespace.get(key)
+        now_code = getattr(now, "__code__", None)
+        if now is was and now_code is code:
             continue
-        new = now[0] if isinstance(now, tuple) else now
-        origin = _origin(new)
+        entries[i] = (label, namespace, key, now, now_code)
+        origin = _origin(now)
         if origin is None or _changed_file(origin):
-            out.append(".".join(key))
+            out.append(label)
     return out
 
 
@@ -118,10 +119,10 @@ class _Channel:
         replaced = _replaced(self._snap)
         if replaced:
             self._send({"k": "tamper", "what": f"test runner internals replaced: {', '.join(replaced[:5])}"})
-            self._snap = _snapshot()  # report each replacement once
 
     def report(self, node: str, when: str, outcome: str, *, xfail: bool = False, declared: bool = True) -> None:
-        self.check()
+        if when == "call":
+            self.check()
         self._send(
             {"k": "report", "node": node, "when": when, "outcome": outcome, "xfail": xfail, "declared": declared}
         )
