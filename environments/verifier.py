@@ -264,7 +264,7 @@ PrepareCheckout = Callable[[ToolExecutor, str], Awaitable[None]]
 _PROBE_SOURCE = Path(__file__).with_name("verifier_probe.py")
 _PROBE_PREFIX = "@hermes-verdict "
 _PROBE_FD = 3
-_UNITTEST = re.compile(r"(\s-m\s+)unittest\b")
+_UNITTEST = re.compile(r"(\s-m\s+)unittest(?![\w.])")
 
 
 def read_probe(output: str) -> tuple[dict[str, str], list[str], bool]:

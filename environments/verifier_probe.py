@@ -42,7 +42,8 @@ def _snapshot() -> list[_Entry]:
     """The runner's modules, their functions and classes, and the classes' members, as found at import."""
     entries: list[_Entry] = []
     for name, module in list(sys.modules.items()):
-        if name.split(".")[0] not in _WATCHED or name.startswith("unittest.mock") or module is None:
+        watched = name.split(".")[0] in _WATCHED or name == __name__  # the probe watches itself too
+        if not watched or name.startswith("unittest.mock") or module is None:
             continue
         entries.append((name, sys.modules, name, module, None))
         namespace = vars(module)
@@ -153,7 +154,6 @@ def _module_file(obj: object) -> str | None:
 if __name__ != "__main__":
     import pytest
 
-    _channel = _Channel("pytest")
     _declared_xfail: dict[str, bool] = {}
 
     def pytest_plugin_registered(plugin: object, manager: object) -> None:
@@ -193,6 +193,8 @@ if __name__ != "__main__":
 
     def pytest_unconfigure(config: pytest.Config) -> None:
         _channel.end()
+
+    _channel = _Channel("pytest")  # last: its snapshot includes the hooks above
 
 
 # -- as the unittest runner: python -m <this module> unittest <unittest's arguments> ---------------------
