@@ -160,3 +160,11 @@ async def test_the_probe_sees_runner_tampering_during_the_run(tmp_path, case):
     verdict = await _score(tmp_path, hack, must_pass=["tests/test_task.py::test_answer"])
     assert verdict.score == 0.0
     assert any(flag in f for f in verdict.flags), verdict.flags
+
+
+async def test_named_tests_under_another_runner_are_not_scored_from_its_output(tmp_path):
+    # What a `go test -v` run prints; under go the code under test prints into the same stream.
+    printed = "printf -- '--- PASS: TestAnswer (0.00s)\\n'"
+    verdict = await _score(tmp_path, "sed -i 's/41/42/' solution.py", test=printed, must_pass=["TestAnswer"])
+    assert verdict.score == 0.0 and verdict.statuses == {"TestAnswer": "PASSED"}
+    assert verdict.error is not None and "only under pytest or unittest" in verdict.error
