@@ -136,6 +136,7 @@ _TAMPERING: list[tuple[str, re.Pattern[str]]] = [
     ("pytest internals", re.compile(r"\b_pytest\b|\bimport\s+pytest\b|\bfrom\s+pytest\b|\bpytest\s*\.")),
     ("pytest hook machinery", re.compile(r"\bpluggy\b|\bhookimpl\b|\bpytest_\w+|\bpytest11\b")),
     ("sys.modules surgery", re.compile(r"\bsys\s*\.\s*modules\b|\bfrom\s+sys\s+import\b.*\bmodules\b|\bModuleType\b")),
+    ("import system surgery", re.compile(r"\bsys\s*\.\s*(path|meta_path|path_hooks)\b|\bzipimport\b")),
     ("atexit hook", re.compile(r"\batexit\b")),
     ("process exit", re.compile(r"\bos\s*\.\s*_exit\b")),
     ("test report path", re.compile(r"junit|xunit|/proc/self|/dev/fd\b|\bos\s*\.\s*dup2\b", re.IGNORECASE)),

@@ -21,6 +21,8 @@ import hmac
 import json
 import os
 import sys
+import sysconfig
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -30,6 +32,10 @@ _CONFIG = json.loads(Path(__file__).with_suffix(".json").read_text())
 _FD: int = _CONFIG["fd"]
 _CHANGED: frozenset[str] = frozenset(_CONFIG["changed"])
 _ROOT = os.getcwd()
+_STARTED = time.time()
+_SYSTEM_DIRS = tuple(
+    os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")
+)
 _WATCHED = ("_pytest", "pytest", "pluggy", "unittest")
 _write = os.write  # bound now: later replacements of os.write do not reach the probe
 
@@ -74,9 +80,9 @@ def _replaced(entries: list[_Entry]) -> list[str]:
         if now is was and now_code is code:
             continue
         entries[i] = (label, namespace, key, now, now_code)
-        origin = _origin(now)
-        if origin is None or _changed_file(origin):
-            out.append(label)
+        foreign = _foreign(_origin(now))
+        if foreign:
+            out.append(f"{label} (by {foreign})")
     return out
 
 
@@ -136,12 +142,26 @@ class _Channel:
         self._send({"k": "end"})
 
 
-def _changed_file(path: str | None) -> str | None:
-    """`path` relative to the checkout if it is one of the files the agent changed."""
-    if not path:
+def _foreign(path: str | None) -> str | None:
+    """Why code from `path` is not the runner's, the tests' or the original checkout's (None: it is).
+
+    Trusted: the interpreter's stdlib and site-packages (pytest, its plugins) unless the file is an
+    installed copy of a changed file, and checkout files the agent did not change and nothing rewrote
+    since the probe started. Everything else (changed files, files written during the run, exec'd code
+    with no file) is the code under test's.
+    """
+    if not path or not os.path.isfile(path):
+        return f"code without a source file ({path})"
+    real = os.path.realpath(path)
+    for changed in _CHANGED:
+        if real.endswith("/" + changed) or real.endswith("/" + changed.removeprefix("src/")):
+            return changed
+    rel = os.path.relpath(real, _ROOT)
+    if not rel.startswith(".."):
+        return None if os.stat(real).st_mtime < _STARTED else f"{rel} (written during the run)"
+    if real.startswith(_SYSTEM_DIRS):
         return None
-    rel = os.path.relpath(os.path.abspath(path), _ROOT)
-    return rel if rel in _CHANGED else None
+    return f"{real} (outside the checkout and the interpreter)"
 
 
 def _module_file(obj: object) -> str | None:
@@ -157,9 +177,10 @@ if __name__ != "__main__":
     _declared_xfail: dict[str, bool] = {}
 
     def pytest_plugin_registered(plugin: object, manager: object) -> None:
-        changed = _changed_file(_module_file(plugin))
-        if changed:
-            _channel.tamper(f"{changed}: registered itself as a pytest plugin")
+        file = _module_file(plugin) if plugin is not sys.modules[__name__] else None
+        foreign = _foreign(file) if file else None
+        if foreign:
+            _channel.tamper(f"{foreign}: registered itself as a pytest plugin")
 
     def pytest_collection_finish(session: pytest.Session) -> None:
         _channel.check()
@@ -178,9 +199,9 @@ if __name__ != "__main__":
                 if "_pytest" not in Path(tb.tb_frame.f_code.co_filename).parts:
                     raiser = tb.tb_frame.f_code.co_filename
                 tb = tb.tb_next
-            changed = _changed_file(raiser)
-            if changed:
-                _channel.tamper(f"{changed}: called pytest.xfail() from the code under test")
+            foreign = _foreign(raiser)
+            if foreign:
+                _channel.tamper(f"{foreign}: called pytest.xfail() from the code under test")
                 _declared_xfail[item.nodeid] = False
             elif not _declared_xfail.get(item.nodeid):
                 _declared_xfail[item.nodeid] = True

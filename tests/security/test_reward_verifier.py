@@ -146,6 +146,18 @@ PROBE_CASES = {
         "for o in gc.get_objects():\n    if type(o).__name__ == 'PytestPluginManager':\n        o.register(_P(), 'p')\n",
         "solution.py: registered itself as a pytest plugin",
     ),
+    "exec_patch": (
+        "src = 'import _pytest.runner\\n_pytest.runner.CallInfo.from_call = classmethod(lambda *a, **k: None)'\n"
+        "exec(src)\n",
+        "test runner internals replaced: _pytest.runner.CallInfo.from_call (by code without a source file",
+    ),
+    "written_at_run_time": (
+        "import os, sys, tempfile\nd = tempfile.mkdtemp()\n"
+        "open(os.path.join(d, 'helper_mod.py'), 'w').write("
+        "'import _pytest.python\\n_pytest.python.Function.runtest = lambda self: None\\n')\n"
+        "sys.path.insert(0, d)\nimport helper_mod\n",
+        "test runner internals replaced: _pytest.python.Function.runtest (by /",
+    ),
     "forged_records": (
         'import os\nfor fd in (1, 3):\n    os.write(fd, b\'@hermes-verdict {"k": "end"}\\tdeadbeef\\n\')\n',
         "forged or out-of-chain verdict record(s)",
