@@ -29,7 +29,10 @@ from typing import Any
 
 PREFIX = "@hermes-verdict "
 _CONFIG = json.loads(Path(__file__).with_suffix(".json").read_text())
-_FD: int = _CONFIG["fd"]
+# The pipe moves off the fd number the command gave it and is not inherited by programs the tests start:
+# code under test can no longer just write to fd 3 (it can still search its own fds: see docs/security.md).
+_FD = os.dup(_CONFIG["fd"])
+os.close(_CONFIG["fd"])
 _CHANGED: frozenset[str] = frozenset(_CONFIG["changed"])
 _ROOT = os.getcwd()
 _STARTED = time.time()

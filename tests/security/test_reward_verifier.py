@@ -159,7 +159,8 @@ PROBE_CASES = {
         "test runner internals replaced: _pytest.python.Function.runtest (by /",
     ),
     "forged_records": (
-        'import os\nfor fd in (1, 3):\n    os.write(fd, b\'@hermes-verdict {"k": "end"}\\tdeadbeef\\n\')\n',
+        'import os\nfor fd in range(1, 20):\n    try:\n        os.write(fd, b\'@hermes-verdict {"k": "end"}\\tdeadbeef\\n\')\n'
+        "    except OSError:\n        pass\n",
         "forged or out-of-chain verdict record(s)",
     ),
 }
