@@ -266,6 +266,7 @@ _PROBE_SOURCE = Path(__file__).with_name("verifier_probe.py")
 _PROBE_PREFIX = "@hermes-verdict "
 _PROBE_FD = 3
 _UNITTEST = re.compile(r"(\s-m\s+)unittest(?![\w.])")
+_INLINE_PYTHONPATH = re.compile(r"(^|[\s;&|(])PYTHONPATH=")
 
 
 def read_probe(output: str) -> tuple[dict[str, str], list[str], bool]:
@@ -396,10 +397,12 @@ class TestVerifier:
         if not probed:
             script.append(test_command)
         else:
+            # A PYTHONPATH assigned in the command itself (a prepared venv's source root) would hide the probe.
+            command = _INLINE_PYTHONPATH.sub(lambda m: f'{m.group(1)}PYTHONPATH="$run":', test_command)
             if pytest_run:
-                command = f'{test_command} -p {module} --junitxml="$run/{nonce}.xml" -o junit_family=xunit1'
+                command = f'{command} -p {module} --junitxml="$run/{nonce}.xml" -o junit_family=xunit1'
             else:
-                command = _UNITTEST.sub(lambda m: f"{m.group(1)}{module} unittest", test_command)
+                command = _UNITTEST.sub(lambda m: f"{m.group(1)}{module} unittest", command)
             script += [
                 'export PYTHONPATH="$run${PYTHONPATH:+:$PYTHONPATH}"',
                 # fd {_PROBE_FD}: the probe's pipe to us; everything else the run prints goes to a log

@@ -181,3 +181,13 @@ async def test_named_tests_under_another_runner_are_not_scored_from_its_output(t
     verdict = await _score(tmp_path, "sed -i 's/41/42/' solution.py", test=printed, must_pass=["TestAnswer"])
     assert verdict.score == 0.0 and verdict.statuses == {"TestAnswer": "PASSED"}
     assert verdict.error is not None and "only under pytest or unittest" in verdict.error
+
+
+async def test_a_pythonpath_set_in_the_test_command_still_loads_the_probe(tmp_path):
+    # A prepared venv's command names the source root inline (`PYTHONPATH=<root> python -m pytest ...`).
+    test = f"PYTHONPATH=. {sys.executable} -m pytest -p no:cacheprovider -v tests"
+    must = ["tests/test_task.py::test_answer"]
+    fixed = await _score(tmp_path / "fix", "sed -i 's/41/42/' solution.py", test=test, must_pass=must)
+    assert fixed.score == 1.0 and fixed.statuses == {must[0]: "PASSED"}, (fixed.error, fixed.output_tail)
+    unfixed = await _score(tmp_path / "noop", "true", test=test, must_pass=must)
+    assert unfixed.score == 0.0 and unfixed.statuses == {must[0]: "FAILED"}
