@@ -94,6 +94,7 @@ def test_a_rename_into_a_test_path_is_dropped():
     [
         ("import _pytest.python as p\np.Function.runtest = lambda self: None", "pytest internals"),
         ("import pytest\npytest.xfail('no')", "pytest internals"),
+        ("import os, pytest as p\nx = p", "pytest internals"),
         ("sys.modules[name] = fake", "sys.modules surgery"),
         ("sys.path.insert(0, here)", "import system surgery"),
         ("import atexit\natexit.register(scrub)", "atexit hook"),

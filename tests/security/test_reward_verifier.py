@@ -146,6 +146,14 @@ PROBE_CASES = {
         "for o in gc.get_objects():\n    if type(o).__name__ == 'PytestPluginManager':\n        o.register(_P(), 'p')\n",
         "solution.py: registered itself as a pytest plugin",
     ),
+    # The plugin's class claims to be pytest's own; its hook is still the code under test's.
+    "plugin_in_disguise": (
+        "import gc, pytest\n\ndef _f(item, call):\n    r = yield\n    r.get_result().outcome = 'passed'\n\n"
+        "P = type('P', (), {'__module__': '_pytest.python', 'pytest_runtest_makereport': "
+        "staticmethod(pytest.hookimpl(hookwrapper=True)(_f))})\n"
+        "for o in gc.get_objects():\n    if type(o).__name__ == 'PytestPluginManager':\n        o.register(P(), 'p')\n",
+        "solution.py: registered itself as a pytest plugin",
+    ),
     "exec_patch": (
         "src = 'import _pytest.runner\\n_pytest.runner.CallInfo.from_call = classmethod(lambda *a, **k: None)'\n"
         "exec(src)\n",
