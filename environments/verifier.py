@@ -133,7 +133,7 @@ def split_diff(patch: str) -> tuple[str, list[ChangedFile]]:
 
 # What source code has no business doing in a bug fix, and runner tampering needs (added lines only).
 _TAMPERING: list[tuple[str, re.Pattern[str]]] = [
-    ("pytest internals", re.compile(r"\b_pytest\b|\bimport\s+pytest\b|\bfrom\s+pytest\b|\bpytest\s*\.")),
+    ("pytest internals", re.compile(r"\b_pytest\b|^\s*(import|from)\s.*\bpytest\b|\bpytest\s*\.")),
     ("pytest hook machinery", re.compile(r"\bpluggy\b|\bhookimpl\b|\bpytest_\w+|\bpytest11\b")),
     ("sys.modules surgery", re.compile(r"\bsys\s*\.\s*modules\b|\bfrom\s+sys\s+import\b.*\bmodules\b|\bModuleType\b")),
     ("import system surgery", re.compile(r"\bsys\s*\.\s*(path|meta_path|path_hooks)\b|\bzipimport\b")),

@@ -184,8 +184,14 @@ if __name__ != "__main__":
     _declared_xfail: dict[str, bool] = {}
 
     def pytest_plugin_registered(plugin: object, manager: object) -> None:
-        file = _module_file(plugin) if plugin is not sys.modules[__name__] else None
+        if plugin is sys.modules[__name__]:
+            return
+        file = _module_file(plugin)
         foreign = _foreign(file) if file else None
+        # The hooks themselves too: an object whose class claims a trusted module can carry foreign hooks.
+        hooks = (getattr(plugin, name, None) for name in dir(plugin) if name.startswith("pytest_"))
+        origins = (_origin(hook) for hook in hooks if callable(hook))
+        foreign = foreign or next((f for f in map(_foreign, filter(None, origins)) if f), None)
         if foreign:
             _channel.tamper(f"{foreign}: registered itself as a pytest plugin")
 
@@ -214,7 +220,28 @@ if __name__ != "__main__":
                 _declared_xfail[item.nodeid] = True
         return report
 
+    # What each test body itself raised (None: nothing), seen before any report is built from it. A report
+    # forger the code under test installs during the test and undoes before the next check leaves the
+    # runner looking untouched; the call it forged a report for does not.
+    _raised: dict[str, str | None] = {}  # the exception's type name: holding it would keep its frames
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(item: pytest.Item) -> Any:
+        try:
+            result = yield
+        except BaseException as exc:
+            _raised[item.nodeid] = type(exc).__name__
+            raise
+        _raised[item.nodeid] = None
+        return result
+
     def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+        if report.when == "call":
+            ran, exc = report.nodeid in _raised, _raised.pop(report.nodeid, None)
+            if report.outcome == "passed" and not ran:
+                _channel.tamper(f"{report.nodeid} was reported passed for a call that never ran")
+            elif report.outcome == "passed" and exc is not None:
+                _channel.tamper(f"{report.nodeid} was reported passed though its call raised {exc}")
         xfail = hasattr(report, "wasxfail")
         declared = _declared_xfail.get(report.nodeid, False) if xfail else True
         _channel.report(report.nodeid, report.when, report.outcome, xfail=xfail, declared=declared)
