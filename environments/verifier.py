@@ -43,6 +43,7 @@ __all__ = [
     "parse_test_statuses",
     "protected_reason",
     "read_probe",
+    "runs_pytest",
     "screen_diff",
     "split_diff",
 ]
@@ -372,7 +373,7 @@ class TestVerifier:
                 return Verdict(
                     0.0, {}, files, applied.output[-2000:], "the agent's diff does not apply to a clean checkout", flags
                 )
-        pytest_run = re.search(r"\bpytest\b", test_command) is not None
+        pytest_run = runs_pytest(test_command)
         unittest_run = not pytest_run and _UNITTEST.search(test_command) is not None
         probed = bool(must_pass) and (pytest_run or unittest_run)
         nonce = uuid.uuid4().hex
@@ -442,6 +443,12 @@ class TestVerifier:
         return Verdict(
             1.0 if passed else 0.0, decisive, files, log[-3000:], "timed out" if run.timed_out else ending, flags
         )
+
+
+def runs_pytest(command: str) -> bool:
+    """Whether a shell command runs pytest (a word `pytest`, `-m pytest`, `.../bin/pytest`), not a path merely
+    naming it (an interpreter under /tmp/pytest-of-root/...)."""
+    return re.search(r"(?:^|[\s;&|/(\"'`=])pytest(?=[\s;&|)\"'`]|$)", command) is not None
 
 
 def parse_junit_statuses(xml: str) -> dict[str, str]:
