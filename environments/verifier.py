@@ -8,19 +8,25 @@ pyproject configuration, plugin module, `.pth` and `sitecustomize` comes from th
 nothing the agent left outside its diff (hooks, caches, processes, /tmp) takes part.
 
 Used by the SWE-smith env; a terminal-tasks env can use it unchanged (any repository + test command).
-pytest outcomes are read from pytest's own JUnit XML report (at a path chosen per run), never
-from stdout, which the code under test can print to; other runners' output is parsed. What no
-in-process harness can stop: source code written to find and rewrite this particular report.
+The code under test runs inside the test runner, so the verdict never comes from what that process
+prints or leaves behind: pytest and unittest outcomes come from `verifier_probe`, loaded before the
+code under test and writing each outcome as it happens to a pipe the verifier holds (HMAC-chained);
+pytest's JUnit report is only cross-checked. Other runners' output is printed by the code under test,
+so named tests run by them are not scored. The kept diff is screened for runner tampering
+(`screen_diff`); a flagged rollout scores 0 with its reasons. docs/security.md has the residual risk.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import re
 import shlex
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
 from pydantic import BaseModel, Field
 
@@ -36,14 +42,24 @@ __all__ = [
     "parse_junit_statuses",
     "parse_test_statuses",
     "protected_reason",
+    "read_probe",
     "runs_pytest",
+    "screen_diff",
     "split_diff",
 ]
 
-# Git in a directory the agent controlled: no hooks, no fsmonitor, no external diff or textconv drivers.
-GIT_SAFE = "git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c diff.external= -c core.attributesFile=/dev/null"
+# Git in a directory the agent controlled: no system or global config (HOME may be the agent's workspace,
+# whose ~/.gitconfig could name a template, smudge filter or hook), no hooks, no fsmonitor, no external
+# diff or textconv drivers.
+GIT_SAFE = (
+    "env GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null GIT_ATTR_NOSYSTEM=1 HOME=/nonexistent "
+    "XDG_CONFIG_HOME=/nonexistent git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c diff.external= "
+    "-c core.attributesFile=/dev/null"
+)
 
-_TEST_DIRS = {"tests", "test", "testing", "specs", "spec"}
+# Directory names holding tests, their data or their helpers (compared lower-cased): tests, Tests,
+# _tests, unit_tests, integration-tests, testing, _testing, test-data, testdata, spec, specs.
+_TEST_DIR = re.compile(r"^(.*[_-])?(tests?|testing)([_-].*)?$|^specs?$|^testdata$")
 _TEST_CONFIG = {"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "noxfile.py"}
 _STARTUP = {"sitecustomize.py", "usercustomize.py"}
 _CACHES = {"__pycache__", ".pytest_cache", ".tox", ".nox", ".mypy_cache", ".ruff_cache", ".hypothesis"}
@@ -61,16 +77,20 @@ def protected_reason(path: str, new_text: str | None = None, *, is_new: bool = F
         return "interpreter startup file"
     if name in _TEST_CONFIG:
         return "test configuration"
-    if any(part in _TEST_DIRS for part in p.parts[:-1]):
+    if any(_TEST_DIR.match(part.lower()) for part in p.parts[:-1]):
         return "test file"
     stem = name.rsplit(".", 1)[0].lower()
     if name.lower().startswith("test") or stem.endswith(("test", "_tests")):
         return "test file"
-    if new_text is not None and re.search(r"^\s*(def pytest_\w+|pytest_plugins\s*=)", new_text, re.MULTILINE):
+    if new_text is not None and _PLUGIN_CODE.search(new_text):
         return "pytest plugin code"
     if is_new and len(p.parts) == 1 and name.endswith(".py") or is_new and len(p.parts) == 2 and name == "__init__.py":
         return "new top-level module (could shadow the test runner or a dependency)"
     return None
+
+
+# A hook defined, assigned or awaited anywhere in a file makes it a plugin once anything registers it.
+_PLUGIN_CODE = re.compile(r"^\s*((async\s+)?def\s+pytest_\w+|pytest_\w+\s*(:[^=]*)?=|pytest_plugins\b)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -110,6 +130,55 @@ def split_diff(patch: str) -> tuple[str, list[ChangedFile]]:
         if reason is None:
             kept.extend(lines)
     return "".join(kept), files
+
+
+# What source code has no business doing in a bug fix, and runner tampering needs (added lines only).
+_TAMPERING: list[tuple[str, re.Pattern[str]]] = [
+    ("pytest internals", re.compile(r"\b_pytest\b|^\s*(import|from)\s.*\bpytest\b|\bpytest\s*\.")),
+    ("pytest hook machinery", re.compile(r"\bpluggy\b|\bhookimpl\b|\bpytest_\w+|\bpytest11\b")),
+    ("sys.modules surgery", re.compile(r"\bsys\s*\.\s*modules\b|\bfrom\s+sys\s+import\b.*\bmodules\b|\bModuleType\b")),
+    ("import system surgery", re.compile(r"\bsys\s*\.\s*(path|meta_path|path_hooks)\b|\bzipimport\b")),
+    ("atexit hook", re.compile(r"\batexit\b")),
+    ("process exit", re.compile(r"\bos\s*\.\s*_exit\b")),
+    ("test report path", re.compile(r"junit|xunit|/proc/self|/dev/fd\b|\bos\s*\.\s*dup2\b", re.IGNORECASE)),
+    (
+        "reaching into the runner's objects",
+        re.compile(
+            r"\bgc\s*\.\s*get_(objects|referrers|referents)\b|\bsys\s*\.\s*(_getframe|settrace|setprofile)\b"
+            r"|\binspect\s*\.\s*(stack|currentframe|getouterframes)\b|\bf_(back|locals|globals)\b"
+            r"|\.__code__\s*=|\bctypes\b|\bbuiltins\b|__builtins__"
+        ),
+    ),
+    (
+        "dynamic code",
+        re.compile(r"(?<![.\w])(exec|eval|compile)\s*\(|__import__|\bimportlib\b|\brunpy\b|\bmarshal\b|\bbase64\b"),
+    ),
+]
+_PYTHON_SOURCE = (".py", ".pyw", ".pyx", ".pxd", ".pyi")
+_NATIVE = (".so", ".pyd", ".dylib", ".dll")
+
+
+def screen_diff(kept: str) -> list[str]:
+    """Reasons to flag a kept diff as runner tampering: '<path>: <what>: <line>', at most one per path and kind."""
+    flags: list[str] = []
+    path = ""
+    seen: set[tuple[str, str]] = set()
+    for line in kept.splitlines():
+        m = _HEADER.match(line)
+        if m:
+            path = m.group(2)
+            continue
+        if line.startswith("GIT binary patch") and path.endswith(_NATIVE) and (path, "native") not in seen:
+            seen.add((path, "native"))
+            flags.append(f"{path}: native extension module")
+        if not line.startswith("+") or line.startswith("+++") or not path.endswith(_PYTHON_SOURCE):
+            continue
+        code = re.sub(r"(^|\s)#.*$", "", line[1:])
+        for what, pattern in _TAMPERING:
+            if (path, what) not in seen and pattern.search(code):
+                seen.add((path, what))
+                flags.append(f"{path}: {what}: {code.strip()[:120]}")
+    return flags
 
 
 async def capture_diff(executor: ToolExecutor, repo_dir: str, base_commit: str, *, max_bytes: int = 8_000_000) -> str:
@@ -184,6 +253,7 @@ class Verdict:
     changed_files: list[ChangedFile] = field(default_factory=list)
     output_tail: str = ""
     error: str | None = None
+    flags: list[str] = field(default_factory=list)  # runner tampering seen in the diff or the run: scored 0
 
     @property
     def dropped(self) -> list[ChangedFile]:
@@ -192,6 +262,74 @@ class Verdict:
 
 # Builds the pristine repository at `dest` (relative to the executor's workspace).
 PrepareCheckout = Callable[[ToolExecutor, str], Awaitable[None]]
+
+_PROBE_SOURCE = Path(__file__).with_name("verifier_probe.py")
+_PROBE_PREFIX = "@hermes-verdict "
+_PROBE_FD = 3
+_UNITTEST = re.compile(r"(\s-m\s+)unittest(?![\w.])")
+_INLINE_PYTHONPATH = re.compile(r"(^|[\s;&|(])PYTHONPATH=")
+
+
+def read_probe(output: str) -> tuple[dict[str, str], list[str], bool]:
+    """(test -> status, tampering reported or seen, whether the run reported its end) from the probe's records.
+
+    Only the HMAC chain started by the first record counts; any other record line (the code under test
+    can write into the same pipe, or print such lines to its log) is itself a flag. A test's status is
+    PASSED, FAILED, ERROR (setup/teardown), SKIPPED, XPASS, XFAIL (declared by the tests) or
+    XFAIL_UNDECLARED (raised by the code under test).
+    """
+    key: bytes | None = None
+    mac = b""
+    flags: list[str] = []
+    phases: dict[str, dict[str, dict]] = {}
+    ended = False
+    forged = 0
+    for line in output.splitlines():
+        if not line.startswith(_PROBE_PREFIX):
+            continue
+        payload, _, tag = line[len(_PROBE_PREFIX) :].rpartition("\t")
+        try:
+            record = json.loads(payload)
+            if key is None:
+                if record.get("k") != "start" or tag != hashlib.sha256(payload.encode()).digest()[:16].hex():
+                    raise ValueError("not the start record")
+                key, mac = bytes.fromhex(record["key"]), bytes.fromhex(tag)
+                continue
+            expected = hmac.new(key, mac + payload.encode(), hashlib.sha256).digest()[:16]
+            if not hmac.compare_digest(expected.hex(), tag):
+                raise ValueError("bad mac")
+        except (ValueError, KeyError, TypeError):
+            forged += 1
+            continue
+        mac = expected
+        kind = record.get("k")
+        if kind == "tamper":
+            flags.append(str(record.get("what")))
+        elif kind == "end":
+            ended = True
+        elif kind == "report":
+            node, when = str(record["node"]), str(record["when"])
+            if when in phases.setdefault(node, {}):
+                flags.append(f"{node} was reported twice for its {when} phase")
+            phases[node][when] = record
+    if forged:
+        flags.append(f"{forged} forged or out-of-chain verdict record(s) in the test output")
+    return {node: _status(p) for node, p in phases.items()}, flags, ended
+
+
+def _status(phases: dict[str, dict]) -> str:
+    for when in ("setup", "call", "teardown"):
+        r = phases.get(when)
+        if r and r["outcome"] == "failed":
+            return "FAILED" if when == "call" else "ERROR"
+    call = phases.get("call") or phases.get("setup")
+    if call is None:
+        return "MISSING"
+    if call["xfail"]:
+        if call["outcome"] == "passed":
+            return "XPASS"
+        return "XFAIL" if call.get("declared", True) else "XFAIL_UNDECLARED"
+    return {"passed": "PASSED", "skipped": "SKIPPED"}.get(call["outcome"], "FAILED")
 
 
 class TestVerifier:
@@ -214,10 +352,14 @@ class TestVerifier:
     ) -> Verdict:
         """Score `patch` (the agent's diff against the checkout `prepare` builds) by running `test_command`.
 
-        `must_pass`: test names that must each be reported passed (pytest, unittest, go or cargo
-        output); empty: the command's exit status decides.
+        `must_pass`: test names that must each really pass (PASSED, or an expected failure the tests
+        declare), as pytest or unittest report them to the probe; empty: the command's exit status decides.
+        Named tests under any other runner score 0 with an error: its output is the code under test's to print.
         """
         kept, files = split_diff(patch)
+        flags = screen_diff(kept) + [
+            f"{f.path}: pytest plugin code (dropped)" for f in files if f.reason == "pytest plugin code"
+        ]
         dest = f".verify-{uuid.uuid4().hex[:8]}"
         await prepare(executor, dest)
         if kept:
@@ -229,35 +371,78 @@ class TestVerifier:
             )
             if applied.exit_code != 0:
                 return Verdict(
-                    0.0, {}, files, applied.output[-2000:], "the agent's diff does not apply to a clean checkout"
+                    0.0, {}, files, applied.output[-2000:], "the agent's diff does not apply to a clean checkout", flags
                 )
-        setup = f"{setup_command}\n" if setup_command else ""
-        # pytest reports through its own JUnit XML, never through stdout, which code under test can print to.
-        junit = bool(must_pass) and runs_pytest(test_command)
+        pytest_run = runs_pytest(test_command)
+        unittest_run = not pytest_run and _UNITTEST.search(test_command) is not None
+        probed = bool(must_pass) and (pytest_run or unittest_run)
         nonce = uuid.uuid4().hex
-        if junit:
-            run_tests = (
-                f'xml="$(mktemp -d)/{nonce}.xml"\n{test_command} --junitxml="$xml" -o junit_family=xunit1 > "$xml.log" 2>&1\n'
-                f'rc=$?\ntail -c 20000 "$xml.log"\necho; echo {nonce}; cat "$xml" 2>/dev/null\nexit $rc'
-            )
+        module = f"hermes_probe_{nonce[:12]}"
+        config = json.dumps({"fd": _PROBE_FD, "changed": sorted(f.path for f in files if f.kept)})
+        # The probe and its config live in this command's private temp dir (the sandbox gives each command
+        # its own /tmp), so nothing the agent left running in the slot can reach them before they load.
+        script = [
+            f"cd {shlex.quote(dest)}",
+            "unset PYTEST_ADDOPTS PYTEST_PLUGINS PYTHONPATH PYTHONSTARTUP PYTHONHOME",
+            "export PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1",
+            'run="$(mktemp -d)"',
+            'mkdir "$run/home" && export HOME="$run/home"',  # not the agent's workspace
+        ]
+        if probed:
+            script += [
+                f"cat > \"$run/{module}.py\" <<'HERMES_PROBE_{nonce}'\n{_PROBE_SOURCE.read_text()}HERMES_PROBE_{nonce}",
+                f"printf '%s' {shlex.quote(config)} > \"$run/{module}.json\"",
+            ]
+        if setup_command:
+            script.append(setup_command)
+        if not probed:
+            script.append(test_command)
         else:
-            run_tests = test_command
-        # A clean environment for the test process: nothing the agent set up may steer pytest.
-        script = f"""cd {shlex.quote(dest)}
-unset PYTEST_ADDOPTS PYTEST_PLUGINS PYTHONPATH PYTHONSTARTUP PYTHONHOME
-export PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1
-{setup}{run_tests}
-"""
-        run = await executor.exec(script, timeout=self.config.timeout_s, max_output_bytes=self.config.max_output_bytes)
+            # A PYTHONPATH assigned in the command itself (a prepared venv's source root) would hide the probe.
+            command = _INLINE_PYTHONPATH.sub(lambda m: f'{m.group(1)}PYTHONPATH="$run":', test_command)
+            if pytest_run:
+                command = f'{command} -p {module} --junitxml="$run/{nonce}.xml" -o junit_family=xunit1'
+            else:
+                command = _UNITTEST.sub(lambda m: f"{m.group(1)}{module} unittest", command)
+            script += [
+                'export PYTHONPATH="$run${PYTHONPATH:+:$PYTHONPATH}"',
+                # fd {_PROBE_FD}: the probe's pipe to us; everything else the run prints goes to a log
+                f'exec {_PROBE_FD}>&1 >"$run/log" 2>&1',
+                command,
+                "rc=$?",
+                f"exec >&{_PROBE_FD} 2>&1 {_PROBE_FD}>&-",
+                f'tail -c 20000 "$run/log"; echo; echo {nonce}; head -c 1000000 "$run/{nonce}.xml" 2>/dev/null',
+                "exit $rc",
+            ]
+        run = await executor.exec(
+            "\n".join(script) + "\n", timeout=self.config.timeout_s, max_output_bytes=self.config.max_output_bytes
+        )
+        if not must_pass:  # no named tests (a task's own test script): its exit status decides
+            passed = run.exit_code == 0 and not flags
+            return Verdict(
+                1.0 if passed else 0.0, {}, files, run.output[-3000:], "timed out" if run.timed_out else None, flags
+            )
+        if not probed:
+            statuses = parse_test_statuses(run.output)
+            decisive = {t: statuses.get(t, "MISSING") for t in must_pass}
+            error = "named tests are verified only under pytest or unittest: this runner's output is printed by the code under test"
+            return Verdict(0.0, decisive, files, run.output[-3000:], error, flags)
         log, _, report = run.output.partition(f"\n{nonce}\n")
-        statuses = parse_junit_statuses(report) if junit else parse_test_statuses(run.output)
+        statuses, run_flags, ended = read_probe(log)
+        flags += run_flags
         decisive = {t: statuses.get(t, "MISSING") for t in must_pass}
-        if must_pass:
-            passed = all(s in ("PASSED", "XFAIL") for s in decisive.values()) and not run.timed_out
-        else:  # no named tests (a task's own test script): its exit status decides
-            passed = run.exit_code == 0
-        error = "timed out" if run.timed_out else ("pytest wrote no report" if junit and not statuses else None)
-        return Verdict(1.0 if passed else 0.0, decisive, files, log[-3000:], error)
+        if pytest_run:
+            junit = parse_junit_statuses(report)
+            for test, status in decisive.items():
+                if junit.get(test) in ("PASSED", "XPASS") and status not in ("PASSED", "XPASS"):
+                    flags.append(
+                        f"the JUnit report says {test} passed, the probe saw {status}: the report was rewritten"
+                    )
+        passed = all(s in ("PASSED", "XFAIL") for s in decisive.values()) and ended and not run.timed_out and not flags
+        ending = None if ended else "the test process ended without reporting its end"
+        return Verdict(
+            1.0 if passed else 0.0, decisive, files, log[-3000:], "timed out" if run.timed_out else ending, flags
+        )
 
 
 def runs_pytest(command: str) -> bool:

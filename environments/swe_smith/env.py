@@ -785,6 +785,9 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
                 "score": verdict.score,
                 "changed_files": [f.path for f in verdict.changed_files],
                 "dropped_files": [[f.path, f.reason] for f in verdict.dropped],
+                # runner tampering in the diff or the run (scored 0): what and where
+                "flagged": bool(verdict.flags),
+                "flags": verdict.flags,
             },
         }
         async with self._preds_lock:

@@ -1,0 +1,298 @@
+"""Loaded into the test process before the code under test; reports each test's outcome down a pipe.
+
+Not imported by hermes-rl: `environments.verifier` ships this file's text into the verified checkout's
+private temp dir and loads it as a pytest plugin (`-p <name>`) or runs it as the unittest runner
+(`python -m <name> unittest ...`). Standard library (and pytest) only.
+
+Why: the code under test runs in the same process as the runner, so anything the runner writes to a file
+afterwards (JUnit XML, stdout) can be rewritten by it. Here each outcome is written as it happens to a
+pipe the verifier reads (fd 3); nothing written there can be taken back. Records are chained with an
+HMAC whose key is drawn, and sent first, before the code under test is imported, so lines it forges
+into the pipe do not verify. The probe also snapshots the runner's functions and classes at import and
+reports any that were replaced, and reports plugins registered from the files the agent changed and
+expected failures raised from them. A determined in-process attacker can still defeat all of this
+(e.g. by finding the key in memory); the verifier's static screen of the diff is the other half.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import sys
+import sysconfig
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+PREFIX = "@hermes-verdict "
+_CONFIG = json.loads(Path(__file__).with_suffix(".json").read_text())
+# The pipe moves off the fd number the command gave it and is not inherited by programs the tests start:
+# code under test can no longer just write to fd 3 (it can still search its own fds: see docs/security.md).
+_FD = os.dup(_CONFIG["fd"])
+os.close(_CONFIG["fd"])
+_CHANGED: frozenset[str] = frozenset(_CONFIG["changed"])
+_ROOT = os.getcwd()
+_STARTED = time.time()
+_SYSTEM_DIRS = tuple(
+    os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")
+)
+_WATCHED = ("_pytest", "pytest", "pluggy", "unittest")
+_write = os.write  # bound now: later replacements of os.write do not reach the probe
+
+
+# (label, live namespace, key, object found there, its code object)
+_Entry = tuple[str, Any, str, Any, Any]
+
+
+def _snapshot() -> list[_Entry]:
+    """The runner's modules, their functions and classes, and the classes' members, as found at import."""
+    entries: list[_Entry] = []
+    for name, module in list(sys.modules.items()):
+        watched = name.split(".")[0] in _WATCHED or name == __name__  # the probe watches itself too
+        if not watched or name.startswith("unittest.mock") or module is None:
+            continue
+        entries.append((name, sys.modules, name, module, None))
+        namespace = vars(module)
+        for key, value in list(namespace.items()):
+            if isinstance(value, type) and value.__module__ == name:
+                entries.append((f"{name}.{key}", namespace, key, value, None))
+                members = vars(value)  # a live view: later replacements show
+                for attr, member in list(members.items()):
+                    if callable(member) or isinstance(member, (property, classmethod, staticmethod)):
+                        entries.append(
+                            (f"{name}.{key}.{attr}", members, attr, member, getattr(member, "__code__", None))
+                        )
+            elif callable(value):
+                entries.append((f"{name}.{key}", namespace, key, value, getattr(value, "__code__", None)))
+    return entries
+
+
+def _replaced(entries: list[_Entry]) -> list[str]:
+    """What was replaced by something foreign: from a file the agent changed, or without code to trace.
+
+    pytest and installed plugins patch pytest too (legacypath, fixtures), with functions of their own
+    files: those are accepted. Each replacement is judged once (the entry then holds the new object).
+    """
+    out = []
+    for i, (label, namespace, key, was, code) in enumerate(entries):
+        now = namespace.get(key)
+        now_code = getattr(now, "__code__", None)
+        if now is was and now_code is code:
+            continue
+        entries[i] = (label, namespace, key, now, now_code)
+        foreign = _foreign(_origin(now))
+        if foreign:
+            out.append(f"{label} (by {foreign})")
+    return out
+
+
+def _origin(obj: Any) -> str | None:
+    """The source file of a function, method, property, partial, class or module."""
+    for _ in range(10):
+        if isinstance(obj, (property,)):
+            obj = obj.fget
+        elif isinstance(obj, (classmethod, staticmethod)) or hasattr(obj, "__func__"):
+            obj = obj.__func__
+        elif hasattr(obj, "func") and callable(obj.func):  # functools.partial
+            obj = obj.func
+        else:
+            break
+    code = getattr(obj, "__code__", None)
+    if code is not None:
+        return str(code.co_filename)
+    if isinstance(obj, type):
+        return getattr(sys.modules.get(obj.__module__), "__file__", None)
+    return getattr(obj, "__file__", None)
+
+
+class _Channel:
+    """HMAC-chained JSON records to the verifier's pipe."""
+
+    def __init__(self, runner: str) -> None:
+        self._key = os.urandom(32)
+        self._mac = b""
+        self._snap = _snapshot()
+        self._send({"k": "start", "runner": runner, "key": self._key.hex()}, keyed=False)
+
+    def _send(self, record: dict[str, Any], *, keyed: bool = True) -> None:
+        payload = json.dumps(record, sort_keys=True, separators=(",", ":"))
+        if keyed:
+            self._mac = hmac.new(self._key, self._mac + payload.encode(), hashlib.sha256).digest()[:16]
+        else:
+            self._mac = hashlib.sha256(payload.encode()).digest()[:16]
+        data = f"{PREFIX}{payload}\t{self._mac.hex()}\n".encode()
+        while data:  # a pipe may take a long record in pieces
+            data = data[_write(_FD, data) :]
+
+    def check(self) -> None:
+        replaced = _replaced(self._snap)
+        if replaced:
+            self._send({"k": "tamper", "what": f"test runner internals replaced: {', '.join(replaced[:5])}"})
+
+    def report(self, node: str, when: str, outcome: str, *, xfail: bool = False, declared: bool = True) -> None:
+        if when != "call" and outcome == "passed" and not xfail:
+            return  # a passed setup or teardown says nothing; big suites' records must fit the output cap
+        if when == "call":
+            self.check()
+        self._send(
+            {"k": "report", "node": node, "when": when, "outcome": outcome, "xfail": xfail, "declared": declared}
+        )
+
+    def tamper(self, what: str) -> None:
+        self._send({"k": "tamper", "what": what})
+
+    def end(self) -> None:
+        self.check()
+        self._send({"k": "end"})
+
+
+def _foreign(path: str | None) -> str | None:
+    """Why code from `path` is not the runner's, the tests' or the original checkout's (None: it is).
+
+    Trusted: the interpreter's stdlib and site-packages (pytest, its plugins) unless the file is an
+    installed copy of a changed file, and checkout files the agent did not change and nothing rewrote
+    since the probe started. Everything else (changed files, files written during the run, exec'd code
+    with no file) is the code under test's.
+    """
+    if not path or not os.path.isfile(path):
+        return f"code without a source file ({path})"
+    real = os.path.realpath(path)
+    for changed in _CHANGED:
+        if real.endswith("/" + changed) or real.endswith("/" + changed.removeprefix("src/")):
+            return changed
+    rel = os.path.relpath(real, _ROOT)
+    if not rel.startswith(".."):
+        return None if os.stat(real).st_mtime < _STARTED else f"{rel} (written during the run)"
+    if real.startswith(_SYSTEM_DIRS):
+        return None
+    return f"{real} (outside the checkout and the interpreter)"
+
+
+def _module_file(obj: object) -> str | None:
+    module = obj if type(obj).__name__ == "module" else sys.modules.get(getattr(type(obj), "__module__", ""))
+    return getattr(module, "__file__", None)
+
+
+# -- as a pytest plugin ----------------------------------------------------------------------------------
+
+if __name__ != "__main__":
+    import pytest
+
+    _declared_xfail: dict[str, bool] = {}
+
+    def pytest_plugin_registered(plugin: object, manager: object) -> None:
+        if plugin is sys.modules[__name__]:
+            return
+        file = _module_file(plugin)
+        foreign = _foreign(file) if file else None
+        # The hooks themselves too: an object whose class claims a trusted module can carry foreign hooks.
+        hooks = (getattr(plugin, name, None) for name in dir(plugin) if name.startswith("pytest_"))
+        origins = (_origin(hook) for hook in hooks if callable(hook))
+        foreign = foreign or next((f for f in map(_foreign, filter(None, origins)) if f), None)
+        if foreign:
+            _channel.tamper(f"{foreign}: registered itself as a pytest plugin")
+
+    def pytest_collection_finish(session: pytest.Session) -> None:
+        _channel.check()
+        for item in session.items:  # markers as the tests and their conftest files set them
+            _declared_xfail[item.nodeid] = item.get_closest_marker("xfail") is not None
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+        report = yield
+        excinfo = call.excinfo
+        if excinfo is not None and excinfo.errisinstance(pytest.xfail.Exception):
+            # The frame that called pytest.xfail(): a test may, the code under test may not.
+            tb: TracebackType | None = excinfo.tb
+            raiser = None
+            while tb is not None:
+                if "_pytest" not in Path(tb.tb_frame.f_code.co_filename).parts:
+                    raiser = tb.tb_frame.f_code.co_filename
+                tb = tb.tb_next
+            foreign = _foreign(raiser)
+            if foreign:
+                _channel.tamper(f"{foreign}: called pytest.xfail() from the code under test")
+                _declared_xfail[item.nodeid] = False
+            elif not _declared_xfail.get(item.nodeid):
+                _declared_xfail[item.nodeid] = True
+        return report
+
+    # What each test body itself raised (None: nothing), seen before any report is built from it. A report
+    # forger the code under test installs during the test and undoes before the next check leaves the
+    # runner looking untouched; the call it forged a report for does not.
+    _raised: dict[str, str | None] = {}  # the exception's type name: holding it would keep its frames
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(item: pytest.Item) -> Any:
+        try:
+            result = yield
+        except BaseException as exc:
+            _raised[item.nodeid] = type(exc).__name__
+            raise
+        _raised[item.nodeid] = None
+        return result
+
+    def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+        if report.when == "call":
+            ran, exc = report.nodeid in _raised, _raised.pop(report.nodeid, None)
+            if report.outcome == "passed" and not ran:
+                _channel.tamper(f"{report.nodeid} was reported passed for a call that never ran")
+            elif report.outcome == "passed" and exc is not None:
+                _channel.tamper(f"{report.nodeid} was reported passed though its call raised {exc}")
+        xfail = hasattr(report, "wasxfail")
+        declared = _declared_xfail.get(report.nodeid, False) if xfail else True
+        _channel.report(report.nodeid, report.when, report.outcome, xfail=xfail, declared=declared)
+
+    def pytest_unconfigure(config: pytest.Config) -> None:
+        _channel.end()
+
+    _channel = _Channel("pytest")  # last: its snapshot includes the hooks above
+
+
+# -- as the unittest runner: python -m <this module> unittest <unittest's arguments> ---------------------
+
+
+def _unittest_main() -> None:
+    import unittest
+
+    channel = _Channel("unittest")
+
+    class Result(unittest.TextTestResult):
+        def addSuccess(self, test: unittest.TestCase) -> None:
+            super().addSuccess(test)
+            channel.report(test.id(), "call", "passed")
+
+        def addFailure(self, test: unittest.TestCase, err: Any) -> None:
+            super().addFailure(test, err)
+            channel.report(test.id(), "call", "failed")
+
+        def addError(self, test: unittest.TestCase, err: Any) -> None:
+            super().addError(test, err)
+            channel.report(test.id(), "call", "failed")
+
+        def addSkip(self, test: unittest.TestCase, reason: str) -> None:
+            super().addSkip(test, reason)
+            channel.report(test.id(), "call", "skipped")
+
+        def addExpectedFailure(self, test: unittest.TestCase, err: Any) -> None:
+            super().addExpectedFailure(test, err)
+            channel.report(test.id(), "call", "skipped", xfail=True)  # @expectedFailure: declared by the test
+
+        def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:
+            super().addUnexpectedSuccess(test)
+            channel.report(test.id(), "call", "passed", xfail=True)
+
+    class Runner(unittest.TextTestRunner):
+        resultclass = Result  # type: ignore[assignment]
+
+    try:
+        unittest.main(module=None, argv=["python -m unittest", *sys.argv[2:]], testRunner=Runner)
+    finally:
+        channel.end()
+
+
+if __name__ == "__main__":
+    _unittest_main()
