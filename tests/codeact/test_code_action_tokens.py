@@ -4,6 +4,7 @@ prompt ids the server was sent; one trainer sequence per model call."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -76,3 +77,39 @@ async def test_trained_tokens_are_the_sampled_tokens_call_by_call(tokenizer_dir:
         if k:  # the next prompt holds the previous code action's observation
             assert "Observation" in tok.decode(prompt)
     assert "x is 5" in tok.decode(server.requests[2][1]["prompt"]["prompt_token_ids"])
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_process_on_the_embedded_model_writes_scored_groups(embedded_llm, tmp_path: Path) -> None:
+    from tests.support.cli import run_cli
+    from tests.support.embedded import embedded_model_flags, small_group_flags
+
+    out = tmp_path / "codeact.jsonl"
+    proc = run_cli(
+        SmolagentsGaiaEnv,
+        "process",
+        *embedded_model_flags(embedded_llm),
+        "--env.total_steps",
+        "1",
+        "--env.token_server",
+        "llamacpp",
+        "--env.max_token_length",
+        "4000",  # the test server's context is 4096; smolagents' system prompt alone is ~2.4k tokens
+        "--env.sandbox.backend.data_root",
+        str(tmp_path / "sb"),
+        *small_group_flags(out, max_turns=1, max_tokens=32),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    groups = [json.loads(line) for line in out.read_text().splitlines()]
+    assert len(groups) == 1
+    group = groups[0]
+    assert group["generation_params"]["token_server"] == "llamacpp"
+    assert group["generation_params"]["agent"].startswith("smolagents 1.")
+    infos = group["rollout_info"]
+    assert sorted({i["rollout"] for i in infos}) == [0, 1]  # both rollouts, each a sequence per model call
+    assert all(0.0 <= s <= 1.0 for s in group["scores"])
+    for tokens, masks, logprobs in zip(group["tokens"], group["masks"], group["inference_logprobs"]):
+        assert len(tokens) == len(masks) == len(logprobs)
+        trained = [i for i, m in enumerate(masks) if m != -100]
+        assert trained and all(masks[i] == tokens[i] and logprobs[i] <= 0.0 for i in trained)
