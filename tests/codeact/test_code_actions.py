@@ -70,13 +70,17 @@ lines = [l for l in open("worker_log.txt") if " ERROR " in l and "10:00:00" <= l
 count = len(lines)
 """
     try:
-        async with ScriptedOpenAIServer([]) as server, make_env(tmp_path, server.base_url).runtime() as env:
-            await env.setup()
-            log_task = task(env, "offline-txt-log")
-            right = ScriptedCoder([probe, "print('carried:', count)", "final_answer(count)"])
-            good = await env.rollout(log_task, model=right)
-            wrong = await env.rollout(log_task, model=ScriptedCoder(["final_answer(count_wrong := 4)"]))
-            group = env.build_group([good, wrong])
+        # Efficiency by steps: one code action is free, five cost the whole efficiency weight.
+        async with ScriptedOpenAIServer([]) as server:
+            env = make_env(tmp_path, server.base_url, efficiency_free_calls=1, efficiency_max_calls=5)
+            async with env.runtime():
+                await env.setup()
+                log_task = task(env, "offline-txt-log")
+                right = ScriptedCoder([probe, "print('carried:', count)", "final_answer(count)"])
+                good = await env.rollout(log_task, model=right)
+                wrong = await env.rollout(log_task, model=ScriptedCoder(["final_answer(count_wrong := 4)"]))
+                direct = await env.rollout(log_task, model=ScriptedCoder(["final_answer('5')"]))
+                group = env.build_group([good, wrong])
     finally:
         listener.close()
     assert good.error is None and not good.infrastructure_failure, good.error
@@ -88,7 +92,9 @@ count = len(lines)
     assert "invented by the model" not in second_prompt  # cut at the stop string `</code>`
     third_prompt = "\n".join(str(m["content"]) for m in right.prompts[2])
     assert "carried: 5" in third_prompt  # state carried between actions, inside the slot
-    assert good.result.final_answer == 5 and good.score == 1.0
+    assert good.result.final_answer == 5
+    assert good.score == pytest.approx(0.9 + 0.1 * (1 - (3 - 1) / (5 - 1)))
+    assert direct.score == 1.0 and direct.result.steps == 1
     assert good.result.steps == 3 and good.result.stop_reason == "finished"
     assert wrong.score == 0.0 and wrong.result.final_answer == 4
     assert group["generation_params"]["agent"].startswith("smolagents 1.")
@@ -97,6 +103,7 @@ count = len(lines)
 
 
 async def test_web_search_is_a_host_call_out(tmp_path: Path) -> None:
+    """The offline engine answers from the host; the slot only sees the answer."""
     search = """
 import json
 hits = json.loads(web_search("Halvorsen Point Lighthouse first lit"))
@@ -113,4 +120,41 @@ print("1887" in text)
     observation = "\n".join(str(m["content"]) for m in coder.prompts[1])
     assert "Lighthouse" in observation and "True" in observation
     assert [c["tool"] for c in r.result.callouts] == ["web_search", "web_extract"]
+    assert r.score == 1.0
+
+
+async def test_tavily_key_never_reaches_the_slot(tmp_path: Path) -> None:
+    from pydantic import SecretStr
+
+    from tools.web import TavilyConfig, WebConfig
+    from tools.web.tavily_double import FakePage, FakeTavilyServer
+
+    page = FakePage("https://example.org/lighthouse", "Halvorsen Point Lighthouse", "It was first lit in 1887.")
+    look = """
+import json, os
+r = json.loads(web_search("lighthouse"))
+print(r["results"][0]["url"])
+seen = [open("/proc/self/environ", "rb").read(), open("/proc/self/cmdline", "rb").read()]
+for root, dirs, files in os.walk("."):
+    seen += [open(os.path.join(root, f), "rb").read() for f in files]
+print("key in slot:", any(KEY.encode() in blob for blob in seen))
+""".replace("KEY", "KEY_FROM_TEST")
+    async with FakeTavilyServer([page]) as tavily, ScriptedOpenAIServer([]) as server:
+        web = WebConfig(
+            backend="tavily", tavily=TavilyConfig(api_key=SecretStr(tavily.api_key), base_url=tavily.base_url)
+        )
+        env = make_env(tmp_path, server.base_url, web=web)
+        async with env.runtime():
+            await env.setup()
+            # The key string is built in the slot from pieces, so the check itself does not carry it whole.
+            key = tavily.api_key
+            half = len(key) // 2
+            code = look.replace("KEY_FROM_TEST", f"({key[:half]!r} + {key[half:]!r})")
+            coder = ScriptedCoder([code, "final_answer(1887)"])
+            r = await env.rollout(task(env, "offline-web-lighthouse-year"), model=coder)
+    assert r.error is None, r.error
+    observation = "\n".join(str(m["content"]) for m in coder.prompts[1])
+    assert page.url in observation
+    assert "key in slot: False" in observation
+    assert tavily.requests[0][0] == "/search"
     assert r.score == 1.0
