@@ -15,7 +15,8 @@ from typing import Any
 
 import smolagents
 from smolagents import CodeAgent
-from smolagents.memory import ActionStep
+from smolagents.memory import ActionStep, PlanningStep
+from smolagents.models import MessageRole
 from smolagents.monitoring import LogLevel
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, StopReason, TurnRecord
@@ -25,7 +26,7 @@ from tools.context import ToolContext
 from tools.registry import ToolRegistry
 
 from .executor import Bridge, HostTool, OutOfTime, SlotPythonExecutor
-from .model import CapturingModel
+from .model import CapturingModel, plain_messages
 
 __all__ = ["CodeActConfig", "CodeActResult", "CodeActAgentRun", "SMOLAGENTS_VERSION"]
 
@@ -152,11 +153,7 @@ class CodeActAgentRun:
         error: str | None,
         duration: float,
     ) -> CodeActResult:
-        if model.calls:
-            last = model.calls[-1]
-            messages = [*last.messages, {"role": "assistant", "content": last.text}]
-        else:
-            messages = list(opening)
+        messages = transcript(agent, model.calls[0].messages[:2] if model.calls else opening)
         turns = [
             TurnRecord(
                 index=i,
@@ -184,3 +181,23 @@ class CodeActAgentRun:
             steps=executor.actions,
             callouts=list(executor.callouts),
         )
+
+
+def transcript(agent: CodeAgent, opening: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The trajectory as one conversation: the opening (system, task), then each step's model output exactly as
+    written (never smolagents' edited copy or its "Calling tools:" echo) and the observation it was shown."""
+    messages = [dict(m) for m in opening]
+    for step in agent.memory.steps:
+        if not isinstance(step, (ActionStep, PlanningStep)) or step.model_output_message is None:
+            continue
+        raw = step.model_output_message.raw
+        written = raw.get("text") if isinstance(raw, dict) else None
+        messages.append({"role": "assistant", "content": written or str(step.model_output_message.content or "")})
+        if isinstance(step, ActionStep):
+            if step.is_final_answer:
+                break  # the trajectory ends with the action that gave the answer
+            shown = [m for m in step.to_messages() if m.role == MessageRole.TOOL_RESPONSE]
+            messages.extend(plain_messages(shown))
+        else:
+            messages.extend(plain_messages(step.to_messages()[1:]))
+    return messages

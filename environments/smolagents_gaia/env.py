@@ -76,6 +76,12 @@ class SmolagentsGaiaEnv(GaiaAgentEnv):
         if config.tool_backend == "local":
             logger.warning("tool_backend local: the model's code runs as unconfined local processes; use sandbox")
 
+    @classmethod
+    def config_init(cls):
+        config, servers = super().config_init()
+        # The embedded model serves 4096 tokens per sequence; smolagents' system prompt alone is ~2.4k.
+        return config.model_copy(update={"max_token_length": 4096, "max_agent_turns": 6}), servers
+
     async def items(self) -> list[dict[str, Any]]:
         tasks = await super().items()
         share = self.config.eval_holdout

@@ -107,6 +107,7 @@ class CapturingModel(Model):
         return ChatMessage(
             role=MessageRole.ASSISTANT,
             content=call.text,
+            raw={"text": call.text},  # smolagents may edit `content` in its memory; `raw` keeps what was written
             token_usage=TokenUsage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
         )
 

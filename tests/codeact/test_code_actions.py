@@ -158,3 +158,12 @@ print("key in slot:", any(KEY.encode() in blob for blob in seen))
     assert "key in slot: False" in observation
     assert tavily.requests[0][0] == "/search"
     assert r.score == 1.0
+
+
+async def test_evaluation_tasks_are_held_out_from_training(tmp_path: Path) -> None:
+    env = make_env(tmp_path, "http://127.0.0.1:9/v1", eval_holdout=0.3)
+    await env.setup()
+    train = {t["task_id"] for t in env._train_items}
+    held = {t["task_id"] for t in env._eval_items}
+    assert held and train and not (train & held)
+    assert train | held == {t["task_id"] for t in env.tasks}
