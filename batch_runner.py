@@ -488,7 +488,7 @@ async def run_batch(
         failures.close()
         await runtime.__aexit__(None, None, None)
         if pool is not None:
-            pool.shutdown(wait=True)
+            pool.shutdown(wait=True, cancel_futures=True)
         if stream.isatty():
             stream.write("\n")
         print(progress.line(), file=stream, flush=True)

@@ -131,7 +131,7 @@ class CodeActAgentRun:
             else:
                 raise
         finally:
-            bridge.stop.set()
+            bridge.close()
         if reason == "finished" and bridge.infrastructure_error is not None:
             reason, error = "infrastructure_error", str(bridge.infrastructure_error)
         elif reason == "finished" and bridge.out_of_time:

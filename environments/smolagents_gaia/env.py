@@ -125,7 +125,7 @@ class SmolagentsGaiaEnv(GaiaAgentEnv):
 
     async def teardown(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
         await super().teardown()
 

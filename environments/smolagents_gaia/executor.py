@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import concurrent.futures
 import json
 import threading
 from collections.abc import Awaitable, Callable
@@ -57,6 +58,16 @@ class Bridge:
     stop: threading.Event = field(default_factory=threading.Event)
     infrastructure_error: BaseException | None = None
     out_of_time: bool = False
+    pending: set[concurrent.futures.Future[Any]] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def close(self) -> None:
+        """Stop the agent's thread: later calls fail at once, a call in flight is cancelled (never left
+        waiting on a loop that may stop, which would hang the pool's shutdown)."""
+        self.stop.set()
+        with self.lock:
+            for future in self.pending:
+                future.cancel()
 
     def run(self, make: Callable[[], Awaitable[T]], timeout: float) -> T:
         if self.stop.is_set():
@@ -72,7 +83,15 @@ class Bridge:
                 return await make()
 
         future = asyncio.run_coroutine_threadsafe(bounded(), self.loop)
-        return future.result()
+        with self.lock:
+            self.pending.add(future)
+        if self.stop.is_set():  # closed between the check above and now
+            future.cancel()
+        try:
+            return future.result()
+        finally:
+            with self.lock:
+                self.pending.discard(future)
 
 
 class HostTool(Tool):

@@ -167,3 +167,20 @@ async def test_evaluation_tasks_are_held_out_from_training(tmp_path: Path) -> No
     held = {t["task_id"] for t in env._eval_items}
     assert held and train and not (train & held)
     assert train | held == {t["task_id"] for t in env.tasks}
+
+
+async def test_time_budget_ends_the_trajectory_without_blame(tmp_path: Path) -> None:
+    async with ScriptedOpenAIServer([]) as server:
+        env = make_env(
+            tmp_path,
+            server.base_url,
+            tool_backend="local",
+            workspace_root=str(tmp_path / "ws"),
+            agent_time_budget_s=1e-6,
+        )
+        async with env.runtime():
+            await env.setup()
+            coder = ScriptedCoder(["final_answer(5)"])
+            r = await env.rollout(task(env, "offline-txt-log"), model=coder)
+    assert r.result.stop_reason == "time_budget" and r.score == 0.0 and not r.infrastructure_failure
+    assert coder.prompts == []  # the budget was spent before the first call
