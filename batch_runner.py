@@ -13,8 +13,8 @@ model clients, tool backends, registry, retries and agent-loop defaults.
 Each line of the dataset is `{"prompt": "...", "id": "...", "toolsets": [...]}` (`id` and
 `toolsets` optional; without an id a prompt is known by its line number). Toolsets per
 prompt are sampled from a named distribution, seeded by the run seed and the prompt id,
-so a resumed run offers a prompt the same tools. Tools run in a fresh local workspace per
-prompt, or in a sandbox slot with `--tool_backend sandbox`.
+so a resumed run offers a prompt the same tools. Tools run in a sandbox slot per prompt, or
+(`--tool_backend local --unconfined_tools`) unconfined in a fresh local workspace.
 
 Output, in runs/NAME/: `trajectories.jsonl` (one line per prompt, written as it finishes),
 `stats.json` (per-tool call counts and error rates, turns, tokens, wall time),
@@ -124,8 +124,9 @@ class BatchConfig(BaseModel):
     extra_body: dict[str, Any] = Field(default_factory=dict)
     tool_limits: ToolLimits = Field(default_factory=ToolLimits)
     tool_backend: Literal["local", "sandbox"] = Field(
-        "local", description="Where tools run: local processes or sandbox slots"
+        "sandbox", description="Where tools run: sandbox slots, or local processes (needs unconfined_tools)"
     )
+    unconfined_tools: bool = Field(False, description="Run model code unconfined (docs/security.md)")
     workspace: LocalToolBackendConfig = Field(default_factory=LocalToolBackendConfig)
     sandbox: SandboxToolBackendConfig = Field(default_factory=SandboxToolBackendConfig)
     web: WebConfig = Field(default_factory=WebConfig)
@@ -165,6 +166,7 @@ class BatchConfig(BaseModel):
             loop=loop,
             tool_limits=self.tool_limits,
             tool_backend=self.tool_backend,
+            unconfined_tools=self.unconfined_tools,
             workspace=self.workspace,
             sandbox=self.sandbox,
             web=self.web,
@@ -597,8 +599,15 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     p.add_argument(
         "--tool_backend",
         choices=["local", "sandbox"],
-        default="local",
-        help="sandbox: each prompt's tools run in an isolated sandbox slot (bubblewrap locally)",
+        default="sandbox",
+        help="sandbox: each prompt's tools run in an isolated sandbox slot (bubblewrap locally); local needs "
+        "--unconfined_tools",
+    )
+    p.add_argument(
+        "--unconfined_tools",
+        action="store_true",
+        help="run model code as this user with this machine's files and network where it cannot be confined "
+        "(docs/security.md)",
     )
     p.add_argument(
         "--agent",

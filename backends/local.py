@@ -25,6 +25,9 @@ class LocalBackendConfig(BaseModel):
     data_root: str | None = Field(None, description="Where the servers keep workspaces (default: a temp dir)")
     python: str | None = Field(None, description="Interpreter that runs sandbox_server (default: this one)")
     bwrap: str = "bwrap"
+    extra_ro_paths: list[str] = Field(
+        default_factory=list, description="Host paths slots see read-only at the same place (e.g. prepared envs)"
+    )
     limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
 
 
@@ -53,7 +56,7 @@ class LocalSandboxProvider:
                 slots=self.config.pool.slots_per_sandbox,
                 python=self.config.python,
                 bwrap=self.config.bwrap,
-                extra_args=self.config.limits.cli_args(),
+                extra_args=[*self.config.limits.cli_args(), *(f"--ro-path={p}" for p in self.config.extra_ro_paths)],
             )
             address = SandboxAddress(f"local-{proc.pid}", proc.url, proc.token)
             self._procs[address.name] = proc

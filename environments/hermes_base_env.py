@@ -114,9 +114,16 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     tools_in: Literal["request", "system_prompt"] = Field(
         "request", description="How tools reach the model: tools= in the request, or Hermes text in the system prompt"
     )
-    workspace_root: str | None = Field(None, description="Where per-trajectory workspaces go (default: a temp dir)")
+    workspace_root: str | None = Field(
+        None, description="Where per-trajectory workspaces go with tool_backend local (default: a temp dir)"
+    )
     tool_backend: Literal["local", "sandbox"] = Field(
-        "local", description="Where tools run: local processes (trusted tasks), or isolated sandbox slots"
+        "sandbox", description="Where tools run: isolated sandbox slots, or local processes (needs unconfined_tools)"
+    )
+    unconfined_tools: bool = Field(
+        False,
+        description="Run model code as this user with this machine's files and network where it cannot be "
+        "confined (no bubblewrap) or with tool_backend local; see docs/security.md for what that costs",
     )
     sandbox: SandboxToolBackendConfig = Field(
         default_factory=SandboxToolBackendConfig, description="Sandbox slots: backend (local | nomad | modal) and pool"
@@ -468,6 +475,7 @@ class HermesAgentBaseEnv(BaseEnv):
             loop=self.loop_config(),
             tool_limits=self.tool_limits(),
             tool_backend=c.tool_backend,
+            unconfined_tools=c.unconfined_tools,
             workspace=LocalToolBackendConfig(workspace_root=c.workspace_root),
             sandbox=c.sandbox,
             web=c.web if web_on else None,

@@ -27,7 +27,6 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import BaseModel, Field
 
-from backends import make_backend
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
 from environments.models.base import ChatModel, ModelError, ModelRequestError
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
@@ -40,7 +39,7 @@ from environments.models.token_mode.wiring import (
     resolve_token_server,
 )
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig, ToolBackend
+from environments.tool_backend import ConfinementError, LocalToolBackendConfig, ToolBackend, select_tool_backend
 from model_tools import builtin_tools
 from tools.context import ToolContext, ToolLimits
 from tools.executor import ToolExecutor
@@ -97,7 +96,8 @@ class RuntimeConfig(BaseModel):
     model_max_retries: int = Field(2, ge=0)
     loop: AgentLoopConfig = Field(default_factory=AgentLoopConfig)
     tool_limits: ToolLimits = Field(default_factory=ToolLimits)
-    tool_backend: Literal["local", "sandbox"] = "local"
+    tool_backend: Literal["local", "sandbox"] = "sandbox"
+    unconfined_tools: bool = Field(False, description="run model code unconfined when it cannot be (docs/security.md)")
     workspace: LocalToolBackendConfig = Field(default_factory=LocalToolBackendConfig)
     sandbox: SandboxToolBackendConfig = Field(default_factory=SandboxToolBackendConfig)
     web: WebConfig | None = Field(None, description="the web toolset's backend; None: no web tools")
@@ -185,13 +185,18 @@ class AgentRuntime:
 
     async def _start(self, stack: AsyncExitStack) -> None:
         c = self.config
-        if self.web is not None:  # first: a missing key or corpus fails before a model server starts
+        backend = self._given_backend
+        if backend is None:  # chosen first: a run that cannot confine model code stops before anything starts
+            try:
+                backend = await select_tool_backend(
+                    c.tool_backend, c.workspace, c.sandbox, unconfined=c.unconfined_tools
+                )
+            except ConfinementError as exc:
+                raise HermesEnvError(str(exc)) from None
+        if self.web is not None:  # a missing key or corpus fails before a model server starts
             await self._start_web(self.web, stack)
         if self._injected_model is None:
             await self._start_models(stack)
-        backend: ToolBackend = self._given_backend or (
-            make_backend(c.sandbox.resolved_backend()) if c.tool_backend == "sandbox" else LocalToolBackend(c.workspace)
-        )
         await backend.start()
         stack.push_async_callback(backend.stop)
         self._tool_backend = backend

@@ -4,11 +4,19 @@ A backend is started with the env and stopped with it; each trajectory enters
 `backend.trajectory(task_id)` and gets a `ToolExecutor` that is cleaned up (workspace
 removed, or sandbox slot reset and released) when it leaves, also on errors and
 cancellation.
+
+Model code is confined by default: `sandbox` slots (bubblewrap: its own uid, no network, only its
+workspace and read-only system dirs). `local` runs it as this user with this machine's files and
+network, so it, and a machine that cannot confine, need the explicit `unconfined_tools` opt-out
+(docs/security.md).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
+import os
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -18,10 +26,20 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from backends import LocalBackendConfig, make_backend
+from environments.sandbox_backend import SandboxToolBackendConfig
+from sandbox_server.isolation import SYSTEM_DIRS, probe_bwrap
 from sandbox_server.tree import remove_tree_quietly
 from tools.executor import LocalWorkspace, ToolExecutor
 
-__all__ = ["ToolBackend", "LocalToolBackendConfig", "LocalToolBackend"]
+__all__ = ["ToolBackend", "LocalToolBackendConfig", "LocalToolBackend", "ConfinementError", "select_tool_backend"]
+
+logger = logging.getLogger(__name__)
+
+OPT_OUT = (
+    "set unconfined_tools (--env.unconfined_tools true; batch_runner: --unconfined_tools) to run model code "
+    "as this user with this machine's files and network (docs/security.md)"
+)
 
 
 class ToolBackend(Protocol):
@@ -43,7 +61,7 @@ class LocalToolBackendConfig(BaseModel):
 
 
 class LocalToolBackend:
-    """One fresh directory per trajectory on this machine; processes run unisolated."""
+    """One fresh directory per trajectory on this machine; processes run unisolated (`unconfined_tools` only)."""
 
     def __init__(self, config: LocalToolBackendConfig | None = None) -> None:
         self.config = config or LocalToolBackendConfig()
@@ -75,3 +93,60 @@ class LocalToolBackend:
         finally:
             if not self.config.keep_workspaces:
                 await asyncio.to_thread(remove_tree_quietly, path)
+
+
+class ConfinementError(RuntimeError):
+    """Model code could not be confined and the user did not opt out: the run must not start."""
+
+
+async def select_tool_backend(
+    kind: Literal["local", "sandbox"],
+    workspace: LocalToolBackendConfig,
+    sandbox: SandboxToolBackendConfig,
+    *,
+    unconfined: bool,
+) -> ToolBackend:
+    """The backend `kind` names, refusing to run model code unconfined unless `unconfined` says so."""
+    if kind == "local":
+        if not unconfined:
+            raise ConfinementError(
+                f"tool_backend local does not confine model code; use sandbox (the default), or {OPT_OUT}"
+            )
+        return LocalToolBackend(workspace)
+    backend = sandbox.resolved_backend()
+    if isinstance(backend, LocalBackendConfig):  # Nomad/Modal sandboxes report bubblewrap failures themselves
+        status = await probe_bwrap(backend.bwrap)
+        reason = status.reason
+        shown = exposing_dir(PROJECT_ROOT, slot_read_only_dirs(backend))
+        if status.available and shown is not None:
+            reason = (
+                f"sandbox slots see {shown} read-only, which holds this project ({PROJECT_ROOT}: its source and "
+                "gold data); install it outside the system directories and the interpreter's prefix"
+            )
+        if reason is not None:
+            if not unconfined:
+                raise ConfinementError(f"cannot confine model code: {reason}; or {OPT_OUT}")
+            logger.warning("model code runs UNCONFINED (unconfined_tools): %s", reason)
+            return LocalToolBackend(workspace)
+    return make_backend(backend)
+
+
+# The checkout (or installed copy) this code runs from: model code must not see it.
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def slot_read_only_dirs(backend: LocalBackendConfig) -> list[str]:
+    """Host directories a local sandbox server shows its slots read-only (sandbox_server/isolation.py)."""
+    dirs = list(SYSTEM_DIRS)
+    if backend.python is None:  # the server runs on this interpreter and shows its prefixes
+        dirs += [sys.prefix, sys.base_prefix]
+    return dirs
+
+
+def exposing_dir(root: Path, shown: list[str]) -> str | None:
+    """The first of `shown` that is `root` or one of its parents (links resolved), if any."""
+    for d in shown:
+        real = Path(os.path.realpath(d))
+        if real == root or real in root.parents:
+            return d
+    return None

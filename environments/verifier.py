@@ -36,6 +36,7 @@ __all__ = [
     "parse_junit_statuses",
     "parse_test_statuses",
     "protected_reason",
+    "runs_pytest",
     "split_diff",
 ]
 
@@ -232,7 +233,7 @@ class TestVerifier:
                 )
         setup = f"{setup_command}\n" if setup_command else ""
         # pytest reports through its own JUnit XML, never through stdout, which code under test can print to.
-        junit = bool(must_pass) and re.search(r"\bpytest\b", test_command) is not None
+        junit = bool(must_pass) and runs_pytest(test_command)
         nonce = uuid.uuid4().hex
         if junit:
             run_tests = (
@@ -257,6 +258,12 @@ export PYTHONNOUSERSITE=1 PYTHONDONTWRITEBYTECODE=1
             passed = run.exit_code == 0
         error = "timed out" if run.timed_out else ("pytest wrote no report" if junit and not statuses else None)
         return Verdict(1.0 if passed else 0.0, decisive, files, log[-3000:], error)
+
+
+def runs_pytest(command: str) -> bool:
+    """Whether a shell command runs pytest (a word `pytest`, `-m pytest`, `.../bin/pytest`), not a path merely
+    naming it (an interpreter under /tmp/pytest-of-root/...)."""
+    return re.search(r"(?:^|[\s;&|/(\"'`=])pytest(?=[\s;&|)\"'`]|$)", command) is not None
 
 
 def parse_junit_statuses(xml: str) -> dict[str, str]:

@@ -41,6 +41,9 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, ServerConfig]:
     ap.add_argument("--bwrap", default="bwrap")
     ap.add_argument("--workspace-mount", default="/workspace")
     ap.add_argument("--no-cache", action="store_true", help="no shared /cache directory")
+    ap.add_argument(
+        "--ro-path", action="append", default=[], help="a host path slots see read-only at the same place (repeatable)"
+    )
     ap.add_argument("--max-output-bytes", type=int, default=1_000_000)
     ap.add_argument(
         "--no-spawn-helper",
@@ -62,6 +65,7 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, ServerConfig]:
         workspace_mount=ns.workspace_mount,
         cache_mount=None if ns.no_cache else "/cache",
         max_output_bytes=ns.max_output_bytes,
+        extra_ro_paths=ns.ro_path,
         spawn_helper=not ns.no_spawn_helper,
         limits=limits,
     )

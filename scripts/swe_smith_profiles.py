@@ -5,7 +5,8 @@
 SWE-smith keeps one `RepoProfile` subclass per repository (swesmith/profiles/<language>.py) with its
 owner, repo, commit and test command. Importing the package needs Docker and GitHub clients, so this
 reads the class definitions with `ast` instead and writes, per mirror name
-(`swesmith/<owner>__<repo>.<commit[:8]>`), the test command, the language and the image name.
+(`swesmith/<owner>__<repo>.<commit[:8]>`), the test command, the install commands, the language and
+the image name.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import zipfile
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "environments" / "data" / "swe_smith" / "profiles.json"
-FIELDS = ("owner", "repo", "commit", "test_cmd", "org_dh", "arch")
+FIELDS = ("owner", "repo", "commit", "test_cmd", "install_cmds", "org_dh", "arch")
 
 
 def _value(node: ast.AST, names: dict[str, object]) -> object:
@@ -27,6 +28,14 @@ def _value(node: ast.AST, names: dict[str, object]) -> object:
         pass
     if isinstance(node, ast.Name) and node.id in names:
         return names[node.id]
+    if (  # a dataclass default: field(default_factory=lambda: [...])
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id == "field"
+        and [k.arg for k in node.keywords] == ["default_factory"]
+        and isinstance(node.keywords[0].value, ast.Lambda)
+    ):
+        return _value(node.keywords[0].value.body, names)
     if isinstance(node, ast.JoinedStr):  # f"... {ENV_NAME} ..." with module-level constants
         parts = []
         for v in node.values:
@@ -99,6 +108,8 @@ def main(source: Path) -> None:
             "test_cmd": p.get("test_cmd", ""),
             "language": language,
             "image_name": image,
+            # what the image runs in a checkout to install the repository (--env.deps.mode venv runs it too)
+            **({"install_cmds": p["install_cmds"]} if isinstance(p.get("install_cmds"), list) else {}),
         }
     OUT.write_text(json.dumps({"source": source.name, "profiles": dict(sorted(profiles.items()))}, indent=1) + "\n")
     print(f"wrote {len(profiles)} profiles to {OUT}")

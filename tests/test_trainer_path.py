@@ -166,7 +166,7 @@ class HangAfter(ScriptedOpenAIServer):
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 async def test_a_signal_stops_process_in_one_line_with_whole_lines_and_no_temp_dirs(tmp_path, signum):
     out = tmp_path / "groups.jsonl"
-    ws, tmp = tmp_path / "ws", tmp_path / "tmp"
+    tmp = tmp_path / "tmp"
     tmp.mkdir()
     # The first group answers at once; the second hangs until the signal.
     script = [*_write_then_done(), *_write_then_done()] + [{"content": "late"}] * 8
@@ -183,8 +183,6 @@ async def test_a_signal_stops_process_in_one_line_with_whole_lines_and_no_temp_d
             "5",
             "--env.data_path_to_save_groups",
             str(out),
-            "--env.workspace_root",
-            str(ws),
             env_vars={"TMPDIR": str(tmp)},
         )
         for _ in range(1200):
@@ -200,4 +198,4 @@ async def test_a_signal_stops_process_in_one_line_with_whole_lines_and_no_temp_d
     assert "Traceback" not in err.decode() and "KeyboardInterrupt" not in err.decode()
     text = out.read_text()
     assert text.endswith("\n") and all(json.loads(line) for line in text.splitlines())
-    assert not list(ws.iterdir()) and not list(tmp.glob("hermes-rl-*"))  # workspaces and temp dirs removed
+    assert tmp.is_dir() and not list(tmp.glob("hermes-*"))  # sandbox workspaces and temp dirs removed

@@ -110,8 +110,8 @@ def _pid_namespace_prefix() -> tuple[str, ...]:
 class LocalWorkspace:
     """A directory on this machine; commands run as local processes without isolation.
 
-    Isolation (namespaces, no network) comes from the sandbox slots; this executor is the
-    quick path for trusted tasks such as GSM8k's arithmetic snippets.
+    Isolation (own uid, namespaces, no network) comes from the sandbox slots, the default; this
+    executor is what the explicit `unconfined_tools` opt-out runs (docs/security.md).
     """
 
     def __init__(self, root: Path, *, python: str | None = None, max_file_bytes: int = 64 * 1024 * 1024) -> None:

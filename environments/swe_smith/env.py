@@ -6,17 +6,20 @@
     python -m environments.swe_smith_oracle_env evaluate --env.dataset my_instances.jsonl --env.mirror_base /srv/mirrors
 
 Instances have SWE-smith's published shape: `repo` = `swesmith/<owner>__<name>.<sha8>`, the mirror is
-`{mirror_base}/{repo}.git` (a URL, or a local directory of bare repositories); the bug is already
-committed on a branch named after `instance_id`, and `base_commit` is that bug commit (so the `patch`
-is never applied again). `image_name` is the instance's environment; the test command comes from
+`{mirror_base}/{repo}.git` (a URL, or a local directory of bare repositories); a branch named after
+`instance_id` holds "Bug Patch" (the `patch`, never applied again) and then "Remove F2P Tests" (the
+FAIL_TO_PASS test files deleted), its head being the row's `base_commit`. `image_name` is the instance's
+environment (without it: --env.deps, environments/swe_smith/deps.py); the test command comes from
 SWE-smith's repository profile (environments/data/swe_smith/profiles.json, generated from SWE-smith's
 package by scripts/swe_smith_profiles.py), else pytest. Unusable rows are skipped with counted reasons.
+docs/swe_smith.md tells the whole story.
 
 This process keeps one bare mirror per repository (never visible to slots) and gives each workspace a
-one-commit snapshot of the starting tree (the bug commit's history would reveal the bug). The reward
-comes from `environments.verifier`: the agent's diff to non-test files, applied to a pristine checkout
-in a fresh slot, tested with the original tests. Every scored trajectory is also written to
-`preds.jsonl` beside the groups file, in SWE-bench's prediction format.
+one-commit snapshot of the branch head (its history would reveal the bug). The reward comes from
+`environments.verifier`: the agent's diff to non-test files, applied to a pristine checkout in a fresh
+slot, the test files restored from "Bug Patch" (as SWE-smith's harness does with HEAD~1), tested.
+Every scored trajectory is also written to `preds.jsonl` beside the groups file, in SWE-bench's
+prediction format.
 
 The offline default is a handful of tiny repositories with injected bugs (environments/data/swe_smith/),
 turned into a local mirror of the published shape at startup. `--env.agent oracle` replaces the model
@@ -37,6 +40,7 @@ import shlex
 import sys
 import tempfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
@@ -47,12 +51,14 @@ from environments.agent_loop import AgentResult
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from environments.jsonl import jsonl_lines
 from environments.models.base import ChatModel, ModelTurn
+from environments.swe_smith.deps import DEFAULT_INSTALL, PreparedRepoEnv, RepoEnvConfig, RepoEnvError, prepare_repo_env
 from environments.verifier import (
     GIT_SAFE,
     TestVerifier,
     TestVerifierConfig,
     Verdict,
     capture_diff,
+    runs_pytest,
     split_diff,
 )
 from tools.context import ToolContext
@@ -77,6 +83,9 @@ OFFLINE_DATA = Path(__file__).parents[1] / "data" / "swe_smith"
 PROFILES = OFFLINE_DATA / "profiles.json"
 HUB_DATASET = "SWE-bench/SWE-smith"
 DEFAULT_TEST_CMD = "pytest --disable-warnings --color=no --tb=no --verbose"  # SWE-smith's PythonProfile
+# The commit subjects of a published task branch: Initial commit -> BUG_COMMIT -> REMOVE_TESTS_COMMIT (head).
+BUG_COMMIT = "Bug Patch"
+REMOVE_TESTS_COMMIT = "Remove F2P Tests"
 # The published Python test commands start by activating the image's conda env; on our base there is none.
 _IMAGE_ENV_PREFIX = re.compile(r"^\s*source /opt/miniconda3/bin/activate;\s*conda activate \w+;\s*")
 _FIXED_GIT_ENV = {
@@ -98,6 +107,22 @@ SYSTEM_PROMPT = (
 )
 
 
+# Run in the verifier's checkout once the agent's diff is applied: the test files from the "Bug Patch"
+# commit (see `_snapshot`) replace whatever is there. No archive (nothing to restore): nothing happens.
+RESTORE_TESTS = (
+    'tests="../.$(basename "$PWD").tests.tar"\n'
+    'if [ -f "$tests" ]; then tar -xf "$tests" || echo "hermes-rl: restoring the test files failed"; fi'
+)
+
+
+@dataclass(frozen=True)
+class _Start:
+    bundle: Path  # one commit holding the starting tree
+    commit: str  # that commit
+    tests: Path | None  # tar of the test files the verifier restores (None: nothing to restore)
+    restored: tuple[str, ...]  # their paths
+
+
 class SweSmithInstance(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
@@ -107,7 +132,9 @@ class SweSmithInstance(BaseModel):
     FAIL_TO_PASS: list[str]
     PASS_TO_PASS: list[str] = Field(default_factory=list)
     problem_statement: str = ""
-    base_commit: str | None = Field(None, description="The bug commit, tip of the branch named instance_id")
+    base_commit: str | None = Field(
+        None, description="The head of the branch named instance_id (used when the mirror has no such branch)"
+    )
     image_name: str | None = Field(None, description="The instance's Docker image (its repository's environment)")
     repo_url: str | None = Field(None, description="git URL or local path overriding the mirror")
 
@@ -160,9 +187,10 @@ def build_mirror(
     """A mirror in SWE-smith's published shape from plain project directories and bug patches.
 
     `repos`: project name -> directory; `bugs`: rows with `name` (a key of repos), `bug_id`, `patch` and
-    the published fields. Writes `out_dir/swesmith/<owner>__<name>.<sha8>.git` (main = the original,
-    one branch per instance with the bug committed) and returns the rows with `instance_id`, `repo` and
-    `base_commit` filled in. Commits use a fixed identity and date, so the result is reproducible.
+    the published fields. Writes `out_dir/swesmith/<owner>__<name>.<sha8>.git` (main = the original; one
+    branch per instance: "Bug Patch", then "Remove F2P Tests" deleting the FAIL_TO_PASS test files) and
+    returns the rows with `instance_id`, `repo` and `base_commit` (the branch head) filled in. Commits use
+    a fixed identity and date, so the result is reproducible.
     """
     work = out_dir / ".work"
     rows = []
@@ -187,7 +215,12 @@ def build_mirror(
         instance_id = f"{repo.split('/')[1]}.{bug['bug_id']}"
         _git(["checkout", "-q", "-b", instance_id, "main"], tree)
         _git(["apply", "-"], tree, stdin=bug["patch"])
-        _git(["commit", "-q", "-am", "Bug Patch"], tree)
+        _git(["commit", "-q", "-am", BUG_COMMIT], tree)
+        # As SWE-smith publishes: a second commit deletes the FAIL_TO_PASS test files; the head is the start.
+        hidden = sorted({t.split("::")[0] for t in bug["FAIL_TO_PASS"]} & set(_git(["ls-files"], tree).splitlines()))
+        if hidden:
+            _git(["rm", "-q", "--", *hidden], tree)
+            _git(["commit", "-q", "-m", REMOVE_TESTS_COMMIT], tree)
         row = {k: v for k, v in bug.items() if k not in ("name", "bug_id")}
         rows.append(row | {"instance_id": instance_id, "repo": repo, "base_commit": _git(["rev-parse", "HEAD"], tree)})
         _git(["checkout", "-q", "main"], tree)
@@ -204,7 +237,8 @@ def load_offline_instances(
 ) -> tuple[Path, list[SweSmithInstance]]:
     """The bundled bugs as a local mirror of the published shape: (mirror_base, instances)."""
     lines = (data_dir / "instances.jsonl").read_text()
-    key = hashlib.sha1(lines.encode())
+    # The branch layout is part of the key: a mirror cached by an older build is never reused.
+    key = hashlib.sha1(f"{BUG_COMMIT} -> {REMOVE_TESTS_COMMIT}\n".encode() + lines.encode())
     for p in sorted((data_dir / "repos").rglob("*")):
         if p.is_file() and "__pycache__" not in p.parts:
             key.update(str(p.relative_to(data_dir)).encode() + b"\0" + p.read_bytes())
@@ -328,18 +362,34 @@ def _published_profiles() -> Mapping[str, Mapping[str, Any]]:
 
 
 def build_test_command(inst: SweSmithInstance, profile: Mapping[str, Any], *, python: str, on_image: bool) -> str:
-    """The profile's test command (pytest if none), on the base environment with our interpreter.
+    """The profile's test command (pytest if none), on the base environment with `python` (shell words).
 
     Like SWE-smith's harness, a pytest command gets the instance's test files appended; unlike it,
     those of PASS_TO_PASS too, since a test missing from the output counts as failed here.
     """
     command = profile.get("test_cmd") or DEFAULT_TEST_CMD
+    pytest = runs_pytest(command)  # decided before `python` (a path that may contain "pytest") goes in
     if not on_image:
         command = _IMAGE_ENV_PREFIX.sub("", command)
-        command = re.sub(r"(^|[;&|]\s*)pytest\b", lambda m: f"{m.group(1)}{python} -m pytest", command)
-    if "pytest" in command:
+        command = re.sub(
+            r"(^|[;&|]\s*)(pytest|python3?)(?=\s|$)",
+            lambda m: m.group(1) + (f"{python} -m pytest" if m.group(2) == "pytest" else python),
+            command,
+        )
+    if pytest:
         command += " -p no:cacheprovider " + " ".join(shlex.quote(f) for f in inst.test_files)
     return command
+
+
+def _failing_tests(item: SweSmithInstance, mode: str) -> str:
+    """The prompt's line on FAIL_TO_PASS; on the published layout those files are hidden from the agent."""
+    if mode == "none":
+        return ""
+    if mode == "ids":
+        return f"\nFailing tests: {', '.join(item.FAIL_TO_PASS)}"
+    files = sorted({t.split("::")[0] for t in item.FAIL_TO_PASS})
+    more = f" and {len(files) - 20} more files" if len(files) > 20 else ""
+    return f"\nFailing tests: {len(item.FAIL_TO_PASS)} in {', '.join(files[:20])}{more}"
 
 
 # -- deterministic agents -------------------------------------------------------------------------
@@ -400,12 +450,22 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
     )
     image_policy: Literal["auto", "skip", "base"] = Field(
         "auto",
-        description="Instances naming an image: auto = skip them on the local backends, run them on nomad/modal; "
-        "skip; base = run them on the base environment (you installed their dependencies)",
+        description="Instances naming an image: auto = run them on nomad/modal, and on the local backends when "
+        "--env.deps.mode venv provides their dependencies, else skip them; skip; base = run them on the base "
+        "environment (you installed their dependencies)",
     )
     agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
+    prompt_tests: Literal["files", "ids", "none"] = Field(
+        "files",
+        description="What the prompt says of FAIL_TO_PASS: the files holding them with a count (files), every "
+        "test id (ids: can exceed the context, one instance lists 34 KB), or nothing (none)",
+    )
     install_command: str | None = Field(
-        None, description="Run in the repository before the tests (e.g. pip install -e .)"
+        None, description="Run in the verified checkout before the tests (no network there; see --env.deps)"
+    )
+    deps: RepoEnvConfig = Field(
+        default_factory=RepoEnvConfig,
+        description="Each repository's dependencies without its image (docs/swe_smith.md)",
     )
     pytest_plugin_autoload: bool = Field(
         False,
@@ -428,9 +488,12 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
 
     def __init__(self, config: SweSmithOracleEnvConfig, *args: Any, **kwargs: Any) -> None:
         check_dataset(config.dataset)
-        super().__init__(config, *args, **kwargs)
-        self._cache = Path(config.cache_dir) if config.cache_dir else _default_cache()
-        self._snapshots: dict[str, tuple[Path, str]] = {}
+        cache = Path(config.cache_dir) if config.cache_dir else _default_cache()
+        self._env_dir = Path(config.deps.dir) if config.deps.dir else cache / "envs"
+        super().__init__(_with_env_dir_visible(config, self._env_dir), *args, **kwargs)
+        self._cache = cache
+        self._envs: dict[str, PreparedRepoEnv] = {}
+        self._snapshots: dict[str, _Start] = {}
         self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._verifier = TestVerifier(TestVerifierConfig(timeout_s=config.test_timeout_s))
         self.verdicts: dict[str, Verdict] = {}
@@ -445,10 +508,17 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         return config.model_copy(update=update), servers
 
     def _runs_images(self) -> bool:
+        """Whether rows naming an image run: on that image, or here with their dependencies provided."""
         cfg: SweSmithOracleEnvConfig = self.config
         if cfg.image_policy != "auto":
             return cfg.image_policy == "base"
-        return cfg.tool_backend == "sandbox" and cfg.sandbox.backend.kind in ("nomad", "modal")
+        return self._on_images() or cfg.deps.mode == "venv"
+
+    def _on_images(self) -> bool:
+        """Whether slots run the instance's own image (its test command then activates the image's env)."""
+        cfg: SweSmithOracleEnvConfig = self.config
+        auto = cfg.image_policy == "auto" and cfg.tool_backend == "sandbox"
+        return auto and cfg.sandbox.backend.kind in ("nomad", "modal")
 
     async def items(self) -> list[SweSmithInstance]:
         cfg: SweSmithOracleEnvConfig = self.config
@@ -488,9 +558,42 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
             raise HermesEnvError(
                 f"no usable SWE-smith instances in {cfg.dataset!r}" + (f" ({reasons})" if reasons else "")
             )
+        if cfg.deps.mode == "venv":
+            for inst in {i.repo: i for i in instances}.values():  # one environment per repository, before any rollout
+                await self._repo_env(inst)
         self.instances = instances
         self.by_id = {i.instance_id: i for i in instances}
         return instances
+
+    async def _repo_env(self, item: SweSmithInstance) -> PreparedRepoEnv:
+        """The repository's prepared environment (built on this machine the first time; see deps.py)."""
+        cfg: SweSmithOracleEnvConfig = self.config
+        async with self._locks[f"env:{item.repo}"]:
+            if item.repo not in self._envs:
+                profile = profile_for(item.repo, self.extra_profiles)
+                install = cfg.deps.install_command or "\n".join(profile.get("install_cmds") or []) or DEFAULT_INSTALL
+                with_pytest = runs_pytest(profile.get("test_cmd") or DEFAULT_TEST_CMD)
+                print(f"[hermes-rl] SWE-smith: preparing {item.repo}'s environment ({install!r})", file=sys.stderr)
+                try:
+                    self._envs[item.repo] = await asyncio.to_thread(
+                        prepare_repo_env,
+                        repo=item.repo,
+                        mirror=await self._mirror(item),
+                        install_command=install,
+                        pytest_requirement=cfg.deps.pytest_requirement if with_pytest else None,
+                        base_dir=self._env_dir,
+                        timeout_s=cfg.deps.timeout_s,
+                    )
+                except RepoEnvError as exc:
+                    raise HermesEnvError(
+                        f"{item.repo}: {exc} (set --env.deps.install_command, or --env.deps.mode off)"
+                    ) from None
+            return self._envs[item.repo]
+
+    def _python(self, item: SweSmithInstance, executor: ToolExecutor) -> str:
+        """Shell words starting the interpreter the tests run with: the repository's prepared env, else the slot's."""
+        env = self._envs.get(item.repo)
+        return env.interpreter() if env else executor.python.removesuffix(" -")
 
     async def eval_items(self) -> list[SweSmithInstance]:
         return self.instances  # evaluate runs every usable instance once
@@ -505,53 +608,105 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
             f"{item.problem_statement}\n\n"
             f"Instance: {item.instance_id}\n"
             f"Repository path: {item.name}\n"
-            f"(relative to your working directory)\n"
-            f"Failing tests: {', '.join(item.FAIL_TO_PASS)}"
+            f"(relative to your working directory)"
+            + _failing_tests(item, self.config.prompt_tests)
+            + (
+                f"\nPython with the repository's dependencies (run it in the repository path): {env.interpreter()}"
+                if (env := self._envs.get(item.repo))
+                else ""
+            )
         )
 
     # -- the starting tree: a host-side bare mirror, a one-commit snapshot bundle per instance --
 
-    async def _snapshot(self, item: SweSmithInstance) -> tuple[Path, str]:
-        """(bundle holding one commit with the instance's starting tree, that commit's id)."""
+    async def _mirror(self, item: SweSmithInstance) -> Path:
+        """This machine's bare clone of the instance's mirror, holding its task branch."""
+        source = item.source(self.mirror_base)
+        bare = self._cache / "mirrors" / (hashlib.sha1(source.encode()).hexdigest()[:12] + "-" + item.name + ".git")
+        async with self._locks[str(bare)]:
+            if not bare.exists():
+                tmp = bare.with_name(bare.name + f".tmp{os.getpid()}")
+                await _git_async(["clone", "-q", "--mirror", source, str(tmp)], self.config.setup_timeout_s)
+                tmp.rename(bare)
+            wanted = [f"refs/heads/{item.instance_id}", *([item.base_commit] if item.base_commit else [])]
+            if not [ref for ref in wanted if await _git_ok(["-C", str(bare), "cat-file", "-e", f"{ref}^{{commit}}"])]:
+                await _git_async(
+                    ["-C", str(bare), "fetch", "-q", "origin", "+refs/heads/*:refs/heads/*"],
+                    self.config.setup_timeout_s,
+                )
+        return bare
+
+    async def _snapshot(self, item: SweSmithInstance) -> _Start:
+        """The instance's starting tree as a one-commit bundle, and the test files the verifier restores.
+
+        The start is the task branch's head (the row's `base_commit` if the mirror has no such branch).
+        On SWE-smith's published layout that head is "Remove F2P Tests": the agent never sees the
+        FAIL_TO_PASS test files, and the verifier takes them (with every other test file the row names)
+        from the "Bug Patch" commit below it, as SWE-smith's harness does with `HEAD~1`.
+        """
         async with self._locks[item.instance_id]:
             if item.instance_id in self._snapshots:
                 return self._snapshots[item.instance_id]
-            source = item.source(self.mirror_base)
-            bare = self._cache / "mirrors" / (hashlib.sha1(source.encode()).hexdigest()[:12] + "-" + item.name + ".git")
-            ref = item.base_commit or f"refs/heads/{item.instance_id}"
-            async with self._locks[str(bare)]:
-                if not bare.exists():
-                    tmp = bare.with_name(bare.name + f".tmp{os.getpid()}")
-                    await _git_async(["clone", "-q", "--mirror", source, str(tmp)], self.config.setup_timeout_s)
-                    tmp.rename(bare)
-                if not await _git_ok(["-C", str(bare), "cat-file", "-e", f"{ref}^{{commit}}"]):
-                    await _git_async(
-                        ["-C", str(bare), "fetch", "-q", "origin", "+refs/heads/*:refs/heads/*"],
-                        self.config.setup_timeout_s,
-                    )
-            tree = await _git_async(["-C", str(bare), "rev-parse", f"{ref}^{{tree}}"], 60)
-            snap = await _git_async(["-C", str(bare), "commit-tree", tree, "-m", f"{item.instance_id}"], 60)
+            bare = await self._mirror(item)
+            git = ["-C", str(bare)]
+            branch = f"refs/heads/{item.instance_id}"
+            if await _git_ok([*git, "cat-file", "-e", f"{branch}^{{commit}}"]):
+                head = await _git_async([*git, "rev-parse", branch], 60)
+            elif item.base_commit and await _git_ok([*git, "cat-file", "-e", f"{item.base_commit}^{{commit}}"]):
+                head = item.base_commit
+            else:
+                raise RuntimeError(
+                    f"{item.source(self.mirror_base)} has neither a branch {item.instance_id} nor the row's "
+                    f"base_commit {item.base_commit}; check --env.mirror_base or the row's repo"
+                )
+            tests_from, hidden = head, []
+            if await _git_async([*git, "log", "-1", "--format=%s", head], 60) == REMOVE_TESTS_COMMIT:
+                tests_from = await _git_async([*git, "rev-parse", f"{head}^"], 60)
+                deleted = await _git_async([*git, "diff", "--name-only", "--diff-filter=D", tests_from, head], 60)
+                hidden = deleted.splitlines()
+            tracked = set((await _git_async([*git, "ls-tree", "-r", "--name-only", tests_from], 120)).splitlines())
+            restore = sorted(set(hidden) | (set(item.test_files) & tracked))
+            tree = await _git_async([*git, "rev-parse", f"{head}^{{tree}}"], 60)
+            snap = await _git_async([*git, "commit-tree", tree, "-m", f"{item.instance_id}"], 60)
             safe = re.sub(r"[^A-Za-z0-9_.-]", "_", item.instance_id)
-            await _git_async(["-C", str(bare), "update-ref", f"refs/hermes/{safe}", snap], 60)
+            await _git_async([*git, "update-ref", f"refs/hermes/{safe}", snap], 60)
             bundle = self._cache / "bundles" / f"{safe}-{snap[:12]}.bundle"
             bundle.parent.mkdir(parents=True, exist_ok=True)
             if not bundle.exists():
                 partial = bundle.with_suffix(f".tmp{os.getpid()}")
-                await _git_async(["-C", str(bare), "bundle", "create", "-q", str(partial), f"refs/hermes/{safe}"], 300)
+                await _git_async([*git, "bundle", "create", "-q", str(partial), f"refs/hermes/{safe}"], 300)
                 partial.replace(bundle)
-            self._snapshots[item.instance_id] = (bundle, snap)
-            return bundle, snap
+            tests: Path | None = None
+            if restore:
+                tests = bundle.with_name(f"{safe}-{tests_from[:12]}.tests.tar")
+                if not tests.exists():
+                    partial = tests.with_suffix(f".tmp{os.getpid()}")
+                    await _git_async(
+                        [*git, "archive", "--format=tar", "-o", str(partial), tests_from, "--", *restore], 300
+                    )
+                    partial.replace(tests)
+            start = _Start(bundle, snap, tests, tuple(restore))
+            self._snapshots[item.instance_id] = start
+            return start
 
-    async def _checkout(self, item: SweSmithInstance, executor: ToolExecutor, dest: str) -> None:
-        """The instance's starting tree at `dest` in a workspace, from the uploaded snapshot bundle."""
-        bundle, snap = await self._snapshot(item)
+    async def _checkout(
+        self, item: SweSmithInstance, executor: ToolExecutor, dest: str, *, with_tests: bool = False
+    ) -> None:
+        """The instance's starting tree at `dest` in a workspace, from the uploaded snapshot bundle.
+
+        `with_tests` (the verifier's checkout): also leave the test files to restore at `.{dest}.tests.tar`
+        beside it, for `RESTORE_TESTS` to unpack once the agent's diff is applied.
+        """
+        start = await self._snapshot(item)
         name = f".{dest}.bundle"
-        await executor.write_file(name, await asyncio.to_thread(bundle.read_bytes))
+        await executor.write_file(name, await asyncio.to_thread(start.bundle.read_bytes))
+        if with_tests and start.tests is not None:
+            await executor.write_file(f".{dest}.tests.tar", await asyncio.to_thread(start.tests.read_bytes))
         script = f"""set -e
 {GIT_SAFE} init -q {shlex.quote(dest)}
 cd {shlex.quote(dest)}
-{GIT_SAFE} fetch -q "$OLDPWD"/{shlex.quote(name)} {snap}
-{GIT_SAFE} -c advice.detachedHead=false checkout -q {snap}
+{GIT_SAFE} fetch -q "$OLDPWD"/{shlex.quote(name)} {start.commit}
+{GIT_SAFE} -c advice.detachedHead=false checkout -q {start.commit}
 rm -f "$OLDPWD"/{shlex.quote(name)}
 """
         result = await executor.exec(script, timeout=self.config.setup_timeout_s, max_output_bytes=20_000)
@@ -566,7 +721,7 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
     # -- the reward ---------------------------------------------------------------------------------
 
     async def compute_reward(self, item: SweSmithInstance, result: AgentResult, ctx: ToolContext):
-        _, snap = await self._snapshot(item)
+        snap = (await self._snapshot(item)).commit
         broken: str | None = None
         try:
             patch = await capture_diff(ctx.executor, item.name, snap)
@@ -598,22 +753,22 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
     async def _verify(self, item: SweSmithInstance, patch: str, executor: ToolExecutor) -> Verdict:
         cfg: SweSmithOracleEnvConfig = self.config
         profile = profile_for(item.repo, self.extra_profiles)
-        python = executor.python.removesuffix(" -")
+        python = self._python(item, executor)
         command = build_test_command(
             item,
             profile,
             python=python,
-            on_image=bool(item.image_name) and self._runs_images() and cfg.image_policy != "base",
+            on_image=bool(item.image_name) and self._on_images(),
         )
         if not cfg.pytest_plugin_autoload:
             command = f"export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1\n{command}"
         return await self._verifier.verify(
             executor,
-            prepare=lambda ex, dest: self._checkout(item, ex, dest),
+            prepare=lambda ex, dest: self._checkout(item, ex, dest, with_tests=True),
             patch=patch,
             test_command=command,
             must_pass=item.FAIL_TO_PASS + item.PASS_TO_PASS,
-            setup_command=cfg.install_command,
+            setup_command="\n".join(filter(None, [RESTORE_TESTS, cfg.install_command])),
         )
 
     async def _write_pred(self, item: SweSmithInstance, verdict: Verdict, patch: str) -> None:
@@ -650,6 +805,21 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
 
     def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
         return {**super().eval_sample(rollout), "item": {"instance_id": rollout.item.instance_id}}
+
+
+def _with_env_dir_visible(config: SweSmithOracleEnvConfig, env_dir: Path) -> SweSmithOracleEnvConfig:
+    """With --env.deps.mode venv, the local backend's slots see the prepared environments (read-only)."""
+    if config.deps.mode != "venv" or config.tool_backend != "sandbox":
+        return config
+    backend = config.sandbox.backend
+    if backend.kind != "local":
+        raise HermesEnvError(
+            f"--env.deps.mode venv prepares environments on this machine, which {backend.kind} slots cannot see; "
+            "there the instance's image provides them (--env.deps.mode off)"
+        )
+    env_dir.mkdir(parents=True, exist_ok=True)  # bwrap shows only paths that exist when a server starts
+    backend = backend.model_copy(update={"extra_ro_paths": [*backend.extra_ro_paths, str(env_dir.resolve())]})
+    return config.model_copy(update={"sandbox": config.sandbox.model_copy(update={"backend": backend})})
 
 
 def _append(path: Path, text: str, mode: str) -> None:

@@ -151,6 +151,7 @@ def swe_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 total_steps=1,
                 agent="oracle",
                 tool_backend="local",
+                unconfined_tools=True,  # the oracle agent's own diff, not model code
                 workspace_root=str(tmp / "ws"),
                 ensure_scores_are_not_same=False,
                 data_path_to_save_groups=str(tmp / "groups.jsonl"),

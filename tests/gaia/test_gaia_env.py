@@ -17,6 +17,7 @@ from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
 from tests.gaia.solver import SOLVED_TASKS, GaiaScriptedSolver
 from environments.models.base import ModelTurn
+from slots.pool import SlotState
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.cli import run_cli
 from tests.support.embedded import embedded_model_flags, small_group_flags
@@ -109,8 +110,8 @@ async def test_attachment_is_in_the_workspace_and_named_in_the_prompt(tokenizer_
             assert wrong.score == 0.0
             r = await env.rollout(task, model=GaiaScriptedSolver(task))
             assert r.score == 1.0
-            ws = Path(tmp_path / "ws")
-            assert not any(ws.iterdir())  # workspaces are released after each rollout
+            slots = env.agent_runtime.tool_backend.slots()  # the default backend: sandbox slots
+            assert slots and all(s.state is SlotState.FREE for s in slots)  # released (reset) after each rollout
 
 
 async def test_reward_trades_correctness_against_tool_calls(tokenizer_dir: str, tmp_path: Path) -> None:

@@ -441,3 +441,29 @@ async def test_health_loop_replaces_a_dead_sandbox_on_its_own(tmp_path):
     finally:
         await h.pool.stop()
     assert count_processes(h.marker) == 0
+
+
+async def test_local_extra_ro_paths_are_readable_and_never_writable(tmp_path):
+    """A prepared environment (here a directory under /tmp, like the default SWE-smith cache) is shown to
+    slots at the same path, read-only, and stays there after a command renews the slot's private /tmp."""
+    shared = tmp_path / "envs" / "repo-env"
+    shared.mkdir(parents=True)
+    (shared / "lib.py").write_text("VALUE = 42\n")
+    config = LocalBackendConfig(
+        pool=_pool(), data_root=str(tmp_path / "local"), extra_ro_paths=[str(tmp_path / "envs")]
+    )
+    backend = local_backend(config)
+    await backend.start()
+    try:
+        slot = await backend.acquire()
+        run = backend.executor(slot).exec
+        read = await run(f"cat {shared}/lib.py", timeout=30, max_output_bytes=10_000)
+        assert (read.exit_code, read.output) == (0, "VALUE = 42\n")
+        for attempt in (f"echo x > {shared}/lib.py", f"touch {shared}/new.py", f"rm -f {shared}/lib.py"):
+            assert (await run(attempt, timeout=30, max_output_bytes=10_000)).exit_code != 0, attempt
+        await run("echo scratch > /tmp/scratch", timeout=30, max_output_bytes=10_000)  # /tmp gets a fresh tmpfs
+        again = await run(f"cat {shared}/lib.py; ls /tmp", timeout=30, max_output_bytes=10_000)
+        assert again.output.startswith("VALUE = 42\n")
+        assert (shared / "lib.py").read_text() == "VALUE = 42\n" and sorted(os.listdir(shared)) == ["lib.py"]
+    finally:
+        await backend.stop()

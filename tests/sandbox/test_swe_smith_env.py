@@ -58,12 +58,17 @@ def test_offline_instances_are_in_swe_smith_format(tmp_path):
 
 
 class EditsTheTests:
-    """Reward hacking: makes the failing test expect the buggy behaviour instead of fixing the code."""
+    """Reward hacking: writes the hidden failing test file back, expecting the buggy behaviour, instead of
+    fixing the code (the published head has no tests/test_calc.py; the verifier restores the real one)."""
 
     async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
         if any(m.get("role") == "tool" for m in messages):
             return ModelTurn(content="done")
-        command = "cd tinycalc && sed -i 's/== 3.5/== 3/' tests/test_calc.py && python -m pytest -q tests/test_calc.py::test_div"
+        test = "from tinycalc import div\n\n\ndef test_div():\n    assert div(7, 2) == 3\n"
+        command = (
+            f"cd tinycalc && test ! -e tests/test_calc.py && mkdir -p tests && printf '{test}' > tests/test_calc.py"
+            " && python -m pytest -q tests/test_calc.py::test_div"
+        )
         call = {
             "id": "c1",
             "type": "function",
@@ -143,7 +148,14 @@ def test_process_cli_runs_on_the_local_sandbox_backend_against_the_embedded_mode
 
 async def test_oracle_also_scores_on_the_plain_local_tool_backend(tmp_path):
     async with ScriptedOpenAIServer([]) as server:
-        env = make_env(server.base_url, tmp_path, tool_backend="local", workspace_root=str(tmp_path / "ws"), limit=1)
+        env = make_env(
+            server.base_url,
+            tmp_path,
+            tool_backend="local",
+            unconfined_tools=True,  # the local backend needs the opt-out; the oracle's diff is not model code
+            workspace_root=str(tmp_path / "ws"),
+            limit=1,
+        )
         async with env.runtime():
             await env.setup()
             fixed = await env.rollout(env.instances[0], model=OracleAgent(env.by_id))

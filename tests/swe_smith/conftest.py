@@ -1,8 +1,10 @@
 """A SWE-smith mirror in the published shape, built with plain git (not the env's own builder).
 
-Per repository a bare repo `swesmith/<owner>__<name>.<sha8>.git` whose `main` is the original project;
-per instance a branch named after `instance_id` holding one "Bug Patch" commit, and `base_commit` = that
-commit, as SWE-smith's harness/gather.py publishes them.
+Per repository a bare repo `swesmith/<owner>__<name>.<sha8>.git` whose `main` is the original project
+("Initial commit"); per instance a branch named after `instance_id`: "Bug Patch" (the bug), then "Remove
+F2P Tests" (the FAIL_TO_PASS test files deleted), and `base_commit` = that head, as SWE-smith's
+harness/gather.py publishes them (the real mirror swesmith/marshmallow-code__apispec.8b421526 has this
+history on every one of its 301 task branches).
 """
 
 from __future__ import annotations
@@ -56,10 +58,10 @@ def git(*args: str, cwd: Path | None = None, stdin: str | None = None) -> str:
     return proc.stdout.strip()
 
 
-def _publish(
-    work: Path, owner: str, mirrors: Path, bugs: dict[str, tuple[str, str, str]]
+def publish(
+    work: Path, owner: str, mirrors: Path, bugs: dict[str, tuple[str, str, str, str]]
 ) -> tuple[str, dict[str, tuple[str, str]]]:
-    """Commit `work` as main and one branch per bug (id -> (path, old, new)), push to `mirrors`.
+    """Commit `work` as main and one branch per bug (id -> (path, old, new, F2P test file)), push to `mirrors`.
 
     -> (repo, {instance_id: (base_commit, patch)})."""
     git("init", "-q", "-b", "main", cwd=work)
@@ -67,13 +69,15 @@ def _publish(
     git("commit", "-q", "-m", "Initial commit", cwd=work)
     repo_name = f"{owner}__{work.name}.{git('rev-parse', 'HEAD', cwd=work)[:8]}"
     out = {}
-    for bug_id, (path, old, new) in bugs.items():
+    for bug_id, (path, old, new, f2p_file) in bugs.items():
         instance_id = f"{repo_name}.{bug_id}"
         git("checkout", "-q", "-b", instance_id, "main", cwd=work)
         target = work / path
         target.write_text(target.read_text().replace(old, new, 1))
         patch = git("diff", cwd=work) + "\n"
         git("commit", "-q", "-am", "Bug Patch", cwd=work)
+        git("rm", "-q", f2p_file, cwd=work)
+        git("commit", "-q", "-m", "Remove F2P Tests", cwd=work)
         out[instance_id] = (git("rev-parse", "HEAD", cwd=work), patch)
         git("checkout", "-q", "main", cwd=work)
     bare = mirrors / "swesmith" / f"{repo_name}.git"
@@ -90,9 +94,14 @@ def published(tmp_path) -> dict:
     calc = tmp_path / "work" / "tinycalc"
     calc.parent.mkdir(parents=True)
     subprocess.run(["cp", "-r", str(ROOT / "environments/data/swe_smith/repos/tinycalc"), str(calc)], check=True)
-    div = ("tinycalc/__init__.py", "return a / b", "return a // b")
-    mean = ("tinycalc/__init__.py", "return sum(values) / len(values)", "return sum(values) / max(1, len(values) - 1)")
-    calc_repo, calc_bugs = _publish(
+    div = ("tinycalc/__init__.py", "return a / b", "return a // b", "tests/test_calc.py")
+    mean = (
+        "tinycalc/__init__.py",
+        "return sum(values) / len(values)",
+        "return sum(values) / max(1, len(values) - 1)",
+        "tests/test_calc.py",
+    )
+    calc_repo, calc_bugs = publish(
         calc,
         "hermes",
         mirrors,
@@ -102,8 +111,11 @@ def published(tmp_path) -> dict:
     for rel, text in RINGBUF.items():
         (ring / rel).parent.mkdir(parents=True, exist_ok=True)
         (ring / rel).write_text(text)
-    ring_repo, ring_bugs = _publish(
-        ring, "hermes", mirrors, {"func_pm_remove_arg__pop": ("ringbuf/__init__.py", *RINGBUF_BUG)}
+    ring_repo, ring_bugs = publish(
+        ring,
+        "hermes",
+        mirrors,
+        {"func_pm_remove_arg__pop": ("ringbuf/__init__.py", *RINGBUF_BUG, "tests/test_ringbuf.py")},
     )
     ring_patch = next(iter(ring_bugs.values()))[1]
     ids = list(calc_bugs)

@@ -23,10 +23,11 @@ from environments.swe_smith.env import (
     SweSmithOracleEnvConfig,
     build_test_command,
     load_instances,
+    load_offline_instances,
     profile_for,
     read_rows,
 )
-from environments.verifier import parse_junit_statuses, parse_test_statuses
+from environments.verifier import parse_junit_statuses, parse_test_statuses, runs_pytest
 from slots.pool import SlotPoolConfig
 from tests.support.cli import CliRun, run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
@@ -59,11 +60,16 @@ def test_rows_parse_in_the_published_shape(published):
     assert inst.name == "tinycalc" and inst.repo_name.startswith("hermes__tinycalc.")
     assert inst.source("https://github.com") == f"https://github.com/{inst.repo}.git"
     assert inst.source(str(published["mirrors"])) == str(published["mirrors"] / f"{inst.repo}.git")
-    # base_commit is the tip of the branch named after the instance, one "Bug Patch" commit on main
+    # base_commit is the tip of the branch named after the instance: Initial commit -> Bug Patch -> Remove F2P Tests
     bare = published["mirrors"] / f"{inst.repo}.git"
     assert git("rev-parse", f"refs/heads/{inst.instance_id}", cwd=bare) == inst.base_commit
-    assert git("log", "-1", "--format=%s", inst.base_commit, cwd=bare) == "Bug Patch"
-    assert git("rev-parse", f"{inst.base_commit}^", cwd=bare) == git("rev-parse", "main", cwd=bare)
+    assert git("log", "--format=%s", inst.base_commit, cwd=bare).splitlines() == [
+        "Remove F2P Tests",
+        "Bug Patch",
+        "Initial commit",
+    ]
+    assert git("rev-parse", f"{inst.base_commit}~2", cwd=bare) == git("rev-parse", "main", cwd=bare)
+    assert git("diff", "--name-status", f"{inst.base_commit}^", inst.base_commit, cwd=bare) == "D\ttests/test_calc.py"
 
 
 def test_published_profiles_give_the_test_command():
@@ -83,6 +89,13 @@ def test_published_profiles_give_the_test_command():
     assert build_test_command(inst, pygments, python="python", on_image=True).startswith(
         "source /opt/miniconda3/bin/activate;"
     )
+    # SWE-smith's install commands come with the profile; a prepared env's interpreter replaces `python`
+    # and `pytest`, and an interpreter path that merely contains "pytest" does not make a command pytest's
+    assert profile_for("swesmith/marshmallow-code__apispec.8b421526")["install_cmds"] == ["pip install -e .[dev]"]
+    venv = 'PYTHONPATH="$PWD"/src /tmp/pytest-of-root/envs/venv/bin/python'
+    assert build_test_command(inst, pygments, python=venv, on_image=False).startswith(f"{venv} -m pytest --disable")
+    unittest = build_test_command(inst, {"test_cmd": "python -m unittest -v"}, python=venv, on_image=False)
+    assert unittest == f"{venv} -m unittest -v" and not runs_pytest(unittest)
     go = profile_for("swesmith/gin-gonic__gin.3c12d2a8")
     assert go.get("language", "golang") == "golang"
     assert build_test_command(inst, {}, python="python", on_image=False).startswith(
@@ -216,12 +229,15 @@ async def test_oracle_one_noop_zero_skips_counted_and_preds_round_trip(tmp_path,
 
 
 def _score_independently(tmp_path: Path, published: dict, row: dict, model_patch: str) -> float:
-    """A clean clone of the instance's branch, the prediction applied with git, the tests run with pytest/unittest."""
+    """As SWE-smith's harness: the instance branch, `git checkout HEAD~1` (the tests back), the prediction
+    applied with git, the test files checked out again, the tests run with pytest/unittest."""
     work = tmp_path / "replay" / row["instance_id"]
     git("clone", "-q", "--branch", row["instance_id"], str(published["mirrors"] / f"{row['repo']}.git"), str(work))
     assert git("rev-parse", "HEAD", cwd=work) == row["base_commit"]
+    git("-c", "advice.detachedHead=false", "checkout", "-q", "HEAD~1", cwd=work)
     if model_patch:
         git("apply", "-", cwd=work, stdin=model_patch)
+    git("checkout", "-q", "--", "tests", cwd=work)
     f2p = row["FAIL_TO_PASS"] if isinstance(row["FAIL_TO_PASS"], list) else json.loads(row["FAIL_TO_PASS"])
     p2p = row["PASS_TO_PASS"] if isinstance(row["PASS_TO_PASS"], list) else json.loads(row["PASS_TO_PASS"])
     runner = (
@@ -298,3 +314,54 @@ def test_a_bad_dataset_path_is_one_line_and_exit_2(tmp_path):
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "is neither 'offline', an existing JSONL/JSON file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize("mode", ["files", "ids", "none"])
+def test_the_prompt_names_the_failing_test_files_by_default(tmp_path, published, mode):
+    env = make_env(tmp_path, published, "http://127.0.0.1:9/v1", prompt_tests=mode)
+    f2p = [f"tests/test_{i % 3}.py::TestK::test_case_{i}[param-{i}]" for i in range(400)]
+    inst = SweSmithInstance.model_validate(published["rows"][0] | {"FAIL_TO_PASS": f2p})
+    prompt = env.format_prompt(inst)
+    assert f"Instance: {inst.instance_id}\nRepository path: tinycalc\n" in prompt  # what OracleAgent reads
+    expected = {
+        "files": "\nFailing tests: 400 in tests/test_0.py, tests/test_1.py, tests/test_2.py",
+        "ids": f"\nFailing tests: {', '.join(f2p)}",
+        "none": "(relative to your working directory)",
+    }[mode]
+    assert prompt.endswith(expected)
+    assert len(prompt) < 600 if mode != "ids" else len(prompt) > 15_000
+
+
+REAL_BRANCH = json.loads((Path(__file__).parent / "data" / "real_branch_shape.json").read_text())
+
+
+def _branch_shape(bare: Path, head: str) -> dict:
+    log = [line.split("|") for line in git("log", "--format=%s|%P", head, cwd=bare).splitlines()]
+    return {
+        "commits": [(subject, len(parents.split())) for subject, parents in log],
+        "main_is_initial_commit": git("rev-parse", f"{head}~2", cwd=bare) == git("rev-parse", "main", cwd=bare),
+        "removal_statuses": {
+            line.split("\t")[0] for line in git("diff", "--name-status", f"{head}^", head, cwd=bare).splitlines()
+        },
+        "bug_statuses": {
+            line.split("\t")[0] for line in git("diff", "--name-status", f"{head}~2", f"{head}^", cwd=bare).splitlines()
+        },
+    }
+
+
+def test_fixture_and_offline_mirrors_have_the_real_branch_shape(tmp_path, published):
+    """Both mirror builders (the tests' and the env's offline one) against a real SWE-smith task branch's
+    history, recorded in tests/swe_smith/data/real_branch_shape.json."""
+    real = {
+        "commits": [(c["subject"], c["parents"]) for c in REAL_BRANCH["commits"]],
+        "main_is_initial_commit": True,
+        "removal_statuses": {line.split("\t")[0] for line in REAL_BRANCH["remove_f2p_tests"]},
+        "bug_statuses": {line.split("\t")[0] for line in REAL_BRANCH["bug_patch"]},
+    }
+    assert real["commits"] == [("Remove F2P Tests", 1), ("Bug Patch", 1), ("Initial commit", 0)]
+    assert REAL_BRANCH["task_branches_with_this_history"] == REAL_BRANCH["task_branches"] == 301
+    row = published["rows"][0]
+    assert _branch_shape(published["mirrors"] / f"{row['repo']}.git", row["base_commit"]) == real
+    mirror_base, offline = load_offline_instances(cache_dir=tmp_path)
+    for inst in offline:
+        assert _branch_shape(Path(inst.source(str(mirror_base))), inst.base_commit) == real, inst.instance_id
