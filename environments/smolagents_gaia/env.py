@@ -17,9 +17,8 @@ otherwise, where steps are the code actions run (`efficiency_free_calls` free, 0
 from __future__ import annotations
 
 import hashlib
-import logging
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
@@ -36,7 +35,6 @@ from .executor import HostTool, WebExtractTool, WebSearchTool
 
 __all__ = ["SmolagentsGaiaEnv", "SmolagentsGaiaEnvConfig", "INSTRUCTIONS"]
 
-logger = logging.getLogger(__name__)
 
 INSTRUCTIONS = (
     "Attached files are in your working directory: open them with Python. When you know the answer, call "
@@ -47,9 +45,6 @@ INSTRUCTIONS = (
 
 
 class SmolagentsGaiaEnvConfig(GaiaAgentEnvConfig):
-    tool_backend: Literal["local", "sandbox"] = Field(
-        "sandbox", description="Where code actions run: sandbox slots (default), or unconfined local processes"
-    )
     eval_holdout: float = Field(
         0.25, ge=0, lt=1, description="Share of tasks held out for evaluate, chosen by a hash of the task id"
     )
@@ -73,8 +68,6 @@ class SmolagentsGaiaEnv(GaiaAgentEnv):
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: SmolagentsGaiaEnvConfig = config
         self._pool: ThreadPoolExecutor | None = None
-        if config.tool_backend == "local":
-            logger.warning("tool_backend local: the model's code runs as unconfined local processes; use sandbox")
 
     @classmethod
     def config_init(cls):

@@ -35,7 +35,6 @@ async def test_batch_runner_runs_the_code_agent_and_keeps_code_actions(tmp_path:
             base_url=server.base_url,
             output_dir=tmp_path / "runs",
             agent="codeact",
-            workspace={"workspace_root": str(tmp_path / "ws")},
         )
         await run_batch(config)
     (record,) = [json.loads(line) for line in (tmp_path / "runs/t/trajectories.jsonl").read_text().splitlines()]

@@ -44,7 +44,8 @@ async def test_trained_tokens_are_the_sampled_tokens_call_by_call(tokenizer_dir:
             use_wandb=False,
             data_path_to_save_groups=None,
             token_server="vllm",
-            tool_backend="local",  # confinement is tested in test_code_actions.py; here only the tokens
+            tool_backend="local",
+            unconfined_tools=True,  # confinement is tested in test_code_actions.py; here only the tokens
             workspace_root=str(tmp_path / "ws"),
             agent_temperature=0.8,
             max_token_length=16384,

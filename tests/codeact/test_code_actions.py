@@ -175,6 +175,7 @@ async def test_time_budget_ends_the_trajectory_without_blame(tmp_path: Path) -> 
             tmp_path,
             server.base_url,
             tool_backend="local",
+            unconfined_tools=True,
             workspace_root=str(tmp_path / "ws"),
             agent_time_budget_s=1e-6,
         )
