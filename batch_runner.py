@@ -5,6 +5,7 @@
         --model M --base_url http://127.0.0.1:8000/v1 [--concurrency 8] [--distribution default]
     python batch_runner.py ... --token_server auto       # token mode: exact ids, masks, logprobs
     python batch_runner.py ... --run_name NAME --resume          # continue a killed run
+    python batch_runner.py ... --agent codeact --tool_backend sandbox   # smolagents' CodeAgent (code actions)
 
 It is a loop over the same composition root as the envs (environments/runtime.py): same
 model clients, tool backends, registry, retries and agent-loop defaults.
@@ -37,6 +38,7 @@ import signal
 import sys
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -130,6 +132,11 @@ class BatchConfig(BaseModel):
     web: WebConfig = Field(default_factory=WebConfig)
     gc: GCConfig = Field(default_factory=GCConfig, description="Collector settings while the prompts run")
     progress_interval_s: float = Field(0.5, gt=0)
+    agent: Literal["tools", "codeact"] = Field(
+        "tools",
+        description="tools: the tool-calling loop; codeact: smolagents' CodeAgent, code actions run where tools run "
+        "(the `codeact` extra; docs/code_actions.md)",
+    )
 
     @property
     def run_dir(self) -> Path:
@@ -326,9 +333,10 @@ class Progress:
 class Runner:
     """One prompt at a time through the shared runtime; infrastructure failures are retried there."""
 
-    def __init__(self, config: BatchConfig, runtime: AgentRuntime) -> None:
+    def __init__(self, config: BatchConfig, runtime: AgentRuntime, agent: Any = None) -> None:
         self.config = config
         self.runtime = runtime
+        self.codeact = agent  # CodeAct: (CodeActConfig for the prompt's toolsets, thread pool)
 
     async def run_prompt(self, prompt: Prompt, progress: Progress) -> tuple[dict[str, Any] | None, str | None, int]:
         """(record, None, attempts) on an outcome of the model's; (None, error, attempts) when infrastructure failed every try."""
@@ -338,8 +346,20 @@ class Runner:
         )
         tools = self.runtime.tool_schemas(toolsets)
         messages = [{"role": "system", "content": c.system_prompt}, {"role": "user", "content": prompt.text}]
+        factory = None
+        if self.codeact is not None:
+            factory = self.codeact(toolsets)
+            tools = []  # CodeAgent describes its tools in its own system prompt
+            if c.system_prompt == DEFAULT_SYSTEM_PROMPT:  # a tool-calling prompt; a custom one becomes instructions
+                messages = messages[1:]
         rollout: Rollout = await self.runtime.rollout(
-            messages, tools, item=prompt, task_id=prompt.id, attempts=c.max_attempts, backoff_s=c.retry_backoff_s
+            messages,
+            tools,
+            item=prompt,
+            task_id=prompt.id,
+            attempts=c.max_attempts,
+            backoff_s=c.retry_backoff_s,
+            agent=factory,
         )
         progress.retries += rollout.attempts - 1
         if rollout.infrastructure_failure or rollout.result is None:
@@ -347,7 +367,35 @@ class Runner:
         record = result_record(
             prompt, toolsets, tools, rollout.result, rollout.attempts, c.model, rollout.extras.get("token_trace")
         )
+        if self.codeact is not None:
+            result: Any = rollout.result
+            record["code_actions"] = result.code_actions
+            record["final_answer"] = result.final_answer if result.has_final_answer else None
+            record["callouts"] = result.callouts
         return record, None, rollout.attempts
+
+
+def codeact_agents(runtime: AgentRuntime, pool: Any) -> Callable[[list[str]], Any]:
+    """toolsets -> the CodeAgent factory for a prompt: web as a host call-out when offered, the rest in the workspace."""
+    try:
+        from environments.smolagents_gaia.agent import CodeActAgentRun, CodeActConfig
+        from environments.smolagents_gaia.executor import WebExtractTool, WebSearchTool
+    except ModuleNotFoundError as exc:
+        if exc.name != "smolagents":
+            raise
+        raise BatchError("--agent codeact needs smolagents: pip install 'hermes-rl[codeact]'") from exc
+
+    def for_toolsets(toolsets: list[str]) -> Any:
+        web = "web" in toolsets and runtime.registry.get("web_search") is not None
+        config = CodeActConfig(
+            host_tools=[WebSearchTool(), WebExtractTool()] if web else [],
+            instructions=None,
+            max_callouts=8,
+            planning_interval=None,
+        )
+        return lambda model, tools, ctx, loop, registry: CodeActAgentRun(model, ctx, loop, registry, config, pool)
+
+    return for_toolsets
 
 
 async def _progress_loop(progress: Progress, interval: float, stream: Any) -> None:
@@ -416,8 +464,9 @@ async def run_batch(
         flags = str(exc).replace("--openai.base_url", "--base_url").replace("--openai.api_key", "--api_key")
         raise BatchError(flags) from exc
     ticker = asyncio.create_task(_progress_loop(progress, config.progress_interval_s, stream))
+    pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="codeagent") if config.agent == "codeact" else None
     try:
-        runner = Runner(config, runtime)
+        runner = Runner(config, runtime, codeact_agents(runtime, pool) if pool is not None else None)
 
         async def worker() -> None:
             while not queue.empty() and progress.consecutive_failures < config.max_consecutive_failures:
@@ -440,6 +489,8 @@ async def run_batch(
         writer.close()
         failures.close()
         await runtime.__aexit__(None, None, None)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
         if stream.isatty():
             stream.write("\n")
         print(progress.line(), file=stream, flush=True)
@@ -557,6 +608,12 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
         action="store_true",
         help="run model code as this user with this machine's files and network where it cannot be confined "
         "(docs/security.md)",
+    )
+    p.add_argument(
+        "--agent",
+        choices=["tools", "codeact"],
+        default="tools",
+        help="codeact: smolagents' CodeAgent writes Python actions (needs the codeact extra; docs/code_actions.md)",
     )
     p.add_argument(
         "--gc_profile",

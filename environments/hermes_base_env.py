@@ -50,6 +50,7 @@ from environments.models.token_mode.wiring import (
 )
 from environments.runtime import (
     EMBEDDED,
+    AgentFactory,
     EMBEDDED_MODEL_NAME,
     AgentRuntime,
     HermesEnvError,
@@ -501,6 +502,10 @@ class HermesAgentBaseEnv(BaseEnv):
         """The loop settings for one item (default: the env's); a task may carry its own limits."""
         return loop
 
+    def agent_factory(self, item: Any, for_eval: bool = False) -> AgentFactory | None:
+        """The agent that runs this item's trajectory (None: the built-in tool-calling loop)."""
+        return None
+
     def scripted_agent(self) -> Callable[[], ChatModel] | None:
         """A scripted check agent (e.g. an oracle) that stands in for the model servers; None: the model."""
         return None
@@ -547,6 +552,7 @@ class HermesAgentBaseEnv(BaseEnv):
             model=model or self.make_model(for_eval),
             task_id=f"{type(self).__name__}-{uuid.uuid4().hex[:10]}",
             workspace=lambda task_id: self.open_workspace(item, task_id),
+            agent=self.agent_factory(item, for_eval),
         )
         if not rollout.infrastructure_failure and rollout.result is not None:
             self.rollouts_done += 1

@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 from pydantic import BaseModel, Field
@@ -125,6 +125,16 @@ Setup = Callable[[ToolContext], Awaitable[None]]
 Score = Callable[[AgentResult, ToolContext], Awaitable[float | Callable[[], Awaitable[float]]]]
 # task_id -> the trajectory's executor as an async context manager (default: the tool backend's).
 Workspace = Callable[[str], AbstractAsyncContextManager[ToolExecutor]]
+
+
+class Agent(Protocol):
+    """What runs one trajectory: the built-in tool-calling loop, or another agent (e.g. smolagents' CodeAgent)."""
+
+    async def run(self, messages: list[dict[str, Any]]) -> AgentResult: ...
+
+
+# (model, tool schemas, context, loop settings, registry) -> the trajectory's agent (default: HermesAgentLoop).
+AgentFactory = Callable[[ChatModel, list[dict[str, Any]], ToolContext, AgentLoopConfig, ToolRegistry], Agent]
 
 
 class AgentRuntime:
@@ -334,6 +344,7 @@ class AgentRuntime:
         attempts: int = 1,
         backoff_s: float = 1.0,
         workspace: Workspace | None = None,
+        agent: AgentFactory | None = None,
     ) -> Rollout:
         """Workspace -> setup -> agent loop -> score; the workspace is always released.
 
@@ -346,7 +357,9 @@ class AgentRuntime:
         for attempt in range(1, attempts + 1):
             if attempt > 1:
                 await asyncio.sleep(backoff_s * 2 ** (attempt - 2))
-            rollout = await self._rollout_once(messages, tools, item, setup, score, loop, model, task_id, workspace)
+            rollout = await self._rollout_once(
+                messages, tools, item, setup, score, loop, model, task_id, workspace, agent
+            )
             rollout.attempts = attempt
             if not rollout.infrastructure_failure:
                 break
@@ -364,6 +377,7 @@ class AgentRuntime:
         model: ChatModel | None,
         task_id: str,
         workspace: Workspace | None = None,
+        agent_factory: AgentFactory | None = None,
     ) -> Rollout:
         if self._tool_backend is None:
             raise RuntimeError("rollout() outside the runtime; use `async with AgentRuntime(...)`")
@@ -376,7 +390,7 @@ class AgentRuntime:
                 ctx = ToolContext(executor=executor, limits=self.config.tool_limits, task_id=task_id)
                 if setup is not None:
                     await setup(ctx)
-                agent = HermesAgentLoop(model, tools, ctx, loop or self.config.loop, self.registry)
+                agent = (agent_factory or HermesAgentLoop)(model, tools, ctx, loop or self.config.loop, self.registry)
                 result = await agent.run(messages)
                 if result.infrastructure_failure:
                     return Rollout(item, result, None, result.error, True, time.monotonic() - started)
@@ -397,7 +411,8 @@ class AgentRuntime:
         if value is not None and not 0.0 <= value <= 1.0:
             raise HermesEnvError(f"the reward of {task_id} is {value}; rewards must lie in [0, 1]")
         rollout = Rollout(item, result, value, None, False, time.monotonic() - started)
-        trace = getattr(model, "token_trace", None)  # token mode: the exact ids of this trajectory
+        # Token mode: the exact ids of this trajectory (an agent that calls the model its own way holds them).
+        trace = getattr(agent, "token_trace", None) or getattr(model, "token_trace", None)
         if callable(trace):
             rollout.extras["token_trace"] = trace()
         return rollout
