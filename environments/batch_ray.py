@@ -151,9 +151,17 @@ def _connect(ray: Any, config: RayConfig) -> bool:
 
 
 async def run_on_ray(
-    config: BatchConfig, prompts: list[Prompt], pending: list[Prompt], stream: Any = sys.stderr
+    config: BatchConfig,
+    prompts: list[Prompt],
+    pending: list[Prompt],
+    stream: Any = sys.stderr,
+    worker: type = RolloutWorker,
 ) -> dict[str, Any]:
-    """Run `pending` on Ray workers, append results to the run's output; return the statistics."""
+    """Run `pending` on Ray workers, append results to the run's output; return the statistics.
+
+    `worker` is the actor class (start/run/stop as RolloutWorker's); bench/scale.py passes a
+    simulated rollout to measure this driver at scale.
+    """
     import ray
     from ray.exceptions import RayActorError, RayTaskError
 
@@ -172,6 +180,7 @@ async def run_on_ray(
     calls: dict[asyncio.Future[Any], _Call] = {}
     written: set[str] = {p.id for p in prompts} - {p.id for p in pending}
     nodes: dict[str, Counter[str]] = {}
+    events: list[dict[str, Any]] = []  # workers lost and ready, with wall-clock times (recovery time)
     rerun = duplicates = restarts = 0
     last_error = ""
     started_here = False
@@ -200,6 +209,7 @@ async def run_on_ray(
         except Exception:  # already gone with its node
             pass
         restarts += 1
+        events.append({"time": time.time(), "worker": slot.index, "event": "lost"})
         slot.counts["restarts"] += 1
         spawn(slot)
 
@@ -208,7 +218,7 @@ async def run_on_ray(
     try:
         if pending:
             started_here = _connect(ray, rc)
-            actor_class = ray.remote(RolloutWorker)
+            actor_class = ray.remote(worker)
             for slot in slots:
                 spawn(slot)
         writer = LineWriter(out_path)
@@ -252,6 +262,7 @@ async def run_on_ray(
                 if call.kind == "start":
                     if current:
                         slot.ready, slot.node, slot.failed_starts = True, reply["node"], 0
+                        events.append({"time": time.time(), "worker": slot.index, "event": "ready"})
                     continue
                 if current:
                     slot.in_flight -= 1
@@ -284,6 +295,8 @@ async def run_on_ray(
                     node["failed"] += 1
                     last_error = str(reply["error"])
     finally:
+        for future in calls:  # a replacement still starting, or calls left by an error
+            future.cancel()
         if ticker is not None:
             ticker.cancel()
         for w in (writer, failures):
@@ -308,6 +321,7 @@ async def run_on_ray(
             "worker_restarts": restarts,
             "per_worker": {str(s.index): dict(s.counts) for s in slots},
             "per_node": {n: dict(c) for n, c in nodes.items()},
+            "worker_events": events,
         },
     }
     (run_dir / "stats.json").write_text(json.dumps(stats, indent=2))
