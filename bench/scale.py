@@ -179,6 +179,8 @@ def run_once(
     latencies = sorted(r["duration_s"] for r in records)
     q = statistics.quantiles(latencies, n=100)
     at_99 = ends[math.ceil(0.99 * len(ends)) - 1]
+    # Between the 10th and the 90th percentile of finishes: neither the ramp-up nor the tail.
+    t10, t90 = ends[len(ends) // 10], ends[(9 * len(ends)) // 10]
     return {
         "nodes": nodes,
         "prompts": n_prompts,
@@ -187,6 +189,7 @@ def run_once(
         "duplicates_in_output": len(ids) - len(set(ids)),
         "missing": n_prompts - len(set(ids)),
         "throughput_per_s": round(len(records) / span, 2),
+        "steady_per_s": round((9 * len(ends) // 10 - len(ends) // 10) / (t90 - t10), 2),
         "span_s": round(span, 2),
         "wall_s": stats["session"]["wall_time_s"],
         "p50_s": round(q[49], 3),
@@ -252,9 +255,14 @@ def main() -> None:
         events = loss["ray"]["worker_events"]
         lost = [e for e in events if e["event"] == "lost"]
         ready = [e for e in events if e["event"] == "ready" and lost and e["time"] > lost[0]["time"]]
+        rerun_ids = {e["prompt"] for e in events if e["event"] == "rerun"}
+        records = [json.loads(line) for line in (work / "runs/loss/trajectories.jsonl").read_text().splitlines()]
+        rerun_done = [r["finished_at"] for r in records if r["prompt_id"] in rerun_ids]
         loss["node_loss"] = {
             "detected_after_s": round(lost[0]["time"] - removed_at[0], 2) if lost else None,
-            "recovery_s": round(ready[0]["time"] - removed_at[0], 2) if ready else None,
+            # Node removed -> every rollout it held is in the output again.
+            "recovery_s": round(max(rerun_done) - removed_at[0], 2) if rerun_done else None,
+            "replacement_ready_after_s": round(ready[0]["time"] - removed_at[0], 2) if ready else None,
             "rerun": loss["ray"]["rerun_after_worker_loss"],
             "duplicates_dropped_by_driver": loss["ray"]["duplicates_dropped"],
         }
@@ -263,26 +271,33 @@ def main() -> None:
         ray.shutdown()
         cluster.shutdown()
         server.terminate()
-    base = results[0]["throughput_per_s"] / results[0]["nodes"]
-    for prev, r in zip([None, *results], results):
-        r["efficiency_vs_1"] = round(r["throughput_per_s"] / (base * r["nodes"]), 3)
-        if prev is not None:
-            step = r["throughput_per_s"] / prev["throughput_per_s"] / (r["nodes"] / prev["nodes"])
-            r["efficiency_per_step"] = round(step, 3)
+    for key in ("throughput_per_s", "steady_per_s"):
+        base = results[0][key] / results[0]["nodes"]
+        for prev, r in zip([None, *results], results):
+            r[f"eff_{key}"] = round(r[key] / (base * r["nodes"]), 3)
+            if prev is not None:
+                step = r[key] / prev[key] / (r["nodes"] / prev["nodes"])
+                r[f"step_{key}"] = round(step, 3)
     print(f"\nload average before {load_before}, after {os.getloadavg()} ({os.cpu_count()} CPUs)")
     print(f"{n_prompts} prompts, {concurrency} in flight per node, model call median {a.call_median_s}s")
-    print("| nodes | prompts/s | eff. vs 1 | eff. per step | p50 s | p95 s | p99 s | last 1% s | dup |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| nodes | prompts/s (whole run) | eff. vs 1 | eff. per doubling | prompts/s (steady, 10-90%) "
+        "| eff. vs 1 | eff. per doubling | p50 s | p95 s | p99 s | last 1% s | dup |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         print(
-            f"| {r['nodes']} | {r['throughput_per_s']} | {r['efficiency_vs_1']} | {r.get('efficiency_per_step', '-')} "
-            f"| {r['p50_s']} | {r['p95_s']} | {r['p99_s']} | {r['last_1pct_s']} | {r['duplicates_in_output']} |"
+            f"| {r['nodes']} | {r['throughput_per_s']} | {r['eff_throughput_per_s']} "
+            f"| {r.get('step_throughput_per_s', '-')} | {r['steady_per_s']} | {r['eff_steady_per_s']} "
+            f"| {r.get('step_steady_per_s', '-')} | {r['p50_s']} | {r['p95_s']} | {r['p99_s']} "
+            f"| {r['last_1pct_s']} | {r['duplicates_in_output']} |"
         )
     nl = loss["node_loss"]
     print(
-        f"\nnode loss at N={n}: detected after {nl['detected_after_s']}s, replacement ready after "
-        f"{nl['recovery_s']}s, {nl['rerun']} rollouts re-run, {loss['duplicates_in_output']} duplicates in the "
-        f"output, {loss['missing']} missing, throughput {loss['throughput_per_s']}/s"
+        f"\nnode loss at N={n}: detected after {nl['detected_after_s']}s, its rollouts all in the output again "
+        f"after {nl['recovery_s']}s, replacement worker ready after {nl['replacement_ready_after_s']}s "
+        f"(None: the run ended first), {nl['rerun']} rollouts re-run, {loss['duplicates_in_output']} duplicates "
+        f"in the output, {loss['missing']} missing, throughput {loss['throughput_per_s']}/s"
     )
     if a.json:
         a.json.write_text(json.dumps({"results": results, "node_loss": loss}, indent=2))

@@ -180,8 +180,8 @@ async def run_on_ray(
     calls: dict[asyncio.Future[Any], _Call] = {}
     written: set[str] = {p.id for p in prompts} - {p.id for p in pending}
     nodes: dict[str, Counter[str]] = {}
-    events: list[dict[str, Any]] = []  # workers lost and ready, with wall-clock times (recovery time)
-    rerun = duplicates = restarts = 0
+    events: list[dict[str, Any]] = []  # workers lost / ready, prompts re-run: wall-clock times (recovery)
+    rerun = duplicates = restarts = running = 0
     last_error = ""
     started_here = False
     actor_class: Any = None
@@ -224,7 +224,7 @@ async def run_on_ray(
         writer = LineWriter(out_path)
         failures = LineWriter(run_dir / "infra_failures.jsonl")
         ticker = asyncio.create_task(_progress_loop(progress, config.progress_interval_s, stream))
-        while calls and (queue or any(c.kind == "run" for c in calls.values())):
+        while queue or running:
             if progress.consecutive_failures >= config.max_consecutive_failures:
                 break
             # Least-loaded first: the next prompt goes to the live worker holding the fewest.
@@ -232,22 +232,30 @@ async def run_on_ray(
                 while queue and slot.in_flight < config.concurrency:
                     prompt = queue.popleft()
                     slot.in_flight += 1
+                    running += 1
                     submit(
                         slot.actor.run.remote(_prompt_fields(prompt)), _Call("run", slot.index, slot.generation, prompt)
                     )
+            if not calls:  # cannot happen: a slot not yet ready always has its start call pending
+                raise RayRunError("no worker is running or starting; rerun with --resume")
             done, _ = await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
             for future in done:
                 call = calls.pop(future)
+                running -= call.kind == "run"
                 slot = slots[call.slot]
                 current = call.generation == slot.generation
                 try:
                     reply = future.result()
                 except RayTaskError as exc:  # the worker's own code raised: a setup or config error
-                    raise RayRunError(f"worker {slot.index} failed: {exc.cause or exc}") from exc
+                    message = str(exc.cause or exc).replace("--openai.base_url", "--base_url")
+                    raise RayRunError(f"worker {slot.index} failed: {message}") from exc
                 except (RayActorError, ray.exceptions.RayError) as exc:  # its process or node died
                     if call.prompt is not None:
                         queue.appendleft(call.prompt)
                         rerun += 1
+                        events.append(
+                            {"time": time.time(), "worker": slot.index, "event": "rerun", "prompt": call.prompt.id}
+                        )
                         slot.counts["lost"] += 1
                     if current:
                         if call.kind == "start":

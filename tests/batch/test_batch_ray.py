@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 from ray.cluster_utils import Cluster
 
+import batch_runner
+from environments.batch_ray import RayConfig
 from tests.batch.batch_helpers import agent_policy, write_prompts
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
-
-pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 NODE = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
@@ -62,7 +62,7 @@ def server() -> Iterator[ScriptedOpenAIServer]:
         yield s
 
 
-def command(tmp_path: Path, cluster: Cluster, server: ScriptedOpenAIServer, run: str) -> list[str]:
+def command(tmp_path: Path, cluster: Cluster, server: ScriptedOpenAIServer, run: str, workers: int) -> list[str]:
     dataset = write_prompts(tmp_path / "p.jsonl", [{"id": f"q{i:02d}", "prompt": f"question {i}"} for i in range(N)])
     return [
         sys.executable,
@@ -84,7 +84,7 @@ def command(tmp_path: Path, cluster: Cluster, server: ScriptedOpenAIServer, run:
         "--ray",
         cluster.address,
         "--workers",
-        "2",
+        str(workers),
         "--concurrency",
         "2",
     ]
@@ -110,10 +110,11 @@ def exactly_once(path: Path) -> list[dict[str, Any]]:
     return records
 
 
+@pytest.mark.slow
 def test_a_worker_node_killed_mid_run_loses_no_prompt_and_duplicates_none(
     tmp_path: Path, cluster: Cluster, server: ScriptedOpenAIServer
 ) -> None:
-    args = command(tmp_path, cluster, server, "nodeloss")
+    args = command(tmp_path, cluster, server, "nodeloss", workers=2)
     out = tmp_path / "runs/nodeloss/trajectories.jsonl"
     proc = subprocess.Popen(args, cwd=ROOT, env=DRIVER_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wait_for_lines(out, proc, 3)
@@ -139,10 +140,11 @@ def test_a_worker_node_killed_mid_run_loses_no_prompt_and_duplicates_none(
     assert json.loads((tmp_path / "runs/nodeloss/stats.json").read_text())["session"]["ran"] == 0
 
 
+@pytest.mark.slow
 def test_a_killed_driver_resumes_to_exactly_once(
     tmp_path: Path, cluster: Cluster, server: ScriptedOpenAIServer
 ) -> None:
-    args = command(tmp_path, cluster, server, "driverkill")
+    args = command(tmp_path, cluster, server, "driverkill", workers=1)  # one worker: one node does it all
     out = tmp_path / "runs/driverkill/trajectories.jsonl"
     proc = subprocess.Popen(args, cwd=ROOT, env=DRIVER_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     wait_for_lines(out, proc, 3)
@@ -158,3 +160,28 @@ def test_a_killed_driver_resumes_to_exactly_once(
     exactly_once(out)
     stats = json.loads((tmp_path / "runs/driverkill/stats.json").read_text())
     assert stats["recorded"] == N and stats["session"]["ran"] == N - first_whole.count(b"\n")
+
+
+def test_ray_flags_travel_as_typed_config_and_need_ray(capsys: pytest.CaptureFixture[str]) -> None:
+    base = ["--dataset_file", "p.jsonl", "--run_name", "r"]
+    config = batch_runner.parse_args([*base, "--ray", "local", "--workers", "3", "--concurrency", "5"])
+    assert config.ray == RayConfig(address="local", workers=3) and config.concurrency == 5
+    assert batch_runner.parse_args(base).ray is None
+    with pytest.raises(SystemExit):
+        batch_runner.parse_args([*base, "--workers", "3"])
+    assert "--workers and --worker_cpus need --ray" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_workers_that_cannot_reach_the_model_server_stop_the_run_naming_it(
+    tmp_path: Path, cluster: Cluster, server: ScriptedOpenAIServer
+) -> None:
+    args = command(tmp_path, cluster, server, "unreachable", workers=1)
+    dead_url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens
+    args[args.index(server.base_url)] = dead_url
+    result = subprocess.run(args, cwd=ROOT, env=DRIVER_ENV, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2, result.stderr[-3000:]
+    line = next(x for x in result.stderr.splitlines() if x.startswith("error: "))  # one line, no traceback
+    assert line.startswith(f"error: worker 0 failed: cannot reach the model server at {dead_url}")
+    assert "check --base_url" in line and "Traceback" not in result.stderr
+    assert not (tmp_path / "runs/unreachable/trajectories.jsonl").read_bytes()
