@@ -271,6 +271,7 @@ async def run_on_ray(
                     if current:
                         slot.ready, slot.node, slot.failed_starts = True, reply["node"], 0
                         events.append({"time": time.time(), "worker": slot.index, "event": "ready"})
+                        print(f"[hermes-rl] worker {slot.index} ready on node {slot.node}", file=stream, flush=True)
                     continue
                 if current:
                     slot.in_flight -= 1

@@ -90,13 +90,20 @@ def command(tmp_path: Path, cluster: Cluster, server: ScriptedOpenAIServer, run:
     ]
 
 
-def wait_for_lines(path: Path, proc: subprocess.Popen[bytes], at_least: int) -> None:
+def start_driver(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    with log.open("wb") as f:
+        return subprocess.Popen(args, cwd=ROOT, env=DRIVER_ENV, stdout=subprocess.DEVNULL, stderr=f)
+
+
+def wait_until_running(out: Path, proc: subprocess.Popen[bytes], log: Path, workers: int) -> None:
+    """Until every worker has started (so each holds prompts) and 3 results are written."""
     deadline = time.monotonic() + 300  # a guard against a hang, not a speed check
     while time.monotonic() < deadline and proc.poll() is None:
-        if path.exists() and path.read_bytes().count(b"\n") >= at_least:
+        ready = log.read_text().count(" ready on node ")
+        if ready >= workers and out.exists() and out.read_bytes().count(b"\n") >= 3:
             return
         time.sleep(0.05)
-    raise AssertionError(f"no {at_least} results before the run ended: {proc.communicate()[1][-3000:]!r}")
+    raise AssertionError(f"the run ended or stalled before it could be interrupted: {log.read_text()[-3000:]!r}")
 
 
 def exactly_once(path: Path) -> list[dict[str, Any]]:
@@ -116,13 +123,17 @@ def test_a_worker_node_killed_mid_run_loses_no_prompt_and_duplicates_none(
 ) -> None:
     args = command(tmp_path, cluster, server, "nodeloss", workers=2)
     out = tmp_path / "runs/nodeloss/trajectories.jsonl"
-    proc = subprocess.Popen(args, cwd=ROOT, env=DRIVER_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_for_lines(out, proc, 3)
+    log = tmp_path / "driver.log"
+    proc = start_driver(args, log)
+    wait_until_running(out, proc, log, workers=2)
     victim = next(iter(cluster.worker_nodes))  # each worker node holds one of the two workers
     cluster.add_node(**NODE, num_cpus=1)  # room for the replacement worker
     cluster.remove_node(victim, allow_graceful=False)  # every process of the node killed at once
-    _, stderr = proc.communicate(timeout=600)
-    assert proc.returncode == 0, stderr[-3000:]
+    proc.wait(timeout=600)
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    assert f"worker 0 ready on node {victim.node_id}" in log.read_text() or (
+        f"worker 1 ready on node {victim.node_id}" in log.read_text()
+    )
     exactly_once(out)
     stats = json.loads((tmp_path / "runs/nodeloss/stats.json").read_text())
     ray_stats = stats["session"]["ray"]
@@ -146,8 +157,9 @@ def test_a_killed_driver_resumes_to_exactly_once(
 ) -> None:
     args = command(tmp_path, cluster, server, "driverkill", workers=1)  # one worker: one node does it all
     out = tmp_path / "runs/driverkill/trajectories.jsonl"
-    proc = subprocess.Popen(args, cwd=ROOT, env=DRIVER_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    wait_for_lines(out, proc, 3)
+    log = tmp_path / "driver.log"
+    proc = start_driver(args, log)
+    wait_until_running(out, proc, log, workers=1)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     first = out.read_bytes()
