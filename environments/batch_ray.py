@@ -43,6 +43,7 @@ LOCAL = "local"
 # A slot whose fresh actor dies this many times in a row before starting is a setup problem
 # (the project is not installed on that node, the model server refuses it), not bad luck.
 MAX_FAILED_STARTS = 3
+NO_WORKER_WARNING_S = 60.0
 
 
 class RayConfig(BaseModel):
@@ -238,10 +239,20 @@ async def run_on_ray(
                     )
             if not calls:  # cannot happen: a slot not yet ready always has its start call pending
                 raise RayRunError("no worker is running or starting; rerun with --resume")
-            done, _ = await asyncio.wait(calls, return_when=asyncio.FIRST_COMPLETED)
+            # Workers wait for room on the cluster without a word from Ray: say so once a minute.
+            waiting = None if any(s.ready for s in slots) else NO_WORKER_WARNING_S
+            done, _ = await asyncio.wait(calls, timeout=waiting, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                print(
+                    f"[hermes-rl] no worker has started after {NO_WORKER_WARNING_S:.0f} s: does the cluster have "
+                    f"{rc.worker_cpus:g} free CPU(s) per worker, and can every node import the project?",
+                    file=stream,
+                    flush=True,
+                )
             for future in done:
                 call = calls.pop(future)
-                running -= call.kind == "run"
+                if call.kind == "run":
+                    running -= 1
                 slot = slots[call.slot]
                 current = call.generation == slot.generation
                 try:
