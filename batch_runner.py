@@ -48,6 +48,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, Field, SecretStr
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
+from environments.batch_ray import RayConfig
 from environments.gc_tuning import GCConfig, collector
 from environments.jsonl import jsonl_lines
 from environments.models.base import ChatModel
@@ -137,6 +138,7 @@ class BatchConfig(BaseModel):
         description="tools: the tool-calling loop; codeact: smolagents' CodeAgent, code actions run where tools run "
         "(the `codeact` extra; docs/code_actions.md)",
     )
+    ray: RayConfig | None = Field(None, description="Run the prompts on Ray workers (environments/batch_ray.py)")
 
     @property
     def run_dir(self) -> Path:
@@ -447,6 +449,15 @@ async def run_batch(
             raise BatchError(
                 f"prompt {p.id!r} asks for unknown toolsets {sorted(unknown)}; known: {sorted(registry.toolsets)}"
             )
+    if config.ray is not None:  # the same run with Ray actors as workers; Ray is imported only then
+        if model is not None:
+            raise BatchError("--ray workers reach the model server at --base_url; a model factory cannot travel")
+        from environments.batch_ray import RayRunError, run_on_ray
+
+        try:
+            return await run_on_ray(config, prompts, pending, stream)
+        except RayRunError as exc:
+            raise BatchError(str(exc)) from exc
 
     progress = Progress(total=len(prompts), already=len(done_ids))
     wall_started = time.monotonic()
@@ -616,6 +627,14 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
         help="codeact: smolagents' CodeAgent writes Python actions (needs the codeact extra; docs/code_actions.md)",
     )
     p.add_argument(
+        "--ray",
+        metavar="ADDRESS",
+        default=None,
+        help="run on a Ray cluster: 'local' starts one here, else HOST:PORT of `ray start --head` (docs/scale_out.md)",
+    )
+    p.add_argument("--workers", type=int, default=None, help="with --ray: rollout worker actors (default 2)")
+    p.add_argument("--worker_cpus", type=float, default=None, help="with --ray: CPUs Ray reserves per worker")
+    p.add_argument(
         "--gc_profile",
         choices=["scaled", "cpython", "throughput"],
         default="scaled",
@@ -630,8 +649,13 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
         extra_body = json.loads(a.extra_body)
     except json.JSONDecodeError as exc:
         p.error(f"--extra_body is not JSON: {exc}")
+    if a.ray is None and (a.workers is not None or a.worker_cpus is not None):
+        p.error("--workers and --worker_cpus need --ray ADDRESS (or --ray local)")
+    ray_flags = {k: v for k, v in {"workers": a.workers, "worker_cpus": a.worker_cpus}.items() if v is not None}
     values = {
-        k: v for k, v in vars(a).items() if k not in ("extra_body", "web_backend", "tool_call_parser", "gc_profile")
+        k: v
+        for k, v in vars(a).items()
+        if k not in ("extra_body", "web_backend", "tool_call_parser", "gc_profile", "ray", "workers", "worker_cpus")
     }
     try:
         return BatchConfig(
@@ -639,6 +663,7 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
             extra_body=extra_body,
             web=WebConfig(backend=a.web_backend),
             gc=GCConfig(profile=a.gc_profile),
+            ray=RayConfig(address=a.ray, **ray_flags) if a.ray is not None else None,
             tool_call_parser=None if a.tool_call_parser == "none" else a.tool_call_parser,
         )
     except ValueError as exc:
