@@ -49,6 +49,12 @@ class SandboxProcess:
                 self.proc.kill()
                 await self.proc.wait()
         await self.proc.wait()
+        # A server that died on its own (SIGKILL, OOM) leaves its slot processes behind in its
+        # session; they are ours to end, not the next run's.
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 async def start_sandbox_process(
