@@ -430,7 +430,6 @@ async def run_batch(
         raise BatchError(
             f"{out_path} already has results; pass --resume to continue that run or choose another --run_name"
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
     done_ids = recover_output(out_path)
     known = {p.id for p in prompts}
     if done_ids - known:
@@ -438,7 +437,6 @@ async def run_batch(
             f"{out_path} has results for {len(done_ids - known)} ids not in {config.dataset_file}; "
             "is this the same dataset?"
         )
-    (run_dir / "run_config.json").write_text(config.model_dump_json(indent=2, exclude={"api_key"}))
     pending = [p for p in prompts if p.id not in done_ids]
     runtime = AgentRuntime(config.runtime_config(), model=model)
     registry = runtime.registry
@@ -454,6 +452,7 @@ async def run_batch(
             raise BatchError("--ray workers reach the model server at --base_url; a model factory cannot travel")
         from environments.batch_ray import RayRunError, run_on_ray
 
+        _start_run_dir(config)
         try:
             return await run_on_ray(config, prompts, pending, stream)
         except RayRunError as exc:
@@ -461,8 +460,6 @@ async def run_batch(
 
     progress = Progress(total=len(prompts), already=len(done_ids))
     wall_started = time.monotonic()
-    writer = LineWriter(out_path)
-    failures = LineWriter(run_dir / "infra_failures.jsonl")
     queue: asyncio.Queue[Prompt] = asyncio.Queue()
     for p in pending:
         queue.put_nowait(p)
@@ -470,10 +467,15 @@ async def run_batch(
     try:
         await runtime.__aenter__()  # model server(s), web and tool backends; fails fast naming the URL
     except HermesEnvError as exc:
-        writer.close()
-        failures.close()
         flags = str(exc).replace("--openai.base_url", "--base_url").replace("--openai.api_key", "--api_key")
         raise BatchError(flags) from exc
+    try:  # the input is good and the servers answer: only now does the run leave files behind
+        _start_run_dir(config)
+        writer = LineWriter(out_path)
+        failures = LineWriter(run_dir / "infra_failures.jsonl")
+    except BaseException:
+        await runtime.__aexit__(None, None, None)
+        raise
     ticker = asyncio.create_task(_progress_loop(progress, config.progress_interval_s, stream))
     pool = ThreadPoolExecutor(config.concurrency, thread_name_prefix="codeagent") if config.agent == "codeact" else None
     try:
@@ -520,6 +522,12 @@ async def run_batch(
             f"(last: {last_error[0] if last_error else '?'}); fix the server, then rerun with --resume"
         )
     return stats
+
+
+def _start_run_dir(config: BatchConfig) -> None:
+    """The run directory and its config, written once every input has been checked (bad input writes nothing)."""
+    config.run_dir.mkdir(parents=True, exist_ok=True)
+    (config.run_dir / "run_config.json").write_text(config.model_dump_json(indent=2, exclude={"api_key"}))
 
 
 def compute_stats(out_path: Path, total_prompts: int) -> dict[str, Any]:

@@ -29,6 +29,8 @@ import yaml
 from atroposlib.envs.base import APIServerConfig
 from pydantic import BaseModel, ValidationError
 
+from environments.errors import HermesEnvError
+
 __all__ = ["CliError", "Invocation", "parse_invocation", "redact", "main"]
 
 logger = logging.getLogger(__name__)
@@ -536,8 +538,6 @@ def help_text(env_cls: Any, command: str | None) -> str:
 
 def main(env_cls: Any, argv: list[str] | None = None) -> int:
     """Run one command; returns the exit code."""
-    from environments.hermes_base_env import HermesEnvError
-
     argv = sys.argv[1:] if argv is None else argv
     if "-h" in argv or "--help" in argv:  # wherever it is: help, and nothing started
         print(help_text(env_cls, argv[0] if argv and argv[0] in COMMANDS else None))

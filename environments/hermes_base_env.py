@@ -36,6 +36,7 @@ from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, Scored
 from pydantic import Field
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
+from environments.cli import main as cli_main
 from environments.gc_tuning import GCConfig, collector
 from environments.models.base import ChatModel
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
@@ -857,9 +858,7 @@ class HermesAgentBaseEnv(BaseEnv):
     @classmethod
     def cli(cls):
         """`process` / `serve` / `evaluate`: strict flags and YAML (environments/cli.py)."""
-        from environments.cli import main
-
-        raise SystemExit(main(cls))
+        raise SystemExit(cli_main(cls))
 
 
 def _model_servers(server_configs: list[APIServerConfig]) -> list[ModelServer]:

@@ -28,6 +28,7 @@ import httpx
 from pydantic import BaseModel, Field
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
+from environments.errors import HermesEnvError
 from environments.models.base import ChatModel, ModelError, ModelRequestError
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.models.token_mode.chat_model import TokenChatConfig
@@ -62,10 +63,6 @@ logger = logging.getLogger(__name__)
 # The bundled SmolLM2 model, as a base URL or a tokenizer name.
 EMBEDDED = "embedded"
 EMBEDDED_MODEL_NAME = "SmolLM2-135M-Instruct"
-
-
-class HermesEnvError(RuntimeError):
-    """A problem the user must fix (bad URL, unreachable server, bad config): printed without a traceback."""
 
 
 class ModelServer(BaseModel):

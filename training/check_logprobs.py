@@ -34,7 +34,9 @@ class CheckConfig(BaseModel):
     groups: Path = Field(description="process JSONL or saved run-api /batch responses")
     model: str = Field("embedded", description="'embedded' (the bundled GGUF, dequantized) or an HF checkpoint dir")
     max_mean_delta: float = Field(
-        0.05, gt=0, description="fail above this mean |delta| (nats); llama.cpp serving a Q4 GGUF adds ~0.05 (README)"
+        0.05,
+        gt=0,
+        description="fail above this mean |delta| (nats); llama.cpp serving a Q4 GGUF adds ~0.05 (docs/training.md)",
     )
     tolerance: float = Field(0.1, gt=0, description="a token 'matches' within this |delta| (nats)")
     min_within: float = Field(0.0, ge=0, le=1, description="fail when fewer tokens than this share match (0: off)")

@@ -132,9 +132,7 @@ def test_unreachable_server_fails_fast_with_the_url(tmp_path: Path, capsys: pyte
     )
     err = capsys.readouterr().err
     assert code == 2 and "cannot reach the model server at http://127.0.0.1:9/v1" in err and "--base_url" in err
-    assert (
-        not (tmp_path / "r" / "trajectories.jsonl").exists() or not (tmp_path / "r" / "trajectories.jsonl").read_bytes()
-    )
+    assert not (tmp_path / "r").exists()  # bad input writes nothing: no run directory, no empty output
 
 
 @pytest.mark.llm
@@ -242,6 +240,23 @@ async def test_unknown_toolsets_in_the_dataset_fail_before_running(tmp_path: Pat
         BatchError, match=r"unknown toolsets \['browser'\]; known: \['file', 'python', 'terminal', 'web'\]"
     ):
         await run_batch(config(tmp_path, dataset, "http://127.0.0.1:9/v1"))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bad_input_on_the_command_line_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown toolset in the dataset, or results already there without --resume: exit 2, one line, no files."""
+    dataset = write_prompts(tmp_path / "p.jsonl", [{"prompt": "x", "toolsets": ["browser"]}])
+    argv = ["--dataset_file", str(dataset), "--run_name", "r", "--model", "m", "--base_url", "http://127.0.0.1:9/v1"]
+    code = batch_runner.main([*argv, "--output_dir", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "unknown toolsets ['browser']" in err
+    assert not (tmp_path / "out").exists()
+    torn = tmp_path / "old" / "r" / "trajectories.jsonl"  # a run that already has results, without --resume
+    torn.parent.mkdir(parents=True)
+    torn.write_text('{"prompt_id": "line-1"}\n')
+    code = batch_runner.main([*argv, "--output_dir", str(tmp_path / "old")])
+    assert code == 2 and "pass --resume" in capsys.readouterr().err
+    assert [p.name for p in torn.parent.iterdir()] == ["trajectories.jsonl"]
 
 
 @pytest.mark.slow

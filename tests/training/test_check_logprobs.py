@@ -34,7 +34,7 @@ def test_recomputed_logprobs_match_llama_cpp(trained_run, tmp_path, source):
 @pytest.mark.timeout(2400)
 def test_q4_engine_numerics_cost_hundredths_of_a_nat_without_misalignment(trained_run, tmp_path):
     # The grammar run sampled with the shipped Q4_1 file: llama.cpp rounds activations to 8 bits
-    # for its Q4 matmuls, ~0.03-0.055 nats against float32 (README, Training tools). Still aligned.
+    # for its Q4 matmuls, ~0.03-0.055 nats against float32 (docs/training.md). Still aligned.
     report_file = tmp_path / "report.json"
     main([str(trained_run.processed), "--model", "embedded", "--report", str(report_file), "--max_mean_delta", "0.08"])
     report = json.loads(report_file.read_text())

@@ -35,7 +35,7 @@ _AUTO_KIND: dict[str, TokenServerKind] = {"vllm": "vllm", "sglang": "sglang"}
 
 TokenServerChoice = Literal["auto", "off", "vllm", "vllm_openai", "sglang", "llamacpp", "tinker"]
 
-# What each protocol's logprobs describe (README: "What inference_logprobs mean").
+# What each protocol's logprobs describe (docs/trainers.md: "What inference_logprobs mean").
 LOGPROB_SEMANTICS = {
     "raw_logits": "log-softmax of the raw logits: temperature 1, before top-k/top-p/min-p",
     "sampling_policy": "log-probability under the distribution sampled: after temperature and top-k/top-p/min-p",
