@@ -182,3 +182,18 @@ async def test_endless_environment_reaches_the_agents_shell_but_not_path(scripte
     output = tool_output(rollout)
     assert "REPORT_DIR=/home/user/reports" in output
     assert "/nowhere" not in output
+
+
+async def test_a_caller_cannot_widen_the_trajectorys_network(scripted_server, tmp_path):
+    async with Listener() as listener:
+        write_task(tmp_path / "tasks" / "say-hello", listener.port, "allow_internet = false")
+        env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(tmp_path / "tasks"))
+        async with env.runtime():
+            await env.setup()
+            (task,) = env.tasks
+            async with env.open_workspace(task, "widen") as executor:
+                with pytest.raises(PermissionError, match="no network"):
+                    await executor.exec(agent_command(listener.port), timeout=10, max_output_bytes=1000, network=True)
+                # the policy, when the caller names none
+                result = await executor.exec(agent_command(listener.port), timeout=10, max_output_bytes=1000)
+    assert "unreachable" in result.output.split() and listener.hellos == []
