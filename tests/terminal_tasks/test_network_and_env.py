@@ -197,3 +197,42 @@ async def test_a_caller_cannot_widen_the_trajectorys_network(scripted_server, tm
                 # the policy, when the caller names none
                 result = await executor.exec(agent_command(listener.port), timeout=10, max_output_bytes=1000)
     assert "unreachable" in result.output.split() and listener.hellos == []
+
+
+class OnePythonAgent:
+    """Runs one python snippet, then stops."""
+
+    def __init__(self, code: str) -> None:
+        self.code = code
+
+    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+        if any(m["role"] == "tool" for m in messages):
+            return ModelTurn(content="done", tool_calls=[], finish_reason="stop")
+        args = json.dumps({"code": self.code})
+        call = {"id": "call_1", "type": "function", "function": {"name": "python", "arguments": args}}
+        return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls")
+
+
+async def test_the_python_tool_gets_the_same_network_and_environment(scripted_server, tmp_path):
+    code = textwrap.dedent(
+        """\
+        import os, socket
+        with socket.create_connection(("127.0.0.1", {port}), timeout=5) as s:
+            s.sendall(b"python\\n")
+        print("GREETING=" + os.environ.get("GREETING", ""))
+        """
+    )
+    async with Listener() as listener:
+        write_task(tmp_path / "tasks" / "say-hello", listener.port, "allow_internet = true")
+        env = make_env(
+            scripted_server.base_url,
+            tmp_path,
+            tasks_dir=str(tmp_path / "tasks"),
+            enabled_toolsets=["terminal", "file", "python"],
+        )
+        async with env.runtime():
+            await env.setup()
+            (task,) = env.tasks
+            rollout = await env.rollout(task, model=OnePythonAgent(code.format(port=listener.port)))
+    assert "GREETING=hello from the image" in tool_output(rollout)
+    assert sorted(listener.hellos) == ["python", "verifier"]
