@@ -6,7 +6,7 @@ as one batch request). Knows nothing of models, parsers or environments.
 """
 
 from slots.client import SandboxAddress, SandboxClient, SandboxError, SandboxUnavailable
-from slots.executor import SandboxBatcher, SlotExecutor
+from slots.executor import ExecPolicy, SandboxBatcher, SlotExecutor
 from slots.pool import SandboxProvider, Slot, SlotAcquireTimeout, SlotPool, SlotPoolConfig, SlotState
 
 __all__ = [
@@ -14,6 +14,7 @@ __all__ = [
     "SandboxClient",
     "SandboxError",
     "SandboxUnavailable",
+    "ExecPolicy",
     "SandboxBatcher",
     "SlotExecutor",
     "SandboxProvider",

@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import re
+import shlex
 from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field, field_validator
 
 from slots.client import SandboxClient, SandboxUnavailable, decode_b64, exec_result, raise_for_error
 from tools.executor import ExecResult
@@ -13,7 +17,7 @@ from tools.executor import ExecResult
 if TYPE_CHECKING:
     from slots.pool import Slot
 
-__all__ = ["SandboxBatcher", "SlotExecutor"]
+__all__ = ["ExecPolicy", "SandboxBatcher", "SlotExecutor"]
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +103,34 @@ def _log_failure(task: asyncio.Task) -> None:
         log.warning("could not interrupt an abandoned command: %s", task.exception())
 
 
+class ExecPolicy(BaseModel):
+    """What every command of one trajectory runs with, decided by the env for its item, never by a tool."""
+
+    network: bool = Field(False, description="Commands get the sandbox host's network (else none, loopback included)")
+    env: dict[str, str] = Field(default_factory=dict, description="Variables exported before each command")
+
+    @field_validator("env")
+    @classmethod
+    def _names(cls, env: dict[str, str]) -> dict[str, str]:
+        bad = [k for k in env if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k)]
+        if bad:
+            raise ValueError(f"not shell variable names: {bad}; use letters, digits and _")
+        return env
+
+    def prefix(self) -> str:
+        return "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.env.items())
+
+
 class SlotExecutor:
     """Runs a trajectory's tools in its slot; paths and commands see the slot's workspace."""
 
-    def __init__(self, slot: "Slot", batcher: SandboxBatcher, *, python: str = "python -") -> None:
+    def __init__(
+        self, slot: "Slot", batcher: SandboxBatcher, *, python: str = "python -", policy: ExecPolicy | None = None
+    ) -> None:
         self.slot = slot
         self._batcher = batcher
         self._python = python
+        self.policy = policy or ExecPolicy()
         self._interrupt: asyncio.Task | None = None
 
     @property
@@ -123,16 +148,19 @@ class SlotExecutor:
         timeout: float,
         max_output_bytes: int,
         stdin: str | None = None,
-        network: bool = False,
+        network: bool | None = None,
     ) -> ExecResult:
+        """`network` None: the trajectory's policy; a caller may ask for less, never for more."""
+        if network and not self.policy.network:
+            raise PermissionError("this trajectory's policy gives its commands no network; the env decides that")
         call: dict[str, Any] = {
             "slot": self.slot.index,
             "op": "exec",
-            "command": command,
+            "command": self.policy.prefix() + command,
             "timeout": timeout,
             "max_output_bytes": max_output_bytes,
             "stdin": stdin,
-            "network": network,
+            "network": self.policy.network if network is None else network,
         }
         if self._interrupt is not None:
             # A command sent after an abandoned one runs once that one is gone, never behind it.

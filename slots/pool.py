@@ -20,7 +20,7 @@ import aiohttp
 from pydantic import BaseModel, Field
 
 from slots.client import SandboxAddress, SandboxClient, SandboxError, SandboxUnavailable
-from slots.executor import SandboxBatcher, SlotExecutor
+from slots.executor import ExecPolicy, SandboxBatcher, SlotExecutor
 
 __all__ = ["SlotPoolConfig", "SlotState", "Slot", "SandboxProvider", "SlotPool", "SlotAcquireTimeout"]
 
@@ -189,11 +189,11 @@ class SlotPool:
                 self._cond.notify()
 
     @asynccontextmanager
-    async def trajectory(self, task_id: str) -> AsyncIterator[SlotExecutor]:
+    async def trajectory(self, task_id: str, policy: ExecPolicy | None = None) -> AsyncIterator[SlotExecutor]:
         """A slot's executor for one trajectory; the slot is reset and released when it leaves."""
         slot = await self.acquire()
         try:
-            yield self.executor(slot)
+            yield self.executor(slot, policy)
         finally:
             # Shielded: a cancelled trajectory still gives its slot back (reset) to the pool.
             await asyncio.shield(self.release(slot))
@@ -203,11 +203,11 @@ class SlotPool:
                 f"sandbox {slot.sandbox.name} died during trajectory {task_id}; the result is void"
             )
 
-    def executor(self, slot: Slot) -> SlotExecutor:
+    def executor(self, slot: Slot, policy: ExecPolicy | None = None) -> SlotExecutor:
         sb = self._sandboxes.get(slot.sandbox.name)
         if sb is None:
             raise SandboxUnavailable(f"slot {slot.id} belongs to a sandbox that is gone")
-        return SlotExecutor(slot, sb.batcher, python=sb.python)
+        return SlotExecutor(slot, sb.batcher, python=sb.python, policy=policy)
 
     def client(self, slot: Slot) -> SandboxClient:
         sb = self._sandboxes.get(slot.sandbox.name)

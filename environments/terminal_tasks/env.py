@@ -32,6 +32,7 @@ from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
 from environments.terminal_tasks.sandboxes import TaskSandboxes, task_image
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask, load_endless_rows, load_tasks_dir
 from environments.terminal_tasks.verify import parse_verdict, setup_script, verify_script
+from slots.executor import ExecPolicy
 from tools.context import ToolContext
 
 __all__ = ["TerminalTasksEnvConfig", "TerminalTasksEnv", "load_dataset_tasks"]
@@ -75,6 +76,11 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
         False,
         description="Local backend: run a task whose only blocker is test.sh fetching its test tools "
         "(curl, uv, uvx pytest) with the sandbox's own pytest instead; stated in each result",
+    )
+    forbid_task_network: bool = Field(
+        False,
+        description="No task gets network, whatever its allow_internet says (Harbor's default is true; on the "
+        "local backend network is this machine's, loopback included)",
     )
     check_initial_state: bool = Field(
         True,
@@ -132,6 +138,7 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
                     self.skipped["no solution for the oracle"] += 1
             tasks = [t for t in tasks if t.has_solution]
         tasks = tasks[: cfg.limit]
+        self._report_network(tasks)
         for reason, n in sorted(self.skipped.items()):
             self._report(f"skipped {n} task(s): {reason}")
         if not tasks:
@@ -172,6 +179,24 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         for (field, why), where in sorted(by_field.items()):
             self._report(f"{field} not honoured by the local backend ({why}): {', '.join(where)}")
 
+    def _report_network(self, tasks: list[TerminalTask]) -> None:
+        asking = [t.id for t in tasks if t.allow_internet]
+        if not asking:
+            return
+        if self.config.forbid_task_network:
+            self._report(f"allow_internet not honoured (--env.forbid_task_network): {', '.join(asking)}")
+        else:
+            where = "this machine's network, loopback included" if not self._sandboxes_per_image() else "network"
+            self._report(f"with {where} (allow_internet; --env.forbid_task_network true forbids): {', '.join(asking)}")
+
+    def exec_policy(self, item: TerminalTask) -> ExecPolicy:
+        """The task's network and image environment, for every command of its trajectory (agent and verifier)."""
+        paths = PathMap.for_task(item, self.workspace_for(item))
+        return ExecPolicy(
+            network=item.allow_internet and not self.config.forbid_task_network,
+            env={k: paths(v) for k, v in item.environment.items()},
+        )
+
     async def eval_items(self) -> list[TerminalTask]:
         return self.tasks  # evaluate runs every loaded task once
 
@@ -207,7 +232,9 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             raise RuntimeError(
                 "rollout() outside the env's runtime; use process/serve/evaluate or `async with env.runtime()`"
             )
-        return backend.trajectory(task_id, image=image, workspace=self.workspace_for(item))
+        return backend.trajectory(
+            task_id, image=image, workspace=self.workspace_for(item), policy=self.exec_policy(item)
+        )
 
     def format_prompt(self, item: TerminalTask) -> str:
         ws = self.workspace_for(item)

@@ -23,7 +23,7 @@ from pathlib import Path
 from backends import BackendConfig, LocalBackendConfig, make_backend
 from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, TerminalTask, load_tasks_dir
-from slots.executor import SlotExecutor
+from slots.executor import ExecPolicy, SlotExecutor
 from slots.pool import SlotPool
 
 __all__ = ["TaskSandboxes", "task_image", "write_build_context", "SANDBOX_LAYER"]
@@ -140,15 +140,18 @@ class TaskSandboxes:
 
     @asynccontextmanager
     async def trajectory(
-        self, task_id: str, image: str | None = None, workspace: str | None = None
+        self, task_id: str, image: str | None = None, workspace: str | None = None, policy: ExecPolicy | None = None
     ) -> AsyncIterator[SlotExecutor]:
-        """A slot for the task's image (Nomad, Modal) or with its workspace at `workspace` (local)."""
+        """A slot for the task's image (Nomad, Modal) or with its workspace at `workspace` (local).
+
+        `policy`: the task's network and environment, for every command of the trajectory (agent and verifier).
+        """
         if self.per_image and image is None:
             raise ValueError("a task on Nomad or Modal needs its image")
         local = self.config.resolved_backend()
         default_mount = getattr(local, "workspace_mount", "/workspace")
         pool = await self._pool(image if self.per_image and image else (workspace or default_mount))
-        async with pool.trajectory(task_id) as executor:
+        async with pool.trajectory(task_id, policy) as executor:
             yield executor
 
 

@@ -97,7 +97,9 @@ class TerminalTask(BaseModel):
     verifier_timeout_s: float = 600.0
     verifier_env: dict[str, str] = Field(default_factory=dict)
     solution_env: dict[str, str] = Field(default_factory=dict)
-    allow_internet: bool = False
+    allow_internet: bool = Field(
+        False, description="The task asks for network (Harbor's default; Endless Terminals tasks do not)"
+    )
     docker_image: str | None = Field(None, description="Prebuilt image named by the task")
     base_image: str | None = Field(None, description="FROM of its Dockerfile / Apptainer def")
     image_recipe: str | None = Field(None, description="Dockerfile or container.def text")
@@ -122,6 +124,11 @@ class TerminalTask(BaseModel):
     @property
     def has_solution(self) -> bool:
         return self.solution_dir is not None or bool(self.solution_commands)
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """The image's environment ([environment.env], %environment; PATH and HOME left out), in the task's paths."""
+        return {s.name: s.value or "" for s in self.setup if s.kind == "env" and s.name}
 
     @property
     def only_bootstrap_blocks(self) -> bool:
@@ -307,7 +314,7 @@ _HARBOR_TOP = {
     "solution",
     "source",
 }
-_HARBOR_ENV_HONOURED = {"docker_image", "env", "workdir"}
+_HARBOR_ENV_HONOURED = {"docker_image", "env", "workdir", "allow_internet"}
 
 
 def _harbor_fields(config: dict[str, Any], task_dir: Path) -> tuple[list[str], list[Problem]]:
@@ -339,9 +346,6 @@ def _harbor_fields(config: dict[str, Any], task_dir: Path) -> tuple[list[str], l
                 problems.append(
                     Problem(text=f"task.toml [environment] mcp_servers ({names}): not started by this backend")
                 )
-        elif key == "allow_internet":
-            if value:
-                unsupported.append("[environment].allow_internet = true (the local sandbox gives no network)")
         elif key == "build_timeout_sec":
             unsupported.append(f"[environment].{key} = {value!r} (setup runs under --env.setup_timeout_s)")
         elif key in ("cpus", "memory_mb", "memory", "storage_mb", "storage"):
@@ -357,11 +361,6 @@ def _harbor_fields(config: dict[str, Any], task_dir: Path) -> tuple[list[str], l
     if templated:
         unsupported.append(
             f"[environment.env] = {' '.join(templated)} (templated on Harbor's host environment: not set)"
-        )
-    if len(templated) < len(env_vars):
-        unsupported.append(
-            f"[environment.env] = {' '.join(k for k in env_vars if k not in templated)} "
-            "(set for setup, solution and tests, not in the agent's shell)"
         )
     for name in _COMPOSE_FILES:
         if (task_dir / "environment" / name).is_file():
@@ -612,10 +611,6 @@ def load_endless_task(
         if kept_by_sandbox:
             unsupported.append(f"container.def:%environment = {' '.join(kept_by_sandbox)} ({_SANDBOX_ENV_WHY})")
         env = {k: v for k, v in env.items() if k not in SANDBOX_ENV}
-        if env:
-            unsupported.append(
-                f"container.def:%environment = {' '.join(env)} (set for tests and solution, not in the agent's shell)"
-            )
     for step in steps:
         if step.kind == "copy" and step.target and not PurePosixPath(step.target).is_relative_to(ENDLESS_HOME):
             problems.append(

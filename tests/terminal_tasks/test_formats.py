@@ -232,7 +232,7 @@ def test_harbor_1_1_export_fields_are_honoured_or_reported():
     assert task.storage_mb == 10240 and task.allow_internet is False
     fields = {line.split(" ", 1)[0] for line in task.unsupported}
     assert {"[environment].cpus", "[environment].memory_mb", "[environment].storage_mb"} <= fields
-    assert "[environment.env]" in fields  # not set in the agent's shell: said so
+    assert "[environment.env]" not in fields and task.environment == {"TOTAL_DECIMALS": "2"}  # the agent's too
 
 
 def test_gpus_and_compose_environments_are_not_runnable_locally(tmp_path):
