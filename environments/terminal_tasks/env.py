@@ -77,10 +77,11 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
         description="Local backend: run a task whose only blocker is test.sh fetching its test tools "
         "(curl, uv, uvx pytest) with the sandbox's own pytest instead; stated in each result",
     )
-    forbid_task_network: bool = Field(
-        False,
-        description="No task gets network, whatever its allow_internet says (Harbor's default is true; on the "
-        "local backend network is this machine's, loopback included)",
+    task_network: Literal["auto", "allow", "forbid"] = Field(
+        "auto",
+        description="Whether a task's allow_internet (Harbor's default: true) gives its commands network: allow | "
+        "forbid | auto = allow where network is the container's own (Nomad/Modal), forbid on the local backend, "
+        "where it is this machine's, loopback included (run-api, the model server)",
     )
     check_initial_state: bool = Field(
         True,
@@ -179,21 +180,29 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         for (field, why), where in sorted(by_field.items()):
             self._report(f"{field} not honoured by the local backend ({why}): {', '.join(where)}")
 
+    def _task_network(self) -> bool:
+        if self.config.task_network == "auto":
+            return self._sandboxes_per_image()
+        return self.config.task_network == "allow"
+
     def _report_network(self, tasks: list[TerminalTask]) -> None:
         asking = [t.id for t in tasks if t.allow_internet]
         if not asking:
             return
-        if self.config.forbid_task_network:
-            self._report(f"allow_internet not honoured (--env.forbid_task_network): {', '.join(asking)}")
+        if not self._task_network():
+            self._report(
+                f"allow_internet not honoured (--env.task_network {self.config.task_network}; on the local backend "
+                f"network is this machine's, loopback included; --env.task_network allow gives it): {', '.join(asking)}"
+            )
         else:
             where = "this machine's network, loopback included" if not self._sandboxes_per_image() else "network"
-            self._report(f"with {where} (allow_internet; --env.forbid_task_network true forbids): {', '.join(asking)}")
+            self._report(f"with {where} (allow_internet; --env.task_network forbid forbids): {', '.join(asking)}")
 
     def exec_policy(self, item: TerminalTask) -> ExecPolicy:
         """The task's network and image environment, for every command of its trajectory (agent and verifier)."""
         paths = PathMap.for_task(item, self.workspace_for(item))
         return ExecPolicy(
-            network=item.allow_internet and not self.config.forbid_task_network,
+            network=item.allow_internet and self._task_network(),
             env={k: paths(v) for k, v in item.environment.items()},
         )
 

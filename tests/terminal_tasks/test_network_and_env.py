@@ -130,22 +130,21 @@ def agent_command(port: int) -> str:
 
 
 @pytest.mark.parametrize(
-    ("internet", "forbid", "reached"),
+    ("internet", "policy", "reached"),
     [
-        ("", False, True),  # Harbor's default: allow_internet = true
-        ("allow_internet = true", False, True),
-        ("allow_internet = false", False, False),
-        ("allow_internet = true", True, False),  # --env.forbid_task_network: no task gets network
+        ("allow_internet = true", "auto", False),  # the default: on the local backend network is the host's
+        ("", "allow", True),  # Harbor's default: allow_internet = true
+        ("allow_internet = true", "allow", True),
+        ("allow_internet = false", "allow", False),
+        ("allow_internet = true", "forbid", False),  # --env.task_network forbid: no task gets network
     ],
 )
 async def test_a_tasks_allow_internet_reaches_the_agent_and_the_verifier(
-    scripted_server, tmp_path, internet, forbid, reached
+    scripted_server, tmp_path, internet, policy, reached
 ):
     async with Listener() as listener:
         write_task(tmp_path / "tasks" / "say-hello", listener.port, internet)
-        env = make_env(
-            scripted_server.base_url, tmp_path, tasks_dir=str(tmp_path / "tasks"), forbid_task_network=forbid
-        )
+        env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(tmp_path / "tasks"), task_network=policy)
         async with env.runtime():
             await env.setup()
             (task,) = env.tasks
@@ -229,6 +228,7 @@ async def test_the_python_tool_gets_the_same_network_and_environment(scripted_se
             tmp_path,
             tasks_dir=str(tmp_path / "tasks"),
             enabled_toolsets=["terminal", "file", "python"],
+            task_network="allow",
         )
         async with env.runtime():
             await env.setup()
