@@ -83,7 +83,7 @@ async def test_a_rollout_lost_to_infrastructure_is_run_again(tmp_path):
             await env.setup()
             group, backlog = await env.collect_trajectories(await env.get_next_item())
     assert backlog == [] and group["scores"] == [1.0, 1.0]
-    assert "group_overrides" not in group
+    assert "group_size" not in group["group_overrides"]  # complete again: run-api releases it
 
 
 async def test_partially_failed_group_keeps_only_usable_rollouts_and_says_its_size(tmp_path):
@@ -96,7 +96,10 @@ async def test_partially_failed_group_keeps_only_usable_rollouts_and_says_its_si
             group, backlog = await env.collect_trajectories(item)
     assert backlog == []
     assert group["scores"] == [1.0] and len(group["messages"]) == 1
-    assert group["group_overrides"] == {"group_size": 1}  # else atroposlib drops it as malformed
+    assert group["group_overrides"]["group_size"] == 1  # else atroposlib drops it as malformed
+    assert env._skip_reason(group, True, serving=False) is None  # process writes it
+    reason = env._skip_reason(group, True, serving=True)  # serve does not post it: run-api would buffer it
+    assert reason is not None and reason.startswith("1 of 2 rollouts lost to infrastructure errors")
 
 
 async def test_unreachable_server_fails_before_any_rollout(tmp_path):
