@@ -273,6 +273,8 @@ class HermesAgentBaseEnv(BaseEnv):
         self._groups_sent = 0
         self._ledger = SendLedger()
         self._trainer_done: asyncio.Event | None = None
+        self._sent_enough: asyncio.Event | None = None
+        self._start_step = 0
         self._sampling_record: dict[str, Any] | None = None
         self._consecutive_infra_failures = 0
         self.rollouts_done = 0
@@ -778,7 +780,7 @@ class HermesAgentBaseEnv(BaseEnv):
             await asyncio.sleep(1)
         self.env_id = data["env_id"]
         self.wandb_prepend = data["wandb_name"]
-        self.curr_step = data["starting_step"]
+        self.curr_step = self._start_step = data["starting_step"]
         self.checkpoint_dir = data["checkpoint_dir"]
         self.checkpoint_interval = data["checkpoint_interval"]
         if self.config.total_steps == -1:
@@ -796,28 +798,48 @@ class HermesAgentBaseEnv(BaseEnv):
     async def _serve(self) -> None:
         # atroposlib's loop stops only once the queue holds more than the remaining steps; a trainer
         # that took its last step with an empty queue would leave serve running, so that ends it too.
-        self._trainer_done = asyncio.Event()
+        # Once run-api holds every sequence the trainer's steps take, no more rollouts are started.
+        self._trainer_done, self._sent_enough = asyncio.Event(), asyncio.Event()
         loop = asyncio.ensure_future(BaseEnv.env_manager(self))
-        done = asyncio.ensure_future(self._trainer_done.wait())
+        stops = [asyncio.ensure_future(e.wait()) for e in (self._trainer_done, self._sent_enough)]
         try:
-            await asyncio.wait({loop, done}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({loop, *stops}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            for task in (loop, done, *self.workers):
+            for task in (loop, *stops, *self.workers):
                 task.cancel()
-            await asyncio.gather(loop, done, *self.workers, return_exceptions=True)
+            await asyncio.gather(loop, *stops, *self.workers, return_exceptions=True)
         if loop.done() and not loop.cancelled():
             loop.result()  # raises what atroposlib's loop raised
-        step = self.status_dict.get("current_step") if isinstance(getattr(self, "status_dict", None), dict) else None
+        step = await self._wait_for_trainer() if self._sent_enough.is_set() else self.status_dict.get("current_step")
         print(
             f"[hermes-rl] serve: stopping: the trainer's run is done (step {step} of {self.config.total_steps}); "
             f"{self._ledger.summary}",
             file=sys.stderr,
         )
 
+    async def _wait_for_trainer(self) -> int:
+        """Poll run-api's /status until the trainer has taken its last step; returns that step."""
+        print(
+            "[hermes-rl] serve: run-api holds every sequence the trainer's steps take; waiting for it", file=sys.stderr
+        )
+        async with httpx.AsyncClient(timeout=30) as http:
+            while True:
+                response = await http.get(f"{self.config.rollout_server_url}/status")
+                step = int(response.json()["current_step"])
+                if step >= self.config.total_steps:
+                    return step
+                await asyncio.sleep(1)
+
     async def get_status(self):
         await super().get_status()
         if self._trainer_done is not None and self.status_dict.get("current_step", 0) >= self.config.total_steps:
             self._trainer_done.set()
+
+    def _needs_met(self) -> bool:
+        """Whether run-api has received every sequence the trainer's remaining steps take (alone on
+        run-api this env must send them all; with other envs it sends fewer, so this stays False)."""
+        needed = (self.config.total_steps - self._start_step) * self.config.batch_size
+        return self.config.batch_size > 0 and self._ledger.received_sequences >= needed
 
     def _skip_reason(self, group: ScoredDataGroup, check_length: bool, serving: bool) -> str | None:
         """Why this group is not sent: atroposlib 0.4.0's handle_send_to_api checks, said aloud, and
@@ -832,6 +854,8 @@ class HermesAgentBaseEnv(BaseEnv):
                     "errors or dropped sequences (run-api would buffer a short group; see --env.rollout_infra_retries)"
                 )
             return f"{n} sequences where run-api expects group_size {self.config.group_size}"
+        if serving and self._needs_met():
+            return f"the trainer's run needs no more ({self._ledger.received_sequences} sequences received)"
         expected = overrides.get("group_size", self.config.group_size)
         if n != expected:
             return f"{n} sequences where the group size is {expected}"
@@ -865,6 +889,8 @@ class HermesAgentBaseEnv(BaseEnv):
             async with httpx.AsyncClient(timeout=60) as http:
                 answer = await post_group(http, f"{self.config.rollout_server_url}/scored_data", group)
             self._ledger.record(answer, len(group["tokens"]))
+            if self._sent_enough is not None and self._needs_met():
+                self._sent_enough.set()
             if answer.status == "received":
                 self._groups_sent += 1
                 self.items_sent_this_step += 1
