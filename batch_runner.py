@@ -47,6 +47,7 @@ from pydantic import BaseModel, Field, SecretStr
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
 from environments.gc_tuning import GCConfig, collector
+from environments.jsonl import jsonl_lines
 from environments.models.base import ChatModel
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
 from environments.models.token_mode.wiring import TokenServerChoice, trace_items
@@ -179,9 +180,7 @@ def load_prompts(path: Path) -> list[Prompt]:
     if not path.is_file():
         raise BatchError(f"--dataset_file {str(path)!r} does not exist")
     prompts, seen = [], set()
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for n, line in jsonl_lines(path.read_text(encoding="utf-8")):
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
@@ -227,7 +226,7 @@ def recover_output(path: Path) -> set[str]:
             f.flush()
             os.fsync(f.fileno())
     done: set[str] = set()
-    for n, line in enumerate(data[:keep].splitlines(), 1):
+    for n, line in enumerate(data[:keep].split(b"\n")[:-1], 1):  # "\n" only: see environments/jsonl.py
         try:
             pid = json.loads(line)["prompt_id"]
         except (json.JSONDecodeError, KeyError, TypeError) as exc:
@@ -461,9 +460,8 @@ async def run_batch(
 
 def compute_stats(out_path: Path, total_prompts: int) -> dict[str, Any]:
     """Statistics over every recorded trajectory of the run (all sessions)."""
-    records = (
-        [json.loads(line) for line in out_path.read_text(encoding="utf-8").splitlines()] if out_path.exists() else []
-    )
+    text = out_path.read_text(encoding="utf-8") if out_path.exists() else ""
+    records = [json.loads(line) for _, line in jsonl_lines(text)]
     calls: Counter[str] = Counter()
     errors: Counter[str] = Counter()
     stops: Counter[str] = Counter()

@@ -10,7 +10,8 @@ JSONL (one scored group per line, conversations under `messages`). Every format 
 inverse back to OpenAI messages, so each export round-trips (tool-call ids are renumbered).
 
 ShareGPT turns are `{"from": system|human|gpt|tool, "value": ...}`; a gpt turn carries its
-calls as `<tool_call>{"name", "arguments"}</tool_call>` blocks and a tool turn its result
+calls as `<tool_call>{"name", "arguments"}</tool_call>` blocks after its text, and how many
+(`n_tool_calls`: the text is the model's, verbatim, markup included), and a tool turn its result
 as `<tool_response>{"name", "content"}</tool_response>`. The unified trajectory is
 `{task_id, domain, question, actions: [{step, turn, tool, arguments, result, error, thought}],
 final_answer, metadata}`; `build_tool_sft` cuts trajectories into per-tool SFT sets,
@@ -143,7 +144,7 @@ def canonical_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 # ---- ShareGPT -----------------------------------------------------------------------------
 
 _ROLE_TO_FROM = {"system": "system", "user": "human", "assistant": "gpt", "tool": "tool"}
-_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.DOTALL)
+_OPEN, _CLOSE = "<tool_call>\n", "\n</tool_call>"
 _RESPONSE = re.compile(r"^<tool_response>\n(.*)\n</tool_response>$", re.DOTALL)
 
 
@@ -155,17 +156,46 @@ def to_sharegpt(conv: Conversation) -> dict[str, Any]:
             raise ValueError(f"conversation {conv.id}: role {role!r} has no ShareGPT equivalent")
         if role == "assistant":
             parts = [m["content"]] if m.get("content") else []
-            for call in m.get("tool_calls") or []:
+            calls = m.get("tool_calls") or []
+            for call in calls:
                 body = {"name": call["function"]["name"], "arguments": _arguments(call["function"].get("arguments"))}
-                parts.append(f"<tool_call>\n{json.dumps(body, ensure_ascii=False)}\n</tool_call>")
+                parts.append(f"{_OPEN}{json.dumps(body, ensure_ascii=False)}{_CLOSE}")
             value = "\n".join(parts)
         elif role == "tool":
             body = {"name": m.get("name"), "content": m.get("content")}
             value = f"<tool_response>\n{json.dumps(body, ensure_ascii=False)}\n</tool_response>"
         else:
             value = m.get("content") or ""
-        turns.append({"from": _ROLE_TO_FROM[role], "value": value})
+        turn: dict[str, Any] = {"from": _ROLE_TO_FROM[role], "value": value}
+        if role == "assistant":
+            # How many trailing blocks are the calls: the text before them may hold markup of its own.
+            turn["n_tool_calls"] = len(m.get("tool_calls") or [])
+        turns.append(turn)
     return {"id": conv.id, "conversations": turns, "tools": json.dumps(conv.tools, ensure_ascii=False)}
+
+
+def _split_calls(value: str, count: int | None) -> tuple[str, list[dict[str, Any]]]:
+    """(content, call bodies) of a gpt turn: the last `count` `<tool_call>` blocks are its calls,
+    everything before them is the model's text, markup included, as it wrote it. Without a count
+    (ShareGPT from elsewhere), every well-formed trailing block is a call."""
+    bodies: list[dict[str, Any]] = []
+    while (count is None or len(bodies) < count) and value.endswith(_CLOSE):
+        # The JSON of a block holds no raw newline, so its opening tag is the last one.
+        start = value.rfind(_OPEN)
+        try:
+            body = json.loads(value[start + len(_OPEN) : -len(_CLOSE)]) if start >= 0 else None
+        except json.JSONDecodeError:
+            body = None
+        if not (isinstance(body, dict) and isinstance(body.get("name"), str) and "arguments" in body):
+            if count is None:
+                break  # not a call this export wrote: it stays in the text
+            raise ValueError(f"gpt turn should end with {count} <tool_call> blocks: {value[-80:]!r}")
+        bodies.append(body)
+        # to_sharegpt joins the text and the blocks with one newline
+        value = value[: start - 1 if start > 0 and value[start - 1] == "\n" else start]
+    if count is not None and len(bodies) < count:
+        raise ValueError(f"gpt turn should end with {count} <tool_call> blocks: {value[-80:]!r}")
+    return value, bodies[::-1]
 
 
 def sharegpt_to_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
@@ -175,9 +205,9 @@ def sharegpt_to_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
     for turn in record["conversations"]:
         kind, value = turn["from"], turn["value"]
         if kind == "gpt":
+            content, bodies = _split_calls(value, turn.get("n_tool_calls"))
             calls = []
-            for block in _CALL.findall(value):
-                body = json.loads(block)
+            for body in bodies:
                 call_id = f"call_{count}"
                 count += 1
                 pending.append(call_id)
@@ -188,10 +218,7 @@ def sharegpt_to_messages(record: dict[str, Any]) -> list[dict[str, Any]]:
                         "function": {"name": body["name"], "arguments": _arguments_str(body["arguments"])},
                     }
                 )
-            start = value.find("<tool_call>\n") if calls else -1
-            # to_sharegpt joins the content and the call blocks with one newline
-            content = (value if start < 0 else value[: max(start - 1, 0)]) or None
-            msg: dict[str, Any] = {"role": "assistant", "content": content}
+            msg: dict[str, Any] = {"role": "assistant", "content": content or None}
             if calls:
                 msg["tool_calls"] = calls
             messages.append(msg)

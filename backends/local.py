@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 import tempfile
 import uuid
 from pathlib import Path
@@ -13,6 +12,7 @@ from pydantic import BaseModel, Field
 
 from backends.process import SandboxProcess, start_sandbox_process
 from sandbox_server.isolation import SlotLimits
+from sandbox_server.tree import remove_tree_quietly
 from slots.client import SandboxAddress
 from slots.pool import SlotPool, SlotPoolConfig
 
@@ -76,12 +76,12 @@ class LocalSandboxProvider:
         proc = self._procs.pop(address.name, None)
         if proc is not None:
             await proc.stop()
-            await asyncio.to_thread(shutil.rmtree, proc.data_dir, True)
+            await asyncio.to_thread(remove_tree_quietly, proc.data_dir)
 
     async def stop(self) -> None:
         await asyncio.gather(*(self.terminate(SandboxAddress(n, "", "")) for n in list(self._procs)))
         if self._root is not None and self._own_root:
-            await asyncio.to_thread(shutil.rmtree, self._root, True)
+            await asyncio.to_thread(remove_tree_quietly, self._root)
         self._root = None
 
 

@@ -610,7 +610,13 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
             print(f"[hermes-rl] group lost to infrastructure errors, retried later: {failed[0].error}", file=sys.stderr)
             return None, [item]  # retried later, never scored as the model's failure
         self._consecutive_infra_failures = 0
-        return self.build_group(usable), []
+        group = self.build_group(usable)
+        if not group["tokens"]:  # every rollout's data was unusable: skip the item, say why
+            reason = "; ".join(group.get("left_out") or ["no token sequences"])
+            self._ledger.skip(reason)
+            print(f"[hermes-rl] group not sent: {reason}", file=sys.stderr)
+            return None, []
+        return group, []
 
     def build_group(self, rollouts: list[Rollout]) -> ScoredDataGroup:
         group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
@@ -618,15 +624,21 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
         logprobs: list[list[float]] = []
         gaps: list[int] = []
         dropped = 0
+        left_out: list[str] = []
         tools = self.tool_schemas()
         sequence_rollouts: list[int] = []
         for index, r in enumerate(rollouts):
             assert r.result is not None and r.score is not None
             trace = r.extras.get("token_trace")
-            if trace is not None:  # token mode: exact ids; one item per token sequence
-                produced = trace_items(trace)
-            else:
-                produced = [(*tokenize_conversation(self.tokenizer, r.result.messages, tools), None)]
+            try:
+                if trace is not None:  # token mode: exact ids; one item per token sequence
+                    produced = trace_items(trace)
+                else:
+                    produced = [(*tokenize_conversation(self.tokenizer, r.result.messages, tools), None)]
+            except Exception as exc:  # one rollout's unusable data is its own error, never the command's
+                left_out.append(f"{type(exc).__name__}: {exc}")
+                logger.warning("a rollout was left out of its group: its tokens could not be built (%s)", left_out[-1])
+                continue
             items = select_sequences(produced, self.config.split_sequences)
             for tokens, masks, raw_logprobs in items:
                 if raw_logprobs is not None:
@@ -650,10 +662,13 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
                         "tool_errors": len(r.result.tool_errors),
                         "duration_s": round(r.duration_s, 3),
                         "token_sequences": len(produced),
+                        "rollout": index,  # which of the rollouts: some may be left out, some give several sequences
                     }
                 )
         # Not `overrides`: trainers read that key as per-item training overrides. (run-api drops it.)
         group["rollout_info"] = info
+        if left_out:
+            group["left_out"] = left_out  # why rollouts are missing (not an infrastructure failure)
         # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
         group["tools"] = tools
         if logprobs and len(logprobs) == len(group["tokens"]):

@@ -9,7 +9,6 @@ cancellation.
 from __future__ import annotations
 
 import asyncio
-import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -19,6 +18,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 
+from sandbox_server.tree import remove_tree_quietly
 from tools.executor import LocalWorkspace, ToolExecutor
 
 __all__ = ["ToolBackend", "LocalToolBackendConfig", "LocalToolBackend"]
@@ -60,7 +60,7 @@ class LocalToolBackend:
 
     async def stop(self) -> None:
         if self._root is not None and self._own_root and not self.config.keep_workspaces:
-            await asyncio.to_thread(shutil.rmtree, self._root, True)
+            await asyncio.to_thread(remove_tree_quietly, self._root)
         self._root = None
 
     @asynccontextmanager
@@ -74,4 +74,4 @@ class LocalToolBackend:
             yield workspace
         finally:
             if not self.config.keep_workspaces:
-                await asyncio.to_thread(shutil.rmtree, path, True)
+                await asyncio.to_thread(remove_tree_quietly, path)

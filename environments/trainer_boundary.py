@@ -189,9 +189,10 @@ class RunApiBoundary:
         if serving and n != self.config.group_size:
             rollouts = len(set(overrides.get("sequence_rollouts", [])))
             if rollouts < self.config.group_size:
+                why = "; ".join(group.get("left_out") or []) or "see --env.rollout_infra_retries"
                 return (
                     f"{self.config.group_size - rollouts} of {self.config.group_size} rollouts lost to infrastructure "
-                    "errors or dropped sequences (run-api would buffer a short group; see --env.rollout_infra_retries)"
+                    f"errors, left out or dropped (run-api would buffer a short group; {why})"
                 )
             return f"{n} sequences where run-api expects group_size {self.config.group_size}"
         if serving and self._needs_met():

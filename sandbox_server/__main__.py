@@ -14,16 +14,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
-import shutil
 import sys
 
 from aiohttp import web
 
 from sandbox_server.isolation import SlotLimits
 from sandbox_server.server import SandboxServer, ServerConfig, build_app
+from sandbox_server.tree import remove_tree
 
 TOKEN_ENV = "SANDBOX_SERVER_TOKEN"
 
@@ -154,7 +155,8 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_serve(ns, config, token))
     finally:
         if ns.remove_data_dir:
-            shutil.rmtree(config.data_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                remove_tree(config.data_dir)
     # Do not wait for file-operation threads: SIGTERM must stop the server even if one is stuck.
     sys.stdout.flush()
     os._exit(0)

@@ -1,7 +1,7 @@
 """A slot's exec server, run inside the slot's long-lived bubblewrap namespace (see spawner.py).
 
 Standard library only, and small on purpose. Run as
-`python -I -S exec_server.py EXEC_FD CTL_FD TMP_BYTES TMP_BINDS`.
+`python -I -S exec_server.py EXEC_FD CTL_FD TMP_BYTES TMP_BINDS IPC_SYSCTLS`.
 
 It never runs a command's setup in Python: each command is one `posix_spawn` (a vfork, so no
 copy of this process's memory) of the command line the host sent, which starts with the
@@ -123,7 +123,14 @@ def _spawn(req: dict, fds: dict[str, int]) -> int:
     return os.posix_spawn(argv[0], argv, req["env"], file_actions=actions, setsid=True, setsigmask=())
 
 
-def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str]) -> None:
+def _limit_ipc(sysctls: dict[str, str]) -> None:
+    """Set the slot's IPC namespace limits (kernel/<name>; they are per namespace, and root here owns them)."""
+    for name, value in sysctls.items():
+        with open(f"/proc/sys/kernel/{name}", "w") as fh:
+            fh.write(value)
+
+
+def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str], ipc_sysctls: dict[str, str]) -> None:
     """The exec server's loop: one command at a time; kill on request; report its exit code.
 
     Once a command's main process exits, everything else in the namespace is killed and /tmp
@@ -132,6 +139,7 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str]) -> No
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
     _check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
+    _limit_ipc(ipc_sysctls)
     _drop_for_children(libc)
     gc.disable()  # nothing here makes cycles; no pauses between a command and its report
     for fd in (exec_fd, ctl_fd):
@@ -239,4 +247,4 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str]) -> No
 
 
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]))
+    serve(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), json.loads(sys.argv[4]), json.loads(sys.argv[5]))

@@ -15,6 +15,8 @@ import stat
 import tarfile
 from dataclasses import dataclass
 
+from sandbox_server.tree import DEFAULT_MAX_DEPTH, walk
+
 __all__ = [
     "Workspace",
     "FileOpError",
@@ -84,6 +86,7 @@ class Workspace:
     mount: str | None = None
     owner: tuple[int, int] | None = None
     max_file_bytes: int = 64 * 1024 * 1024
+    max_depth: int = DEFAULT_MAX_DEPTH  # directories a path may nest
 
     def parts(self, path: object) -> list[str]:
         """Split a path as the agent sees it into workspace-relative components, refusing escapes."""
@@ -103,6 +106,11 @@ class Workspace:
         parts = [p for p in path.split("/") if p not in ("", ".")]
         if ".." in parts:
             raise PathEscape(f"path {path!r} contains '..', which may lead outside the workspace; use a path inside it")
+        if len(parts) - 1 > self.max_depth:
+            raise FileOpError(
+                f"path {path[:80]!r}... nests {len(parts) - 1} directories; the workspace allows {self.max_depth} levels: "
+                "use a shallower path"
+            )
         return parts
 
     # -- walking -----------------------------------------------------------------------------
@@ -201,12 +209,21 @@ class Workspace:
         finally:
             os.close(fd)
 
-    def write(self, path: object, data: bytes, room: int | None = None) -> int:
-        """Replace the file's content; `room`: bytes the workspace may still grow by (its disk quota)."""
+    def write(self, path: object, data: bytes, room: tuple[int, int] | None = None) -> tuple[int, int]:
+        """Replace the file's content; `room`: bytes and entries the workspace may still grow by (its quota).
+
+        Returns the bytes written and the entries (file, directories) it made.
+        """
         if len(data) > self.max_file_bytes:
             raise TooLarge(f"{len(data)} bytes is over the limit of {self.max_file_bytes}")
+        made = self._missing(path)
         if room is not None:
-            self._check_room(path, len(data), room)
+            self._check_room(path, len(data), room[0])
+            if made > room[1]:
+                raise QuotaExceeded(
+                    f"writing {path!r} would make {made} new entries, putting the workspace over its limit of files "
+                    f"({max(room[1], 0)} left); delete files you no longer need"
+                )
         # no O_TRUNC: the file is truncated only once it is known to be a regular file
         fd = self._open_file(path, os.O_WRONLY | os.O_CREAT, create=True)
         try:
@@ -216,7 +233,26 @@ class Workspace:
                 view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
-        return len(data)
+        return len(data), made
+
+    def _missing(self, path: object) -> int:
+        """How many of the path's components (directories, then the file) do not exist yet."""
+        parts = self.parts(path)
+        fd = os.open(self.root, _DIR_FLAGS)
+        try:
+            for i, part in enumerate(parts):
+                try:
+                    if i == len(parts) - 1:
+                        os.lstat(part, dir_fd=fd)
+                        return 0
+                    nfd = os.open(part, _DIR_FLAGS, dir_fd=fd)
+                except OSError:
+                    return len(parts) - i  # (a link or file in the way: the write fails at it anyway)
+                os.close(fd)
+                fd = nfd
+        finally:
+            os.close(fd)
+        return 0
 
     def _check_room(self, path: object, size: int, room: int) -> None:
         # checked before the file is created, so a refused write leaves nothing behind
@@ -243,10 +279,10 @@ class Workspace:
         top = self._open_dir(parts, path, create=False)
         try:
             base = "/".join(parts)
-            for dirpath, dirnames, filenames, dirfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
-                dirnames[:] = sorted(d for d in dirnames if d not in _SKIP_DIRS)
-                rel = os.path.normpath(os.path.join(base, dirpath)) if base else os.path.normpath(dirpath)
-                yield ("" if rel == "." else rel), dirfd, sorted(filenames), dirnames
+            for d in walk(".", dir_fd=top, max_depth=max(0, self.max_depth - len(parts))):
+                d.dirs[:] = sorted(n for n in d.dirs if n not in _SKIP_DIRS)
+                rel = f"{base}/{d.rel}" if base and d.rel else base or d.rel
+                yield rel, d.fd, sorted(d.files), d.dirs
         finally:
             os.close(top)
 

@@ -31,7 +31,9 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-__all__ = ["IsolationStatus", "Sandboxing", "SlotLimits", "probe_bwrap"]
+from sandbox_server.tree import DEFAULT_MAX_DEPTH
+
+__all__ = ["IsolationStatus", "Sandboxing", "SlotLimits", "probe_bwrap", "probe_ipc_limits"]
 
 # System directories every command may read. Merged-/usr systems have /bin -> usr/bin;
 # those links are recreated as links so the same paths resolve inside.
@@ -67,6 +69,17 @@ class SlotLimits(BaseModel):
     workspace_bytes: int = Field(
         4 * 1024**3, ge=1024**2, description="Disk a slot's workspace may use (sandbox_server/quota.py)"
     )
+    workspace_files: int = Field(
+        250_000,
+        ge=100,
+        description="Files, directories and links a slot's workspace may hold (its inodes; sandbox_server/quota.py)",
+    )
+    max_path_depth: int = Field(
+        DEFAULT_MAX_DEPTH,
+        ge=8,
+        le=1024,
+        description="Directories a workspace path may nest; file tools refuse deeper paths, deeper trees are removed",
+    )
     slot_memory_bytes: int = Field(
         4 * 1024**3,
         ge=64 * 1024**2,
@@ -78,6 +91,24 @@ class SlotLimits(BaseModel):
     uid_base: int | None = Field(
         None, ge=1000, description="First slot's uid (slot i runs as uid_base+i); default derived from the pid"
     )
+
+    def ipc_sysctls(self) -> dict[str, str]:
+        """Limits of the slot's own IPC namespace (kernel/<name>), written by its exec server as it starts.
+
+        SysV objects outlive the processes that made them and no process's memory shows them, so
+        the watchdog cannot count them: shared memory is destroyed with its last user
+        (shm_rmid_forced) and capped at the slot's memory; message queues and semaphores, kernel
+        memory, are capped small.
+        """
+        page = resource.getpagesize()
+        return {
+            "shm_rmid_forced": "1",
+            "shmmax": str(self.slot_memory_bytes),
+            "shmall": str(self.slot_memory_bytes // page),
+            "shmmni": "256",
+            "msgmni": "32",  # x msgmnb (16 KiB by default): at most 512 KiB queued
+            "sem": "250 8000 32 32",  # per set, in all, per semop, sets
+        }
 
     def cli_args(self) -> list[str]:
         """These limits as sandbox_server options (how a backend hands them to the servers it starts)."""
@@ -207,6 +238,22 @@ async def probe_spawn_helper(helper: Path = SPAWN_HELPER) -> str | None:
     return str(helper) if code == 0 else None
 
 
+async def probe_ipc_limits(bwrap: str, sysctls: dict[str, str]) -> str | None:
+    """None if a new IPC namespace here takes `sysctls` from root inside it (as each slot's does); else why not."""
+    writes = " && ".join(f"echo {v} > /proc/sys/kernel/{k}" for k, v in sysctls.items())
+    argv = [bwrap, *_NAMESPACES, "--unshare-net", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, "/bin/sh", "-c", writes, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
+        )
+        _, err = await asyncio.wait_for(proc.communicate(), 10)
+    except (OSError, asyncio.TimeoutError) as exc:
+        return f"bubblewrap could not start: {exc}"
+    if proc.returncode != 0:
+        return err.decode(errors="replace").strip() or f"exit {proc.returncode}"
+    return None
+
+
 class Sandboxing:
     """Builds the bwrap command line for a slot."""
 
@@ -243,6 +290,7 @@ class Sandboxing:
         self._tmp_binds = [p for p in self._ro_bound if _under("/tmp", p)]
         self._limits = limits.prlimit_args()
         self._helper_limits = [f"{which}:{soft}:{hard}" for which, soft, hard in limits.clamped_rlimits()]
+        self.ipc_sysctls: dict[str, str] = {}  # set once probed (probe_ipc_limits): the slots' IPC namespace limits
 
     def _fixed_binds(self) -> list[str]:
         args = [
@@ -314,7 +362,14 @@ class Sandboxing:
         # bwrap builds the root as a tmpfs; make it read-only so the workspace and /tmp are
         # the only writable places.
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
-        return args + self._as_slot_user(uid) + command
+        return args + self._ipc_limits() + self._as_slot_user(uid) + command
+
+    def _ipc_limits(self) -> list[str]:
+        """The command's own IPC namespace gets the slot's limits from a root shell before setpriv."""
+        if not self.ipc_sysctls:
+            return []
+        writes = "".join(f"echo {v} > /proc/sys/kernel/{k} && " for k, v in self.ipc_sysctls.items())
+        return ["/bin/sh", "-c", writes + 'exec "$@"', "sh"]
 
     def _as_slot_user(self, uid: int) -> list[str]:
         return [
@@ -368,4 +423,5 @@ class Sandboxing:
             str(ctl_fd),
             str(self.limits.tmp_bytes),
             json.dumps(self._tmp_binds),
+            json.dumps(self.ipc_sysctls),
         ]

@@ -7,16 +7,20 @@ even for a non-dumpable process), sums their resident memory (RSS as a cheap scr
 splits shared pages fairly, to confirm) plus what the slot's /tmp tmpfs holds, and over
 `slot_memory_bytes` kills every process of that uid.
 
-Disk: a slot's usage is the allocated blocks of everything in its workspace (hard links once).
+Disk: a slot's usage is the allocated blocks of everything in its workspace (hard links once),
+and its entries (inodes: files, directories, links). Walks are iterative and enter at most
+`max_path_depth` directories deep (sandbox_server/tree.py); deeper directories are a breach.
 Walking a large workspace is the cost, so after a command (each watchdog tick while the slot
 has processes, and when a command ends) a walk happens only if the filesystem as a whole grew
-by more than the slot's room since its last walk, or that walk is over MAX_WALK_AGE_S old (or
+by more than the slot's room (bytes or inodes) since its last walk, or that walk is over MAX_WALK_AGE_S old (or
 20x its own duration). The gap, stated: space freed elsewhere on the filesystem meanwhile can
 hide a slot's growth until that age; so can a file deleted while a command keeps it open (until
 the command ends; RLIMIT_FSIZE bounds each). write_file is exact: it walks when a command ran
 since the last walk or the write might not fit, and refuses before writing. Over
 `workspace_bytes` the slot's processes are killed and the largest files written since the
 command began are removed until the workspace is under quota again; the call fails naming them.
+Over `workspace_files`, the newest entries the command made go the same way; directories
+nested past `max_path_depth` are removed whole.
 """
 
 from __future__ import annotations
@@ -33,8 +37,9 @@ from dataclasses import dataclass, field
 
 from sandbox_server.fileops import QuotaExceeded
 from sandbox_server.isolation import SlotLimits
+from sandbox_server.tree import remove_tree, walk
 
-__all__ = ["LimitExceeded", "SlotGuard", "disk_usage"]
+__all__ = ["LimitExceeded", "SlotGuard", "Usage", "disk_usage"]
 
 log = logging.getLogger("sandbox_server.quota")
 MiB = 1024 * 1024
@@ -52,52 +57,85 @@ class LimitExceeded(Exception):
         self.kind = kind
 
 
-def disk_usage(root: str, stop_above: int | None = None) -> int:
-    """Bytes allocated under `root` (st_blocks, hard links once, links not followed); stops early past `stop_above`."""
+@dataclass
+class Usage:
+    """What a workspace holds: allocated bytes, entries (inodes), and directories past the depth limit."""
+
+    bytes: int = 0
+    files: int = 0
+    too_deep: list[str] = field(default_factory=list)
+
+
+def disk_usage(root: str, max_depth: int, stop_above: int | None = None, stop_files: int | None = None) -> Usage:
+    """Bytes allocated under `root` (st_blocks) and its entries (hard links once, links not followed).
+
+    Directories deeper than `max_depth` are not entered but named in `too_deep`. The walk stops
+    early past `stop_above` bytes or `stop_files` entries.
+    """
     seen: set[tuple[int, int]] = set()
+    usage = Usage()
     try:
-        total = os.lstat(root).st_blocks * 512
-    except OSError:
-        return 0
-    for _, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
-        for name in dirnames + filenames:
-            try:
-                st = os.lstat(name, dir_fd=dirfd)
-            except OSError:
-                continue
-            if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
-                if (st.st_dev, st.st_ino) in seen:
+        usage.bytes = os.lstat(root).st_blocks * 512
+        walker = walk(root, max_depth=max_depth, too_deep=usage.too_deep)
+        for d in walker:
+            for name in d.dirs + d.files:
+                try:
+                    st = os.lstat(name, dir_fd=d.fd)
+                except OSError:
                     continue
-                seen.add((st.st_dev, st.st_ino))
-            total += st.st_blocks * 512
-        if stop_above is not None and total > stop_above:
-            break
-    return total
+                if st.st_nlink > 1 and not stat.S_ISDIR(st.st_mode):
+                    if (st.st_dev, st.st_ino) in seen:
+                        continue
+                    seen.add((st.st_dev, st.st_ino))
+                usage.bytes += st.st_blocks * 512
+                usage.files += 1
+            if (stop_above is not None and usage.bytes > stop_above) or (
+                stop_files is not None and usage.files > stop_files
+            ):
+                walker.close()
+                break
+    except OSError:
+        pass
+    return usage
 
 
-def _fs_used(root: str) -> int:
+def _fs_used(root: str) -> tuple[int, int]:
+    """The filesystem's used bytes and used inodes."""
     try:
         st = os.statvfs(root)
     except OSError:
-        return 0
-    return (st.f_blocks - st.f_bfree) * st.f_frsize
+        return 0, 0
+    return (st.f_blocks - st.f_bfree) * st.f_frsize, st.f_files - st.f_ffree
 
 
-def _trim(root: str, quota: int, since: float) -> list[tuple[str, int]]:
+def _prune_deep(root: str, max_depth: int) -> list[str]:
+    """Remove every directory nested deeper than `max_depth` (whole); returns their paths."""
+    removed = []
+    for d in walk(root, max_depth=max_depth):
+        if d.depth == max_depth:
+            for name in d.dirs:
+                with contextlib.suppress(OSError):
+                    remove_tree(name, dir_fd=d.fd)
+                    removed.append(f"{d.rel}/{name}" if d.rel else name)
+            d.dirs.clear()
+    return removed
+
+
+def _trim(root: str, quota: int, max_depth: int, since: float) -> list[tuple[str, int]]:
     """Remove files until the workspace is under `quota`: written since `since` first, largest first. Never follows links.
 
     A file's every name goes (hard links included: the slot cannot link outside its filesystem tree).
     """
-    usage = disk_usage(root)  # in full: the check's walk may have stopped early
+    usage = disk_usage(root, max_depth).bytes  # in full: the check's walk may have stopped early
     inodes: dict[tuple[int, int], tuple[bool, int, list[str]]] = {}
-    for dirpath, _, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
-        for name in filenames:
+    for d in walk(root, max_depth=max_depth):
+        for name in d.files:
             with contextlib.suppress(OSError):
-                st = os.lstat(name, dir_fd=dirfd)
+                st = os.lstat(name, dir_fd=d.fd)
                 if stat.S_ISREG(st.st_mode) and st.st_blocks:
                     key = (st.st_dev, st.st_ino)
                     entry = inodes.setdefault(key, (st.st_mtime >= since, st.st_blocks * 512, []))
-                    entry[2].append(os.path.join(dirpath, name))
+                    entry[2].append(f"{d.rel}/{name}" if d.rel else name)
     chosen: dict[str, int] = {}
     for _recent, size, paths in sorted(inodes.values(), key=lambda f: (not f[0], -f[1])):
         if usage <= quota:
@@ -105,13 +143,50 @@ def _trim(root: str, quota: int, since: float) -> list[tuple[str, int]]:
         chosen.update(dict.fromkeys(paths, size))
         usage -= size
     removed = []
-    for dirpath, _, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
-        for name in filenames:
-            path = os.path.join(dirpath, name)
+    for d in walk(root, max_depth=max_depth):
+        for name in d.files:
+            path = f"{d.rel}/{name}" if d.rel else name
             if path in chosen:
                 with contextlib.suppress(OSError):
-                    os.unlink(name, dir_fd=dirfd)
-                    removed.append((os.path.relpath(path, root), chosen[path]))
+                    os.unlink(name, dir_fd=d.fd)
+                    removed.append((path, chosen[path]))
+    return removed
+
+
+def _trim_files(root: str, limit: int, max_depth: int, since: float) -> int:
+    """Remove entries made since `since` until the workspace holds at most `limit`: files newest first, then directories."""
+    excess = disk_usage(root, max_depth).files - limit
+    if excess <= 0:
+        return 0
+    recent: list[tuple[float, str]] = []
+    for d in walk(root, max_depth=max_depth):
+        for name in d.files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(name, dir_fd=d.fd)
+                if st.st_mtime >= since:
+                    recent.append((st.st_mtime, f"{d.rel}/{name}" if d.rel else name))
+    chosen = {path for _, path in sorted(recent, reverse=True)[:excess]}
+    removed = 0
+    for d in walk(root, max_depth=max_depth):
+        for name in d.files:
+            if (f"{d.rel}/{name}" if d.rel else name) in chosen:
+                with contextlib.suppress(OSError):
+                    os.unlink(name, dir_fd=d.fd)
+                    removed += 1
+    excess -= removed
+    if excess > 0:  # directories: whole subtrees made since `since`, until under the limit
+        for d in walk(root, max_depth=max_depth):
+            for name in list(d.dirs):
+                if excess <= 0:
+                    break
+                with contextlib.suppress(OSError):
+                    if os.lstat(name, dir_fd=d.fd).st_mtime >= since:
+                        gone = remove_tree(name, dir_fd=d.fd)
+                        d.dirs.remove(name)
+                        excess -= gone
+                        removed += gone
+            if excess <= 0:
+                break
     return removed
 
 
@@ -122,7 +197,9 @@ class _Slot:
     uid: int
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     disk: int = 0  # bytes at the last walk
-    fs_used: int = 0  # the filesystem's used bytes at that walk
+    files: int = 0  # entries at the last walk
+    too_deep: bool = False  # the last walk found directories past the depth limit
+    fs_used: tuple[int, int] = (0, 0)  # the filesystem's used bytes and inodes at that walk
     walked_at: float = 0.0
     walk_s: float = 0.0  # how long the last walk took
     dirty: bool = False  # something may have written since the last walk
@@ -173,12 +250,28 @@ class SlotGuard:
     def describe(self) -> dict:
         lim = self.limits
         if not self.enabled:
-            return {"slot_memory_bytes": None, "workspace_bytes": None, "watchdog": None}
+            return {
+                "slot_memory_bytes": None,
+                "workspace_bytes": None,
+                "workspace_files": None,
+                "max_path_depth": None,
+                "watchdog": None,
+            }
         return {
             "slot_memory_bytes": {
                 "value": lim.slot_memory_bytes,
                 "how": "watchdog: resident memory (RSS screen, PSS to confirm) of the slot uid's processes plus its "
                 "/tmp; over it every process of the uid is killed and the call fails (kind memory_limit)",
+            },
+            "workspace_files": {
+                "value": lim.workspace_files,
+                "how": "entries (inodes) under the workspace, checked with its disk; over it the newest entries the "
+                "command made are removed and the call fails (kind quota_exceeded)",
+            },
+            "max_path_depth": {
+                "value": lim.max_path_depth,
+                "how": "file tools refuse deeper paths; walks stop there and deeper directories are removed whole "
+                "(kind quota_exceeded)",
             },
             "workspace_bytes": {
                 "value": lim.workspace_bytes,
@@ -215,29 +308,36 @@ class SlotGuard:
         if breach is not None:
             raise breach
 
-    async def room(self, slot_id: str, size: int) -> int | None:
-        """Bytes write_file may add to the workspace; None: no quota. Exact whenever the write might not fit."""
+    async def room(self, slot_id: str, size: int) -> tuple[int, int] | None:
+        """Bytes and entries write_file may add to the workspace; None: no quota. Exact whenever the write might not fit."""
         s = self._slots[slot_id]
         if not self.enabled:
             return None
+        lim = self.limits
         async with s.lock:
-            if s.dirty or s.disk + size > self.limits.workspace_bytes:
+            if s.dirty or s.disk + size > lim.workspace_bytes or s.files + lim.max_path_depth > lim.workspace_files:
                 await self._walk(s)
-            return self.limits.workspace_bytes - s.disk
+            return lim.workspace_bytes - s.disk, lim.workspace_files - s.files
 
-    def wrote(self, slot_id: str, size: int) -> None:
-        """write_file wrote `size` bytes (counted as growth: an overwrite only makes the next check walk sooner)."""
-        self._slots[slot_id].disk += size
+    def wrote(self, slot_id: str, size: int, entries: int) -> None:
+        """write_file wrote `size` bytes and made `entries` new entries (an overwrite only makes the next check walk sooner)."""
+        s = self._slots[slot_id]
+        s.disk += size
+        s.files += entries
 
     def reset(self, slot_id: str) -> None:
         """The slot got an empty workspace."""
         s = self._slots[slot_id]
         s.generation += 1
-        s.disk, s.fs_used, s.walked_at, s.dirty, s.breach = 0, _fs_used(s.root), time.monotonic(), False, None
+        s.disk, s.files, s.too_deep, s.breach = 0, 0, False, None
+        s.fs_used, s.walked_at, s.dirty = _fs_used(s.root), time.monotonic(), False
 
     # -- disk --------------------------------------------------------------------------------
     async def _run(self, fn, *args):
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    def _over(self, s: _Slot) -> bool:
+        return s.disk > self.limits.workspace_bytes or s.files > self.limits.workspace_files or s.too_deep
 
     async def _refresh(self, s: _Slot) -> None:
         """Walk the workspace if the slot may have gone over quota since its last walk (see the module docstring)."""
@@ -245,37 +345,62 @@ class SlotGuard:
             return
         # statvfs reads the filesystem's counters (no I/O on a local disk): inline, not a thread
         # hand-off, which would add a wake-up to the end of every command.
-        grown = max(0, _fs_used(s.root) - s.fs_used)
+        used, inodes = _fs_used(s.root)
+        grown, made = max(0, used - s.fs_used[0]), max(0, inodes - s.fs_used[1])
         stale = time.monotonic() - s.walked_at > max(MAX_WALK_AGE_S, 20 * s.walk_s)
-        if stale or s.disk + grown > self.limits.workspace_bytes:
+        lim = self.limits
+        if stale or s.disk + grown > lim.workspace_bytes or s.files + made > lim.workspace_files:
             await self._walk(s)
 
     async def _walk(self, s: _Slot) -> None:
+        lim = self.limits
         generation, started = s.generation, time.monotonic()
         fs_before = await self._run(_fs_used, s.root)
-        usage = await self._run(disk_usage, s.root, 2 * self.limits.workspace_bytes)
+        usage = await self._run(
+            disk_usage, s.root, lim.max_path_depth, 2 * lim.workspace_bytes, 2 * lim.workspace_files
+        )
         if generation == s.generation:  # not reset meanwhile
-            s.disk, s.fs_used, s.walked_at, s.walk_s = usage, fs_before, started, time.monotonic() - started
+            s.disk, s.files, s.too_deep = usage.bytes, usage.files, bool(usage.too_deep)
+            s.fs_used, s.walked_at, s.walk_s = fs_before, started, time.monotonic() - started
             s.dirty = s.running > 0
 
     async def _check_disk(self, s: _Slot) -> None:
-        quota = self.limits.workspace_bytes
+        lim = self.limits
         await self._refresh(s)
-        if s.disk <= quota:
+        if not self._over(s):
             return
-        used, generation = s.disk, s.generation
+        used, files, too_deep, generation = s.disk, s.files, s.too_deep, s.generation
         await self._run(self._kill_uid, s.uid)
-        removed = await self._run(_trim, s.root, quota, s.since)
+        try:
+            # always: a walk that stopped early (past twice the quota) may not have reached the deep part
+            pruned = await self._run(_prune_deep, s.root, lim.max_path_depth)
+            removed = await self._run(_trim, s.root, lim.workspace_bytes, lim.max_path_depth, s.since)
+            unlinked = await self._run(_trim_files, s.root, lim.workspace_files, lim.max_path_depth, s.since)
+        except OSError as exc:  # e.g. the workspace itself went away: report the breach all the same
+            log.warning("slot %s: trimming its workspace failed: %s", s.id, exc)
+            pruned, removed, unlinked = [], [], 0
         await self._walk(s)
         if generation != s.generation:
             return  # reset meanwhile: nothing to report to the next trajectory
-        names = ", ".join(f"{p} ({size // MiB} MiB)" for p, size in removed[:5]) or "none"
-        more = f" and {len(removed) - 5} more" if len(removed) > 5 else ""
+        quota, limit, depth = lim.workspace_bytes, lim.workspace_files, lim.max_path_depth
+        what, done = [], []
+        if used > quota:
+            names = ", ".join(f"{p} ({size // MiB} MiB)" for p, size in removed[:5]) or "none"
+            more = f" and {len(removed) - 5} more" if len(removed) > 5 else ""
+            what.append(
+                f"{'over ' if used > 2 * quota else ''}{used // MiB} MiB, over its disk quota of {quota // MiB} MiB"
+            )
+            done.append(f"the largest files written by this command were removed ({names}{more})")
+        if files > limit:
+            what.append(f"{'over ' if files > 2 * limit else ''}{files} files, over its limit of {limit} files")
+            done.append(f"{unlinked} entries this command made were removed")
+        if too_deep or pruned:
+            what.append(f"directories nested over {depth} levels deep")
+            done.append(f"the directories below that depth were removed ({', '.join(p[-60:] for p in pruned[:3])})")
         s.breach = LimitExceeded(
             QuotaExceeded.kind,
-            f"the workspace used {'over ' if used > 2 * quota else ''}{used // MiB} MiB, over its disk quota of {quota // MiB} MiB: the slot's commands were "
-            f"stopped and the largest files written by this command were removed ({names}{more}); now "
-            f"{s.disk // MiB} MiB. Write less, or delete files you no longer need.",
+            f"the workspace held {' and '.join(what)}: the slot's commands were stopped and {'; '.join(done)}; now "
+            f"{s.disk // MiB} MiB in {s.files} files. Write less, keep trees shallower, or delete files you no longer need.",
         )
 
     # -- memory ------------------------------------------------------------------------------

@@ -22,7 +22,6 @@ import hmac
 import json
 import logging
 import os
-import shutil
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -39,11 +38,13 @@ from sandbox_server.isolation import (
     Sandboxing,
     SlotLimits,
     probe_bwrap,
+    probe_ipc_limits,
     probe_spawn_helper,
 )
 from sandbox_server.procs import ExecResult, run_command
 from sandbox_server.quota import LimitExceeded, SlotGuard
 from sandbox_server.spawner import SlotShell, SlotShellError
+from sandbox_server.tree import remove_tree
 
 __all__ = ["ServerConfig", "SandboxServer", "build_app"]
 
@@ -165,6 +166,7 @@ class SandboxServer:
         base = config.limits.uid_base
         self.uid_base = base if base is not None else 1_000_000 + (os.getpid() % 1_000_000) * 256
         self._shell_error: str | None = None  # why slots cannot keep an exec server here, if they cannot
+        self._ipc_error: str | None = None  # why the slots' IPC namespaces cannot be limited here, if they cannot
         self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * config.slots), thread_name_prefix="fileops")
         self.guard = SlotGuard(config.limits, _kill_uid)
 
@@ -174,18 +176,32 @@ class SandboxServer:
             self.sandboxing.bwrap = self.isolation.bwrap or self.config.bwrap
             self.sandboxing.setpriv = self.isolation.setpriv or "setpriv"
             self.sandboxing.prlimit = self.isolation.prlimit or "prlimit"
-            self.sandboxing.spawn_helper = await probe_spawn_helper() if self.config.spawn_helper else None
+            wanted = self.config.limits.ipc_sysctls()
+            helper, self._ipc_error = await asyncio.gather(
+                probe_spawn_helper() if self.config.spawn_helper else asyncio.sleep(0, None),
+                probe_ipc_limits(self.sandboxing.bwrap, wanted),
+            )
+            self.sandboxing.spawn_helper = helper
+            if self._ipc_error is None:
+                self.sandboxing.ipc_sysctls = wanted
+            else:  # (e.g. a sandbox runtime whose /proc/sys is read-only): said in /health, not silent
+                log.warning(
+                    "slots' IPC namespaces cannot be limited here (%s): SysV memory is not capped", self._ipc_error
+                )
             if self.sandboxing.spawn_helper is None and self.config.spawn_helper:
                 log.info("hermes-spawn is not built or does not run here: commands start through prlimit and setpriv")
         (self.data_dir / "slots").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "commands").mkdir(mode=0o700, exist_ok=True)
         if self.cache_dir is not None:
             self.cache_dir.mkdir(parents=True, exist_ok=True)
+        config = self.config
         for i in range(self.config.slots):
             root = self.data_dir / "slots" / str(i)
             uid = self.uid_base + i
             owner = (uid, uid) if self.isolation.available else None
-            ws = Workspace(str(root), self.config.workspace_mount, owner, self.config.max_file_bytes)
+            ws = Workspace(
+                str(root), self.config.workspace_mount, owner, self.config.max_file_bytes, config.limits.max_path_depth
+            )
             slot = SlotState(str(i), root, uid, ws)
             await asyncio.to_thread(self._fresh_workspace, slot)
             self.slots[str(i)] = slot
@@ -260,11 +276,9 @@ class SandboxServer:
     def _fresh_workspace(self, slot: SlotState) -> None:
         root = slot.root
         try:
-            shutil.rmtree(root)
-        except FileNotFoundError:
-            pass
-        except OSError:
-            # Something could not be removed: move it aside so the slot still starts clean.
+            remove_tree(root)  # iterative: a tree of any depth goes
+        except Exception:  # noqa: BLE001 - whatever stayed, the slot must start clean: a reset never fails the sandbox
+            log.exception("slot %s: could not remove its workspace; moving it aside", slot.id)
             root.rename(root.with_name(f"{root.name}.stale-{uuid.uuid4().hex[:8]}"))
         root.mkdir(mode=0o755)
         if self.isolation.available:
@@ -427,8 +441,8 @@ class SandboxServer:
 
     async def write_file(self, slot: SlotState, path: object, data: bytes) -> dict:
         room = await self.guard.room(slot.id, len(data))
-        written = await self._file_op(slot, slot.workspace.write, path, data, room)
-        self.guard.wrote(slot.id, written)
+        written, made = await self._file_op(slot, slot.workspace.write, path, data, room)
+        self.guard.wrote(slot.id, written, made)
         return {"path": path, "bytes_written": written}
 
     async def list_artifacts(self, slot: SlotState, path: str) -> dict:
@@ -479,6 +493,14 @@ class SandboxServer:
                 "max_file_bytes": {"value": lim.max_file_bytes, "how": "RLIMIT_FSIZE"} if iso else None,
                 "max_open_files": {"value": lim.max_open_files, "how": "RLIMIT_NOFILE"} if iso else None,
                 "tmp_bytes": {"value": lim.tmp_bytes, "how": "private tmpfs per command"} if iso else None,
+                "ipc": {
+                    "value": self.sandboxing.ipc_sysctls or None,
+                    "how": "kernel.* limits of the slot's own IPC namespace (shared memory dies with its last user)"
+                    if self._ipc_error is None
+                    else f"not enforced: {self._ipc_error}",
+                }
+                if iso
+                else None,
                 **self.guard.describe(),
                 "cache": "read-only" if iso and self.cache_dir is not None else None,
                 "command_start": ("hermes-spawn" if self.sandboxing.spawn_helper else "prlimit + setpriv")

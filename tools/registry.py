@@ -3,6 +3,10 @@
 Names are public API: a duplicate registration raises, an unknown toolset is an error
 that lists the known ones. `call` never raises: whatever goes wrong becomes a JSON
 string with an `error` field, because the model must always get an answer.
+
+Arguments are checked against the tool's JSON schema (jsonschema, one validator compiled per
+tool at registration) before the handler runs: a handler never acts on a guess such as the
+string "no" read as true.
 """
 
 from __future__ import annotations
@@ -11,6 +15,10 @@ import json
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
+
+from jsonschema import ValidationError, validators
+from jsonschema.exceptions import SchemaError, best_match
+from jsonschema.protocols import Validator
 
 from tools.context import ToolContext
 from tools.executor import ToolInfrastructureError
@@ -49,15 +57,45 @@ def cap_text(text: str, limit: int) -> str:
     return f"{head}\n[... output truncated: {dropped} characters omitted ...]\n{tail}"
 
 
+_MAX_PROBLEM_CHARS = 300  # the value a model sent is quoted in the error; it may be huge
+# jsonschema says "is too long" without the limit; the model needs the limit to fix its call.
+_BOUNDS = {
+    "maxItems": "at most {} items",
+    "minItems": "at least {} items",
+    "maxLength": "at most {} characters",
+    "minLength": "at least {} characters",
+}
+
+
+def _argument_error(name: str, error: ValidationError) -> str:
+    """One line: the tool, the argument (a path for nested values) and what is wrong with it."""
+    path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+    problem = error.message.replace("\n", " ")
+    if len(problem) > _MAX_PROBLEM_CHARS:  # the value comes first, what is wrong with it last
+        half = _MAX_PROBLEM_CHARS // 2
+        problem = f"{problem[:half]}…{problem[-half:]}"
+    if bound := _BOUNDS.get(str(error.validator)):
+        problem += f" ({bound.format(error.validator_value)})"
+    where = f"argument '{path}': " if path else ""
+    return f"{name}: {where}{problem}; call it again with arguments that match its schema"
+
+
 class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
+        self._validators: dict[str, Validator] = {}
         for tool in tools:
             self.register(tool)
 
     def register(self, tool: Tool) -> None:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered (toolset {self._tools[tool.name].toolset!r})")
+        cls = validators.validator_for(tool.parameters)
+        try:
+            cls.check_schema(tool.parameters)
+        except SchemaError as exc:  # the tool's author must fix it; said at startup, not to the model
+            raise ValueError(f"tool {tool.name!r} has an invalid parameters schema: {exc.message}") from None
+        self._validators[tool.name] = cls(tool.parameters)
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
@@ -115,6 +153,9 @@ class ToolRegistry:
         missing = [p for p in tool.parameters.get("required", []) if p not in arguments]
         if missing:
             return tool_error(f"{name!r} is missing required argument(s) {missing}")
+        validator = self._validators[name]
+        if not validator.is_valid(arguments):
+            return tool_error(_argument_error(name, best_match(validator.iter_errors(arguments))))
         try:
             result = await tool.handler(arguments, context)
         except ToolInfrastructureError:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from environments.jsonl import jsonl_lines
 from environments.models.token_mode.session import NOT_SAMPLED  # atroposlib's "no logprob here" marker (1.0)
 from environments.models.token_mode.wiring import LOGPROB_SEMANTICS  # the record's words for each distribution
 
@@ -135,9 +136,8 @@ def read_groups(path: Path) -> list[Group]:
     except json.JSONDecodeError:
         pass
     groups: list[Group] = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if line.strip():
-            groups.extend(parse_groups(json.loads(line), f"{path}:{n}"))
+    for n, line in jsonl_lines(text):
+        groups.extend(parse_groups(json.loads(line), f"{path}:{n}"))
     return groups
 
 

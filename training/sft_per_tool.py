@@ -21,6 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from environments.jsonl import jsonl_lines
 from training.cli import parse_config
 
 __all__ = ["SFTPerToolConfig", "registry_schemas", "to_prompt_completion", "load_split", "train_tool", "run", "main"]
@@ -71,8 +72,8 @@ def to_prompt_completion(example: dict[str, Any], known: dict[str, dict[str, Any
 def load_split(path: Path, known: dict[str, dict[str, Any]] | None = None) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return [to_prompt_completion(json.loads(line), known) for line in lines if line.strip()]
+    text = path.read_text(encoding="utf-8")
+    return [to_prompt_completion(json.loads(line), known) for _, line in jsonl_lines(text)]
 
 
 def train_tool(config: SFTPerToolConfig, tool: str) -> Path:

@@ -24,6 +24,8 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape
 
+from environments.jsonl import jsonl_lines
+
 __all__ = [
     "OFFLINE_DIR",
     "GaiaAccessError",
@@ -444,12 +446,11 @@ def _read_metadata(directory: Path) -> list[dict[str, Any]]:
 
         return pq.read_table(parquet).to_pylist()
     rows = []
-    for n, line in enumerate((directory / "metadata.jsonl").read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{directory / 'metadata.jsonl'}:{n} is not JSON ({exc.msg})") from None
+    for n, line in jsonl_lines((directory / "metadata.jsonl").read_text(encoding="utf-8")):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{directory / 'metadata.jsonl'}:{n} is not JSON ({exc.msg})") from None
     return rows
 
 

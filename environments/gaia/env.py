@@ -201,7 +201,8 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
 
     def build_group(self, rollouts: list[Rollout]):
         group = super().build_group(rollouts)
-        for info, r in zip(group["rollout_info"], rollouts):
+        for info in group["rollout_info"]:
+            r = rollouts[info["rollout"]]
             assert r.result is not None
             info["task_id"] = r.item["task_id"]
             info["correct"] = self.is_correct(r.item, r.result)

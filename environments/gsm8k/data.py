@@ -14,6 +14,8 @@ import re
 from collections.abc import Callable
 from pathlib import Path
 
+from environments.jsonl import jsonl_lines
+
 __all__ = ["synthetic_gsm8k", "load_gsm8k", "load_local_gsm8k", "dataset_kind", "gold_answer", "OFFLINE_NAMES"]
 
 OFFLINE_NAMES = ("synthetic", "offline")
@@ -151,12 +153,11 @@ def load_local_gsm8k(path: Path) -> tuple[list[dict[str, str]], list[dict[str, s
     path = Path(path).expanduser()
     if path.is_file():
         rows = []
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise ValueError(f"{path}:{n} is not JSON ({exc.msg})") from None
+        for n, line in jsonl_lines(path.read_text(encoding="utf-8")):
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{n} is not JSON ({exc.msg})") from None
         problems = _checked(rows, str(path))
         return problems, problems
     from datasets import Dataset, DatasetDict, load_from_disk

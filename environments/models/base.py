@@ -7,13 +7,14 @@ the same protocol while holding the exact token ids of the conversation.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from environments.tool_call_parsers import ToolCallParser
 
-__all__ = ["ModelTurn", "ChatModel", "ModelError", "ModelRequestError", "turn_from_text"]
+__all__ = ["ModelTurn", "ChatModel", "ModelError", "ModelRequestError", "clean_text", "clean_turn", "turn_from_text"]
 
 
 class ModelError(Exception):
@@ -71,6 +72,64 @@ class ChatModel(Protocol):
         ...
 
 
+def clean_text(text: str) -> str:
+    """`text` with every lone surrogate as U+FFFD (a split pair is joined again).
+
+    A model's JSON may carry an escaped half of a surrogate pair (`\\ud83d`); Python decodes it
+    into a str that UTF-8 cannot encode, so a tokenizer, a JSONL writer or a sandbox file write
+    would fail on it later, far from the model. Valid text comes back as the same object.
+    """
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _clean_value(value: Any) -> Any:
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, list):
+        return [_clean_value(v) for v in value]
+    if isinstance(value, dict):
+        return {clean_text(k): _clean_value(v) for k, v in value.items()}
+    return value
+
+
+def _clean_arguments(arguments: Any) -> Any:
+    """Arguments text with no lone surrogate in it, nor in what it decodes to; else kept as written."""
+    if not isinstance(arguments, str):
+        return _clean_value(arguments)
+    arguments = clean_text(arguments)
+    if "\\u" not in arguments:  # no JSON escape at all: decoding cannot produce a surrogate
+        return arguments
+    try:
+        decoded = json.loads(arguments)
+    except ValueError:
+        return arguments  # not JSON: the tool registry reports it to the model
+    cleaned = _clean_value(decoded)
+    return arguments if cleaned == decoded else json.dumps(cleaned, ensure_ascii=False)
+
+
+def clean_turn(turn: ModelTurn) -> ModelTurn:
+    """The turn with its text made valid Unicode (see `clean_text`): where model output is taken in."""
+    if isinstance(turn.content, str):
+        turn.content = clean_text(turn.content)
+    if isinstance(turn.reasoning_content, str):
+        turn.reasoning_content = clean_text(turn.reasoning_content)
+    for call in turn.tool_calls:
+        fn = call.get("function")
+        if isinstance(fn, dict):
+            if isinstance(fn.get("name"), str):
+                fn["name"] = clean_text(fn["name"])
+            if "arguments" in fn:
+                fn["arguments"] = _clean_arguments(fn["arguments"])
+    turn.parse_errors = [clean_text(e) for e in turn.parse_errors]
+    return turn
+
+
 def turn_from_text(
     parser: ToolCallParser,
     text: str,
@@ -83,12 +142,14 @@ def turn_from_text(
     (so XML-family arguments get their declared types), and blocks that fail to parse are kept
     as `parse_errors`."""
     result = parser.parse_detailed(text, tools)
-    return ModelTurn(
-        content=result.content,
-        tool_calls=list(result.tool_calls),
-        # gpt-oss (harmony) carries its analysis channel in the raw text; its parser splits it off.
-        reasoning_content=reasoning or result.reasoning,
-        finish_reason=finish_reason,
-        parse_errors=[str(e) for e in result.errors],
-        calls_from_text=bool(result.tool_calls),
+    return clean_turn(
+        ModelTurn(
+            content=result.content,
+            tool_calls=list(result.tool_calls),
+            # gpt-oss (harmony) carries its analysis channel in the raw text; its parser splits it off.
+            reasoning_content=reasoning or result.reasoning,
+            finish_reason=finish_reason,
+            parse_errors=[str(e) for e in result.errors],
+            calls_from_text=bool(result.tool_calls),
+        )
     )

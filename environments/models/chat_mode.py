@@ -16,7 +16,14 @@ from typing import Any, Literal
 import openai
 from pydantic import BaseModel, Field
 
-from environments.models.base import ModelError, ModelRequestError, ModelTurn, is_request_error, turn_from_text
+from environments.models.base import (
+    ModelError,
+    ModelRequestError,
+    ModelTurn,
+    clean_turn,
+    is_request_error,
+    turn_from_text,
+)
 
 __all__ = ["OpenAIChatConfig", "OpenAIChatModel"]
 
@@ -148,20 +155,23 @@ class OpenAIChatModel:
             for c in (msg.tool_calls or [])
             if getattr(c, "function", None) is not None
         ]
-        turn = ModelTurn(
-            content=msg.content,
-            tool_calls=calls,
-            reasoning_content=reasoning,
-            finish_reason=choice.finish_reason,
-            usage=usage,
+        # Escaped lone surrogates in the server's JSON become U+FFFD here, before anything re-encodes them.
+        turn = clean_turn(
+            ModelTurn(
+                content=msg.content,
+                tool_calls=calls,
+                reasoning_content=reasoning,
+                finish_reason=choice.finish_reason,
+                usage=usage,
+            )
         )
-        if calls or not msg.content or self._parser is None:
+        if calls or not turn.content or self._parser is None:
             return turn
         # The server left the calls in the text: read them the same way token mode does.
         recovered = turn_from_text(
-            self._parser, msg.content, tools, reasoning=reasoning, finish_reason=choice.finish_reason
+            self._parser, turn.content, tools, reasoning=turn.reasoning_content, finish_reason=choice.finish_reason
         )
         recovered.usage = usage
         if not recovered.tool_calls:
-            recovered.content = msg.content  # nothing to take out: the text stays as the server sent it
+            recovered.content = turn.content  # nothing to take out: the text stays as the server sent it
         return recovered

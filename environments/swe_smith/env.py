@@ -45,6 +45,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from environments.agent_loop import AgentResult
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
+from environments.jsonl import jsonl_lines
 from environments.models.base import ChatModel, ModelTurn
 from environments.verifier import (
     GIT_SAFE,
@@ -211,7 +212,7 @@ def load_offline_instances(
     done = out / "instances.jsonl"
     if not done.exists():
         bugs = []
-        for line in lines.splitlines():
+        for _, line in jsonl_lines(lines):
             row = json.loads(line)
             name = row["repo_url"].rstrip("/").split("/")[-1]
             bugs.append(
@@ -228,7 +229,7 @@ def load_offline_instances(
             import shutil
 
             shutil.rmtree(staging, ignore_errors=True)
-    return out, [SweSmithInstance.model_validate_json(line) for line in done.read_text().splitlines()]
+    return out, [SweSmithInstance.model_validate_json(line) for _, line in jsonl_lines(done.read_text())]
 
 
 def _default_cache() -> Path:
@@ -244,7 +245,7 @@ def read_rows(dataset: str, split: str) -> list[dict[str, Any]]:
         text = path.read_text()
         if path.suffix == ".json" or text.lstrip().startswith("["):
             return list(json.loads(text))
-        return [json.loads(line) for line in text.splitlines() if line.strip()]
+        return [json.loads(line) for _, line in jsonl_lines(text)]
     if path.is_dir():
         from datasets import DatasetDict, load_from_disk
 

@@ -353,3 +353,18 @@ def test_round_trips_on_generated_conversations(conv: Conversation) -> None:
     expected = canonical_messages(conv.messages)
     assert canonical_messages(sharegpt_to_messages(to_sharegpt(conv))) == expected
     assert canonical_messages(trajectory_to_messages(to_trajectory(conv))) == expected
+
+
+def test_sharegpt_from_elsewhere_reads_trailing_calls_and_keeps_malformed_markup_as_text() -> None:
+    call = '<tool_call>\n{"name": "python", "arguments": {"code": "print(1)"}}\n</tool_call>'
+    record = {
+        "conversations": [
+            {"from": "human", "value": "go"},
+            {"from": "gpt", "value": f"I will run it.\n{call}"},  # no n_tool_calls: not written by us
+            {"from": "tool", "value": '<tool_response>\n{"name": "python", "content": "1"}\n</tool_response>'},
+            {"from": "gpt", "value": "odd <tool_call>\n{not json\n</tool_call>"},
+        ]
+    }
+    messages = sharegpt_to_messages(record)
+    assert messages[1]["content"] == "I will run it." and messages[1]["tool_calls"][0]["function"]["name"] == "python"
+    assert messages[3] == {"role": "assistant", "content": "odd <tool_call>\n{not json\n</tool_call>"}

@@ -35,6 +35,7 @@ async def test_commands_cannot_kill_or_inspect_the_exec_server(sandbox):
 
 
 async def test_ipc_tmp_and_processes_of_a_trajectory_do_not_survive_reset(tmp_path):
+    # A message queue: shared memory does not outlive its last user at all (test_slot_resources.py).
     backend = sandbox_backend(tmp_path, slots=1)
     await backend.start()
     try:
@@ -46,7 +47,7 @@ async def test_ipc_tmp_and_processes_of_a_trajectory_do_not_survive_reset(tmp_pa
                         (
                             "terminal",
                             {
-                                "command": "ipcmk -M 4096 >/dev/null; ipcs -m | grep -c '^0x'; echo t > /tmp/t; "
+                                "command": "ipcmk -Q >/dev/null; ipcs -q | grep -c '^0x'; echo t > /tmp/t; "
                                 "(setsid nohup sleep 501.5 >/dev/null 2>&1 &); echo ok"
                             },
                         )
@@ -62,7 +63,7 @@ async def test_ipc_tmp_and_processes_of_a_trajectory_do_not_survive_reset(tmp_pa
                         (
                             "terminal",
                             {
-                                "command": "ipcs -m | grep -c '^0x'; ls /tmp/t 2>&1 | grep -c 'No such'; pgrep -c -f 'sleep 501'"
+                                "command": "ipcs -q | grep -c '^0x'; ls /tmp/t 2>&1 | grep -c 'No such'; pgrep -c -f 'sleep 501'"
                             },
                         )
                     ]

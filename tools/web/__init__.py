@@ -132,10 +132,10 @@ def web_tools(backend: WebBackend) -> list[Tool]:
                 "type": "object",
                 "properties": {
                     "urls": {
-                        "type": "array",
+                        "type": ["array", "string"],  # a lone URL is an easy mistake to forgive
                         "items": {"type": "string"},
                         "maxItems": _MAX_URLS,
-                        "description": "URLs to read, e.g. from web_search results.",
+                        "description": "URLs to read (or one URL), e.g. from web_search results.",
                     },
                 },
                 "required": ["urls"],
