@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import sys
 from collections import Counter
 from collections.abc import Callable
@@ -63,13 +64,20 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     )
     image_registry: str = Field("hermes-rl-tasks", description="Registry prefix of the task images Nomad/Modal run")
     setup_timeout_s: float = Field(300.0, gt=0, description="Building a task's initial state in its slot")
+    bootstrap_tests_with_sandbox_pytest: bool = Field(
+        False,
+        description="Local backend: run a task whose only blocker is test.sh fetching its test tools "
+        "(curl, uv, uvx pytest) with the sandbox's own pytest instead; stated in each result",
+    )
     check_initial_state: bool = Field(
         True,
         description="Run an Endless Terminals task's test_initial_state.py once built (failing it voids the rollout)",
     )
 
 
-def load_dataset_tasks(name: str, split: str, tasks_dir: Path | None) -> list[TerminalTask]:
+def load_dataset_tasks(
+    name: str, split: str, tasks_dir: Path | None, errors: list[str] | None = None
+) -> list[TerminalTask]:
     from datasets import load_dataset, load_from_disk  # noqa: PLC0415 - only for --env.dataset
 
     path = Path(name)
@@ -80,7 +88,7 @@ def load_dataset_tasks(name: str, split: str, tasks_dir: Path | None) -> list[Te
         rows = load_dataset("parquet" if path.suffix == ".parquet" else "json", data_files=str(path), split="train")
     else:
         rows = load_dataset(name, split=split)
-    return load_endless_rows(rows, tasks_dir)
+    return load_endless_rows(rows, tasks_dir, errors=errors)
 
 
 class TerminalTasksEnv(HermesAgentBaseEnv):
@@ -94,29 +102,68 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         if cfg.tool_backend != "sandbox":
             raise HermesEnvError("terminal tasks run in sandbox slots: use --env.tool_backend sandbox")
         tasks_dir = Path(cfg.tasks_dir) if cfg.tasks_dir else None
+        errors: list[str] = []
         try:
             if cfg.dataset:
-                tasks = await asyncio.to_thread(load_dataset_tasks, cfg.dataset, cfg.split, tasks_dir)
+                tasks = await asyncio.to_thread(load_dataset_tasks, cfg.dataset, cfg.split, tasks_dir, errors)
             else:
-                tasks = await asyncio.to_thread(load_tasks_dir, tasks_dir or BUNDLED_TASKS)
+                tasks = await asyncio.to_thread(load_tasks_dir, tasks_dir or BUNDLED_TASKS, errors=errors)
         except (ValueError, OSError) as exc:
             raise HermesEnvError(f"cannot load terminal tasks: {exc}") from exc
         self.skipped: Counter[str] = Counter()
+        for error in errors:
+            self._report(f"cannot load task {error}")
+            self.skipped["cannot be loaded"] += 1
         if not self._sandboxes_per_image():
-            # The local backend runs tasks on this machine's base environment: only those it reproduces.
-            self.skipped.update(t.local_skip for t in tasks if t.local_skip)
+            tasks = [self._local(t) for t in tasks]
+            self._report_unsupported(tasks)
             tasks = [t for t in tasks if not t.local_skip]
         if cfg.agent == "oracle":
-            self.skipped.update("no solution for the oracle" for t in tasks if t.solution_dir is None)
-            tasks = [t for t in tasks if t.solution_dir is not None]
+            for t in tasks:
+                if not t.has_solution:
+                    self._report(f"skipped {t.id}: no solution for the oracle")
+                    self.skipped["no solution for the oracle"] += 1
+            tasks = [t for t in tasks if t.has_solution]
         tasks = tasks[: cfg.limit]
         for reason, n in sorted(self.skipped.items()):
-            print(f"[hermes-rl] skipped {n} task(s): {reason}", file=sys.stderr)
+            self._report(f"skipped {n} task(s): {reason}")
         if not tasks:
             raise HermesEnvError(f"no runnable terminal tasks ({sum(self.skipped.values())} skipped; see above)")
         self.tasks = tasks
         self.by_id = {t.id: t for t in tasks}
         return tasks
+
+    @staticmethod
+    def _report(line: str) -> None:
+        print(f"[hermes-rl] {line}", file=sys.stderr)
+
+    def _local(self, task: TerminalTask) -> TerminalTask:
+        """The task as the local backend runs it: every reason it cannot, printed with its name."""
+        if task.only_bootstrap_blocks and self.config.bootstrap_tests_with_sandbox_pytest:
+            self._report(f"{task.id}: tests/test.sh runs with the sandbox's pytest instead of fetching its test tools")
+            return task.model_copy(
+                update={"test_script": task.sandbox_pytest_test_script, "local_skip": None, "local_problems": []}
+            )
+        if task.local_skip:
+            hint = (
+                " (only its test-tool bootstrap: --env.bootstrap_tests_with_sandbox_pytest true runs it)"
+                if task.only_bootstrap_blocks
+                else ""
+            )
+            self._report(f"skipped {task.id}: {'; '.join(p.text for p in task.local_problems)}{hint}")
+            self.skipped["test-tool bootstrap only" if task.only_bootstrap_blocks else "needs its image"] += 1
+        return task
+
+    def _report_unsupported(self, tasks: list[TerminalTask]) -> None:
+        """One line per task field the local backend does not honour and why, naming the tasks (with their values)."""
+        by_field: dict[tuple[str, str], list[str]] = {}
+        for t in tasks:
+            for line in t.unsupported:
+                m = re.match(r"^(\S+)(?: = (.*?))? \((.*)\)$", line)
+                field, value, why = m.groups() if m else (line, None, "not supported")
+                by_field.setdefault((field, why), []).append(f"{t.id} = {value}" if value else t.id)
+        for (field, why), where in sorted(by_field.items()):
+            self._report(f"{field} not honoured by the local backend ({why}): {', '.join(where)}")
 
     async def eval_items(self) -> list[TerminalTask]:
         return self.tasks  # evaluate runs every loaded task once
@@ -187,5 +234,13 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         logger.info("task %s: reward %.3f (%s)", item.id, verdict.reward, verdict.reason)
         return verdict.reward
 
+    def eval_metrics(self, rollouts: list[Rollout]) -> dict[str, float]:
+        # How many verdicts came from the sandbox's pytest instead of the task's own test tools (the opt-in).
+        bootstrapped = sum(r.item.test_script is not None for r in rollouts)
+        return {**super().eval_metrics(rollouts), "eval/tests_bootstrapped_with_sandbox_pytest": float(bootstrapped)}
+
     def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
-        return {**super().eval_sample(rollout), "item": {"id": rollout.item.id, "format": rollout.item.format}}
+        item = {"id": rollout.item.id, "format": rollout.item.format}
+        if rollout.item.test_script is not None:
+            item["tests_bootstrapped_with_sandbox_pytest"] = True  # not the task's own test.sh
+        return {**super().eval_sample(rollout), "item": item}

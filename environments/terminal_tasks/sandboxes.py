@@ -51,6 +51,8 @@ def _slug(text: str) -> str:
 def base_dockerfile(task: TerminalTask) -> str:
     """The task's own image recipe as a Dockerfile (before the sandbox layer)."""
     if task.format == "harbor":
+        if task.docker_image:  # the task's prebuilt image, as Harbor uses it, rather than a rebuild
+            return f"FROM {task.docker_image}\n"
         if task.image_recipe is not None:
             return task.image_recipe
         return f"FROM {task.docker_image}\n"

@@ -35,6 +35,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from environments.terminal_tasks.runnability import (
+    OWNERSHIP_CHECK,
+    Machine,
+    Problem,
+    sandbox_pytest_script,
+    scan_script,
+)
+
 __all__ = [
     "TerminalTask",
     "SetupStep",
@@ -53,21 +61,13 @@ ENDLESS_HOME = "/home/user"  # Endless Terminals' agent home and working directo
 HARBOR_DEFAULT_WORKDIR = "/app"  # Terminal-Bench images' usual WORKDIR, when a Dockerfile names none
 HARBOR_SPECIAL = ("/tests", "/solution", "/logs")
 
-# Packages the local sandbox already provides (its interpreter has pytest); installing only
-# these is dropped when replaying an environment locally. Anything else needs the image.
-LOCAL_PACKAGES = frozenset(
-    "python3 python3-pip python3-pytest python3-venv python-is-python3 pytest pip git tar gzip coreutils "
-    "findutils grep sed gawk ca-certificates bash procps".split()
-)
+# Base images whose userland this machine stands in for (Debian/Ubuntu with python3); packages
+# beyond that are checked against this machine itself (runnability.Machine).
 LOCAL_BASE_IMAGES = re.compile(r"^(docker://)?(python|ubuntu|debian|buildpack-deps)(:|$)|^\./ubuntu_[\d.]+\.sif$")
-_INSTALL = re.compile(
-    r"^\s*(sudo\s+)?(apt-get|apt|apk|yum|dnf|pip3?|python3?\s+-m\s+pip|uv\s+pip|npm|conda)\s+(install|add)\b(.*)$"
-)
-_INDEX_UPDATE = re.compile(
-    r"^\s*(sudo\s+)?(apt-get|apt|apk|yum|dnf)\s+(update|upgrade|clean)\b|^\s*rm\s+-rf\s+/var/lib/apt/lists"
-)
-_USERS = re.compile(r"^\s*(sudo\s+)?(useradd|adduser|groupadd|usermod|chown)\b")
-_NETWORK = re.compile(r"\b(curl|wget)\b")
+# Variables the sandbox owns: its PATH leads to the interpreter the verifier runs, HOME is the verifier's own.
+SANDBOX_ENV = frozenset({"PATH", "HOME"})
+_SANDBOX_ENV_WHY = "kept as the sandbox sets them"
+_COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
 
 
 class SetupStep(BaseModel):
@@ -103,7 +103,30 @@ class TerminalTask(BaseModel):
     image_recipe: str | None = Field(None, description="Dockerfile or container.def text")
     cpus: float = 1.0
     memory_mb: int = 2048
+    storage_mb: int = 10240
+    local_problems: list[Problem] = Field(
+        default_factory=list, description="Every reason the local sandbox cannot reproduce this task"
+    )
     local_skip: str | None = Field(None, description="Why the local sandbox cannot reproduce this task (None: it can)")
+    unsupported: list[str] = Field(
+        default_factory=list, description="Task fields the local backend does not honour, one line each"
+    )
+    solution_commands: list[str] | None = Field(
+        None, description="Endless Terminals: the commands of a solved sampled solution (solutions/*summary.json)"
+    )
+    sandbox_pytest_test_script: str | None = Field(
+        None, description="test.sh with its test-tool bootstrap replaced by the sandbox's pytest (opt-in)"
+    )
+    test_script: str | None = Field(None, description="Run instead of tests/test.sh when set (the opt-in)")
+
+    @property
+    def has_solution(self) -> bool:
+        return self.solution_dir is not None or bool(self.solution_commands)
+
+    @property
+    def only_bootstrap_blocks(self) -> bool:
+        """Runs locally once test.sh uses the sandbox's pytest instead of fetching its own."""
+        return bool(self.local_problems) and all(p.bootstrap for p in self.local_problems)
 
     @property
     def workdir_root(self) -> str:
@@ -168,14 +191,16 @@ def _dockerfile_instructions(text: str) -> list[tuple[str, str]]:
     return out
 
 
-def _copy_args(rest: str) -> list[str]:
+def _copy_args(rest: str) -> tuple[list[str], list[str]]:
+    """(flags, sources + destination) of a COPY/ADD."""
     if rest.startswith("["):
-        return [str(a) for a in json.loads(rest)]
-    return [a for a in shlex.split(rest) if not a.startswith("--")]
+        return [], [str(a) for a in json.loads(rest)]
+    words = shlex.split(rest)
+    return [a for a in words if a.startswith("--")], [a for a in words if not a.startswith("--")]
 
 
-def _parse_dockerfile(text: str) -> tuple[str | None, list[SetupStep], str | None]:
-    """(base image, setup steps, why it cannot be replayed locally)."""
+def _parse_dockerfile(text: str) -> tuple[str | None, list[SetupStep], list[str]]:
+    """(base image, setup steps, what cannot be replayed locally)."""
     base, steps, workdir = None, [], HARBOR_DEFAULT_WORKDIR
     problems: list[str] = []
     for word, rest in _dockerfile_instructions(text):
@@ -187,7 +212,11 @@ def _parse_dockerfile(text: str) -> tuple[str | None, list[SetupStep], str | Non
             workdir = str(PurePosixPath(workdir) / rest)
             steps.append(SetupStep(kind="workdir", target=workdir))
         elif word in ("COPY", "ADD"):
-            args = _copy_args(rest)
+            flags, args = _copy_args(rest)
+            if any(f.startswith("--from") for f in flags):
+                # Files from another image or build stage: nothing in the build context to copy.
+                problems.append(f"{word} {rest} copies from another image")
+                continue
             if len(args) < 2 or any(re.match(r"^[a-z]+://", a) for a in args):
                 problems.append(f"{word} {rest}")
                 continue
@@ -197,8 +226,6 @@ def _parse_dockerfile(text: str) -> tuple[str | None, list[SetupStep], str | Non
                     SetupStep(kind="copy", source=src, target=dest if len(args) == 2 else dest.rstrip("/") + "/")
                 )
         elif word == "RUN":
-            if "<<" in rest and re.search(r"<<-?\s*['\"]?\w+['\"]?\s*$", rest):
-                problems.append("RUN with a heredoc")
             steps.append(SetupStep(kind="run", command=rest))
         elif word == "ENV":
             pairs = re.findall(r"(\w+)=(\"[^\"]*\"|\S+)", rest) or ([tuple(rest.split(None, 1))] if " " in rest else [])
@@ -221,34 +248,7 @@ def _parse_dockerfile(text: str) -> tuple[str | None, list[SetupStep], str | Non
             continue
         else:
             problems.append(f"unknown instruction {word}")
-    return base, steps, "; ".join(problems) or None
-
-
-def _local_commands(command: str, *, image_has_packages: bool = False) -> tuple[str | None, str | None]:
-    """A build command as the sandbox workspace can replay it: (command or None if nothing is left, problem).
-
-    With `image_has_packages` (the task's own image was built) every install is dropped;
-    otherwise only installs of what the local sandbox already has are.
-    """
-    kept = []
-    # Segments joined by && / ; on one logical line; heredoc bodies pass through untouched.
-    for segment in re.split(r"\s*(?:&&|;)\s*(?=(?:[^'\"]|'[^']*'|\"[^\"]*\")*$)", command):
-        if not segment.strip() or _INDEX_UPDATE.match(segment) or _USERS.match(segment):
-            continue  # package indexes and user accounts do not exist in a one-user workspace
-        install = _INSTALL.match(segment)
-        if install:
-            packages = [p for p in shlex.split(install.group(4)) if not p.startswith("-")]
-            packages = [re.split(r"[=<>~!\[]", p)[0] for p in packages]
-            missing = [p for p in packages if p not in LOCAL_PACKAGES]
-            if missing and not image_has_packages:
-                return None, f"installs {' '.join(missing)}"
-            continue
-        if _NETWORK.search(segment):
-            if image_has_packages:
-                continue
-            return None, "downloads at build time"
-        kept.append(segment)
-    return (" && ".join(kept) if kept else None), None
+    return base, steps, problems
 
 
 def _outside_workdir(steps: list[SetupStep]) -> str | None:
@@ -260,95 +260,250 @@ def _outside_workdir(steps: list[SetupStep]) -> str | None:
     return None
 
 
-def _scripts_problem(task_dir: Path, names: list[str]) -> str | None:
-    for name in names:
-        path = task_dir / name
-        if not path.is_file():
+def _texts(root: Path, pattern: str = "*") -> list[tuple[Path, str]]:
+    return (
+        [
+            (p, p.read_text(errors="replace"))
+            for p in sorted(root.rglob(pattern))
+            if p.is_file() and p.stat().st_size < 1_000_000
+        ]
+        if root.is_dir()
+        else []
+    )
+
+
+def _script_problems(
+    task_dir: Path, dirs: list[str], *, machine: Machine, roots: tuple[str, ...], ownership_checked: bool
+) -> list[Problem]:
+    """Problems of every shell script under `dirs` (test.sh, its helpers, solve.sh)."""
+    found: list[Problem] = []
+    for d in dirs:
+        for path, text in _texts(task_dir / d):
+            if path.suffix != ".sh" and not text.startswith("#!/bin/") and not text.startswith("#!/usr/bin/env bash"):
+                continue
+            rel = str(path.relative_to(task_dir))
+            _, problems = scan_script(
+                text,
+                where=rel,
+                machine=machine,
+                roots=roots,
+                ownership_checked=ownership_checked,
+                test_script=rel == "tests/test.sh",
+            )
+            found += [p for p in problems if p not in found]
+    return found
+
+
+# Harbor task.toml fields (harbor models/task/config.py, schema 1.0 and 1.1) and what the local backend does
+# with them; anything else is reported as unknown.
+_HARBOR_TOP = {
+    "version",
+    "schema_version",
+    "task",
+    "metadata",
+    "verifier",
+    "agent",
+    "environment",
+    "solution",
+    "source",
+}
+_HARBOR_ENV_HONOURED = {"docker_image", "env", "workdir"}
+
+
+def _harbor_fields(config: dict[str, Any], task_dir: Path) -> tuple[list[str], list[Problem]]:
+    """(fields the local backend does not honour, one line each; fields that make the task unrunnable here)."""
+    unsupported: list[str] = []
+    problems: list[Problem] = []
+    for key, value in config.items():
+        if key == "artifacts":
+            if value:
+                unsupported.append(f"artifacts = {value!r} (not collected by this backend)")
+        elif key not in _HARBOR_TOP:
+            unsupported.append(f"{key} (unknown task.toml field, ignored)")
+    for section in ("verifier", "agent"):
+        for key, value in (config.get(section) or {}).items():
+            if key in ("timeout_sec", "env"):
+                continue
+            if value not in (None, [], "", {}):
+                unsupported.append(f"[{section}].{key} = {value!r} (not supported by this backend)")
+    env_cfg = config.get("environment") or {}
+    for key, value in env_cfg.items():
+        if key in _HARBOR_ENV_HONOURED:
             continue
-        for line in path.read_text(errors="replace").splitlines():
-            if _INSTALL.match(line) or (_NETWORK.search(line) and not line.lstrip().startswith("#")):
-                return f"{name} installs or downloads at run time ({line.strip()[:60]})"
-    return None
+        if key == "gpus":
+            if value:
+                problems.append(Problem(text=f"task.toml [environment] gpus = {value}: no GPU in the local sandbox"))
+        elif key == "mcp_servers":
+            if value:
+                names = ", ".join(str(s.get("name")) for s in value if isinstance(s, dict))
+                problems.append(
+                    Problem(text=f"task.toml [environment] mcp_servers ({names}): not started by this backend")
+                )
+        elif key == "allow_internet":
+            if value:
+                unsupported.append("[environment].allow_internet = true (the local sandbox gives no network)")
+        elif key == "build_timeout_sec":
+            unsupported.append(f"[environment].{key} = {value!r} (setup runs under --env.setup_timeout_s)")
+        elif key in ("cpus", "memory_mb", "memory", "storage_mb", "storage"):
+            unsupported.append(f"[environment].{key} = {value!r} (the local sandbox sets no per-task limit)")
+        elif value not in (None, [], "", {}):
+            unsupported.append(f"[environment].{key} = {value!r} (not supported by this backend)")
+    env_vars = env_cfg.get("env") or {}
+    kept_by_sandbox = [k for k in env_vars if k in SANDBOX_ENV]
+    if kept_by_sandbox:
+        unsupported.append(f"[environment.env] = {' '.join(kept_by_sandbox)} ({_SANDBOX_ENV_WHY})")
+    env_vars = {k: v for k, v in env_vars.items() if k not in SANDBOX_ENV}
+    templated = [k for k, v in env_vars.items() if "$" in str(v)]
+    if templated:
+        unsupported.append(
+            f"[environment.env] = {' '.join(templated)} (templated on Harbor's host environment: not set)"
+        )
+    if len(templated) < len(env_vars):
+        unsupported.append(
+            f"[environment.env] = {' '.join(k for k in env_vars if k not in templated)} "
+            "(set for setup, solution and tests, not in the agent's shell)"
+        )
+    for name in _COMPOSE_FILES:
+        if (task_dir / "environment" / name).is_file():
+            problems.append(Problem(text=f"environment/{name}: multi-container environment (needs docker compose)"))
+    return unsupported, problems
 
 
-def load_harbor_task(task_dir: Path) -> TerminalTask:
+def _size_mb(value: Any) -> int | None:
+    """Harbor's deprecated "2G"/"512M" sizes (EnvironmentConfig._parse_size_to_mb)."""
+    if value is None:
+        return None
+    size = str(value).strip().upper()
+    scale = {"G": 1024.0, "M": 1.0, "K": 1 / 1024}
+    if size[-1:] in scale:
+        return int(float(size[:-1]) * scale[size[-1]])
+    raise ValueError(f"size {value!r} is not like '2G' or '512M'")
+
+
+def load_harbor_task(task_dir: Path, *, machine: Machine | None = None) -> TerminalTask:
+    machine = machine or Machine()
     task_dir = Path(task_dir).resolve()
     config = tomllib.loads((task_dir / "task.toml").read_text())
     if not (task_dir / "tests" / "test.sh").is_file():
         raise ValueError(f"{task_dir}: Harbor tasks need tests/test.sh")
-    env_cfg = config.get("environment", {})
+    env_cfg = config.get("environment") or {}
     dockerfile = task_dir / "environment" / "Dockerfile"
     recipe = dockerfile.read_text() if dockerfile.is_file() else None
-    base, steps, problem = _parse_dockerfile(recipe) if recipe else (None, [], None)
-    workdir = (
+    base, steps, docker_problems = _parse_dockerfile(recipe) if recipe else (None, [], [])
+    workdir = env_cfg.get("workdir") or (
         next((s.target for s in reversed(steps) if s.kind == "workdir" and s.target), None) or HARBOR_DEFAULT_WORKDIR
     )
-    skip = None
+    problems = [Problem(text=f"environment/Dockerfile: {p}") for p in docker_problems]
     if recipe is None:
-        skip = f"no environment/Dockerfile (prebuilt image {env_cfg.get('docker_image')!r} only)"
-    elif problem:
-        skip = f"environment/Dockerfile: {problem}"
+        problems.append(
+            Problem(text=f"no environment/Dockerfile (prebuilt image {env_cfg.get('docker_image')!r} only)")
+        )
     elif base and not LOCAL_BASE_IMAGES.match(base):
-        skip = f"base image {base} is not reproduced by the local sandbox"
-    else:
-        for step in steps:
-            if step.kind == "run":
-                _, why = _local_commands(step.command or "")
-                if why:
-                    skip = f"environment/Dockerfile RUN {why}"
-                    break
+        problems.append(Problem(text=f"base image {base} is not reproduced by the local sandbox"))
     first_workdir = next((s.target for s in steps if s.kind == "workdir" and s.target), None) or workdir
     if PurePosixPath(first_workdir) == PurePosixPath("/"):
-        skip = skip or "WORKDIR / cannot be mapped onto the workspace"
-    skip = skip or _outside_workdir(steps) or _scripts_problem(task_dir, ["tests/test.sh", "solution/solve.sh"])
-    memory = env_cfg.get("memory_mb")
-    if memory is None and isinstance(env_cfg.get("memory"), str):  # deprecated "2G" form
-        size = env_cfg["memory"].strip().upper()
-        memory = int(float(size[:-1]) * (1024 if size.endswith("G") else 1))
+        problems.append(Problem(text="WORKDIR / cannot be mapped onto the workspace"))
+    outside = _outside_workdir(steps)
+    if outside:
+        problems.append(Problem(text=outside))
+    tests_text = "\n".join(text for _, text in _texts(task_dir / "tests"))
+    owners = bool(OWNERSHIP_CHECK.search(tests_text))
+    for step in steps:
+        if step.kind == "run" and step.command:
+            _, found = scan_script(
+                step.command,
+                where="environment/Dockerfile RUN",
+                machine=machine,
+                roots=(first_workdir,),
+                ownership_checked=owners,
+            )
+            problems += [p for p in found if p not in problems]
+    roots = (first_workdir, *HARBOR_SPECIAL)
+    run_text = "\n".join(s.command or "" for s in steps if s.kind == "run")
+    for path, text in _texts(task_dir / "environment", "*.sh"):
+        if path.name in run_text:  # a helper the Dockerfile runs: its commands are build commands
+            _, found = scan_script(
+                text,
+                where=str(path.relative_to(task_dir)),
+                machine=machine,
+                roots=(first_workdir,),
+                ownership_checked=owners,
+            )
+            problems += [p for p in found if p not in problems]
+    problems += [
+        p
+        for p in _script_problems(
+            task_dir, ["tests", "solution"], machine=machine, roots=roots, ownership_checked=owners
+        )
+        if p not in problems
+    ]
+    unsupported, field_problems = _harbor_fields(config, task_dir)
+    problems += field_problems
+    test_sh = (task_dir / "tests" / "test.sh").read_text()
+    # Values templated on Harbor's host environment (${VAR}, ${VAR:-default}) are not resolved here (reported above).
+    extra_env = {k: str(v) for k, v in (env_cfg.get("env") or {}).items() if "$" not in str(v) and k not in SANDBOX_ENV}
+    memory = env_cfg.get("memory_mb") or _size_mb(env_cfg.get("memory"))
+    storage = env_cfg.get("storage_mb") or _size_mb(env_cfg.get("storage"))
     return TerminalTask(
         id=(config.get("task") or {}).get("name") or task_dir.name,
         format="harbor",
         instruction=(task_dir / "instruction.md").read_text(),
         path=task_dir,
         workdir=workdir,
-        setup=steps,
+        setup=[SetupStep(kind="env", name=k, value=v) for k, v in extra_env.items()] + steps,
         context_dir=task_dir / "environment",
         tests_dir=task_dir / "tests",
         solution_dir=task_dir / "solution" if (task_dir / "solution" / "solve.sh").is_file() else None,
         agent_timeout_s=float((config.get("agent") or {}).get("timeout_sec") or 600.0),
         verifier_timeout_s=float((config.get("verifier") or {}).get("timeout_sec", 600.0)),
-        verifier_env={k: str(v) for k, v in ((config.get("verifier") or {}).get("env") or {}).items()},
-        solution_env={k: str(v) for k, v in ((config.get("solution") or {}).get("env") or {}).items()},
+        verifier_env=extra_env | {k: str(v) for k, v in ((config.get("verifier") or {}).get("env") or {}).items()},
+        solution_env=extra_env | {k: str(v) for k, v in ((config.get("solution") or {}).get("env") or {}).items()},
         allow_internet=bool(env_cfg.get("allow_internet", True)),
         docker_image=env_cfg.get("docker_image"),
         base_image=base,
         image_recipe=recipe,
         cpus=float(env_cfg.get("cpus", 1)),
         memory_mb=int(memory or 2048),
-        local_skip=skip,
+        storage_mb=int(storage or 10240),
+        local_problems=problems,
+        local_skip="; ".join(p.text for p in problems) or None,
+        unsupported=unsupported,
+        sandbox_pytest_test_script=sandbox_pytest_script(test_sh, machine)
+        if any(p.bootstrap for p in problems)
+        else None,
     )
 
 
 # -- Endless Terminals ---------------------------------------------------------------------------
 
 
-def _def_sections(text: str) -> tuple[dict[str, str], dict[str, str]]:
-    """Header keywords (Bootstrap, From) and %sections of an Apptainer definition file."""
+def _def_sections(text: str) -> tuple[dict[str, str], dict[str, list[str]], list[str]]:
+    """Header keywords (Bootstrap, From), %sections (with their arguments) of an Apptainer definition file.
+
+    As Apptainer reads it: a section starts with `%name` at the start of a line (arguments such as
+    `%post -c /bin/bash` or `%files from stage` follow it); header lines are `Key: value`, `#` comments
+    are ignored there; a section's body is everything up to the next section.
+    """
     header: dict[str, str] = {}
     sections: dict[str, list[str]] = {}
+    args: list[str] = []
     current = None
     for line in text.splitlines():
-        m = re.match(r"^%(\w+)\s*$", line.strip()) if line.startswith("%") else None
-        if m:
+        m = re.match(r"^%(\w+)\b(.*)$", line.strip())
+        if m and line.lstrip().startswith("%"):
             current = m.group(1).lower()
             sections.setdefault(current, [])
+            if m.group(2).strip():
+                args.append(f"%{current}{m.group(2)}")
         elif current is None:
+            if line.strip().startswith("#"):
+                continue
             key, sep, value = line.partition(":")
             if sep and key.strip():
                 header[key.strip().lower()] = value.strip()
         else:
             sections[current].append(line)
-    return header, {k: "\n".join(v) for k, v in sections.items()}
+    return header, sections, args
 
 
 def _dedent_script(script: str) -> str:
@@ -359,7 +514,54 @@ def _dedent_script(script: str) -> str:
     return "\n".join(line[cut:] if line[:cut].strip() == "" else line for line in lines)
 
 
-def load_endless_task(task_dir: Path, *, description: str | None = None) -> TerminalTask:
+def _def_environment(lines: list[str]) -> dict[str, str]:
+    """`export K=V` / `K=V` lines of %environment (comments and blank lines skipped)."""
+    env: dict[str, str] = {}
+    for line in lines:
+        words = shlex.split(line, comments=True)
+        if words[:1] == ["export"]:
+            words = words[1:]
+        for word in words:
+            name, sep, value = word.partition("=")
+            if sep and re.fullmatch(r"[A-Za-z_]\w*", name):
+                env[name] = value
+    return env
+
+
+_DONE = re.compile(r"<action>\s*done\s*</action>", re.I)
+_COMMAND = re.compile(r"<command>\s*(.*?)\s*</command>", re.I | re.S)
+
+
+def _sampled_solution(task_dir: Path) -> list[str] | None:
+    """Commands of the first solved run in solutions/*summary.json (generate_solutions.py / sample_solutions.py).
+
+    Each assistant turn ran its last <command>...</command> (sample_solutions._extract_action) until
+    <action>done</action>; the runs' shell was one interactive session, so they replay in order.
+    """
+    for summary in sorted((task_dir / "solutions").glob("*summary.json")):
+        data = json.loads(summary.read_text())
+        for run in data.get("results") or []:
+            if not run.get("success"):
+                continue
+            commands = []
+            for message in run.get("messages") or []:
+                if message.get("role") != "assistant":
+                    continue
+                content = message.get("content") or ""
+                if _DONE.search(content):
+                    break
+                found = _COMMAND.findall(content)
+                if found and found[-1].strip().lower() != "done":
+                    commands.append(found[-1].strip())
+            if commands:
+                return commands
+    return None
+
+
+def load_endless_task(
+    task_dir: Path, *, description: str | None = None, machine: Machine | None = None
+) -> TerminalTask:
+    machine = machine or Machine()
     task_dir = Path(task_dir).resolve()
     meta = json.loads((task_dir / "task.json").read_text())
     final = task_dir / "test_final_state.py"
@@ -367,97 +569,130 @@ def load_endless_task(task_dir: Path, *, description: str | None = None) -> Term
         raise ValueError(f"{task_dir}: Endless Terminals tasks need test_final_state.py")
     recipe = (task_dir / "container.def").read_text() if (task_dir / "container.def").is_file() else None
     steps: list[SetupStep] = []
-    skip, base = None, None
+    problems: list[Problem] = []
+    unsupported: list[str] = []
+    base, env = None, {}
+    tests_text = final.read_text() + (
+        (task_dir / "test_initial_state.py").read_text() if (task_dir / "test_initial_state.py").is_file() else ""
+    )
     if recipe is None:
-        skip = "no container.def"
+        problems.append(Problem(text="no container.def"))
     else:
-        header, sections = _def_sections(recipe)
+        header, sections, args = _def_sections(recipe)
         base = header.get("from")
-        if base and not LOCAL_BASE_IMAGES.match(base):
-            skip = f"base image {base} is not reproduced by the local sandbox"
-        for line in sections.get("files", "").splitlines():
-            parts = line.split()
-            if len(parts) >= 1:
-                steps.append(SetupStep(kind="copy", source=parts[0], target=parts[-1] if len(parts) > 1 else parts[0]))
-        post = _dedent_script(sections.get("post", ""))
+        if not base and not any("".join(body).strip() for body in sections.values()):
+            problems.append(Problem(text="container.def is empty: the initial state cannot be reproduced"))
+        elif base and not LOCAL_BASE_IMAGES.match(base):
+            problems.append(Problem(text=f"base image {base} is not reproduced by the local sandbox"))
+        problems += [
+            Problem(text=f"container.def {a}: not supported by the local sandbox")
+            for a in args
+            if not re.fullmatch(r"%post\s+-c\s+/bin/(ba)?sh", a)  # the shell %post runs in: bash here too
+        ]
+        for line in sections.get("files", []):
+            parts = shlex.split(line, comments=True)
+            if parts:
+                steps.append(SetupStep(kind="copy", source=parts[0], target=parts[1] if len(parts) > 1 else parts[0]))
+        env = _def_environment(sections.get("environment", []))
+        post = _dedent_script("\n".join(sections.get("post", [])))
         if post.strip():
             steps.append(SetupStep(kind="run", command=post))
-            kept, why = _local_script(post)
-            if why:
-                skip = skip or f"container.def %post {why}"
+            _, found = scan_script(
+                post,
+                where="container.def %post",
+                machine=machine,
+                roots=(ENDLESS_HOME,),
+                ownership_checked=bool(OWNERSHIP_CHECK.search(tests_text)),
+            )
+            problems += found
+        for name in ("setup", "test", "startscript"):
+            if "".join(line for line in sections.get(name, []) if not line.strip().startswith("#")).strip():
+                problems.append(Problem(text=f"container.def %{name}: not run by the local sandbox"))
+        kept_by_sandbox = [k for k in env if k in SANDBOX_ENV]
+        if kept_by_sandbox:
+            unsupported.append(f"container.def:%environment = {' '.join(kept_by_sandbox)} ({_SANDBOX_ENV_WHY})")
+        env = {k: v for k, v in env.items() if k not in SANDBOX_ENV}
+        if env:
+            unsupported.append(
+                f"container.def:%environment = {' '.join(env)} (set for tests and solution, not in the agent's shell)"
+            )
+    for step in steps:
+        if step.kind == "copy" and step.target and not PurePosixPath(step.target).is_relative_to(ENDLESS_HOME):
+            problems.append(
+                Problem(text=f"container.def %files copies {step.source} to {step.target}, outside {ENDLESS_HOME}")
+            )
+    solution = task_dir / "solution" if (task_dir / "solution" / "solve.sh").is_file() else None
     return TerminalTask(
         id=meta.get("name") or task_dir.name,
         format="endless",
         instruction=description or meta.get("description") or "",
         path=task_dir,
         workdir=ENDLESS_HOME,
-        setup=steps,
+        setup=[SetupStep(kind="env", name=k, value=v) for k, v in env.items()] + steps,
         context_dir=task_dir,
         final_test=final,
         initial_test=task_dir / "test_initial_state.py" if (task_dir / "test_initial_state.py").is_file() else None,
-        solution_dir=task_dir / "solution" if (task_dir / "solution" / "solve.sh").is_file() else None,
+        solution_dir=solution,
+        solution_commands=None if solution else _sampled_solution(task_dir),
         # Endless Terminals' own harness defaults (generator/env.py, prepare_endless --max-time).
         agent_timeout_s=300.0,
         verifier_timeout_s=300.0,
+        verifier_env=dict(env),
+        solution_env=dict(env),
         base_image=base,
         image_recipe=recipe,
-        local_skip=skip,
+        local_problems=problems,
+        local_skip="; ".join(p.text for p in problems) or None,
+        unsupported=unsupported,
     )
 
 
-def _local_script(script: str, *, image_has_packages: bool = False) -> tuple[str, str | None]:
-    """A multi-line build script as the workspace replays it (line by line, heredoc bodies kept)."""
-    out, heredoc_end = [], None
-    for line in script.splitlines():
-        if heredoc_end is not None:
-            out.append(line)
-            if line.strip() == heredoc_end:
-                heredoc_end = None
-            continue
-        m = re.search(r"<<-?\s*['\"]?(\w+)['\"]?\s*$", line)
-        kept, why = _local_commands(line, image_has_packages=image_has_packages) if not m else (line, None)
-        if why:
-            return "", why
-        if m:
-            heredoc_end = m.group(1)
-        if kept:
-            out.append(kept)
-    return "\n".join(out), None
-
-
 def replay_command(step: SetupStep, *, image_has_packages: bool) -> str:
-    """A RUN step as the workspace replays it (installs dropped: satisfied locally or by the image)."""
+    """A RUN step as the workspace replays it: installs, downloads and account changes dropped.
+
+    Locally those are satisfied by this machine or the task was skipped; on an image backend the image did them.
+    """
     assert step.kind == "run" and step.command is not None
-    if "\n" in step.command:
-        return _local_script(step.command, image_has_packages=image_has_packages)[0]
-    return _local_commands(step.command, image_has_packages=image_has_packages)[0] or ""
+    kept, _ = scan_script(step.command, where="", machine=None, roots=("/",), ownership_checked=False)
+    return "\n".join(kept)
 
 
 # -- directories and the hub dataset --------------------------------------------------------------
 
 
-def load_tasks_dir(root: Path) -> list[TerminalTask]:
-    """Every Harbor (task.toml) and Endless Terminals (task.json) task at or under `root` (two levels)."""
+def load_tasks_dir(root: Path, *, errors: list[str] | None = None) -> list[TerminalTask]:
+    """Every Harbor (task.toml) and Endless Terminals (task.json) task at or under `root` (two levels).
+
+    With `errors`, a task that cannot be read is reported there ("name: why") and the rest still load.
+    """
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"--env.tasks_dir {root} is not a directory")
     candidates = [root] + sorted(p for p in root.iterdir() if p.is_dir())
     candidates += sorted(q for p in candidates[1:] for q in p.iterdir() if q.is_dir())
+    machine = Machine()
     tasks = []
     for d in candidates:
-        if (d / "task.toml").is_file() and (d / "instruction.md").is_file():
-            tasks.append(load_harbor_task(d))
-        elif (d / "task.json").is_file():
-            tasks.append(load_endless_task(d))
+        try:
+            if (d / "task.toml").is_file() and (d / "instruction.md").is_file():
+                tasks.append(load_harbor_task(d, machine=machine))
+            elif (d / "task.json").is_file():
+                tasks.append(load_endless_task(d, machine=machine))
+        except (ValueError, OSError, KeyError, TypeError, tomllib.TOMLDecodeError) as exc:
+            if errors is None:
+                raise
+            errors.append(f"{d.name}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     return tasks
 
 
-def load_endless_rows(rows: Any, tasks_dir: Path | None) -> list[TerminalTask]:
+def load_endless_rows(rows: Any, tasks_dir: Path | None, *, errors: list[str] | None = None) -> list[TerminalTask]:
     """Rows of the Endless Terminals hub dataset (`description`, `task_dir` or `extra_info.task_dir`).
 
     `task_dir` names the generated task directory; its last component is looked up under
     `tasks_dir` when given (the dataset's paths are those of the machine that built it).
+    With `errors`, a row whose task cannot be read is reported there and the rest still load.
     """
+    machine = Machine()
     tasks = []
     for row in rows:
         ref = (
@@ -470,9 +705,14 @@ def load_endless_rows(rows: Any, tasks_dir: Path | None) -> list[TerminalTask]:
         path = Path(ref)
         if tasks_dir is not None:
             path = Path(tasks_dir) / path.name
-        if not (path / "task.json").is_file():
-            raise ValueError(
-                f"task directory {path} not found; pass --env.tasks_dir holding the generated task_* folders"
-            )
-        tasks.append(load_endless_task(path, description=row.get("description")))
+        try:
+            if not (path / "task.json").is_file():
+                raise ValueError(
+                    f"task directory {path} not found; pass --env.tasks_dir holding the generated task_* folders"
+                )
+            tasks.append(load_endless_task(path, description=row.get("description"), machine=machine))
+        except (ValueError, OSError, KeyError, TypeError) as exc:
+            if errors is None:
+                raise
+            errors.append(f"{path.name}: {type(exc).__name__}: {exc}")
     return tasks

@@ -130,6 +130,8 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
     if task.format == "harbor":
         assert task.tests_dir is not None
         files = _mapped_files(task.tests_dir, "tests", paths)
+        if task.test_script is not None:  # --env.bootstrap_tests_with_sandbox_pytest: the sandbox's own pytest
+            files["tests/test.sh"] = (paths(task.test_script).encode(), 0o755)
         ini = f"{vdir}/tests/pytest.ini" if (task.tests_dir / "pytest.ini").is_file() else f"{vdir}/pytest.ini"
         run = f"bash {vdir}/tests/test.sh"
     else:
@@ -153,7 +155,7 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
         "PYTHONDONTWRITEBYTECODE": "1",
         "PYTEST_ADDOPTS": addopts,
         **plugins,
-        **task.verifier_env,
+        **{k: paths(v) for k, v in task.verifier_env.items()},  # the task's paths, as in its test files
     }
     env_words = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     workdir = paths(task.workdir)

@@ -9,6 +9,9 @@ from environments.terminal_tasks import TerminalTasksEnv, TerminalTasksEnvConfig
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
+# Task directories in their published shapes: their tests run inside sandboxes, not in this session.
+collect_ignore_glob = ["fixtures/*"]
+
 
 def make_env(base_url: str, tmp_path, backend=None, env_cls=TerminalTasksEnv, **overrides) -> TerminalTasksEnv:
     pool = SlotPoolConfig(slots_per_sandbox=6, min_sandboxes=1, max_sandboxes=2, health_interval_s=30)

@@ -13,24 +13,24 @@ from tests.terminal_tasks.conftest import make_env
 
 NEEDS_IMAGE = """\
 FROM python:3.11-slim-bookworm
-RUN apt-get update && apt-get install -y jq
+RUN apt-get update && apt-get install -y cowsay
 WORKDIR /app
 """
 
 
 def make_tasks_dir(root):
-    """Two real-format tasks plus one the local sandbox cannot reproduce (it installs jq)."""
+    """Two real-format tasks plus one the local sandbox cannot reproduce (it installs cowsay, not on this machine)."""
     shutil.copytree(BUNDLED_TASKS / "harbor" / "parse-log", root / "harbor-parse-log")
     shutil.copytree(BUNDLED_TASKS / "endless" / "task_000003_d4f6b8c0", root / "task_000003_d4f6b8c0")
-    shutil.copytree(BUNDLED_TASKS / "harbor" / "edit-config", root / "needs-jq")
-    (root / "needs-jq" / "environment" / "Dockerfile").write_text(NEEDS_IMAGE)
+    shutil.copytree(BUNDLED_TASKS / "harbor" / "edit-config", root / "needs-cowsay")
+    (root / "needs-cowsay" / "environment" / "Dockerfile").write_text(NEEDS_IMAGE)
     return root
 
 
 def test_tasks_dir_reads_both_formats_and_names_why_a_task_needs_its_image(tmp_path):
     tasks = {t.id: t for t in load_tasks_dir(make_tasks_dir(tmp_path))}
     assert {t.format for t in tasks.values()} == {"harbor", "endless"}
-    assert tasks["needs-jq"].local_skip == "environment/Dockerfile RUN installs jq"
+    assert tasks["needs-cowsay"].local_skip == "environment/Dockerfile RUN: installs cowsay (not on this machine)"
     assert tasks["harbor-parse-log"].local_skip is None and tasks["harbor-parse-log"].verifier_timeout_s == 60.0
 
 
@@ -39,7 +39,7 @@ async def test_a_tasks_dir_runs_and_unreproducible_tasks_are_counted(scripted_se
     env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(make_tasks_dir(tmp_path / "tasks")))
     async with env.runtime():
         await env.setup()
-        assert dict(env.skipped) == {"environment/Dockerfile RUN installs jq": 1}
+        assert dict(env.skipped) == {"needs its image": 1}
         scores = [
             (await env.rollout(t, model=agent)).score
             for t in env.tasks
