@@ -11,8 +11,10 @@ What this class adds around atroposlib 0.4.0 (each a trap a user must not hit):
 - the default model is the embedded llama.cpp server (`--openai.base_url embedded`),
   started and stopped with the command; its tokenizer is built from the GGUF, offline;
 - wandb is switched off when nobody is logged in (atroposlib's `process` forces it on);
-- placeholder API keys for local servers (openai>=1 refuses an empty key), and no
-  atroposlib health-check traffic (we never route requests through its ServerManager);
+- placeholder API keys for local servers (openai>=1 refuses an empty key); atroposlib's server
+  options honoured or refused in one line (health checks and least-loaded routing, --slurm,
+  --testing, server_type trl: environments/server_options.py);
+- `serve` posts only groups run-api releases and prints what it answered (environments/trainer_boundary.py);
 - an unreachable model server fails the command at once, naming the URL, with no
   half-written output; infrastructure failures are never scored as the model's.
 """
@@ -28,6 +30,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator, Literal, final
 
@@ -61,7 +64,9 @@ from environments.runtime import (
     resolve_tokenizer_name,
 )
 from environments.sandbox_backend import SandboxToolBackendConfig
+from environments.server_options import ServerRouter, refuse_unsupported
 from environments.tool_backend import LocalToolBackendConfig, ToolBackend
+from environments.trainer_boundary import RunApiBoundary, SendLedger, SplitSequences, select_sequences
 from tools.context import ToolContext, ToolLimits
 from tools.executor import ToolExecutor
 from tools.registry import ToolRegistry
@@ -133,6 +138,12 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     rollout_infra_retries: int = Field(
         1, ge=0, description="Times a rollout lost to an infrastructure error is run again to fill its group"
     )
+    split_sequences: SplitSequences = Field(
+        "last",
+        description="Rollouts that span several token sequences (a template that is not append-only): last = the "
+        "rollout's last sequence only (groups keep group_size sequences, which run-api releases); all = every "
+        "sequence, tagged with its rollout in group_overrides.sequence_rollouts (process output; docs/trainers.md)",
+    )
     max_consecutive_infra_failures: int = Field(
         3, ge=1, description="Groups in a row lost to infrastructure errors before the command stops"
     )
@@ -163,9 +174,16 @@ class BoundedModel:
     """A ChatModel whose requests wait for a slot of their server's gate (atroposlib's
     `num_max_requests_at_once` / `num_requests_for_eval`, applied to our own clients)."""
 
-    def __init__(self, inner: ChatModel, gate: asyncio.Semaphore) -> None:
+    def __init__(self, inner: ChatModel, gate: asyncio.Semaphore, on_close: Callable[[], None] | None = None) -> None:
         self.inner = inner
         self.gate = gate
+        self._on_close = on_close
+
+    def close(self) -> None:
+        """The trajectory is over: its server has one trajectory less in flight."""
+        on_close, self._on_close = self._on_close, None
+        if on_close is not None:
+            on_close()
 
     async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], **kwargs: Any) -> Any:
         async with self.gate:
@@ -202,7 +220,7 @@ def _wandb_logged_in() -> bool:
     return bool(auth and auth[2])
 
 
-class HermesAgentBaseEnv(BaseEnv):
+class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
     env_config_cls = HermesAgentEnvConfig
     jsonl_writer: Any  # atroposlib's groups file (a jsonlines.Writer) or None
     default_toolsets: list[str] | None = None  # subclasses name the toolsets their task needs
@@ -220,11 +238,12 @@ class HermesAgentBaseEnv(BaseEnv):
                 "HermesAgentBaseEnv needs a non-empty list of APIServerConfig (atroposlib 0.4 replaces a "
                 "single config with localhost:9004-9007); return a list from config_init"
             )
+        refused = refuse_unsupported(slurm, testing, server_configs)
+        if refused is not None:
+            raise HermesEnvError(refused)
         for cfg in server_configs:
             if not cfg.api_key:
                 cfg.api_key = PLACEHOLDER_API_KEY
-            # We send requests through our own client; atroposlib's checks would only add load.
-            cfg.health_check = False
             if cfg.base_url != EMBEDDED and not str(cfg.base_url).startswith(("http://", "https://")):
                 raise HermesEnvError(
                     f"--openai.base_url {cfg.base_url!r} is not an http(s) URL; pass e.g. "
@@ -242,7 +261,13 @@ class HermesAgentBaseEnv(BaseEnv):
         if config.use_wandb and not _wandb_logged_in():
             logger.warning("wandb is not logged in: running without wandb (run `wandb login` to enable it)")
             config.use_wandb = False
+        # atroposlib's ServerManager would start its own health-check tasks; ours route (ServerRouter).
+        health_checks = [c.health_check and c.base_url != EMBEDDED for c in server_configs]
+        for cfg in server_configs:
+            cfg.health_check = False
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
+        self._health_checks = health_checks
+        self._router: ServerRouter | None = None
         self.config: HermesAgentEnvConfig = config
         self.server_configs = server_configs
         if self.jsonl_writer is not None:
@@ -254,7 +279,10 @@ class HermesAgentBaseEnv(BaseEnv):
         self._fatal: HermesEnvError | None = None
         self._fatal_event: asyncio.Event | None = None
         self._groups_sent = 0
-        self._groups_skipped = 0
+        self._ledger = SendLedger()
+        self._trainer_done: asyncio.Event | None = None
+        self._sent_enough: asyncio.Event | None = None
+        self._start_step = 0
         self._sampling_record: dict[str, Any] | None = None
         self._consecutive_infra_failures = 0
         self.rollouts_done = 0
@@ -442,6 +470,11 @@ class HermesAgentBaseEnv(BaseEnv):
         """What can be checked before a server starts: toolsets, token protocol, logprob
         semantics, the trainer's needs. Returns (token-server kind, request fields to send)."""
         self.tool_schemas()
+        if command == "serve" and self.config.split_sequences == "all":
+            raise HermesEnvError(
+                "--env.split_sequences all makes groups of more than group_size sequences, which run-api buffers "
+                "instead of releasing; serve with --env.split_sequences last (docs/trainers.md)"
+            )
         return self._token_setup()
 
     def _token_setup(self) -> tuple[str | None, dict[str, Any]]:
@@ -512,11 +545,20 @@ class HermesAgentBaseEnv(BaseEnv):
         return None
 
     def make_model(self, for_eval: bool = False) -> ChatModel:
-        """A model client for one trajectory (servers are used round-robin), bounded by its
-        server's `num_max_requests_at_once` (`num_requests_for_eval` for evaluation)."""
-        model = self.agent_runtime.make_model()
-        index = self.agent_runtime.last_server_index
-        return BoundedModel(model, self._request_gates[index][1 if for_eval else 0])
+        """A model client for one trajectory on the healthy server with the most free request slots
+        (environments/server_options.py), bounded by that server's `num_max_requests_at_once`
+        (`num_requests_for_eval` for evaluation)."""
+        slot = 1 if for_eval else 0
+        router = self._router
+        if router is None:  # outside the runtime, or an injected model: round-robin as before
+            model = self.agent_runtime.make_model()
+            return BoundedModel(model, self._request_gates[self.agent_runtime.last_server_index][slot])
+        capacity = [
+            getattr(c, "num_requests_for_eval" if for_eval else "num_max_requests_at_once") for c in self.server_configs
+        ]
+        index = router.acquire(capacity)
+        model = self.agent_runtime.make_model(index)
+        return BoundedModel(model, self._request_gates[index][slot], on_close=lambda: router.release(index))
 
     def initial_messages(self, item: Any) -> list[dict[str, Any]]:
         prompt = self.format_prompt(item)
@@ -543,18 +585,23 @@ class HermesAgentBaseEnv(BaseEnv):
         async def score(result: AgentResult, ctx: ToolContext) -> float:
             return await self.compute_reward(item, result, ctx)
 
-        rollout = await self.agent_runtime.rollout(
-            self.initial_messages(item),
-            self.tool_schemas(),
-            item=item,
-            setup=setup,
-            score=score,
-            loop=self.item_loop_config(item, loop_config or self.loop_config()),
-            model=model or self.make_model(for_eval),
-            task_id=f"{type(self).__name__}-{uuid.uuid4().hex[:10]}",
-            workspace=lambda task_id: self.open_workspace(item, task_id),
-            agent=self.agent_factory(item, for_eval),
-        )
+        chosen = model or self.make_model(for_eval)
+        try:
+            rollout = await self.agent_runtime.rollout(
+                self.initial_messages(item),
+                self.tool_schemas(),
+                item=item,
+                setup=setup,
+                score=score,
+                loop=self.item_loop_config(item, loop_config or self.loop_config()),
+                model=chosen,
+                task_id=f"{type(self).__name__}-{uuid.uuid4().hex[:10]}",
+                workspace=lambda task_id: self.open_workspace(item, task_id),
+                agent=self.agent_factory(item, for_eval),
+            )
+        finally:
+            if isinstance(chosen, BoundedModel):
+                chosen.close()
         if not rollout.infrastructure_failure and rollout.result is not None:
             self.rollouts_done += 1
             # Progress inside long groups: one line per finished rollout.
@@ -595,10 +642,9 @@ class HermesAgentBaseEnv(BaseEnv):
         self._consecutive_infra_failures = 0
         group = self.build_group(usable)
         if not group["tokens"]:  # every rollout's data was unusable: skip the item, say why
-            print(
-                f"[hermes-rl] group skipped: {'; '.join(group.get('left_out') or ['no token sequences'])}",
-                file=sys.stderr,
-            )
+            reason = "; ".join(group.get("left_out") or ["no token sequences"])
+            self._ledger.skip(reason)
+            print(f"[hermes-rl] group not sent: {reason}", file=sys.stderr)
             return None, []
         return group, []
 
@@ -610,18 +656,20 @@ class HermesAgentBaseEnv(BaseEnv):
         dropped = 0
         left_out: list[str] = []
         tools = self.tool_schemas()
+        sequence_rollouts: list[int] = []
         for index, r in enumerate(rollouts):
             assert r.result is not None and r.score is not None
             trace = r.extras.get("token_trace")
             try:
                 if trace is not None:  # token mode: exact ids; one item per token sequence
-                    items = trace_items(trace)
+                    produced = trace_items(trace)
                 else:
-                    items = [(*tokenize_conversation(self.tokenizer, r.result.messages, tools), None)]
+                    produced = [(*tokenize_conversation(self.tokenizer, r.result.messages, tools), None)]
             except Exception as exc:  # one rollout's unusable data is its own error, never the command's
                 left_out.append(f"{type(exc).__name__}: {exc}")
                 logger.warning("a rollout was left out of its group: its tokens could not be built (%s)", left_out[-1])
                 continue
+            items = select_sequences(produced, self.config.split_sequences)
             for tokens, masks, raw_logprobs in items:
                 if raw_logprobs is not None:
                     finished = finish_logprobs(masks, raw_logprobs, self.config.missing_logprobs)
@@ -634,6 +682,7 @@ class HermesAgentBaseEnv(BaseEnv):
                 group["tokens"].append(tokens)
                 group["masks"].append(masks)
                 group["scores"].append(r.score)
+                sequence_rollouts.append(index)
                 group["messages"].append(r.result.messages)
                 info.append(
                     {
@@ -642,7 +691,7 @@ class HermesAgentBaseEnv(BaseEnv):
                         "tool_calls": r.result.tool_call_count,
                         "tool_errors": len(r.result.tool_errors),
                         "duration_s": round(r.duration_s, 3),
-                        "token_sequences": len(items),
+                        "token_sequences": len(produced),
                         "rollout": index,  # which of the rollouts: some may be left out, some give several sequences
                     }
                 )
@@ -670,10 +719,14 @@ class HermesAgentBaseEnv(BaseEnv):
                     dropped,
                 )
         group["generation_params"] = record
+        # run-api keeps group_overrides (it drops unknown keys): which rollout each sequence is
+        # from, so a trainer gives all sequences of one rollout one advantage (docs/trainers.md).
+        overrides: dict[str, Any] = {"sequence_rollouts": sequence_rollouts, "rollouts": len(rollouts)}
         if len(group["tokens"]) != self.config.group_size:
-            # Sequences split by a non-append-only template, or rollouts lost to infrastructure:
-            # tell atroposlib the real size, or it drops the group as malformed.
-            group["group_overrides"] = {"group_size": len(group["tokens"])}
+            # Split sequences (split_sequences all), or rollouts lost to infrastructure: tell
+            # atroposlib the real size, or it drops the group as malformed. serve never sends these.
+            overrides["group_size"] = len(group["tokens"])
+        group["group_overrides"] = overrides
         return group
 
     # ---- runtime: model server, tool backend, clean shutdown -------------------------------
@@ -694,8 +747,14 @@ class HermesAgentBaseEnv(BaseEnv):
         )
         async with self.agent_runtime:
             try:
-                yield self
+                if self.agent_runtime.mode != "injected":
+                    probes = [partial(self.agent_runtime.probe, i) for i in range(len(self.server_configs))]
+                    async with ServerRouter(self._health_checks, probes) as self._router:
+                        yield self
+                else:
+                    yield self
             finally:
+                self._router = None
                 await self.teardown()
 
     async def teardown(self) -> None:
@@ -765,7 +824,7 @@ class HermesAgentBaseEnv(BaseEnv):
             await asyncio.sleep(1)
         self.env_id = data["env_id"]
         self.wandb_prepend = data["wandb_name"]
-        self.curr_step = data["starting_step"]
+        self.curr_step = self._start_step = data["starting_step"]
         self.checkpoint_dir = data["checkpoint_dir"]
         self.checkpoint_interval = data["checkpoint_interval"]
         if self.config.total_steps == -1:
@@ -779,53 +838,6 @@ class HermesAgentBaseEnv(BaseEnv):
         )
         if self.curr_step > 0:
             self.load_checkpoint()
-
-    async def _serve(self) -> None:
-        await BaseEnv.env_manager(self)
-        step = self.status_dict.get("current_step") if isinstance(getattr(self, "status_dict", None), dict) else None
-        print(
-            f"[hermes-rl] serve: stopping: the trainer's run is done (step {step} of {self.config.total_steps}); "
-            f"{self._groups_sent} groups sent, {self._groups_skipped} skipped",
-            file=sys.stderr,
-        )
-
-    def _skip_reason(self, group: ScoredDataGroup, check_length: bool) -> str | None:
-        """Why atroposlib 0.4.0's handle_send_to_api would drop this group (its checks, said aloud)."""
-        expected = (group.get("group_overrides") or {}).get("group_size", self.config.group_size)
-        if len(group.get("tokens", [])) != expected:
-            return f"{len(group.get('tokens', []))} sequences where the group size is {expected}"
-        if self.config.ensure_scores_are_not_same and len(set(group["scores"])) == 1:
-            return "all scores equal, no learning signal (--env.ensure_scores_are_not_same)"
-        if check_length and self.max_token_len > 0 and any(len(t) >= self.max_token_len for t in group["tokens"]):
-            return f"a sequence reaches the trainer's max_token_len {self.max_token_len}"
-        return None
-
-    async def handle_send_to_api(
-        self, scored_data, item=None, do_send_to_api=True, abort_on_any_max_length_exceeded=True
-    ):
-        """One line per group, sent/written or skipped with the reason; then atroposlib's own path."""
-        was_list = isinstance(scored_data, list)
-        kept = []
-        for group in scored_data if was_list else [scored_data]:
-            if group is None:
-                continue
-            scores = "[" + ", ".join(f"{s:.2f}" for s in group["scores"]) + "]"
-            reason = self._skip_reason(group, abort_on_any_max_length_exceeded)
-            if reason is not None:
-                self._groups_skipped += 1
-                print(f"[hermes-rl] group skipped: {reason}; scores {scores}", file=sys.stderr)
-                continue
-            self._groups_sent += 1
-            if getattr(self, "process_mode", False):
-                total = getattr(self, "n_groups_to_process", "?")
-                print(f"[hermes-rl] group {self.curr_step + 1}/{total}: written; scores {scores}", file=sys.stderr)
-            else:
-                print(f"[hermes-rl] group {self._groups_sent} sent to the trainer; scores {scores}", file=sys.stderr)
-            kept.append(group)
-        if kept:
-            await super().handle_send_to_api(
-                kept if was_list else kept[0], item, do_send_to_api, abort_on_any_max_length_exceeded
-            )
 
     async def add_rollouts_for_wandb(self, scored_data, item=None):
         # atroposlib indexes `group_size` sequences; a short group (group_overrides) has fewer.

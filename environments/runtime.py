@@ -300,11 +300,13 @@ class AgentRuntime:
         except ValueError as exc:
             raise HermesEnvError(f"bad toolsets: {exc}") from exc
 
-    def make_model(self) -> ChatModel:
-        """A model client for one trajectory; servers are used round-robin."""
+    def make_model(self, index: int | None = None) -> ChatModel:
+        """A model client for one trajectory on server `index` (None: servers are used round-robin)."""
         if self._injected_model is not None:
             return self._injected_model()
-        index = self.last_server_index = next(self._server_cycle)
+        if index is None:
+            index = next(self._server_cycle)
+        self.last_server_index = index
         if self._token_models is not None:
             return self._token_models.make_model(index)
         if not self._chat_clients:
@@ -324,6 +326,13 @@ class AgentRuntime:
             ),
             client=self._chat_clients[index],
         )
+
+    async def probe(self, index: int) -> None:
+        """Raise when server `index` does not answer its health endpoint (the token protocol's, or GET /models)."""
+        if self._token_models is not None:
+            await self._token_models.clients[index].check()
+        else:
+            await check_server(self._base_urls[index], timeout_s=5.0)
 
     # ---- one trajectory ------------------------------------------------------------------------
 

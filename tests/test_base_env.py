@@ -75,20 +75,33 @@ async def test_infrastructure_failures_are_not_scored_and_stop_the_command(tmp_p
     assert not (tmp_path / "groups.jsonl").exists(), "no empty/partial output may be left behind"
 
 
+def first_turn_fails(failing: set[int]):
+    """A scripted model: the n-th first turn of any rollout in `failing` answers 503, other first turns
+    write the word, later turns say done. Decided by the request, not the order requests arrive in."""
+    first_turns = 0
+
+    def reply(request):
+        nonlocal first_turns
+        if any(m["role"] == "tool" for m in request["messages"]):
+            return {"content": "done"}
+        first_turns += 1
+        return 503 if first_turns in failing else writer("apple")(request)
+
+    return reply
+
+
 async def test_a_rollout_lost_to_infrastructure_is_run_again(tmp_path):
-    script = [writer("apple"), 503, {"content": "done"}, writer("apple"), {"content": "done"}]
-    async with ScriptedOpenAIServer(script) as server:
+    async with ScriptedOpenAIServer([first_turn_fails({2})] * 5) as server:
         env = make_env(server.base_url, tmp_path, model_max_retries=0)
         async with env.runtime():
             await env.setup()
             group, backlog = await env.collect_trajectories(await env.get_next_item())
     assert backlog == [] and group["scores"] == [1.0, 1.0]
-    assert "group_overrides" not in group
+    assert "group_size" not in group["group_overrides"]  # complete again: run-api releases it
 
 
 async def test_partially_failed_group_keeps_only_usable_rollouts_and_says_its_size(tmp_path):
-    script = [writer("apple"), 503, {"content": "done"}]
-    async with ScriptedOpenAIServer(script) as server:
+    async with ScriptedOpenAIServer([first_turn_fails({2})] * 3) as server:
         env = make_env(server.base_url, tmp_path, model_max_retries=0, rollout_infra_retries=0)
         async with env.runtime():
             await env.setup()
@@ -96,7 +109,10 @@ async def test_partially_failed_group_keeps_only_usable_rollouts_and_says_its_si
             group, backlog = await env.collect_trajectories(item)
     assert backlog == []
     assert group["scores"] == [1.0] and len(group["messages"]) == 1
-    assert group["group_overrides"] == {"group_size": 1}  # else atroposlib drops it as malformed
+    assert group["group_overrides"]["group_size"] == 1  # else atroposlib drops it as malformed
+    assert env._skip_reason(group, True, serving=False) is None  # process writes it
+    reason = env._skip_reason(group, True, serving=True)  # serve does not post it: run-api would buffer it
+    assert reason is not None and reason.startswith("1 of 2 rollouts lost to infrastructure errors")
 
 
 async def test_unreachable_server_fails_before_any_rollout(tmp_path):

@@ -146,7 +146,7 @@ async def test_a_short_group_survives_wandb_rollout_logging(tmp_path):
         out, err = await asyncio.wait_for(proc.communicate(), 600)
     assert proc.returncode == 0, err.decode()[-3000:]
     (group,) = [json.loads(line) for line in (tmp_path / "short.jsonl").read_text().splitlines()]
-    assert group["group_overrides"] == {"group_size": 1} and len(group["tokens"]) == 1
+    assert group["group_overrides"]["group_size"] == 1 and len(group["tokens"]) == 1
     assert list((tmp_path / "wandb").glob("offline-run-*")), "wandb ran (offline) and logged the group"
 
 

@@ -76,6 +76,9 @@ class Group:
     semantics: LogprobSemantics
     advantages: list[list[float]] | None = None
     source: str = ""  # "file:line" for messages
+    # Which rollout each sequence is from (group_overrides.sequence_rollouts): a rollout that
+    # spans several token sequences counts once in the group's baseline (docs/trainers.md).
+    sequence_rollouts: list[int] | None = None
 
     @classmethod
     def from_dict(cls, row: dict[str, Any], source: str) -> Group:
@@ -95,7 +98,16 @@ class Group:
                     f"{source}: sequence {i} has tokens, masks and inference_logprobs of different lengths"
                 )
         semantics = LogprobSemantics.from_generation_params(row.get("generation_params"))
-        return cls(tokens, masks, [float(s) for s in scores], logprobs, semantics, row.get("advantages"), source)
+        rollouts = (row.get("group_overrides") or {}).get("sequence_rollouts")
+        if rollouts is not None:
+            if len(rollouts) != len(tokens) or not all(isinstance(r, int) for r in rollouts):
+                raise ValueError(f"{source}: group_overrides.sequence_rollouts needs one rollout index per sequence")
+            by_rollout: dict[int, float] = {}
+            for r, score in zip(rollouts, scores):
+                if by_rollout.setdefault(r, float(score)) != float(score):
+                    raise ValueError(f"{source}: the sequences of rollout {r} carry different scores")
+        scores = [float(s) for s in scores]
+        return cls(tokens, masks, scores, logprobs, semantics, row.get("advantages"), source, rollouts)
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -7,8 +7,10 @@
 It proves the data path end to end and is a template; real training stays on Atropos or Tinker
 trainers. One step, for every sequence of a batch:
 
-- advantage: the sequence's score normalised within its group ((s - mean) / (std + eps));
-  per-token `advantages` sent with a group are used as given;
+- advantage: the rollout's score normalised within its group ((s - mean) / (std + eps)) over
+  rollouts, not sequences: when `group_overrides.sequence_rollouts` says that several sequences
+  are one rollout (a template that is not append-only), they share one advantage and count once
+  in the baseline (docs/trainers.md); per-token `advantages` sent with a group are used as given;
 - ratio: exp(new logprob - inference logprob) per trained token, new logprobs computed in the
   distribution the group's sampling record names (training.groups.LogprobSemantics);
 - loss: PPO's clipped objective, averaged over all trained tokens of the batch; a position
@@ -44,6 +46,7 @@ __all__ = [
     "SequenceInputs",
     "StepStats",
     "sequence_inputs",
+    "rollout_advantages",
     "policy_loss",
     "train_step",
     "run",
@@ -121,12 +124,20 @@ class SequenceInputs:
     gaps: int  # trained by the mask, but no logprob to form a ratio with
 
 
+def rollout_advantages(group: Group) -> list[float]:
+    """One advantage per sequence: its rollout's score, normalised over the group's rollouts."""
+    rollouts = group.sequence_rollouts or list(range(len(group.scores)))
+    per_rollout = dict(zip(rollouts, group.scores))  # a rollout's sequences share its score
+    scores = list(per_rollout.values())
+    mean = sum(scores) / len(scores)
+    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    return [(per_rollout[r] - mean) / (std + 1e-6) for r in rollouts]
+
+
 def sequence_inputs(group: Group) -> list[SequenceInputs]:
     if group.inference_logprobs is None:
         raise ValueError(f"{group.source}: GRPO needs inference_logprobs; serve with a token server")
-    scores = group.scores
-    mean = sum(scores) / len(scores)
-    std = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
+    advantage = rollout_advantages(group)
     out = []
     for i, (tokens, masks, logprobs) in enumerate(zip(group.tokens, group.masks, group.inference_logprobs)):
         if any(m not in (IGNORE, tok) for tok, m in zip(tokens, masks)):
@@ -137,7 +148,7 @@ def sequence_inputs(group: Group) -> list[SequenceInputs]:
         if group.advantages is not None:
             adv = [float(a) for a in group.advantages[i]]
         else:
-            adv = [(scores[i] - mean) / (std + 1e-6)] * len(tokens)
+            adv = [advantage[i]] * len(tokens)
         old = [lp if t else 0.0 for lp, t in zip(logprobs, trained)]
         out.append(SequenceInputs(tokens, trained, old, adv, sum(s and not h for s, h in zip(sampled, has_lp))))
     return out

@@ -119,7 +119,8 @@ def test_a_rollout_whose_tokens_cannot_be_built_is_left_out_with_its_reason(tmp_
         )  # fmt: skip
     assert code == 0, err[-3000:]
     (group,) = _groups(out)
-    assert len(group["tokens"]) == 1 and group["group_overrides"] == {"group_size": 1}
+    assert len(group["tokens"]) == 1
+    assert group["group_overrides"] == {"group_size": 1, "sequence_rollouts": [1], "rollouts": 2}
     (said,) = [m["content"] for m in group["messages"][0] if m["role"] == "assistant"]
     assert said == "done"
     (reason,) = group["left_out"]

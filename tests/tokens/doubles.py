@@ -2,7 +2,8 @@
 
 `ScriptedTokenServerDouble` is a real HTTP server on 127.0.0.1 that answers the documented
 wire formats (vLLM native `/generate` as atroposlib's example server returns it, vLLM's
-`/v1/completions` with `return_token_ids`, SGLang `/generate` with `return_logprob`) from a
+`/v1/completions` with `return_token_ids`, SGLang and tinker-atropos `/generate` with `return_logprob`,
+llama.cpp's `/completion` with `return_tokens` and `n_probs`) from a
 script of (token ids, logprobs, finish reason). It records every request body, so tests can
 check what the client sent. A real vLLM run is the opt-in `vllm` tier.
 """
@@ -33,6 +34,7 @@ class ScriptedTokenServerDouble:
         app = web.Application()
         app.router.add_post("/generate", self._generate)
         app.router.add_post("/v1/completions", self._completions)
+        app.router.add_post("/completion", self._llamacpp)
         app.router.add_get("/health", self._health)
         app.router.add_get("/v1/models", self._health)
         self._runner = web.AppRunner(app)
@@ -84,6 +86,22 @@ class ScriptedTokenServerDouble:
                 "logprobs": [positions],
                 "prompt_token_ids": body["prompt"]["prompt_token_ids"],
                 "token_ids": [s.ids],
+            }
+        )
+
+    async def _llamacpp(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        self.requests.append(("/completion", body))
+        if self.status != 200:
+            return web.Response(status=self.status, text="engine dead")
+        s = self._next()
+        return web.json_response(
+            {
+                "content": "",
+                "tokens": s.ids,
+                "completion_probabilities": [{"id": i, "token": "", "logprob": lp} for i, lp in zip(s.ids, s.logprobs)],
+                "stop_type": "eos" if s.finish == "stop" else "limit",
+                "tokens_evaluated": len(body["prompt"]),
             }
         )
 

@@ -7,7 +7,7 @@ from atroposlib.envs.base import APIServerConfig
 
 from environments.agent_loop import AgentResult
 from environments.gsm8k.env import GSM8kAgentEnv, GSM8kAgentEnvConfig
-from environments.hermes_base_env import Rollout
+from environments.hermes_base_env import HermesEnvError, Rollout
 from environments.models.token_mode import ChatRenderer, TokenSession
 from environments.models.token_mode.wiring import trace_items
 from environments.models.token_mode.testing import TOOLS, template_completion, tool_conversation
@@ -33,7 +33,7 @@ def traced(renderer, turns, *, reasoning=False, user_every=0, trailing=False):
 def env():
     cfg = GSM8kAgentEnvConfig(tokenizer_name=str(QWEN_TOKENIZER), group_size=2, use_wandb=False)
     server = APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", api_key="x", health_check=False)
-    return GSM8kAgentEnv(cfg, [server], testing=True)
+    return GSM8kAgentEnv(cfg, [server])
 
 
 def rollout(trace, messages, score):
@@ -53,19 +53,44 @@ def test_group_carries_exact_tokens_masks_and_inference_logprobs(env, qwen_token
     assert group["masks"] == [t1.sequences[0].masks, t2.sequences[0].masks]
     assert group["inference_logprobs"] == [t1.sequences[0].inference_logprobs, t2.sequences[0].inference_logprobs]
     assert group["scores"] == [1.0, 0.0] and group["messages"] == [m1, m2]
-    assert group.get("group_overrides") is None
+    assert group["group_overrides"] == {"sequence_rollouts": [0, 1], "rollouts": 2}  # no group_size: complete
 
 
-def test_non_append_only_rollout_becomes_several_items_and_the_group_says_its_size(env, qwen_tokenizer):
+def test_a_split_rollout_keeps_its_last_sequence_by_default_so_the_group_stays_complete(env, qwen_tokenizer):
     renderer = ChatRenderer(qwen_tokenizer, template_text("Qwen-Qwen3-0.6B"))
     split, m1 = traced(renderer, 6, reasoning=True, user_every=3)
     whole, m2 = traced(renderer, 2, reasoning=True)
     assert split.restarts == 1 and whole.restarts == 0
+    assert env.config.split_sequences == "last"
     group = env.build_group([rollout(split, m1, 1.0), rollout(whole, m2, 0.0)])
+    # run-api releases exactly group_size sequences: one per rollout, the split one's last
+    assert group["tokens"] == [split.sequences[-1].tokens, whole.sequences[0].tokens]
+    assert group["inference_logprobs"] == [
+        split.sequences[-1].inference_logprobs,
+        whole.sequences[0].inference_logprobs,
+    ]
+    assert group["scores"] == [1.0, 0.0] and env._skip_reason(group, True, serving=True) is None
+    assert group["group_overrides"] == {"sequence_rollouts": [0, 1], "rollouts": 2}
+    assert [i["token_sequences"] for i in group["rollout_info"]] == [2, 1]
+
+
+def test_split_sequences_all_keeps_every_sequence_tagged_with_its_rollout(env, qwen_tokenizer):
+    renderer = ChatRenderer(qwen_tokenizer, template_text("Qwen-Qwen3-0.6B"))
+    split, m1 = traced(renderer, 6, reasoning=True, user_every=3)
+    whole, m2 = traced(renderer, 2, reasoning=True)
+    env.config.split_sequences = "all"
+    try:
+        group = env.build_group([rollout(split, m1, 1.0), rollout(whole, m2, 0.0)])
+        with pytest.raises(HermesEnvError, match="run-api buffers"):
+            env.check_config("serve")
+    finally:
+        env.config.split_sequences = "last"
     assert len(group["tokens"]) == len(group["masks"]) == len(group["inference_logprobs"]) == len(group["scores"]) == 3
     assert group["scores"] == [1.0, 1.0, 0.0]
-    assert group["group_overrides"] == {"group_size": 3}
-    assert [i["token_sequences"] for i in group["rollout_info"]] == [2, 2, 1]
+    assert group["group_overrides"] == {"sequence_rollouts": [0, 0, 1], "rollouts": 2, "group_size": 3}
+    # process writes it (atroposlib's own check passes); serve would never post it
+    assert env._skip_reason(group, True, serving=False) is None
+    assert env._skip_reason(group, True, serving=True) == "3 sequences where run-api expects group_size 2"
 
 
 def test_template_tokens_after_the_last_generation_are_cut(qwen_tokenizer):

@@ -41,8 +41,8 @@ def test_default_serve_feeds_a_trainer_groups_with_reward_variance(tmp_path):
     env = None
     batches: list[list[dict]] = []
     try:
-        # batch_size 4 = one default group per step; 1 step: serve stops once 2 groups are queued.
-        register_trainer(api_url, tmp_path / "ckpt", batch_size=4, num_steps=1)
+        # batch_size 4 = one default group per step; 2 steps: serve stops once the trainer took both.
+        register_trainer(api_url, tmp_path / "ckpt", batch_size=4, num_steps=2)
         env = start_process(
             [sys.executable, "-m", "environments.gsm8k_agent_env", "serve", "--env.rollout_server_url", api_url],
             tmp_path / "env.log",
@@ -57,7 +57,7 @@ def test_default_serve_feeds_a_trainer_groups_with_reward_variance(tmp_path):
             if env.poll() is not None:  # serve stopped by itself: what it queued must still arrive
                 assert env.returncode == 0, (tmp_path / "env.log").read_text()[-3000:]
             time.sleep(2)
-        env.wait(600)  # the trainer's single step is done: serve stops by itself
+        env.wait(600)  # the trainer's last step is done: serve stops by itself
         log = (tmp_path / "env.log").read_text()
     finally:
         if env is not None:

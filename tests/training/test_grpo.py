@@ -108,6 +108,27 @@ def test_advantages_are_normalised_within_the_group_and_gaps_are_not_trained():
     assert first.old_logprobs == [0.0, -0.5, 0.0, -0.2]
 
 
+def test_a_split_rollout_counts_once_and_its_sequences_share_its_advantage():
+    # Rollout 0 (score 1) spans two token sequences, rollout 1 (score 0) one: [1 split, 0].
+    row = {
+        "tokens": [[5, 6, 7]] * 3,
+        "masks": [[IGNORE, 6, 7]] * 3,
+        "scores": [1.0, 1.0, 0.0],
+        "inference_logprobs": [[1.0, -0.1, -0.2]] * 3,
+        "group_overrides": {"sequence_rollouts": [0, 0, 1], "rollouts": 2, "group_size": 3},
+    }
+    (split,) = parse_groups(row, "split")
+    single = _group([1.0, 0.0], [[0, 1, 1, 1]] * 2, [[1.0, -0.1, -0.2, -0.3]] * 2)
+    split_adv = [s.advantages[0] for s in sequence_inputs(split)]
+    single_adv = [s.advantages[0] for s in sequence_inputs(single)]
+    assert split_adv == pytest.approx([1.0, 1.0, -1.0], abs=1e-5)
+    assert split_adv == [single_adv[0], single_adv[0], single_adv[1]]  # as if the rollout were one sequence
+    (per_sequence,) = parse_groups({**row, "group_overrides": None}, "no index")
+    assert [s.advantages[0] for s in sequence_inputs(per_sequence)] != pytest.approx(split_adv, abs=0.1)
+    with pytest.raises(ValueError, match="rollout 0 carry different scores"):
+        list(parse_groups({**row, "scores": [1.0, 0.5, 0.0]}, "bad"))
+
+
 def test_a_mask_that_is_not_its_token_is_refused():
     group = _group([1.0, 0.0], [[0, 1, 1, 1], [0, 0, 1, 1]], [[1.0, -0.5, -0.1, -0.2], [1.0, 1.0, -0.3, -0.4]])
     group.masks[1][3] = 99

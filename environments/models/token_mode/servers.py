@@ -10,6 +10,12 @@ Four wire protocols, one `TokenServer` interface:
   `sampling_params` with `stop` as token ids; the answer has `meta_info.output_token_logprobs` as
   `(logprob, id, text)`, a string `finish_reason` (always "stop") and no `output_ids`
 
+Sampler settings (`top_k`, `top_p`, `min_p`, `seed`, penalties) go where each protocol reads them
+(`SAMPLER_FIELDS`): the top level of the request for vLLM and llama.cpp, inside `sampling_params`
+for SGLang (merged with temperature, max_new_tokens and stop ids, never replacing them). A setting
+a protocol cannot carry (tinker-atropos reads only max_new_tokens, temperature, n and stop) is
+refused by `check_sampler` before any request.
+
 Logprobs come back aligned one to one with the generated ids; where a server reports none
 for a token (llama.cpp omits entries for tokens that end inside a UTF-8 character) the entry
 is None, never shifted. Server failures raise `ModelError` (infrastructure, not the model).
@@ -34,9 +40,54 @@ __all__ = [
     "HTTPTokenServer",
     "make_token_server",
     "align_llamacpp_logprobs",
+    "SAMPLER_FIELDS",
+    "SAMPLER_KEYS",
+    "check_sampler",
+    "place_extra",
 ]
 
 TokenServerKind = Literal["vllm", "vllm_openai", "sglang", "llamacpp", "tinker"]
+
+
+_PENALTIES = frozenset({"presence_penalty", "frequency_penalty"})
+# Per protocol: where sampler settings go ("top" level or "sampling_params") and which it reads,
+# as {our name: the protocol's name}. From each server's request schema: vLLM SamplingParams and
+# its OpenAI completions request, SGLang's sampling_params (seed is `sampling_seed`), llama.cpp's
+# /completion (`repeat_penalty`), tinker-atropos's /generate (max_new_tokens, temperature, n, stop).
+SAMPLER_FIELDS: dict[str, tuple[Literal["top", "sampling_params"], dict[str, str]]] = {
+    "vllm": ("top", {k: k for k in {"top_k", "top_p", "min_p", "seed", "repetition_penalty", *_PENALTIES}}),
+    "vllm_openai": ("top", {k: k for k in {"top_k", "top_p", "min_p", "seed", "repetition_penalty", *_PENALTIES}}),
+    "sglang": (
+        "sampling_params",
+        {**{k: k for k in {"top_k", "top_p", "min_p", "repetition_penalty", *_PENALTIES}}, "seed": "sampling_seed"},
+    ),
+    "llamacpp": ("top", {k: k for k in {"top_k", "top_p", "min_p", "seed", "repeat_penalty", *_PENALTIES}}),
+    "tinker": ("sampling_params", {}),
+}
+SAMPLER_KEYS = frozenset(k for _, fields in SAMPLER_FIELDS.values() for k in fields) | {"sampling_seed"}
+
+
+def check_sampler(kind: str, extra: dict[str, Any]) -> None:
+    """Raise ValueError, in one line, for a sampler setting the protocol would silently ignore."""
+    _, fields = SAMPLER_FIELDS[kind]
+    unknown = sorted(k for k in extra if k in SAMPLER_KEYS and k not in fields)
+    if unknown:
+        readable = ", ".join(["temperature", "max_tokens", *sorted(fields)])
+        raise ValueError(
+            f"--env.extra_body {', '.join(unknown)}: the {kind} token protocol cannot carry it (it reads {readable}); "
+            "remove it or use a server whose protocol does"
+        )
+
+
+def place_extra(kind: str, body: dict[str, Any], extra: dict[str, Any]) -> None:
+    """Put `extra` into a request body where `kind` reads it: sampler settings per SAMPLER_FIELDS,
+    anything else (a llama.cpp `grammar`, `post_sampling_probs`) at the top level."""
+    where, fields = SAMPLER_FIELDS[kind]
+    for key, value in extra.items():
+        if key in fields and where == "sampling_params":
+            body["sampling_params"][fields[key]] = value
+        else:
+            body[key] = value
 
 
 class TokenServerConfig(BaseModel):
@@ -47,7 +98,8 @@ class TokenServerConfig(BaseModel):
     timeout_s: float = Field(600.0, gt=0)
     max_connections: int = Field(64, ge=1)
     extra_body: dict[str, Any] = Field(
-        default_factory=dict, description="Extra request fields, merged at the top level (e.g. a llama.cpp 'grammar')"
+        default_factory=dict,
+        description="Extra request fields: sampler settings where the protocol reads them, others at the top level",
     )
 
 
@@ -88,6 +140,7 @@ class HTTPTokenServer:
     """One client per server (one connection pool), shared by its trajectories."""
 
     def __init__(self, config: TokenServerConfig, client: httpx.AsyncClient | None = None) -> None:
+        check_sampler(config.kind, config.extra_body)
         self.config = config
         headers = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
         limits = httpx.Limits(max_connections=config.max_connections)
@@ -124,7 +177,7 @@ class HTTPTokenServer:
         path, body = _REQUESTS[self.config.kind](
             self.config, list(prompt_ids), max_tokens, temperature, stop_token_ids, seed
         )
-        body.update(self.config.extra_body)
+        place_extra(self.config.kind, body, self.config.extra_body)
         url = self._root + path
         try:
             response = await self._client.post(url, json=body)

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from .chat_model import TokenChatConfig, TokenChatModel
-from .servers import HTTPTokenServer, TokenServerConfig, TokenServerKind, make_token_server
+from .servers import SAMPLER_KEYS, HTTPTokenServer, TokenServerConfig, TokenServerKind, check_sampler, make_token_server
 from .session import NOT_SAMPLED, TokenTrace
 from .template import ChatRenderer
 
@@ -80,8 +80,20 @@ def sampling_setup(
     are sent explicitly, so the record states the policy instead of trusting a server default
     (top_k 0 would sample the whole vocabulary, about 3x slower here). A user's `extra_body`
     (e.g. `{top_k: 0, top_p: 1.0, min_p: 0.0}` for plain temperature sampling) wins. The record
-    says what was sent and what the logprobs describe.
+    says what was sent and what the logprobs describe; top_k/top_p/min_p not sent are recorded as
+    None (unknown): the server fills them itself (vLLM and SGLang from the model's generation_config).
+    A sampler setting the protocol cannot carry raises ValueError; `sampling_params` given in
+    extra_body are sampler settings too (merged, never replacing the request's own).
     """
+    extra_body = dict(extra_body)
+    nested = extra_body.pop("sampling_params", None)
+    if nested is not None:
+        if not isinstance(nested, dict) or kind not in ("sglang", "tinker"):
+            raise ValueError(
+                f"--env.extra_body sampling_params is for the sglang and tinker protocols (got {kind}); "
+                "give sampler settings at the top level of extra_body (top_k, top_p, min_p, seed)"
+            )
+        extra_body.update({"seed" if k == "sampling_seed" else k: v for k, v in nested.items()})
     request: dict[str, Any] = {}
     if kind == "llamacpp":
         request = {"top_k": 40, "top_p": 0.95, "min_p": 0.05}
@@ -94,8 +106,17 @@ def sampling_setup(
             "and keep raw_logits here"
         )
     request.update(extra_body)
+    if kind is not None:
+        check_sampler(kind, request)
     record: dict[str, Any] = {"token_server": kind, "temperature": temperature, "max_tokens": max_tokens}
-    record.update({k: v for k, v in request.items() if k in ("top_k", "top_p", "min_p", "seed", "repeat_penalty")})
+    record.update({k: None for k in ("top_k", "top_p", "min_p")})  # unknown unless sent
+    record.update({k: v for k, v in request.items() if k in SAMPLER_KEYS})
+    unset = [k for k in ("top_k", "top_p", "min_p") if record[k] is None]
+    if unset:
+        record["server_defaults"] = (
+            f"{', '.join(unset)} not sent: the server applied its own defaults (vLLM and SGLang take them from the "
+            "model's generation_config), unknown here"
+        )
     if kind is None:
         record["logprobs"] = None  # chat mode: none are sent
     elif kind == "llamacpp":
