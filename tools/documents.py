@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 from tools.context import ToolContext
@@ -25,6 +26,7 @@ __all__ = [
     "PARAGRAPHS_FILE",
     "CAPTIONS_FILE",
     "Caption",
+    "ParagraphIndex",
     "parse_captions",
     "paragraph_tools",
     "caption_tools",
@@ -47,10 +49,6 @@ async def write_paragraphs(ctx: ToolContext, paragraphs: list[dict[str, Any]]) -
     await ctx.write_file(PARAGRAPHS_FILE, json.dumps(paragraphs, ensure_ascii=False))
 
 
-async def _paragraphs(ctx: ToolContext) -> list[dict[str, Any]]:
-    return json.loads(await ctx.read_file(PARAGRAPHS_FILE))
-
-
 def _limit(args: dict[str, Any]) -> int:
     return int(args.get("max_results", 5))
 
@@ -58,49 +56,69 @@ def _limit(args: dict[str, Any]) -> int:
 _LIMIT_SCHEMA = {"type": "integer", "minimum": 1, "maximum": _MAX_RESULTS, "description": "Results (default 5)."}
 
 
-async def _search_paragraphs(args: dict[str, Any], ctx: ToolContext) -> str:
-    query = set(_words(args["query"]))
-    if not query:
-        return tool_error("'query' has no searchable words; name people, places or things from the question")
-    ranked = []
-    for p in await _paragraphs(ctx):
-        title, text = set(_words(p["title"])), _words(" ".join(p["sentences"]))
-        score = 2 * len(query & title) + sum(w in query for w in text)
-        if score:
-            ranked.append((score, p["title"], " ".join(p["sentences"])[:160]))
-    ranked.sort(key=lambda r: -r[0])  # stable: ties keep the item's order
-    results = [{"title": t, "snippet": s} for _, t, s in ranked[: _limit(args)]]
-    payload: dict[str, Any] = {"query": args["query"], "results": results}
-    if not results:
-        payload["note"] = "no paragraph matches; try other words"
-    return json.dumps(payload, ensure_ascii=False)
+class ParagraphIndex:
+    """Paragraphs `{title, sentences}` with their words counted once, searched by word overlap."""
+
+    def __init__(self, paragraphs: Sequence[dict[str, Any]]) -> None:
+        self.paragraphs = list(paragraphs)
+        self._words = [(set(_words(p["title"])), _words(" ".join(p["sentences"]))) for p in self.paragraphs]
+        self._by_title: dict[str, list[dict[str, Any]]] = {}
+        for p in self.paragraphs:
+            self._by_title.setdefault(p["title"].lower(), []).append(p)
+
+    def search(self, query: set[str], limit: int) -> list[dict[str, str]]:
+        """Title words count double; ties keep the paragraphs' order."""
+        scored = []
+        for n, (title, text) in enumerate(self._words):
+            score = 2 * len(query & title) + sum(w in query for w in text)
+            if score:
+                scored.append((-score, n))
+        hits = [self.paragraphs[n] for _, n in sorted(scored)[:limit]]
+        return [{"title": p["title"], "snippet": " ".join(p["sentences"])[:160]} for p in hits]
+
+    def open(self, title: str) -> list[dict[str, Any]]:
+        return self._by_title.get(title.strip().lower(), [])
 
 
-async def _open_paragraph(args: dict[str, Any], ctx: ToolContext) -> str:
-    paragraphs = await _paragraphs(ctx)
-    wanted = args["title"].strip().lower()
-    found = [p for p in paragraphs if p["title"].lower() == wanted]
-    if not found:
-        titles = [p["title"] for p in paragraphs]
-        return tool_error(f"no paragraph titled {args['title']!r}; titles: {titles}")
-    return json.dumps(
-        [{"title": p["title"], "sentences": [f"[{i}] {s}" for i, s in enumerate(p["sentences"])]} for p in found],
-        ensure_ascii=False,
-    )
+def paragraph_tools(corpus: Callable[[], ParagraphIndex] | None = None) -> list[Tool]:
+    """The `paragraphs` toolset over the trajectory's own paragraphs (`write_paragraphs`), or over the
+    shared index `corpus()` returns (fullwiki style: every paragraph of the data set) when given."""
 
+    async def index(ctx: ToolContext) -> ParagraphIndex:
+        if corpus is not None:
+            return corpus()
+        return ParagraphIndex(json.loads(await ctx.read_file(PARAGRAPHS_FILE)))
 
-def paragraph_tools() -> list[Tool]:
+    async def search_paragraphs(args: dict[str, Any], ctx: ToolContext) -> str:
+        query = set(_words(args["query"]))
+        if not query:
+            return tool_error("'query' has no searchable words; name people, places or things from the question")
+        results = (await index(ctx)).search(query, _limit(args))
+        payload: dict[str, Any] = {"query": args["query"], "results": results}
+        if not results:
+            payload["note"] = "no paragraph matches; try other words"
+        return json.dumps(payload, ensure_ascii=False)
+
+    async def open_paragraph(args: dict[str, Any], ctx: ToolContext) -> str:
+        found = (await index(ctx)).open(args["title"])
+        if not found:
+            return tool_error(f"no paragraph titled {args['title']!r}; find titles with search_paragraphs")
+        return json.dumps(
+            [{"title": p["title"], "sentences": [f"[{i}] {s}" for i, s in enumerate(p["sentences"])]} for p in found],
+            ensure_ascii=False,
+        )
+
     return [
         Tool(
             name="search_paragraphs",
             toolset="paragraphs",
-            description="Search this question's paragraphs. Returns titles with a snippet; read one with open_paragraph.",
+            description="Search the paragraphs. Returns titles with a snippet; read one with open_paragraph.",
             parameters={
                 "type": "object",
                 "properties": {"query": {"type": "string", "minLength": 1}, "max_results": _LIMIT_SCHEMA},
                 "required": ["query"],
             },
-            handler=_search_paragraphs,
+            handler=search_paragraphs,
         ),
         Tool(
             name="open_paragraph",
@@ -111,7 +129,7 @@ def paragraph_tools() -> list[Tool]:
                 "properties": {"title": {"type": "string", "minLength": 1}},
                 "required": ["title"],
             },
-            handler=_open_paragraph,
+            handler=open_paragraph,
         ),
     ]
 

@@ -5,7 +5,8 @@
     python -m environments.mhqa_env process --env.dataset hotpotqa/hotpot_qa --env.hub_config distractor
 
 The agent searches and reads the question's own paragraphs (toolset `paragraphs`: HotpotQA's
-`context`, which for fullwiki rows is the retrieved set; MuSiQue's `paragraphs`), then ends with
+`context`, which for fullwiki rows is the retrieved set; MuSiQue's `paragraphs`; with
+`--env.search_scope dataset`, every paragraph of the loaded rows), then ends with
 
     SUPPORTING FACTS: [["Title", 0], ["Other title", 2]]      (optional; sentence ids from open_paragraph)
     FINAL ANSWER: <answer>
@@ -29,7 +30,7 @@ from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfi
 from environments.mhqa.data import OFFLINE_PATH, load_items
 from environments.mhqa.scoring import SetScores, best_answer_scores, joint_scores, sp_scores
 from tools.context import ToolContext
-from tools.documents import paragraph_tools, write_paragraphs
+from tools.documents import ParagraphIndex, paragraph_tools, write_paragraphs
 from tools.registry import ToolRegistry
 
 __all__ = ["MHQAEnv", "MHQAEnvConfig", "SYSTEM_PROMPT", "cited_facts", "score_response"]
@@ -79,6 +80,11 @@ class MHQAEnvConfig(HermesAgentEnvConfig):
     split: str = Field("validation", description="Split of a hub dataset or a save_to_disk DatasetDict")
     hub_config: str | None = Field(None, description="Hub dataset config, e.g. distractor | fullwiki for hotpot_qa")
     reward_metric: Literal["f1", "em"] = Field("f1", description="The reward: official answer token F1, or EM")
+    search_scope: Literal["item", "dataset"] = Field(
+        "item",
+        description="What the paragraph tools search: the item's own paragraphs, or every paragraph of the loaded "
+        "rows (open-domain, fullwiki style; the prompt then lists no titles)",
+    )
 
 
 class MHQAEnv(HermesAgentBaseEnv):
@@ -88,6 +94,8 @@ class MHQAEnv(HermesAgentBaseEnv):
     default_system_prompt = SYSTEM_PROMPT
 
     def __init__(self, config: MHQAEnvConfig, server_configs, slurm: bool = False, testing: bool = False) -> None:
+        self._items: list[dict[str, Any]] = []
+        self._corpus: ParagraphIndex | None = None
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: MHQAEnvConfig = config
 
@@ -97,7 +105,21 @@ class MHQAEnv(HermesAgentBaseEnv):
         return config.model_copy(update={"max_agent_turns": 6, "agent_max_tokens": 256}), servers
 
     def tool_registry(self) -> ToolRegistry:
-        return ToolRegistry(paragraph_tools())
+        return ToolRegistry(paragraph_tools(self.corpus if self.config.search_scope == "dataset" else None))
+
+    def corpus(self) -> ParagraphIndex:
+        """The index of every paragraph of the loaded rows (search_scope dataset), built by items()."""
+        if self._corpus is None:
+            raise HermesEnvError("the paragraph corpus is built when the items load; call setup() first")
+        return self._corpus
+
+    @staticmethod
+    def _index_corpus(items: list[dict[str, Any]]) -> ParagraphIndex:
+        seen: dict[tuple[str, tuple[str, ...]], dict[str, Any]] = {}
+        for item in items:
+            for p in item["paragraphs"]:
+                seen.setdefault((p["title"], tuple(p["sentences"])), p)  # rows share Wikipedia paragraphs
+        return ParagraphIndex(list(seen.values()))
 
     async def items(self) -> list[dict[str, Any]]:
         c = self.config
@@ -106,17 +128,22 @@ class MHQAEnv(HermesAgentBaseEnv):
             self._items = await asyncio.to_thread(load_items, source, c.split, c.hub_config)
         except (ValueError, OSError) as exc:
             raise HermesEnvError(f"--env.dataset {c.dataset!r}: {exc}") from None
+        if c.search_scope == "dataset":
+            self._corpus = await asyncio.to_thread(self._index_corpus, self._items)
         return self._items
 
     async def eval_items(self) -> list[dict[str, Any]]:
         return self._items  # published dev sets are the ones with answers: evaluate runs the loaded rows
 
     def format_prompt(self, item: dict[str, Any]) -> str:
+        if self.config.search_scope == "dataset":
+            return item["question"]
         titles = ", ".join(p["title"] for p in item["paragraphs"])
         return f"{item['question']}\n\nParagraph titles: {titles}"
 
     async def setup_trajectory_workspace(self, item: dict[str, Any], ctx: ToolContext) -> None:
-        await write_paragraphs(ctx, item["paragraphs"])  # paragraphs only: no gold, no supporting flags
+        if self.config.search_scope == "item":
+            await write_paragraphs(ctx, item["paragraphs"])  # paragraphs only: no gold, no supporting flags
 
     async def compute_reward(self, item: dict[str, Any], result: AgentResult, ctx: ToolContext) -> float:
         return getattr(score_response(item, result.final_response)["answer"], self.config.reward_metric)

@@ -207,3 +207,24 @@ def test_process_and_evaluate_on_a_scripted_server_export_with_the_domain(tokeni
     assert metrics["eval/n"] == 4
     assert (metrics["eval/em"], metrics["eval/f1"], metrics["eval/mean_reward"]) == (0.75, 0.75, 0.75)
     assert (metrics["eval/sp_em"], metrics["eval/joint_em"], metrics["eval/joint_f1"]) == (0.25, 0.25, 0.25)
+
+
+async def test_dataset_scope_searches_every_rows_paragraphs(tokenizer_dir: str) -> None:
+    async with ScriptedOpenAIServer([]) as model_server:
+        config = MHQAEnvConfig(
+            tokenizer_name=tokenizer_dir, use_wandb=False, data_path_to_save_groups=None, search_scope="dataset"
+        )
+        server = APIServerConfig(base_url=model_server.base_url, model_name="s", api_key="x", server_type="openai")
+        env = MHQAEnv(config, [server])
+        await env.setup()
+        musique = env._items[3]
+        assert env.format_prompt(musique) == musique["question"]  # no titles: the agent must search
+        # 15 paragraphs in the rows, 12 distinct: "Orlen Bridge" and "Tasca Viaduct" recur; the two "Selmar" differ.
+        assert len(env.corpus().paragraphs) == 12
+        async with env.runtime():
+            # The MuSiQue question's rollout finds a HotpotQA row's paragraph: one corpus for all.
+            agent = Researcher("Kettering Vale", [["Ilse Moravec", 1]])
+            r = await env.rollout(musique, model=agent)
+    assert r.error is None and r.result.tool_errors == []
+    assert [x["title"] for x in json.loads(agent.seen[0])["results"][:2]] == ["Varnholt Library", "Selmar"]
+    assert r.score == 0.0  # the answer is right for another row, not for this one
