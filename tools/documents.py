@@ -45,6 +45,10 @@ def _words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w not in _STOP]
 
 
+def _joined(sentences: list[str]) -> str:
+    return " ".join(s.strip() for s in sentences)  # HotpotQA's sentences after the first start with a space
+
+
 async def write_paragraphs(ctx: ToolContext, paragraphs: list[dict[str, Any]]) -> None:
     await ctx.write_file(PARAGRAPHS_FILE, json.dumps(paragraphs, ensure_ascii=False))
 
@@ -61,7 +65,7 @@ class ParagraphIndex:
 
     def __init__(self, paragraphs: Sequence[dict[str, Any]]) -> None:
         self.paragraphs = list(paragraphs)
-        self._words = [(set(_words(p["title"])), _words(" ".join(p["sentences"]))) for p in self.paragraphs]
+        self._words = [(set(_words(p["title"])), _words(_joined(p["sentences"]))) for p in self.paragraphs]
         self._by_title: dict[str, list[dict[str, Any]]] = {}
         for p in self.paragraphs:
             self._by_title.setdefault(p["title"].lower(), []).append(p)
@@ -74,7 +78,7 @@ class ParagraphIndex:
             if score:
                 scored.append((-score, n))
         hits = [self.paragraphs[n] for _, n in sorted(scored)[:limit]]
-        return [{"title": p["title"], "snippet": " ".join(p["sentences"])[:160]} for p in hits]
+        return [{"title": p["title"], "snippet": _joined(p["sentences"])[:160]} for p in hits]
 
     def open(self, title: str) -> list[dict[str, Any]]:
         return self._by_title.get(title.strip().lower(), [])
@@ -104,7 +108,10 @@ def paragraph_tools(corpus: Callable[[], ParagraphIndex] | None = None) -> list[
         if not found:
             return tool_error(f"no paragraph titled {args['title']!r}; find titles with search_paragraphs")
         return json.dumps(
-            [{"title": p["title"], "sentences": [f"[{i}] {s}" for i, s in enumerate(p["sentences"])]} for p in found],
+            [
+                {"title": p["title"], "sentences": [f"[{i}] {s.strip()}" for i, s in enumerate(p["sentences"])]}
+                for p in found
+            ],
             ensure_ascii=False,
         )
 

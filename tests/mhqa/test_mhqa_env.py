@@ -18,6 +18,7 @@ from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 from environments.mhqa.data import OFFLINE_PATH, load_items
 from environments.mhqa.env import MHQAEnv, MHQAEnvConfig, cited_facts, score_response
 from environments.models.base import ModelTurn
+from tools.documents import ParagraphIndex
 from tests.support.cli import run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread, tool_call
 
@@ -228,3 +229,21 @@ async def test_dataset_scope_searches_every_rows_paragraphs(tokenizer_dir: str) 
     assert r.error is None and r.result.tool_errors == []
     assert [x["title"] for x in json.loads(agent.seen[0])["results"][:2]] == ["Varnholt Library", "Selmar"]
     assert r.score == 0.0  # the answer is right for another row, not for this one
+
+
+def test_a_real_hotpotqa_row() -> None:
+    """HotpotQA's train row 5a8c7595... as published (first three of its ten paragraphs): sentences after
+    the first start with a space, and a title may be cited for two sentences."""
+    (item,) = load_items(str(Path(__file__).parent / "hotpot_train_row.json"))
+    index = ParagraphIndex(item["paragraphs"])
+    (opened,) = index.open("shirley temple")
+    assert opened["sentences"][1].startswith(" As an adult")  # kept as published; shown stripped by the tool
+    assert [h["title"] for h in index.search({"corliss", "archer", "portrayed"}, 2)] == [
+        "Kiss and Tell (1945 film)",
+        "Janet Waldo",
+    ]
+    cite = '[["Kiss and Tell (1945 film)", 0], ["Shirley Temple", 0], ["Shirley Temple", 1]]'
+    s = score_response(item, f"SUPPORTING FACTS: {cite}\nFINAL ANSWER: Chief of Protocol of the United States")
+    # "chief of protocol of united states" vs "chief of protocol": 3 common tokens, p 1/2, r 1
+    assert (s["answer"].em, s["answer"].f1, s["sp"].em) == (0.0, pytest.approx(2 / 3), 1.0)
+    assert s["joint"].f1 == pytest.approx(2 / 3) and s["joint"].em == 0.0
