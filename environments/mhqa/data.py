@@ -52,6 +52,8 @@ def _answer(row: dict[str, Any], where: str) -> str:
 
 def _hotpot(row: dict[str, Any], where: str) -> dict[str, Any]:
     answer = _answer(row, where)
+    if "_id" not in row and "id" not in row:
+        raise ValueError(f"{where}: a HotpotQA row needs its `_id` (or the hub's `id`)")
     context, facts = row["context"], row.get("supporting_facts") or []
     if isinstance(context, dict):  # the hub's columnar form
         pairs = list(zip(context["title"], context["sentences"]))
@@ -60,7 +62,7 @@ def _hotpot(row: dict[str, Any], where: str) -> dict[str, Any]:
     if isinstance(facts, dict):
         facts = list(zip(facts["title"], facts["sent_id"]))
     return {
-        "id": str(row.get("_id", row.get("id"))),
+        "id": str(row["_id"] if "_id" in row else row["id"]),
         "question": row["question"],
         "answers": [answer],
         "paragraphs": [{"title": str(t), "sentences": [str(s) for s in sents]} for t, sents in pairs],

@@ -64,9 +64,7 @@ def cited_facts(response: str | None) -> list[tuple[str, int]]:
 def score_response(item: dict[str, Any], response: str | None) -> dict[str, SetScores]:
     """Answer, supporting-fact and joint scores of a final response (a missing answer scores 0)."""
     answer = extract_final_answer(response)
-    ans = best_answer_scores(answer if answer is not None else "", item["answers"])
-    if answer is None:
-        ans = SetScores(0.0, 0.0, 0.0, 0.0)
+    ans = best_answer_scores(answer, item["answers"]) if answer is not None else SetScores(0.0, 0.0, 0.0, 0.0)
     sp = sp_scores(cited_facts(response), [tuple(f) for f in item["supporting_facts"]])
     return {"answer": ans, "sp": sp, "joint": joint_scores(ans, sp)}
 
