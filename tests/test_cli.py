@@ -84,6 +84,8 @@ def test_bad_yaml_exits_2_with_one_line(tmp_path, config, expected):
         "environments.swe_smith_oracle_env",
         "environments.gaia_agent_env",
         "environments.terminal_tasks_env",
+        "environments.mhqa_env",
+        "environments.video_qa_env",
         "environments.examples.count_files",
     ],
 )
