@@ -28,7 +28,8 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from environments.agent_loop import AgentResult
-from environments.gaia.data import OFFLINE_DIR, load_tasks
+from environments.gaia.data import load_tasks
+from environments.gaia.offline import OFFLINE_DIR
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from tools.context import ToolContext
 

@@ -31,27 +31,34 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import functools
-import hashlib
 import json
-import os
 import re
 import shlex
 import sys
-import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import Field
 
 from environments.agent_loop import AgentResult
+from environments.check_agents import NoOpAgent, OneCallOracle
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
-from environments.jsonl import jsonl_lines
-from environments.models.base import ChatModel, ModelTurn
+from environments.models.base import ChatModel
 from environments.swe_smith.deps import DEFAULT_INSTALL, PreparedRepoEnv, RepoEnvConfig, RepoEnvError, prepare_repo_env
+from environments.swe_smith.instances import (
+    DEFAULT_TEST_CMD,
+    OFFLINE_DATA,
+    SweSmithInstance,
+    build_test_command,
+    check_dataset,
+    default_cache,
+    load_instances,
+    load_offline_instances,
+    profile_for,
+    read_rows,
+)
+from environments.swe_smith.snapshots import SnapshotStore
 from environments.verifier import (
     GIT_SAFE,
     TestVerifier,
@@ -64,41 +71,7 @@ from environments.verifier import (
 from tools.context import ToolContext
 from tools.executor import ToolExecutor
 
-__all__ = [
-    "OFFLINE_DATA",
-    "NoOpAgent",
-    "OracleAgent",
-    "SweSmithInstance",
-    "SweSmithOracleEnv",
-    "SweSmithOracleEnvConfig",
-    "build_mirror",
-    "build_test_command",
-    "load_instances",
-    "load_offline_instances",
-    "profile_for",
-    "read_rows",
-]
-
-OFFLINE_DATA = Path(__file__).parents[1] / "data" / "swe_smith"
-PROFILES = OFFLINE_DATA / "profiles.json"
-HUB_DATASET = "SWE-bench/SWE-smith"
-DEFAULT_TEST_CMD = "pytest --disable-warnings --color=no --tb=no --verbose"  # SWE-smith's PythonProfile
-# The commit subjects of a published task branch: Initial commit -> BUG_COMMIT -> REMOVE_TESTS_COMMIT (head).
-BUG_COMMIT = "Bug Patch"
-REMOVE_TESTS_COMMIT = "Remove F2P Tests"
-# The published Python test commands start by activating the image's conda env; on our base there is none.
-_IMAGE_ENV_PREFIX = re.compile(r"^\s*source /opt/miniconda3/bin/activate;\s*conda activate \w+;\s*")
-_FIXED_GIT_ENV = {
-    "GIT_AUTHOR_NAME": "hermes-rl",
-    "GIT_AUTHOR_EMAIL": "hermes-rl@localhost",
-    "GIT_AUTHOR_DATE": "2025-01-01T00:00:00Z",
-    "GIT_COMMITTER_NAME": "hermes-rl",
-    "GIT_COMMITTER_EMAIL": "hermes-rl@localhost",
-    "GIT_COMMITTER_DATE": "2025-01-01T00:00:00Z",
-    "GIT_CONFIG_NOSYSTEM": "1",
-    "GIT_CONFIG_GLOBAL": "/dev/null",
-    "GIT_TERMINAL_PROMPT": "0",
-}
+__all__ = ["NoOpAgent", "OracleAgent", "SweSmithOracleEnv", "SweSmithOracleEnvConfig"]
 
 SYSTEM_PROMPT = (
     "You are a software engineer fixing a bug in a Python repository. Use the terminal and file "
@@ -108,277 +81,11 @@ SYSTEM_PROMPT = (
 
 
 # Run in the verifier's checkout once the agent's diff is applied: the test files from the "Bug Patch"
-# commit (see `_snapshot`) replace whatever is there. No archive (nothing to restore): nothing happens.
+# commit (see `SnapshotStore.snapshot`) replace whatever is there. No archive (nothing to restore): nothing happens.
 RESTORE_TESTS = (
     'tests="../.$(basename "$PWD").tests.tar"\n'
     'if [ -f "$tests" ]; then tar -xf "$tests" || echo "hermes-rl: restoring the test files failed"; fi'
 )
-
-
-@dataclass(frozen=True)
-class _Start:
-    bundle: Path  # one commit holding the starting tree
-    commit: str  # that commit
-    tests: Path | None  # tar of the test files the verifier restores (None: nothing to restore)
-    restored: tuple[str, ...]  # their paths
-
-
-class SweSmithInstance(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    instance_id: str
-    repo: str = Field(..., description="The mirror, swesmith/<owner>__<name>.<sha8>")
-    patch: str = Field(..., description="The diff that introduced the bug (already committed at base_commit)")
-    FAIL_TO_PASS: list[str]
-    PASS_TO_PASS: list[str] = Field(default_factory=list)
-    problem_statement: str = ""
-    base_commit: str | None = Field(
-        None, description="The head of the branch named instance_id (used when the mirror has no such branch)"
-    )
-    image_name: str | None = Field(None, description="The instance's Docker image (its repository's environment)")
-    repo_url: str | None = Field(None, description="git URL or local path overriding the mirror")
-
-    @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
-    @classmethod
-    def _json_list(cls, value: Any) -> Any:
-        return json.loads(value) if isinstance(value, str) else value  # the hub stores them as JSON text
-
-    @property
-    def repo_name(self) -> str:
-        return self.repo.split("/")[-1]
-
-    @property
-    def name(self) -> str:
-        """The upstream project's name: the workspace directory the agent works in."""
-        m = re.match(r"^(?:.+?__)?(.+?)(?:\.[0-9a-f]{7,8})?$", self.repo_name)
-        return re.sub(r"[^A-Za-z0-9_.-]", "_", m.group(1) if m else self.repo_name)[:60].lstrip(".") or "repo"
-
-    def source(self, mirror_base: str) -> str:
-        if self.repo_url:
-            return self.repo_url
-        if "://" in mirror_base or mirror_base.startswith("git@"):
-            return f"{mirror_base.rstrip('/')}/{self.repo}.git"
-        base = Path(mirror_base)
-        return str(
-            next((p for p in (base / f"{self.repo}.git", base / self.repo) if p.exists()), base / f"{self.repo}.git")
-        )
-
-    @property
-    def test_files(self) -> list[str]:
-        return sorted({t.split("::")[0] for t in self.FAIL_TO_PASS + self.PASS_TO_PASS})
-
-
-# -- datasets ---------------------------------------------------------------------------------------
-
-
-def _git(args: list[str], cwd: Path | None = None, stdin: str | None = None) -> str:
-    import subprocess
-
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_FIXED_GIT_ENV}
-    proc = subprocess.run(["git", *args], cwd=cwd, input=stdin, capture_output=True, text=True, env=env, check=False)
-    if proc.returncode != 0:
-        raise HermesEnvError(f"git {' '.join(args[:2])} failed in {cwd}: {proc.stderr.strip()[-500:]}")
-    return proc.stdout.strip()
-
-
-def build_mirror(
-    repos: Mapping[str, Path], bugs: list[dict[str, Any]], out_dir: Path, owner: str = "hermes-rl"
-) -> list[dict[str, Any]]:
-    """A mirror in SWE-smith's published shape from plain project directories and bug patches.
-
-    `repos`: project name -> directory; `bugs`: rows with `name` (a key of repos), `bug_id`, `patch` and
-    the published fields. Writes `out_dir/swesmith/<owner>__<name>.<sha8>.git` (main = the original; one
-    branch per instance: "Bug Patch", then "Remove F2P Tests" deleting the FAIL_TO_PASS test files) and
-    returns the rows with `instance_id`, `repo` and `base_commit` (the branch head) filled in. Commits use
-    a fixed identity and date, so the result is reproducible.
-    """
-    work = out_dir / ".work"
-    rows = []
-    mirrors: dict[str, tuple[Path, str]] = {}
-    for name, src in repos.items():
-        tree = work / name
-        _git(["init", "-q", "-b", "main", str(tree)])
-        for path in sorted(src.rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                target = tree / path.relative_to(src)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(path.read_bytes())
-        _git(["add", "-A"], tree)
-        _git(["commit", "-q", "-m", "Initial commit"], tree)
-        sha8 = _git(["rev-parse", "HEAD"], tree)[:8]
-        mirror = out_dir / "swesmith" / f"{owner}__{name}.{sha8}.git"
-        mirrors[name] = (tree, f"swesmith/{owner}__{name}.{sha8}")
-        if not mirror.exists():
-            _git(["init", "-q", "--bare", str(mirror)])
-    for bug in bugs:
-        tree, repo = mirrors[bug["name"]]
-        instance_id = f"{repo.split('/')[1]}.{bug['bug_id']}"
-        _git(["checkout", "-q", "-b", instance_id, "main"], tree)
-        _git(["apply", "-"], tree, stdin=bug["patch"])
-        _git(["commit", "-q", "-am", BUG_COMMIT], tree)
-        # As SWE-smith publishes: a second commit deletes the FAIL_TO_PASS test files; the head is the start.
-        hidden = sorted({t.split("::")[0] for t in bug["FAIL_TO_PASS"]} & set(_git(["ls-files"], tree).splitlines()))
-        if hidden:
-            _git(["rm", "-q", "--", *hidden], tree)
-            _git(["commit", "-q", "-m", REMOVE_TESTS_COMMIT], tree)
-        row = {k: v for k, v in bug.items() if k not in ("name", "bug_id")}
-        rows.append(row | {"instance_id": instance_id, "repo": repo, "base_commit": _git(["rev-parse", "HEAD"], tree)})
-        _git(["checkout", "-q", "main"], tree)
-    for tree, repo in mirrors.values():
-        _git(["push", "-q", "--mirror", str(out_dir / f"{repo}.git")], tree)
-    import shutil
-
-    shutil.rmtree(work, ignore_errors=True)
-    return rows
-
-
-def load_offline_instances(
-    data_dir: Path = OFFLINE_DATA, cache_dir: Path | None = None
-) -> tuple[Path, list[SweSmithInstance]]:
-    """The bundled bugs as a local mirror of the published shape: (mirror_base, instances)."""
-    lines = (data_dir / "instances.jsonl").read_text()
-    # The branch layout is part of the key: a mirror cached by an older build is never reused.
-    key = hashlib.sha1(f"{BUG_COMMIT} -> {REMOVE_TESTS_COMMIT}\n".encode() + lines.encode())
-    for p in sorted((data_dir / "repos").rglob("*")):
-        if p.is_file() and "__pycache__" not in p.parts:
-            key.update(str(p.relative_to(data_dir)).encode() + b"\0" + p.read_bytes())
-    out = (cache_dir or _default_cache()) / f"offline-{key.hexdigest()[:12]}"
-    done = out / "instances.jsonl"
-    if not done.exists():
-        bugs = []
-        for _, line in jsonl_lines(lines):
-            row = json.loads(line)
-            name = row["repo_url"].rstrip("/").split("/")[-1]
-            bugs.append(
-                {k: v for k, v in row.items() if k not in ("repo_url", "base_commit", "instance_id", "repo")}
-                | {"name": name, "bug_id": row["instance_id"].rsplit(".", 1)[-1]}
-            )
-        repos = {b["name"]: data_dir / "repos" / b["name"] for b in bugs}
-        staging = out.with_name(out.name + f".tmp{os.getpid()}")
-        rows = build_mirror(repos, bugs, staging)
-        (staging / "instances.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-        try:
-            staging.rename(out)
-        except OSError:  # another process built it first
-            import shutil
-
-            shutil.rmtree(staging, ignore_errors=True)
-    return out, [SweSmithInstance.model_validate_json(line) for _, line in jsonl_lines(done.read_text())]
-
-
-def _default_cache() -> Path:
-    path = Path(tempfile.gettempdir()) / "hermes-rl-swe-smith"
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-def read_rows(dataset: str, split: str) -> list[dict[str, Any]]:
-    """Rows from a JSONL/JSON file, a `datasets` save_to_disk directory, or a hub dataset name."""
-    path = Path(dataset)
-    if path.is_file():
-        text = path.read_text()
-        if path.suffix == ".json" or text.lstrip().startswith("["):
-            return list(json.loads(text))
-        return [json.loads(line) for _, line in jsonl_lines(text)]
-    if path.is_dir():
-        from datasets import DatasetDict, load_from_disk
-
-        saved = load_from_disk(str(path))
-        if isinstance(saved, DatasetDict):
-            if split not in saved:
-                raise HermesEnvError(f"{dataset} has splits {sorted(saved)}, not {split!r}; pass --env.split")
-            saved = saved[split]
-        return list(saved)
-    check_dataset(dataset)
-    from datasets import load_dataset
-
-    return list(load_dataset(dataset, split=split))
-
-
-def check_dataset(dataset: str) -> None:
-    """Refuse, in one line, a --env.dataset that is no known source (before anything starts)."""
-    if dataset == "offline" or Path(dataset).exists():
-        return
-    if re.fullmatch(r"[\w-][\w.-]*/[\w.-]+", dataset) and not dataset.endswith((".jsonl", ".json")):
-        return  # a hub dataset name
-    raise HermesEnvError(
-        f"--env.dataset {dataset!r} is neither 'offline', an existing JSONL/JSON file or saved dataset directory, "
-        "nor a hub dataset name (owner/name)"
-    )
-
-
-def load_instances(
-    rows: list[dict[str, Any]],
-    *,
-    run_images: bool,
-    mirror_base: str,
-    profiles: Mapping[str, Mapping[str, Any]] | None = None,
-) -> tuple[list[SweSmithInstance], collections.Counter]:
-    """Usable instances and the counted reasons for every row left out."""
-    skipped: collections.Counter = collections.Counter()
-    out: list[SweSmithInstance] = []
-    seen: set[str] = set()
-    for row in rows:
-        try:
-            inst = SweSmithInstance.model_validate(row)
-        except ValidationError as exc:
-            skipped[f"invalid row ({', '.join(str(e['loc'][0]) for e in exc.errors()[:3])})"] += 1
-            continue
-        profile = profile_for(inst.repo, profiles)
-        if not inst.problem_statement.strip():
-            skipped["empty problem_statement"] += 1
-        elif not inst.FAIL_TO_PASS:
-            skipped["no FAIL_TO_PASS tests"] += 1
-        elif inst.instance_id in seen:
-            skipped["duplicate instance_id"] += 1
-        elif profile.get("language", "python") != "python" and not run_images:
-            skipped[f"{profile['language']} repository: needs its image, the base environment runs Python"] += 1
-        elif inst.image_name and not run_images:
-            skipped[
-                "needs its image (image_name); this backend runs only its base environment (--env.image_policy base)"
-            ] += 1
-        elif not inst.repo_url and "://" not in mirror_base and not Path(inst.source(mirror_base)).exists():
-            skipped[f"no mirror under {mirror_base}"] += 1
-        else:
-            seen.add(inst.instance_id)
-            out.append(inst)
-    return out, skipped
-
-
-# -- test commands: SWE-smith's repository profiles ------------------------------------------------
-
-
-def profile_for(repo: str, extra: Mapping[str, Mapping[str, Any]] | None = None) -> dict[str, Any]:
-    """The profile of a mirror (swesmith/<owner>__<name>.<sha8>): test_cmd, language; {} if unknown."""
-    if extra and repo in extra:
-        return dict(extra[repo])
-    return dict(_published_profiles().get(repo, {}))
-
-
-@functools.cache
-def _published_profiles() -> Mapping[str, Mapping[str, Any]]:
-    """SWE-smith's profiles, read once (an immutable view)."""
-    return MappingProxyType(json.loads(PROFILES.read_text())["profiles"] if PROFILES.exists() else {})
-
-
-def build_test_command(inst: SweSmithInstance, profile: Mapping[str, Any], *, python: str, on_image: bool) -> str:
-    """The profile's test command (pytest if none), on the base environment with `python` (shell words).
-
-    Like SWE-smith's harness, a pytest command gets the instance's test files appended; unlike it,
-    those of PASS_TO_PASS too, since a test missing from the output counts as failed here.
-    """
-    command = profile.get("test_cmd") or DEFAULT_TEST_CMD
-    pytest = runs_pytest(command)  # decided before `python` (a path that may contain "pytest") goes in
-    if not on_image:
-        command = _IMAGE_ENV_PREFIX.sub("", command)
-        command = re.sub(
-            r"(^|[;&|]\s*)(pytest|python3?)(?=\s|$)",
-            lambda m: m.group(1) + (f"{python} -m pytest" if m.group(2) == "pytest" else python),
-            command,
-        )
-    if pytest:
-        command += " -p no:cacheprovider " + " ".join(shlex.quote(f) for f in inst.test_files)
-    return command
 
 
 def _failing_tests(item: SweSmithInstance, mode: str) -> str:
@@ -398,35 +105,23 @@ _INSTANCE_RE = re.compile(r"^Instance: (\S+)$", re.MULTILINE)
 _PATH_RE = re.compile(r"^Repository path: (\S+)$", re.MULTILINE)
 
 
-def _call(name: str, arguments: dict[str, Any], n: int) -> dict[str, Any]:
-    return {"id": f"call_{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
-
-
-class OracleAgent:
+class OracleAgent(OneCallOracle):
     """Knows every instance's bug patch and applies it in reverse with one terminal call."""
+
+    done = "Applied the fix; the failing tests pass now."
+    unknown = "I do not know this instance."
 
     def __init__(self, instances: Mapping[str, SweSmithInstance]) -> None:
         self.instances = dict(instances)
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
-        if any(m.get("role") == "tool" for m in messages):
-            return ModelTurn(content="Applied the fix; the failing tests pass now.", finish_reason="stop")
-        prompt = next(m["content"] for m in messages if m.get("role") == "user")
+    def arguments(self, prompt: str) -> dict[str, Any] | None:
         inst_match, path_match = _INSTANCE_RE.search(prompt), _PATH_RE.search(prompt)
         if not inst_match or not path_match or inst_match.group(1) not in self.instances:
-            return ModelTurn(content="I do not know this instance.", finish_reason="stop")
+            return None
         patch = self.instances[inst_match.group(1)].patch
-        command = f"cd {shlex.quote(path_match.group(1))} && git apply -R <<'HERMES_PATCH'\n{patch}HERMES_PATCH"
-        return ModelTurn(
-            content=None, tool_calls=[_call("terminal", {"command": command}, 1)], finish_reason="tool_calls"
-        )
-
-
-class NoOpAgent:
-    """Answers at once without touching the repository."""
-
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
-        return ModelTurn(content="Nothing to do.", finish_reason="stop")
+        return {
+            "command": f"cd {shlex.quote(path_match.group(1))} && git apply -R <<'HERMES_PATCH'\n{patch}HERMES_PATCH"
+        }
 
 
 # -- the env ----------------------------------------------------------------------------------------------
@@ -488,12 +183,12 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
 
     def __init__(self, config: SweSmithOracleEnvConfig, *args: Any, **kwargs: Any) -> None:
         check_dataset(config.dataset)
-        cache = Path(config.cache_dir) if config.cache_dir else _default_cache()
+        cache = Path(config.cache_dir) if config.cache_dir else default_cache()
         self._env_dir = Path(config.deps.dir) if config.deps.dir else cache / "envs"
         super().__init__(_with_env_dir_visible(config, self._env_dir), *args, **kwargs)
         self._cache = cache
         self._envs: dict[str, PreparedRepoEnv] = {}
-        self._snapshots: dict[str, _Start] = {}
+        self._snapshots = SnapshotStore(cache, config.setup_timeout_s)
         self._locks: dict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
         self._verifier = TestVerifier(TestVerifierConfig(timeout_s=config.test_timeout_s))
         self.verdicts: dict[str, Verdict] = {}
@@ -578,7 +273,7 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
                     self._envs[item.repo] = await asyncio.to_thread(
                         prepare_repo_env,
                         repo=item.repo,
-                        mirror=await self._mirror(item),
+                        mirror=await self._snapshots.mirror(item, self.mirror_base),
                         install_command=install,
                         pytest_requirement=cfg.deps.pytest_requirement if with_pytest else None,
                         base_dir=self._env_dir,
@@ -619,76 +314,6 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
 
     # -- the starting tree: a host-side bare mirror, a one-commit snapshot bundle per instance --
 
-    async def _mirror(self, item: SweSmithInstance) -> Path:
-        """This machine's bare clone of the instance's mirror, holding its task branch."""
-        source = item.source(self.mirror_base)
-        bare = self._cache / "mirrors" / (hashlib.sha1(source.encode()).hexdigest()[:12] + "-" + item.name + ".git")
-        async with self._locks[str(bare)]:
-            if not bare.exists():
-                tmp = bare.with_name(bare.name + f".tmp{os.getpid()}")
-                await _git_async(["clone", "-q", "--mirror", source, str(tmp)], self.config.setup_timeout_s)
-                tmp.rename(bare)
-            wanted = [f"refs/heads/{item.instance_id}", *([item.base_commit] if item.base_commit else [])]
-            if not [ref for ref in wanted if await _git_ok(["-C", str(bare), "cat-file", "-e", f"{ref}^{{commit}}"])]:
-                await _git_async(
-                    ["-C", str(bare), "fetch", "-q", "origin", "+refs/heads/*:refs/heads/*"],
-                    self.config.setup_timeout_s,
-                )
-        return bare
-
-    async def _snapshot(self, item: SweSmithInstance) -> _Start:
-        """The instance's starting tree as a one-commit bundle, and the test files the verifier restores.
-
-        The start is the task branch's head (the row's `base_commit` if the mirror has no such branch).
-        On SWE-smith's published layout that head is "Remove F2P Tests": the agent never sees the
-        FAIL_TO_PASS test files, and the verifier takes them (with every other test file the row names)
-        from the "Bug Patch" commit below it, as SWE-smith's harness does with `HEAD~1`.
-        """
-        async with self._locks[item.instance_id]:
-            if item.instance_id in self._snapshots:
-                return self._snapshots[item.instance_id]
-            bare = await self._mirror(item)
-            git = ["-C", str(bare)]
-            branch = f"refs/heads/{item.instance_id}"
-            if await _git_ok([*git, "cat-file", "-e", f"{branch}^{{commit}}"]):
-                head = await _git_async([*git, "rev-parse", branch], 60)
-            elif item.base_commit and await _git_ok([*git, "cat-file", "-e", f"{item.base_commit}^{{commit}}"]):
-                head = item.base_commit
-            else:
-                raise RuntimeError(
-                    f"{item.source(self.mirror_base)} has neither a branch {item.instance_id} nor the row's "
-                    f"base_commit {item.base_commit}; check --env.mirror_base or the row's repo"
-                )
-            tests_from, hidden = head, []
-            if await _git_async([*git, "log", "-1", "--format=%s", head], 60) == REMOVE_TESTS_COMMIT:
-                tests_from = await _git_async([*git, "rev-parse", f"{head}^"], 60)
-                deleted = await _git_async([*git, "diff", "--name-only", "--diff-filter=D", tests_from, head], 60)
-                hidden = deleted.splitlines()
-            tracked = set((await _git_async([*git, "ls-tree", "-r", "--name-only", tests_from], 120)).splitlines())
-            restore = sorted(set(hidden) | (set(item.test_files) & tracked))
-            tree = await _git_async([*git, "rev-parse", f"{head}^{{tree}}"], 60)
-            snap = await _git_async([*git, "commit-tree", tree, "-m", f"{item.instance_id}"], 60)
-            safe = re.sub(r"[^A-Za-z0-9_.-]", "_", item.instance_id)
-            await _git_async([*git, "update-ref", f"refs/hermes/{safe}", snap], 60)
-            bundle = self._cache / "bundles" / f"{safe}-{snap[:12]}.bundle"
-            bundle.parent.mkdir(parents=True, exist_ok=True)
-            if not bundle.exists():
-                partial = bundle.with_suffix(f".tmp{os.getpid()}")
-                await _git_async([*git, "bundle", "create", "-q", str(partial), f"refs/hermes/{safe}"], 300)
-                partial.replace(bundle)
-            tests: Path | None = None
-            if restore:
-                tests = bundle.with_name(f"{safe}-{tests_from[:12]}.tests.tar")
-                if not tests.exists():
-                    partial = tests.with_suffix(f".tmp{os.getpid()}")
-                    await _git_async(
-                        [*git, "archive", "--format=tar", "-o", str(partial), tests_from, "--", *restore], 300
-                    )
-                    partial.replace(tests)
-            start = _Start(bundle, snap, tests, tuple(restore))
-            self._snapshots[item.instance_id] = start
-            return start
-
     async def _checkout(
         self, item: SweSmithInstance, executor: ToolExecutor, dest: str, *, with_tests: bool = False
     ) -> None:
@@ -697,7 +322,7 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         `with_tests` (the verifier's checkout): also leave the test files to restore at `.{dest}.tests.tar`
         beside it, for `RESTORE_TESTS` to unpack once the agent's diff is applied.
         """
-        start = await self._snapshot(item)
+        start = await self._snapshots.snapshot(item, self.mirror_base)
         name = f".{dest}.bundle"
         await executor.write_file(name, await asyncio.to_thread(start.bundle.read_bytes))
         if with_tests and start.tests is not None:
@@ -721,7 +346,7 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
     # -- the reward ---------------------------------------------------------------------------------
 
     async def compute_reward(self, item: SweSmithInstance, result: AgentResult, ctx: ToolContext):
-        snap = (await self._snapshot(item)).commit
+        snap = (await self._snapshots.snapshot(item, self.mirror_base)).commit
         broken: str | None = None
         try:
             patch = await capture_diff(ctx.executor, item.name, snap)
@@ -828,36 +453,6 @@ def _with_env_dir_visible(config: SweSmithOracleEnvConfig, env_dir: Path) -> Swe
 def _append(path: Path, text: str, mode: str) -> None:
     with path.open(mode) as f:
         f.write(text)
-
-
-async def _git_async(args: list[str], timeout: float) -> str:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **_FIXED_GIT_ENV}
-    proc = await asyncio.create_subprocess_exec(
-        "git",
-        "-c",
-        "core.hooksPath=/dev/null",
-        *args,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise RuntimeError(f"git {' '.join(args[:3])} took over {timeout:.0f}s") from None
-    if proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args[:3])} failed: {err.decode(errors='replace').strip()[-800:]}")
-    return out.decode().strip()
-
-
-async def _git_ok(args: list[str]) -> bool:
-    try:
-        await _git_async(args, 60)
-    except RuntimeError:
-        return False
-    return True
 
 
 if __name__ == "__main__":

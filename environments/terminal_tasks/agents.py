@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 import shlex
 from collections.abc import Mapping
+from typing import Any
 
-from environments.models.base import ModelTurn
+from environments.check_agents import NoOpAgent, OneCallOracle
 from environments.terminal_tasks.tasks import PathMap, TerminalTask
 from environments.terminal_tasks.verify import solution_script
 
@@ -16,28 +16,26 @@ __all__ = ["OracleAgent", "NoOpAgent", "TASK_LINE"]
 TASK_LINE = re.compile(r"^Task: (\S+)$", re.M)
 
 
-class OracleAgent:
+class OracleAgent(OneCallOracle):
     """Runs the task's solution/solve.sh with one terminal call, as Harbor's oracle agent does."""
+
+    done = "Ran the reference solution."
+    unknown = "I have no solution for this task."
 
     def __init__(self, tasks: Mapping[str, TerminalTask], workspace: str | None = None) -> None:
         # None: each task's workspace is its own working directory (the local backend mounts it there)
         self.tasks = dict(tasks)
         self.workspace = workspace
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
-        if any(m.get("role") == "tool" for m in messages):
-            return ModelTurn(content="Ran the reference solution.", finish_reason="stop")
-        prompt = next(m["content"] for m in messages if m.get("role") == "user")
+    def arguments(self, prompt: str) -> dict[str, Any] | None:
         task_match = TASK_LINE.search(prompt)
         task = self.tasks.get(task_match.group(1)) if task_match else None
         if task is None or not task.has_solution:
-            return ModelTurn(content="I have no solution for this task.", finish_reason="stop")
+            return None
         workspace = self.workspace or task.workdir_root
         command = solution_script(task, workspace) if task.solution_dir else sampled_solution_script(task, workspace)
         # Harbor gives the oracle the task's whole agent timeout (task.toml `[agent] timeout_sec`).
-        args = {"command": command, "timeout": task.agent_timeout_s}
-        call = {"id": "call_1", "type": "function", "function": {"name": "terminal", "arguments": json.dumps(args)}}
-        return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls")
+        return {"command": command, "timeout": task.agent_timeout_s}
 
 
 def sampled_solution_script(task: TerminalTask, workspace: str) -> str:
@@ -46,10 +44,3 @@ def sampled_solution_script(task: TerminalTask, workspace: str) -> str:
     paths = PathMap.for_task(task, workspace)
     env = "".join(f"export {k}={shlex.quote(paths(v))}\n" for k, v in task.solution_env.items())
     return f"cd {shlex.quote(paths(task.workdir))}\n{env}" + "\n".join(paths(c) for c in task.solution_commands)
-
-
-class NoOpAgent:
-    """Answers at once without touching anything."""
-
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
-        return ModelTurn(content="Nothing to do.", finish_reason="stop")

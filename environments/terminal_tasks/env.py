@@ -30,7 +30,8 @@ from environments.hermes_base_env import (
 from environments.models.base import ChatModel
 from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
 from environments.terminal_tasks.sandboxes import TaskSandboxes, task_image
-from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask, load_endless_rows, load_tasks_dir
+from environments.terminal_tasks.loaders import load_endless_rows, load_tasks_dir
+from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask
 from environments.terminal_tasks.verify import parse_verdict, setup_script, verify_script
 from slots.executor import ExecPolicy
 from tools.context import ToolContext

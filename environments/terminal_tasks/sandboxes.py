@@ -22,7 +22,8 @@ from pathlib import Path
 
 from backends import BackendConfig, LocalBackendConfig, make_backend
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.terminal_tasks.tasks import BUNDLED_TASKS, TerminalTask, load_tasks_dir
+from environments.terminal_tasks.loaders import load_tasks_dir
+from environments.terminal_tasks.tasks import BUNDLED_TASKS, TerminalTask
 from slots.executor import ExecPolicy, SlotExecutor
 from slots.pool import SlotPool
 

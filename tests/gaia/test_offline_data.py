@@ -12,7 +12,8 @@ import zlib
 from pathlib import Path
 from xml.etree import ElementTree
 
-from environments.gaia.data import OFFLINE_DIR, load_tasks, offline_files, offline_tasks, write_offline_dataset
+from environments.gaia.data import load_tasks
+from environments.gaia.offline import OFFLINE_DIR, offline_files, offline_tasks, write_offline_dataset
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -18,7 +18,8 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
-from environments.gaia.data import GAIA_SPLITS, load_tasks, offline_files, offline_tasks
+from environments.gaia.data import GAIA_SPLITS, load_tasks
+from environments.gaia.offline import offline_files, offline_tasks
 from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
 from tests.gaia.solver import GaiaScriptedSolver
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call

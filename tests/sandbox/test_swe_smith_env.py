@@ -18,8 +18,8 @@ from environments.swe_smith.env import (
     OracleAgent,
     SweSmithOracleEnv,
     SweSmithOracleEnvConfig,
-    load_offline_instances,
 )
+from environments.swe_smith.instances import load_offline_instances
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.cli import run_cli

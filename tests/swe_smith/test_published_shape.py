@@ -18,9 +18,11 @@ from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.swe_smith.env import (
     NoOpAgent,
     OracleAgent,
-    SweSmithInstance,
     SweSmithOracleEnv,
     SweSmithOracleEnvConfig,
+)
+from environments.swe_smith.instances import (
+    SweSmithInstance,
     build_test_command,
     load_instances,
     load_offline_instances,

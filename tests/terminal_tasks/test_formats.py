@@ -339,7 +339,7 @@ def test_the_sandbox_pytest_script_keeps_the_tests_own_arguments():
 
 
 def test_a_dataset_row_whose_task_is_malformed_is_reported_and_the_rest_load(tmp_path):
-    from environments.terminal_tasks.tasks import load_endless_rows
+    from environments.terminal_tasks.loaders import load_endless_rows
 
     good = endless_task(tmp_path, (ENDLESS / "container.def").read_text(), name="task_000001_aaaaaaaa")
     shutil.copy(ENDLESS / "inventory.csv", good / "inventory.csv")
