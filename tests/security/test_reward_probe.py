@@ -20,7 +20,7 @@ from environments.verifier import _PROBE_SOURCE, read_probe
 FIND = (
     "import gc\n\n"
     "_probe = next(m for m in gc.get_objects() if type(m).__name__ == 'module' and m.__name__ == 'hermes_probe_t')\n"
-    "_hooks = [f for f in gc.get_objects() if callable(f) and getattr(f, '__module__', '') == 'hermes_probe_t']\n"
+    "_hooks = [f for f in gc.get_objects() if type(f).__name__ == 'function' and f.__module__ == 'hermes_probe_t']\n"
     "_chan = next((o for o in gc.get_objects() if type(o).__name__ == '_Channel'), None)\n"
 )
 FORGE = (
@@ -43,10 +43,10 @@ ATTACKS = {
     "    def tamper(self, what):\n        pass\n"
     "for _h in _hooks:\n    for _cell in _h.__closure__ or ():\n"
     "        if _cell.cell_contents is _chan:\n            _cell.cell_contents = _Fake()\n",
-    # the hooks' code, swapped for a no-op's
-    "hook_code": FIND + "def _noop(*a, **k):\n    return None\n"
-    "for _h in _hooks:\n    if _h.__name__ in ('pytest_runtest_logreport', 'pytest_unconfigure'):\n"
-    "        _h.__code__ = _noop.__code__\n",
+    # the code of a probe function (the one that judges where a replacement came from), not the function
+    "function_code": FIND + "_probe._foreign.__code__ = (lambda path: None).__code__\n"
+    "_orig_fn = type(_chan).report\n_orig = lambda *a: _orig_fn(_chan, *a)\n"
+    f"type(_chan).report = lambda self, *a, **k: ({FORGE})(*a)\n",
     # the standard library the probe serialises with
     "stdlib": "import json\n_d = json.dumps\n"
     "json.dumps = lambda r, **k: _d({**r, 'outcome': 'passed'} if r.get('k') == 'report' else r, **k)\n",
