@@ -16,13 +16,15 @@ expected failures raised from them. A determined in-process attacker can still d
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import json
 import os
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
+from hashlib import sha256 as _sha256
+from hmac import new as _hmac_new
+from json import dumps as _dumps
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -40,7 +42,10 @@ _SYSTEM_DIRS = tuple(
     os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")
 )
 _WATCHED = ("_pytest", "pytest", "pluggy", "unittest")
-_write = os.write  # bound now: later replacements of os.write do not reach the probe
+# Bound now (as are sha256, hmac.new and json.dumps above): later replacements of the standard library's
+# functions, e.g. a json.dumps that rewrites outcomes, do not reach the probe.
+_write = os.write
+_urandom = os.urandom
 
 
 # (label, live namespace, key, object found there, its code object)
@@ -109,20 +114,27 @@ def _origin(obj: Any) -> str | None:
 
 
 class _Channel:
-    """HMAC-chained JSON records to the verifier's pipe."""
+    """HMAC-chained JSON records to the verifier's pipe.
+
+    No instance dict: its methods cannot be shadowed on the object (`channel.report = forger`). The hooks
+    hold it and this class's functions in closures (not module globals), and `_seal` reports any change
+    to the class, the probe's globals or the hooks' code and closures.
+    """
+
+    __slots__ = ("_key", "_mac", "_snap")
 
     def __init__(self, runner: str) -> None:
-        self._key = os.urandom(32)
+        self._key = _urandom(32)
         self._mac = b""
         self._snap = _snapshot()
         self._send({"k": "start", "runner": runner, "key": self._key.hex()}, keyed=False)
 
     def _send(self, record: dict[str, Any], *, keyed: bool = True) -> None:
-        payload = json.dumps(record, sort_keys=True, separators=(",", ":"))
+        payload = _dumps(record, sort_keys=True, separators=(",", ":"))
         if keyed:
-            self._mac = hmac.new(self._key, self._mac + payload.encode(), hashlib.sha256).digest()[:16]
+            self._mac = _hmac_new(self._key, self._mac + payload.encode(), _sha256).digest()[:16]
         else:
-            self._mac = hashlib.sha256(payload.encode()).digest()[:16]
+            self._mac = _sha256(payload.encode()).digest()[:16]
         data = f"{PREFIX}{payload}\t{self._mac.hex()}\n".encode()
         while data:  # a pipe may take a long record in pieces
             data = data[_write(_FD, data) :]
@@ -147,6 +159,58 @@ class _Channel:
     def end(self) -> None:
         self.check()
         self._send({"k": "end"})
+
+
+def _seal(channel: _Channel, hooks: list[Callable[..., Any]]) -> Callable[[], None]:
+    """A check that reports, once, any change since now to the channel's class, the probe module's globals,
+    or the code, defaults and closures of the hooks and the probe's functions. Nothing of the probe's own changes in an honest run, so
+    every change counts (no judging where the replacement came from, as `_replaced` must for pytest).
+    The check itself and what it compares against live only in its closure.
+    """
+    cls, send, module = type(channel), _Channel._send, sys.modules[__name__]
+    members, names = dict(vars(cls)), dict(vars(module))
+
+    def state(fn: Any) -> tuple[Any, ...]:
+        cells = tuple(c.cell_contents if _filled(c) else None for c in getattr(fn, "__closure__", None) or ())
+        return (
+            getattr(fn, "__code__", None),
+            getattr(fn, "__defaults__", None),
+            getattr(fn, "__kwdefaults__", None),
+            cells,
+        )
+
+    functions = [v for v in [*names.values(), *members.values()] if hasattr(v, "__code__")]
+    states = [(fn, state(fn)) for fn in [*hooks, *functions]]
+    reported = [False]
+
+    def check() -> None:
+        if reported[0]:
+            return
+        changed = [
+            f"{cls.__name__}.{k}" for k in set(members) | set(vars(cls)) if vars(cls).get(k) is not members.get(k)
+        ]
+        now = vars(module)
+        changed += [f"probe global {k}" for k, v in names.items() if now.get(k) is not v]
+        changed += [f"function {fn.__name__}" for fn, was in states if state(fn) != was]
+        if type(channel) is not cls:
+            changed.append("the channel's class")
+        if changed:
+            reported[0] = True
+            send(
+                channel,
+                {"k": "tamper", "what": f"the verifier's probe was modified: {', '.join(sorted(set(changed))[:5])}"},
+            )
+
+    states.append((check, state(check)))  # a check whose closure or code was swapped shows in the next one
+    return check
+
+
+def _filled(cell: Any) -> bool:
+    try:
+        _ = cell.cell_contents
+    except ValueError:  # not yet assigned
+        return False
+    return True
 
 
 def _foreign(path: str | None) -> str | None:
@@ -181,75 +245,89 @@ def _module_file(obj: object) -> str | None:
 if __name__ != "__main__":
     import pytest
 
-    _declared_xfail: dict[str, bool] = {}
+    def _pytest_hooks() -> dict[str, Any]:
+        """The plugin's hooks, holding the channel and their state in closures: not reachable as globals."""
+        channel = _Channel("pytest")
+        send_report, tamper, end, check_runner = _Channel.report, _Channel.tamper, _Channel.end, _Channel.check
+        declared_xfail: dict[str, bool] = {}
+        # What each test body itself raised (None: nothing), seen before any report is built from it. A
+        # report forger the code under test installs during the test and undoes before the next check
+        # leaves the runner looking untouched; the call it forged a report for does not.
+        raised: dict[str, str | None] = {}  # the exception's type name: holding it would keep its frames
+        module = sys.modules[__name__]
+        guard: list[Callable[[], None]] = []  # the sealed check, once the hooks it covers exist
 
-    def pytest_plugin_registered(plugin: object, manager: object) -> None:
-        if plugin is sys.modules[__name__]:
-            return
-        file = _module_file(plugin)
-        foreign = _foreign(file) if file else None
-        # The hooks themselves too: an object whose class claims a trusted module can carry foreign hooks.
-        hooks = (getattr(plugin, name, None) for name in dir(plugin) if name.startswith("pytest_"))
-        origins = (_origin(hook) for hook in hooks if callable(hook))
-        foreign = foreign or next((f for f in map(_foreign, filter(None, origins)) if f), None)
-        if foreign:
-            _channel.tamper(f"{foreign}: registered itself as a pytest plugin")
-
-    def pytest_collection_finish(session: pytest.Session) -> None:
-        _channel.check()
-        for item in session.items:  # markers as the tests and their conftest files set them
-            _declared_xfail[item.nodeid] = item.get_closest_marker("xfail") is not None
-
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-        report = yield
-        excinfo = call.excinfo
-        if excinfo is not None and excinfo.errisinstance(pytest.xfail.Exception):
-            # The frame that called pytest.xfail(): a test may, the code under test may not.
-            tb: TracebackType | None = excinfo.tb
-            raiser = None
-            while tb is not None:
-                if "_pytest" not in Path(tb.tb_frame.f_code.co_filename).parts:
-                    raiser = tb.tb_frame.f_code.co_filename
-                tb = tb.tb_next
-            foreign = _foreign(raiser)
+        def pytest_plugin_registered(plugin: object, manager: object) -> None:
+            if plugin is module:
+                return
+            file = _module_file(plugin)
+            foreign = _foreign(file) if file else None
+            # The hooks themselves too: an object whose class claims a trusted module can carry foreign hooks.
+            hooks = (getattr(plugin, name, None) for name in dir(plugin) if name.startswith("pytest_"))
+            origins = (_origin(hook) for hook in hooks if callable(hook))
+            foreign = foreign or next((f for f in map(_foreign, filter(None, origins)) if f), None)
             if foreign:
-                _channel.tamper(f"{foreign}: called pytest.xfail() from the code under test")
-                _declared_xfail[item.nodeid] = False
-            elif not _declared_xfail.get(item.nodeid):
-                _declared_xfail[item.nodeid] = True
-        return report
+                tamper(channel, f"{foreign}: registered itself as a pytest plugin")
 
-    # What each test body itself raised (None: nothing), seen before any report is built from it. A report
-    # forger the code under test installs during the test and undoes before the next check leaves the
-    # runner looking untouched; the call it forged a report for does not.
-    _raised: dict[str, str | None] = {}  # the exception's type name: holding it would keep its frames
+        def pytest_collection_finish(session: pytest.Session) -> None:
+            guard[0]()
+            check_runner(channel)
+            for item in session.items:  # markers as the tests and their conftest files set them
+                declared_xfail[item.nodeid] = item.get_closest_marker("xfail") is not None
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(item: pytest.Item) -> Any:
-        try:
-            result = yield
-        except BaseException as exc:
-            _raised[item.nodeid] = type(exc).__name__
-            raise
-        _raised[item.nodeid] = None
-        return result
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
+            report_ = yield
+            excinfo = call.excinfo
+            if excinfo is not None and excinfo.errisinstance(pytest.xfail.Exception):
+                # The frame that called pytest.xfail(): a test may, the code under test may not.
+                tb: TracebackType | None = excinfo.tb
+                raiser = None
+                while tb is not None:
+                    if "_pytest" not in Path(tb.tb_frame.f_code.co_filename).parts:
+                        raiser = tb.tb_frame.f_code.co_filename
+                    tb = tb.tb_next
+                foreign = _foreign(raiser)
+                if foreign:
+                    tamper(channel, f"{foreign}: called pytest.xfail() from the code under test")
+                    declared_xfail[item.nodeid] = False
+                elif not declared_xfail.get(item.nodeid):
+                    declared_xfail[item.nodeid] = True
+            return report_
 
-    def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-        if report.when == "call":
-            ran, exc = report.nodeid in _raised, _raised.pop(report.nodeid, None)
-            if report.outcome == "passed" and not ran:
-                _channel.tamper(f"{report.nodeid} was reported passed for a call that never ran")
-            elif report.outcome == "passed" and exc is not None:
-                _channel.tamper(f"{report.nodeid} was reported passed though its call raised {exc}")
-        xfail = hasattr(report, "wasxfail")
-        declared = _declared_xfail.get(report.nodeid, False) if xfail else True
-        _channel.report(report.nodeid, report.when, report.outcome, xfail=xfail, declared=declared)
+        @pytest.hookimpl(wrapper=True)
+        def pytest_runtest_call(item: pytest.Item) -> Any:
+            try:
+                result = yield
+            except BaseException as exc:
+                raised[item.nodeid] = type(exc).__name__
+                raise
+            raised[item.nodeid] = None
+            return result
 
-    def pytest_unconfigure(config: pytest.Config) -> None:
-        _channel.end()
+        def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+            guard[0]()
+            if report.when == "call":
+                ran, exc = report.nodeid in raised, raised.pop(report.nodeid, None)
+                if report.outcome == "passed" and not ran:
+                    tamper(channel, f"{report.nodeid} was reported passed for a call that never ran")
+                elif report.outcome == "passed" and exc is not None:
+                    tamper(channel, f"{report.nodeid} was reported passed though its call raised {exc}")
+            xfail = hasattr(report, "wasxfail")
+            declared = declared_xfail.get(report.nodeid, False) if xfail else True
+            send_report(channel, report.nodeid, report.when, report.outcome, xfail=xfail, declared=declared)
 
-    _channel = _Channel("pytest")  # last: its snapshot includes the hooks above
+        def pytest_unconfigure(config: pytest.Config) -> None:
+            guard[0]()
+            end(channel)
+
+        hooks = {k: v for k, v in locals().items() if k.startswith("pytest_")}
+        module.__dict__.update(hooks)  # pytest finds a plugin module's hooks among its attributes
+        channel._snap = _snapshot()  # now, so it includes the hooks
+        guard.append(_seal(channel, list(hooks.values())))
+        return hooks
+
+    _pytest_hooks()
 
 
 # -- as the unittest runner: python -m <this module> unittest <unittest's arguments> ---------------------
@@ -259,31 +337,37 @@ def _unittest_main() -> None:
     import unittest
 
     channel = _Channel("unittest")
+    report = _Channel.report
+    sealed = _seal(channel, [])
+
+    def record(test: unittest.TestCase, outcome: str, *, xfail: bool = False) -> None:
+        sealed()
+        report(channel, test.id(), "call", outcome, xfail=xfail)
 
     class Result(unittest.TextTestResult):
         def addSuccess(self, test: unittest.TestCase) -> None:
             super().addSuccess(test)
-            channel.report(test.id(), "call", "passed")
+            record(test, "passed")
 
         def addFailure(self, test: unittest.TestCase, err: Any) -> None:
             super().addFailure(test, err)
-            channel.report(test.id(), "call", "failed")
+            record(test, "failed")
 
         def addError(self, test: unittest.TestCase, err: Any) -> None:
             super().addError(test, err)
-            channel.report(test.id(), "call", "failed")
+            record(test, "failed")
 
         def addSkip(self, test: unittest.TestCase, reason: str) -> None:
             super().addSkip(test, reason)
-            channel.report(test.id(), "call", "skipped")
+            record(test, "skipped")
 
         def addExpectedFailure(self, test: unittest.TestCase, err: Any) -> None:
             super().addExpectedFailure(test, err)
-            channel.report(test.id(), "call", "skipped", xfail=True)  # @expectedFailure: declared by the test
+            record(test, "skipped", xfail=True)  # @expectedFailure: declared by the test
 
         def addUnexpectedSuccess(self, test: unittest.TestCase) -> None:
             super().addUnexpectedSuccess(test)
-            channel.report(test.id(), "call", "passed", xfail=True)
+            record(test, "passed", xfail=True)
 
     class Runner(unittest.TextTestRunner):
         resultclass = Result  # type: ignore[assignment]
@@ -291,7 +375,8 @@ def _unittest_main() -> None:
     try:
         unittest.main(module=None, argv=["python -m unittest", *sys.argv[2:]], testRunner=Runner)
     finally:
-        channel.end()
+        sealed()
+        _Channel.end(channel)
 
 
 if __name__ == "__main__":
