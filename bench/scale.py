@@ -5,7 +5,7 @@
 
 What is real: a multi-node Ray cluster on this machine (`ray.cluster_utils.Cluster`, one raylet
 per simulated node, all on 127.0.0.1, one 1-CPU worker actor per node), batch_runner's Ray
-driver (`environments.batch_ray.run_on_ray`: dispatch, the single writer, node-loss recovery,
+driver (`environments.batch.on_ray.run_on_ray`: dispatch, the single writer, node-loss recovery,
 stats), and an OpenAI-shaped model server over HTTP in its own process whose every answer
 takes a lognormal time. What is simulated: the rollout inside each worker — a prompt makes
 1 + k model calls (k tool turns, 0-3, fixed per prompt) over HTTP, and each tool turn waits a
@@ -79,7 +79,7 @@ def serve_model(port_out: Any, median_s: float, sigma: float) -> None:
 
 
 class SimulatedWorker:
-    """start/run/stop like environments.batch_ray.RolloutWorker; a rollout is HTTP model calls + tool waits."""
+    """start/run/stop like environments.batch.on_ray.RolloutWorker; a rollout is HTTP model calls + tool waits."""
 
     def __init__(self, config_fields: dict[str, Any], api_key: str, slot: int) -> None:
         import ray
@@ -147,7 +147,8 @@ def run_once(
 ) -> dict[str, Any]:
     """One batch over `nodes` workers through the real driver; `kill(progress_path)` runs beside it."""
     from batch_runner import BatchConfig, load_prompts
-    from environments.batch_ray import RayConfig, run_on_ray
+    from environments.batch.config import RayConfig
+    from environments.batch.on_ray import run_on_ray
 
     dataset = work / f"{name}.jsonl"
     dataset.write_text("".join(json.dumps({"id": f"p{i:05d}", "prompt": "x"}) + "\n" for i in range(n_prompts)))

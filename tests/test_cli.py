@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from environments.cli import CliError, config_dump, parse_invocation, redact
+from environments.cli_parse import CliError, config_dump, parse_invocation, redact
 from environments.gsm8k_agent_env import GSM8kAgentEnv
 from tests.support.cli import run_cli
 

@@ -21,7 +21,7 @@ import pytest
 from ray.cluster_utils import Cluster
 
 import batch_runner
-from environments.batch_ray import RayConfig
+from environments.batch.config import RayConfig
 from tests.batch.batch_helpers import agent_policy, write_prompts
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
 

@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 import batch_runner
-from batch_runner import BatchConfig, BatchError, load_prompts, recover_output, run_batch, sample_toolsets
+from batch_runner import BatchConfig, BatchError, load_prompts, run_batch, sample_toolsets
+from environments.batch.output import recover_output
 from tests.batch.batch_helpers import agent_policy, lines, write_prompts
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
@@ -214,7 +215,7 @@ async def test_progress_is_live_on_a_terminal_and_quiet_in_logs() -> None:
     import asyncio
     import io
 
-    from batch_runner import Progress, _progress_loop
+    from environments.batch.output import Progress, _progress_loop
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

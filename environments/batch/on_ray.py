@@ -30,32 +30,20 @@ import sys
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from pydantic import BaseModel, Field
 
-if TYPE_CHECKING:
-    from batch_runner import BatchConfig, Prompt
+from environments.batch.config import BatchConfig, Prompt, RayConfig
+from environments.batch.output import LineWriter, Progress, _progress_loop, compute_stats
+from environments.batch.rollout import Runner
 
-__all__ = ["RayConfig", "RayRunError", "RolloutWorker", "run_on_ray"]
+__all__ = ["RayRunError", "RolloutWorker", "run_on_ray"]
 
 LOCAL = "local"
 # A slot whose fresh actor dies this many times in a row before starting is a setup problem
 # (the project is not installed on that node, the model server refuses it), not bad luck.
 MAX_FAILED_STARTS = 3
 NO_WORKER_WARNING_S = 60.0
-
-
-class RayConfig(BaseModel):
-    """Where batch_runner's rollout workers run."""
-
-    address: str = Field(
-        min_length=1, description="'local' starts a Ray cluster here; else a running cluster's address (HOST:PORT)"
-    )
-    workers: int = Field(2, ge=1, description="Rollout worker actors; each runs --concurrency prompts at once")
-    worker_cpus: float = Field(
-        1.0, gt=0, description="CPUs Ray reserves per worker (placement only; the work is mostly waiting)"
-    )
 
 
 class RayRunError(RuntimeError):
@@ -67,8 +55,6 @@ class RolloutWorker:
 
     def __init__(self, config_fields: dict[str, Any], api_key: str, slot: int) -> None:
         import ray
-
-        from batch_runner import BatchConfig
 
         self.config = BatchConfig(**config_fields, api_key=api_key)
         self.slot = slot
@@ -88,8 +74,6 @@ class RolloutWorker:
         return {"node": self.node, "pid": os.getpid()}
 
     async def run(self, prompt: dict[str, Any]) -> dict[str, Any]:
-        from batch_runner import Progress, Prompt, Runner
-
         await self.start()
         progress = Progress(total=1, already=0)  # collects this prompt's retries
         record, error, attempts = await Runner(self.config, self._runtime).run_prompt(Prompt(**prompt), progress)
@@ -165,8 +149,6 @@ async def run_on_ray(
     """
     import ray
     from ray.exceptions import RayActorError, RayTaskError
-
-    from batch_runner import LineWriter, Progress, _progress_loop, compute_stats
 
     assert config.ray is not None
     rc = config.ray
