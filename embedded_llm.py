@@ -35,7 +35,7 @@ from typing import Any, NoReturn
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
-from gguf_tokenizer import HERMES_TOOLS_CHAT_TEMPLATE, EmbeddedLLMError, ensure_gguf_tokenizer
+from environments.models.gguf_tokenizer import HERMES_TOOLS_CHAT_TEMPLATE, EmbeddedLLMError, ensure_gguf_tokenizer
 
 __all__ = [
     "DEFAULT_MODEL_FILE",

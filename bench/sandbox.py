@@ -213,6 +213,10 @@ def old_source(ref: str) -> Path:
         dest.mkdir(parents=True, exist_ok=True)
         archive = subprocess.run(["git", "-C", str(repo), "archive", ref], check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive, check=True)
+    # The old tree gets its own spawn helper, as its setup would build it (else it measures the slower fallback).
+    helper = dest / "sandbox_server" / "build_spawn_helper.sh"
+    if helper.exists() and not (dest / "sandbox_server" / "hermes-spawn").exists():
+        subprocess.run(["bash", str(helper), str(dest / "sandbox_server" / "hermes-spawn")], cwd=dest, check=True)
     return dest
 
 
@@ -230,6 +234,8 @@ def run_old(src: Path, n_round_trips: int, per_slot: int) -> dict[str, float]:
         "--fresh-runs",
         "1",
     ]
+    if "--no-old" in (src / "bench" / "sandbox.py").read_text():
+        argv.append("--no-old")  # the old bench would otherwise export and run its own predecessor
     out = subprocess.run(argv, cwd=src, env=env, check=True, capture_output=True, text=True).stdout
     print("  old implementation (" + str(src) + "):")
     print("\n".join("    " + line for line in out.splitlines()[1:9]))

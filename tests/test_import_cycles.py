@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ["environments", "tools", "backends", "slots", "sandbox_server", "training"]
-MODULES = ["model_tools", "embedded_llm", "gguf_tokenizer", "batch_runner", "exports"]
+MODULES = ["model_tools", "embedded_llm", "batch_runner", "exports"]
 
 
 def _production_modules() -> dict[str, Path]:
