@@ -284,6 +284,7 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
         self._sent_enough: asyncio.Event | None = None
         self._start_step = 0
         self._sampling_record: dict[str, Any] | None = None
+        self._token_choice: tuple[str | None, dict[str, Any]] | None = None
         self._consecutive_infra_failures = 0
         self.rollouts_done = 0
         self._train_items: list[Any] = []
@@ -478,6 +479,9 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
         return self._token_setup()
 
     def _token_setup(self) -> tuple[str | None, dict[str, Any]]:
+        """The token server and request fields, resolved once: the env's runtime and the CLI's check share them."""
+        if self._token_choice is not None:
+            return self._token_choice
         kind = self.token_server_kind()
         if kind is None and self.config.require_inference_logprobs:
             raise HermesEnvError(
@@ -495,7 +499,8 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
         except ValueError as exc:
             raise HermesEnvError(str(exc)) from exc
         self._sampling_record = record
-        return kind, extra
+        self._token_choice = (kind, extra)
+        return self._token_choice
 
     @property
     def sampling_record(self) -> dict[str, Any]:
@@ -738,13 +743,7 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
         `model` replaces the configured servers with a `ChatModel` factory (tests: no HTTP server);
         so does the env's `scripted_agent()`, which then starts no model server.
         """
-        self.agent_runtime = AgentRuntime(
-            self.runtime_config(),
-            tokenizer=self.tokenizer,
-            tools=self.tool_registry(),
-            model=model or self.scripted_agent(),
-            tool_backend=self.make_tool_backend(),
-        )
+        self.agent_runtime.use(model=model or self.scripted_agent(), tool_backend=self.make_tool_backend())
         async with self.agent_runtime:
             try:
                 if self.agent_runtime.mode != "injected":
