@@ -5,7 +5,9 @@ A task env subclasses it and implements `items()`, `format_prompt(item)` and
 `eval_metrics(rollouts)` and `setup_trajectory_workspace(item, ctx)`); it gets atroposlib's
 `process`, `serve` and `evaluate` commands with `--env.*` / `--openai.*` flags. The smallest one is
 environments/examples/count_files.py. Models, tools and rollouts live in the composition
-root (environments/runtime.py); this class is the atroposlib glue around it.
+root (environments/runtime.py); the hooks a task implements are in environments/task_hooks.py,
+the config in environments/env_config.py, group building in environments/group_building.py; this
+class is the atroposlib glue around them (the only one touching `BaseEnv`).
 
 What this class adds around atroposlib 0.4.0 (each a trap a user must not hit):
 - the default model is the embedded llama.cpp server (`--openai.base_url embedded`),
@@ -27,50 +29,25 @@ import netrc
 import os
 import sys
 import time
-import uuid
-from collections.abc import Callable, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from collections.abc import Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any, AsyncIterator, Literal, final
+from typing import Any, AsyncIterator
 
 import jsonlines
-from atroposlib.envs.base import APIServerConfig, BaseEnv, BaseEnvConfig, ScoredDataGroup
-from pydantic import Field
+from atroposlib.envs.base import APIServerConfig, BaseEnv
 
-from environments.agent_loop import AgentLoopConfig, AgentResult
 from environments.cli import main as cli_main
-from environments.gc_tuning import GCConfig, collector
+from environments.env_config import HermesAgentEnvConfig
+from environments.gc_tuning import collector
+from environments.group_building import GroupBuilding
 from environments.models.base import ChatModel
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
-from environments.models.chat_tokens import tokenize_conversation
-from environments.models.token_mode.wiring import (
-    TokenServerChoice,
-    TokenServerKind,
-    finish_logprobs,
-    resolve_token_server,
-    sampling_setup,
-    trace_items,
-)
-from environments.runtime import (
-    EMBEDDED,
-    AgentFactory,
-    EMBEDDED_MODEL_NAME,
-    AgentRuntime,
-    HermesEnvError,
-    ModelServer,
-    Rollout,
-    RuntimeConfig,
-    resolve_tokenizer_name,
-)
-from environments.sandbox_backend import SandboxToolBackendConfig
+from environments.rollout_settings import embedded_server_configs, model_servers
+from environments.runtime import EMBEDDED, AgentRuntime, HermesEnvError, Rollout, resolve_tokenizer_name
 from environments.server_options import ServerRouter, refuse_unsupported
-from environments.tool_backend import LocalToolBackendConfig, ToolBackend
-from environments.trainer_boundary import RunApiBoundary, SendLedger, SplitSequences, select_sequences
-from tools.context import ToolContext, ToolLimits
-from tools.executor import ToolExecutor
-from tools.registry import ToolRegistry
-from tools.web import WebConfig
+from environments.trainer_boundary import RunApiBoundary, SendLedger
 
 __all__ = [
     "EMBEDDED",
@@ -82,131 +59,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-_LOOP_DEFAULTS = AgentLoopConfig()  # one set of loop defaults for the env and batch_runner
-
-
-class HermesAgentEnvConfig(BaseEnvConfig):
-    enabled_toolsets: list[str] | None = Field(
-        None, description="Toolsets offered to the model (None: the env's default)"
-    )
-    disabled_toolsets: list[str] = Field(default_factory=list, description="Toolsets never offered")
-    max_agent_turns: int = Field(_LOOP_DEFAULTS.max_turns, ge=1, description="Model calls per trajectory")
-    agent_time_budget_s: float = Field(
-        _LOOP_DEFAULTS.time_budget_s, gt=0, description="Wall-clock budget of one trajectory"
-    )
-    system_prompt: str | None = Field(None, description="System prompt (None: the env's default)")
-    agent_temperature: float = Field(
-        _LOOP_DEFAULTS.temperature, ge=0, description="Sampling temperature of agent turns"
-    )
-    agent_max_tokens: int | None = Field(_LOOP_DEFAULTS.max_tokens, ge=1, description="Cap on tokens per agent turn")
-    tool_timeout_s: float = Field(30.0, gt=0, description="Default timeout of a terminal command")
-    tool_max_timeout_s: float = Field(300.0, gt=0, description="Largest timeout a model may ask for")
-    tool_max_output_chars: int = Field(20_000, gt=0, description="Cap on a tool's output")
-    python_timeout_s: float = Field(30.0, gt=0, description="Timeout of one python tool call")
-    tool_call_parser: str = Field("hermes", description="Parser for tool calls a server returns as text")
-    token_server: TokenServerChoice = Field(
-        "auto",
-        description="Token mode (exact ids + logprobs): the model server's token protocol, vllm | vllm_openai | "
-        "sglang | llamacpp | tinker; auto = llamacpp for the embedded model, else from --openai.server_type (vllm, sglang); "
-        "off = chat mode (OpenAI chat; tokens re-rendered, no logprobs)",
-    )
-    chat_template_path: str | None = Field(
-        None, description="Token mode: the model's chat template (.jinja) when the tokenizer has none or another one"
-    )
-    extra_body: dict[str, Any] = Field(
-        default_factory=dict, description="Extra fields for every chat request (e.g. a llama.cpp 'grammar')"
-    )
-    tools_in: Literal["request", "system_prompt"] = Field(
-        "request", description="How tools reach the model: tools= in the request, or Hermes text in the system prompt"
-    )
-    workspace_root: str | None = Field(
-        None, description="Where per-trajectory workspaces go with tool_backend local (default: a temp dir)"
-    )
-    tool_backend: Literal["local", "sandbox"] = Field(
-        "sandbox", description="Where tools run: isolated sandbox slots, or local processes (needs unconfined_tools)"
-    )
-    unconfined_tools: bool = Field(
-        False,
-        description="Run model code as this user with this machine's files and network where it cannot be "
-        "confined (no bubblewrap) or with tool_backend local; see docs/security.md for what that costs",
-    )
-    sandbox: SandboxToolBackendConfig = Field(
-        default_factory=SandboxToolBackendConfig, description="Sandbox slots: backend (local | nomad | modal) and pool"
-    )
-    model_max_retries: int = Field(2, ge=0, description="Retries of a failed model request (5xx, 429, connection)")
-    rollout_infra_retries: int = Field(
-        1, ge=0, description="Times a rollout lost to an infrastructure error is run again to fill its group"
-    )
-    split_sequences: SplitSequences = Field(
-        "last",
-        description="Rollouts that span several token sequences (a template that is not append-only): last = the "
-        "rollout's last sequence only (groups keep group_size sequences, which run-api releases); all = every "
-        "sequence, tagged with its rollout in group_overrides.sequence_rollouts (process output; docs/trainers.md)",
-    )
-    max_consecutive_infra_failures: int = Field(
-        3, ge=1, description="Groups in a row lost to infrastructure errors before the command stops"
-    )
-    inference_logprobs: Literal["raw_logits", "sampling_policy"] = Field(
-        "raw_logits",
-        description="Which distribution inference_logprobs describe: raw_logits = log-softmax of the model's logits "
-        "(temperature 1, no truncation; every engine's default); sampling_policy = the distribution actually sampled "
-        "(temperature, top-k/top-p/min-p applied; llama.cpp post_sampling_probs)",
-    )
-    missing_logprobs: Literal["mask", "drop", "keep"] = Field(
-        "mask",
-        description="Trained tokens the server reported no logprob for: mask = not trained (mask -100); "
-        "drop = leave the sequence out of the group; keep = train them with 1.0 (atroposlib's 'no logprob' marker)",
-    )
-    require_inference_logprobs: bool = Field(
-        False, description="Refuse to start without token mode's logprobs (set by a `tinker:` YAML section)"
-    )
-    embedded_threads: int = Field(2, ge=1, description="CPU threads of the embedded llama.cpp server")
-    embedded_parallel: int = Field(4, ge=1, description="Concurrent sequences of the embedded llama.cpp server")
-    web: WebConfig = Field(default_factory=WebConfig, description="Backend of the web toolset, when it is enabled")
-    eval_size: int | None = Field(None, ge=1, description="Eval items used by evaluate (None: all)")
-    gc: GCConfig = Field(
-        default_factory=GCConfig, description="Collector settings while the command runs (environments/gc_tuning.py)"
-    )
-
-
-class BoundedModel:
-    """A ChatModel whose requests wait for a slot of their server's gate (atroposlib's
-    `num_max_requests_at_once` / `num_requests_for_eval`, applied to our own clients)."""
-
-    def __init__(self, inner: ChatModel, gate: asyncio.Semaphore, on_close: Callable[[], None] | None = None) -> None:
-        self.inner = inner
-        self.gate = gate
-        self._on_close = on_close
-
-    def close(self) -> None:
-        """The trajectory is over: its server has one trajectory less in flight."""
-        on_close, self._on_close = self._on_close, None
-        if on_close is not None:
-            on_close()
-
-    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], **kwargs: Any) -> Any:
-        async with self.gate:
-            return await self.inner.chat(messages, tools, **kwargs)
-
-    def token_trace(self) -> Any:
-        trace = getattr(self.inner, "token_trace", None)
-        return trace() if callable(trace) else None
-
-
-def embedded_server_configs() -> list[APIServerConfig]:
-    """The default server list: the embedded model, as a list (atroposlib 0.4 replaces a bare config)."""
-    return [
-        APIServerConfig(
-            base_url=EMBEDDED,
-            model_name=EMBEDDED_MODEL_NAME,
-            api_key=PLACEHOLDER_API_KEY,
-            server_type="openai",
-            health_check=False,
-            num_requests_for_eval=8,
-            timeout=600,
-        )
-    ]
 
 
 def _wandb_logged_in() -> bool:
@@ -220,11 +72,12 @@ def _wandb_logged_in() -> bool:
     return bool(auth and auth[2])
 
 
-class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
+class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
+    """The atroposlib adapter: task hooks (environments/task_hooks.py), the runtime's settings
+    (environments/rollout_settings.py) and group building (environments/group_building.py), as a `BaseEnv`."""
+
     env_config_cls = HermesAgentEnvConfig
     jsonl_writer: Any  # atroposlib's groups file (a jsonlines.Writer) or None
-    default_toolsets: list[str] | None = None  # subclasses name the toolsets their task needs
-    default_system_prompt: str | None = None
 
     def __init__(
         self,
@@ -249,7 +102,7 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
                     f"--openai.base_url {cfg.base_url!r} is not an http(s) URL; pass e.g. "
                     f"http://127.0.0.1:8000/v1, or '{EMBEDDED}' for the bundled model"
                 )
-        config.tokenizer_name = resolve_tokenizer_name(config.tokenizer_name, _model_servers(server_configs))
+        config.tokenizer_name = resolve_tokenizer_name(config.tokenizer_name, model_servers(server_configs))
         for cfg in server_configs:
             if cfg.server_type != "openai" and cfg.tokenizer_name in ("", "none"):
                 # atroposlib's sglang/vllm server classes load a tokenizer by model name from the hub at
@@ -284,6 +137,7 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
         self._sent_enough: asyncio.Event | None = None
         self._start_step = 0
         self._sampling_record: dict[str, Any] | None = None
+        self._token_choice: tuple[str | None, dict[str, Any]] | None = None
         self._consecutive_infra_failures = 0
         self.rollouts_done = 0
         self._train_items: list[Any] = []
@@ -324,62 +178,6 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
         }
         config = cls.env_config_cls(**{k: v for k, v in defaults.items() if k not in declared})
         return config, embedded_server_configs()
-
-    # ---- hooks for task envs -------------------------------------------------------------
-
-    async def items(self) -> Sequence[Any]:
-        """The training items, loaded once by `setup`; `get_next_item` cycles through them."""
-        raise NotImplementedError(f"{type(self).__name__} must implement items() (or setup and get_next_item)")
-
-    async def eval_items(self) -> Sequence[Any]:
-        """The items `evaluate` runs at temperature 0 (default: none)."""
-        return []
-
-    def format_prompt(self, item: Any) -> str | list[dict[str, Any]]:
-        """The user turn(s) for this item."""
-        raise NotImplementedError
-
-    async def compute_reward(self, item: Any, result: AgentResult, ctx: ToolContext) -> float:
-        """Score one finished trajectory in [0, 1]; ctx reaches its workspace."""
-        raise NotImplementedError
-
-    async def setup_trajectory_workspace(self, item: Any, ctx: ToolContext) -> None:
-        """Prepare the trajectory's workspace before the agent starts (default: nothing)."""
-
-    def make_tool_backend(self) -> ToolBackend | None:
-        """The env's own tool backend (None: the runtime builds one from --env.tool_backend)."""
-        return None
-
-    def open_workspace(self, item: Any, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:
-        """This trajectory's executor (default: a workspace of the tool backend; e.g. a slot of the item's image)."""
-        backend = self.agent_runtime.tool_backend
-        if backend is None:
-            raise RuntimeError("rollout() outside the env's runtime; use process/serve/evaluate or `env.runtime()`")
-        return backend.trajectory(task_id)
-
-    def eval_sample(self, rollout: Rollout) -> dict[str, Any]:
-        """One line of the saved evaluation samples."""
-        result = rollout.result
-        return {
-            "item": rollout.item,
-            "response": result.final_response if result else None,
-            "score": rollout.score,
-            "stop_reason": result.stop_reason if result else None,
-            "error": rollout.error,
-            "messages": result.messages if result else None,
-        }
-
-    def eval_metrics(self, rollouts: list[Rollout]) -> dict[str, float]:
-        """The score metrics of one evaluation (default: mean score, and the share scoring 1.0)."""
-        scores = [r.score for r in rollouts if r.score is not None]
-        return {
-            "eval/accuracy": sum(scores) / len(scores) if scores else 0.0,
-            "eval/solved": sum(s == 1.0 for s in scores) / len(scores) if scores else 0.0,  # partial credit aside
-        }
-
-    def tool_registry(self) -> ToolRegistry | None:
-        """The tools offered (None: the built-in toolsets, plus `web` when it is enabled)."""
-        return None
 
     # ---- defaults atroposlib asks for ------------------------------------------------------
 
@@ -431,304 +229,6 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
                 f"scored, so there is no accuracy (first: {lost[0].error}); the samples say what failed"
             )
 
-    # ---- the rollout ---------------------------------------------------------------------
-
-    def enabled_toolsets(self) -> list[str] | None:
-        return self.config.enabled_toolsets if self.config.enabled_toolsets is not None else self.default_toolsets
-
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        try:
-            return self.agent_runtime.tool_schemas(self.enabled_toolsets(), self.config.disabled_toolsets)
-        except HermesEnvError as exc:
-            raise HermesEnvError(f"--env.enabled_toolsets/--env.disabled_toolsets: {exc}") from exc
-
-    def tool_limits(self) -> ToolLimits:
-        c = self.config
-        return ToolLimits(
-            default_timeout_s=c.tool_timeout_s,
-            max_timeout_s=c.tool_max_timeout_s,
-            max_output_chars=c.tool_max_output_chars,
-            python_timeout_s=c.python_timeout_s,
-        )
-
-    def loop_config(self) -> AgentLoopConfig:
-        c = self.config
-        return AgentLoopConfig(
-            max_turns=c.max_agent_turns,
-            time_budget_s=c.agent_time_budget_s,
-            temperature=c.agent_temperature,
-            max_tokens=c.agent_max_tokens,
-            model_timeout_s=float(max(s.timeout for s in self.server_configs)),
-        )
-
-    def token_server_kind(self) -> TokenServerKind | None:
-        embedded = all(c.base_url == EMBEDDED for c in self.server_configs)
-        tinker = self.config.require_inference_logprobs and self.config.token_server == "auto"
-        return resolve_token_server(self.config.token_server, self.server_configs[0].server_type, embedded, tinker)
-
-    def check_config(self, command: str | None = None) -> tuple[str | None, dict[str, Any]]:
-        """What can be checked before a server starts: toolsets, token protocol, logprob
-        semantics, the trainer's needs. Returns (token-server kind, request fields to send)."""
-        self.tool_schemas()
-        if command == "serve" and self.config.split_sequences == "all":
-            raise HermesEnvError(
-                "--env.split_sequences all makes groups of more than group_size sequences, which run-api buffers "
-                "instead of releasing; serve with --env.split_sequences last (docs/trainers.md)"
-            )
-        return self._token_setup()
-
-    def _token_setup(self) -> tuple[str | None, dict[str, Any]]:
-        kind = self.token_server_kind()
-        if kind is None and self.config.require_inference_logprobs:
-            raise HermesEnvError(
-                "this trainer needs inference_logprobs (tinker-atropos reads them from every group), but the model "
-                "server is used in chat mode, which has none; pass --env.token_server tinker|sglang|vllm|llamacpp"
-            )
-        try:
-            extra, record = sampling_setup(
-                kind,
-                self.config.agent_temperature,
-                self.config.agent_max_tokens,
-                self.config.extra_body,
-                self.config.inference_logprobs,
-            )
-        except ValueError as exc:
-            raise HermesEnvError(str(exc)) from exc
-        self._sampling_record = record
-        return kind, extra
-
-    @property
-    def sampling_record(self) -> dict[str, Any]:
-        """What every group records about its sampling (run-api keeps `generation_params`)."""
-        if self._sampling_record is None:
-            self._token_setup()
-        assert self._sampling_record is not None
-        return self._sampling_record
-
-    def runtime_config(self) -> RuntimeConfig:
-        """The env config, as the composition root's config."""
-        c = self.config
-        kind, extra_body = self._token_setup()
-        enabled = self.enabled_toolsets()
-        web_on = (enabled is None or "web" in enabled) and "web" not in c.disabled_toolsets
-        return RuntimeConfig(
-            servers=_model_servers(self.server_configs),
-            token_server=kind or "off",  # resolved here: a `tinker:` section picks tinker
-            tool_call_parser=c.tool_call_parser,
-            chat_template_path=c.chat_template_path,
-            extra_body=extra_body,
-            tools_in=c.tools_in,
-            # Stay under the trainer's length: longer groups would be dropped by atroposlib.
-            max_context_tokens=c.max_token_length - 1 if c.max_token_length > 1 else None,
-            model_max_retries=c.model_max_retries,
-            loop=self.loop_config(),
-            tool_limits=self.tool_limits(),
-            tool_backend=c.tool_backend,
-            unconfined_tools=c.unconfined_tools,
-            workspace=LocalToolBackendConfig(workspace_root=c.workspace_root),
-            sandbox=c.sandbox,
-            web=c.web if web_on else None,
-            embedded_threads=c.embedded_threads,
-            embedded_parallel=c.embedded_parallel,
-        )
-
-    def item_loop_config(self, item: Any, loop: AgentLoopConfig) -> AgentLoopConfig:
-        """The loop settings for one item (default: the env's); a task may carry its own limits."""
-        return loop
-
-    def agent_factory(self, item: Any, for_eval: bool = False) -> AgentFactory | None:
-        """The agent that runs this item's trajectory (None: the built-in tool-calling loop)."""
-        return None
-
-    def scripted_agent(self) -> Callable[[], ChatModel] | None:
-        """A scripted check agent (e.g. an oracle) that stands in for the model servers; None: the model."""
-        return None
-
-    def make_model(self, for_eval: bool = False) -> ChatModel:
-        """A model client for one trajectory on the healthy server with the most free request slots
-        (environments/server_options.py), bounded by that server's `num_max_requests_at_once`
-        (`num_requests_for_eval` for evaluation)."""
-        slot = 1 if for_eval else 0
-        router = self._router
-        if router is None:  # outside the runtime, or an injected model: round-robin as before
-            model = self.agent_runtime.make_model()
-            return BoundedModel(model, self._request_gates[self.agent_runtime.last_server_index][slot])
-        capacity = [
-            getattr(c, "num_requests_for_eval" if for_eval else "num_max_requests_at_once") for c in self.server_configs
-        ]
-        index = router.acquire(capacity)
-        model = self.agent_runtime.make_model(index)
-        return BoundedModel(model, self._request_gates[index][slot], on_close=lambda: router.release(index))
-
-    def initial_messages(self, item: Any) -> list[dict[str, Any]]:
-        prompt = self.format_prompt(item)
-        messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        system = self.config.system_prompt or self.default_system_prompt
-        if system and not (messages and messages[0].get("role") == "system"):
-            messages.insert(0, {"role": "system", "content": system})
-        return messages
-
-    @final
-    async def rollout(
-        self,
-        item: Any,
-        *,
-        model: ChatModel | None = None,
-        loop_config: AgentLoopConfig | None = None,
-        for_eval: bool = False,
-    ) -> Rollout:
-        """One trajectory through the runtime: workspace -> agent loop -> compute_reward."""
-
-        async def setup(ctx: ToolContext) -> None:
-            await self.setup_trajectory_workspace(item, ctx)
-
-        async def score(result: AgentResult, ctx: ToolContext) -> float:
-            return await self.compute_reward(item, result, ctx)
-
-        chosen = model or self.make_model(for_eval)
-        try:
-            rollout = await self.agent_runtime.rollout(
-                self.initial_messages(item),
-                self.tool_schemas(),
-                item=item,
-                setup=setup,
-                score=score,
-                loop=self.item_loop_config(item, loop_config or self.loop_config()),
-                model=chosen,
-                task_id=f"{type(self).__name__}-{uuid.uuid4().hex[:10]}",
-                workspace=lambda task_id: self.open_workspace(item, task_id),
-                agent=self.agent_factory(item, for_eval),
-            )
-        finally:
-            if isinstance(chosen, BoundedModel):
-                chosen.close()
-        if not rollout.infrastructure_failure and rollout.result is not None:
-            self.rollouts_done += 1
-            # Progress inside long groups: one line per finished rollout.
-            print(
-                f"[hermes-rl]   rollout done: score {rollout.score if rollout.score is not None else float('nan'):.2f}, "
-                f"{rollout.result.stop_reason}, {rollout.result.turns_used} turns, {rollout.duration_s:.1f}s",
-                file=sys.stderr,
-            )
-        return rollout
-
-    async def collect_trajectories(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
-        try:
-            return await self._collect(item)
-        except HermesEnvError as exc:
-            self._set_fatal(exc)
-            raise
-
-    async def _collect(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
-        rollouts = list(await asyncio.gather(*(self.rollout(item) for _ in range(self.config.group_size))))
-        for _ in range(self.config.rollout_infra_retries):
-            redo = [i for i, r in enumerate(rollouts) if r.infrastructure_failure]
-            if not redo or len(redo) == len(rollouts):  # all failed: likely down; the group is retried later
-                break
-            for i, r in zip(redo, await asyncio.gather(*(self.rollout(item) for _ in redo))):
-                rollouts[i] = r
-        usable = [r for r in rollouts if not r.infrastructure_failure]
-        failed = [r for r in rollouts if r.infrastructure_failure]
-        if failed:
-            logger.warning("%d/%d rollouts hit infrastructure errors: %s", len(failed), len(rollouts), failed[0].error)
-        if not usable:
-            self._consecutive_infra_failures += 1
-            if self._consecutive_infra_failures >= self.config.max_consecutive_infra_failures:
-                raise HermesEnvError(
-                    f"{self._consecutive_infra_failures} groups in a row failed on infrastructure errors; last: {failed[0].error}"
-                )
-            print(f"[hermes-rl] group lost to infrastructure errors, retried later: {failed[0].error}", file=sys.stderr)
-            return None, [item]  # retried later, never scored as the model's failure
-        self._consecutive_infra_failures = 0
-        group = self.build_group(usable)
-        if not group["tokens"]:  # every rollout's data was unusable: skip the item, say why
-            reason = "; ".join(group.get("left_out") or ["no token sequences"])
-            self._ledger.skip(reason)
-            print(f"[hermes-rl] group not sent: {reason}", file=sys.stderr)
-            return None, []
-        return group, []
-
-    def build_group(self, rollouts: list[Rollout]) -> ScoredDataGroup:
-        group = ScoredDataGroup(tokens=[], masks=[], scores=[], messages=[])
-        info: list[dict[str, Any]] = []
-        logprobs: list[list[float]] = []
-        gaps: list[int] = []
-        dropped = 0
-        left_out: list[str] = []
-        tools = self.tool_schemas()
-        sequence_rollouts: list[int] = []
-        for index, r in enumerate(rollouts):
-            assert r.result is not None and r.score is not None
-            trace = r.extras.get("token_trace")
-            try:
-                if trace is not None:  # token mode: exact ids; one item per token sequence
-                    produced = trace_items(trace)
-                else:
-                    produced = [(*tokenize_conversation(self.tokenizer, r.result.messages, tools), None)]
-            except Exception as exc:  # one rollout's unusable data is its own error, never the command's
-                left_out.append(f"{type(exc).__name__}: {exc}")
-                logger.warning("a rollout was left out of its group: its tokens could not be built (%s)", left_out[-1])
-                continue
-            items = select_sequences(produced, self.config.split_sequences)
-            for tokens, masks, raw_logprobs in items:
-                if raw_logprobs is not None:
-                    finished = finish_logprobs(masks, raw_logprobs, self.config.missing_logprobs)
-                    if finished is None:
-                        dropped += 1
-                        continue
-                    masks, item_logprobs, n_gaps = finished
-                    logprobs.append(item_logprobs)
-                    gaps.append(n_gaps)
-                group["tokens"].append(tokens)
-                group["masks"].append(masks)
-                group["scores"].append(r.score)
-                sequence_rollouts.append(index)
-                group["messages"].append(r.result.messages)
-                info.append(
-                    {
-                        "stop_reason": r.result.stop_reason,
-                        "turns": r.result.turns_used,
-                        "tool_calls": r.result.tool_call_count,
-                        "tool_errors": len(r.result.tool_errors),
-                        "duration_s": round(r.duration_s, 3),
-                        "token_sequences": len(produced),
-                        "rollout": index,  # which of the rollouts: some may be left out, some give several sequences
-                    }
-                )
-        # Not `overrides`: trainers read that key as per-item training overrides. (run-api drops it.)
-        group["rollout_info"] = info
-        if left_out:
-            group["left_out"] = left_out  # why rollouts are missing (not an infrastructure failure)
-        # The offered tools, so exports (OpenAI messages + tools, SFT sets) are self-contained.
-        group["tools"] = tools
-        if logprobs and len(logprobs) == len(group["tokens"]):
-            group["inference_logprobs"] = logprobs
-        # run-api keeps `generation_params`: the one place a trainer sees how the group was sampled.
-        record = dict(self.sampling_record)
-        if gaps or dropped:
-            record["missing_logprobs"] = {
-                "per_sequence": gaps,
-                "policy": self.config.missing_logprobs,
-                "dropped": dropped,
-            }
-            if any(gaps) or dropped:
-                logger.warning(
-                    "%d trained tokens without a logprob (--env.missing_logprobs %s; %d sequences dropped)",
-                    sum(gaps),
-                    self.config.missing_logprobs,
-                    dropped,
-                )
-        group["generation_params"] = record
-        # run-api keeps group_overrides (it drops unknown keys): which rollout each sequence is
-        # from, so a trainer gives all sequences of one rollout one advantage (docs/trainers.md).
-        overrides: dict[str, Any] = {"sequence_rollouts": sequence_rollouts, "rollouts": len(rollouts)}
-        if len(group["tokens"]) != self.config.group_size:
-            # Split sequences (split_sequences all), or rollouts lost to infrastructure: tell
-            # atroposlib the real size, or it drops the group as malformed. serve never sends these.
-            overrides["group_size"] = len(group["tokens"])
-        group["group_overrides"] = overrides
-        return group
-
     # ---- runtime: model server, tool backend, clean shutdown -------------------------------
 
     @asynccontextmanager
@@ -738,13 +238,7 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
         `model` replaces the configured servers with a `ChatModel` factory (tests: no HTTP server);
         so does the env's `scripted_agent()`, which then starts no model server.
         """
-        self.agent_runtime = AgentRuntime(
-            self.runtime_config(),
-            tokenizer=self.tokenizer,
-            tools=self.tool_registry(),
-            model=model or self.scripted_agent(),
-            tool_backend=self.make_tool_backend(),
-        )
+        self.agent_runtime.use(model=model or self.scripted_agent(), tool_backend=self.make_tool_backend())
         async with self.agent_runtime:
             try:
                 if self.agent_runtime.mode != "injected":
@@ -794,12 +288,6 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
                     ok = True
         finally:
             self._finish_output(report and ok)
-
-    def _set_fatal(self, exc: HermesEnvError) -> None:
-        if self._fatal is None:
-            self._fatal = exc
-        if self._fatal_event is not None:
-            self._fatal_event.set()
 
     # ---- serve: the trainer decides how long; every group says what happened to it ----------
 
@@ -871,18 +359,3 @@ class HermesAgentBaseEnv(RunApiBoundary, BaseEnv):
     def cli(cls):
         """`process` / `serve` / `evaluate`: strict flags and YAML (environments/cli.py)."""
         raise SystemExit(cli_main(cls))
-
-
-def _model_servers(server_configs: list[APIServerConfig]) -> list[ModelServer]:
-    """atroposlib's server configs, as the runtime's."""
-    return [
-        ModelServer(
-            base_url=c.base_url,
-            model=c.model_name,
-            api_key=c.api_key,
-            timeout_s=float(c.timeout),
-            server_type=c.server_type,
-            tokenizer=c.tokenizer_name if c.tokenizer_name not in ("", "none") else None,
-        )
-        for c in server_configs
-    ]

@@ -163,6 +163,13 @@ class AgentRuntime:
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
+    def use(self, *, model: Callable[[], ChatModel] | None, tool_backend: ToolBackend | None) -> None:
+        """What the next run uses instead of the configured servers / backend (None: the configured one);
+        set when a command starts, so the runtime built with the env serves the whole command."""
+        if self._stack is not None:
+            raise RuntimeError("AgentRuntime.use() while the runtime runs; call it before `async with`")
+        self._injected_model, self._given_backend = model, tool_backend
+
     async def __aenter__(self) -> AgentRuntime:
         stack = AsyncExitStack()
         await stack.__aenter__()

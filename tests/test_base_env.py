@@ -8,7 +8,10 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from environments.hermes_base_env import HermesAgentEnvConfig, HermesEnvError
+from environments.models.base import ModelTurn
 from environments.models.chat_tokens import tokenize_conversation
+from environments.runtime import AgentRuntime
+from tests.support.cli import run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tests.support.tiny_env import WriteWordEnv
 
@@ -65,6 +68,59 @@ async def test_process_writes_scored_groups_with_workspace_rewards(tmp_path):
         "patch",
         "search_files",
     }
+
+
+class WritesTheWord:
+    """A scripted model: writes the asked word into answer.txt, then says done."""
+
+    async def chat(self, messages, tools, **kwargs) -> ModelTurn:
+        if messages[-1]["role"] == "tool":
+            return ModelTurn(content="done")
+        word = messages[-1]["content"].split()[3]
+        call = {"function": {"name": "write_file", "arguments": json.dumps({"path": "answer.txt", "content": word})}}
+        return ModelTurn(content=None, tool_calls=[call])
+
+
+def test_a_command_builds_its_runtime_once(tmp_path):
+    """`process` through the real CLI: the runtime the env built in __init__ (whose tool schemas the
+    CLI checked) is the one every rollout of the command runs in; none is built for the run."""
+    seen: list[tuple[str, object]] = []
+
+    class Recording(WriteWordEnv):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            seen.append(("built", self.agent_runtime))
+
+        def scripted_agent(self):
+            return WritesTheWord
+
+        async def compute_reward(self, item, result, ctx):
+            seen.append(("rollout", self.agent_runtime))
+            return await super().compute_reward(item, result, ctx)
+
+    out = tmp_path / "groups.jsonl"
+    run = run_cli(
+        Recording,
+        "process",
+        "--env.total_steps",
+        "2",
+        "--env.group_size",
+        "2",
+        "--env.ensure_scores_are_not_same=False",
+        "--env.tool_backend",
+        "local",
+        "--env.unconfined_tools",
+        "true",
+        "--env.data_path_to_save_groups",
+        str(out),
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    groups = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [g["scores"] for g in groups] == [[1.0, 1.0], [1.0, 1.0]]
+    assert [kind for kind, _ in seen] == ["built"] + ["rollout"] * 4
+    built = seen[0][1]
+    assert isinstance(built, AgentRuntime)
+    assert all(runtime is built for _, runtime in seen)
 
 
 async def test_infrastructure_failures_are_not_scored_and_stop_the_command(tmp_path):
