@@ -17,7 +17,7 @@ from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
 from tests.gaia.solver import SOLVED_TASKS, GaiaScriptedSolver
 from environments.models.base import ModelTurn
-from slots.pool import SlotState
+from slots.client import SlotState
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.cli import run_cli
 from tests.support.embedded import embedded_model_flags, small_group_flags
