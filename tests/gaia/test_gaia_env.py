@@ -169,7 +169,7 @@ async def test_web_backend_follows_config_tavily_double(tokenizer_dir: str, tmp_
     from pydantic import SecretStr
 
     from tools.web import TavilyConfig, WebConfig
-    from tools.web.tavily_double import FakePage, FakeTavilyServer
+    from tests.support.tavily_double import FakePage, FakeTavilyServer
 
     page = FakePage("https://example.org/lighthouse", "Halvorsen Point Lighthouse", "It was first lit in 1887.")
     async with FakeTavilyServer([page]) as tavily, ScriptedOpenAIServer([]) as model_server:
