@@ -12,7 +12,7 @@ namespace (gVisor gives new namespaces a configured loopback; google/gvisor#1343
 containers/bubblewrap#745), and sandbox_server then refuses every command. So the first
 sandbox's isolation is checked at start; with `isolation_fallback: vm` (the default) the pool
 moves to Modal's VM runtime, with `fail` it stops with a one-line error.
-`backends.testing.ModalTestDouble` implements `ModalAPI` with local processes.
+`tests/support/nomad_modal_doubles.py` (`ModalTestDouble`) implements `ModalAPI` with local processes.
 """
 
 from __future__ import annotations

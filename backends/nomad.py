@@ -9,7 +9,7 @@ sandbox and leaves an untracked replacement running. With a job per sandbox, ret
 `NomadHTTP` speaks Nomad's HTTP API (`/v1/jobs`, `/v1/job/:id`, `/v1/job/:id/allocations`,
 `/v1/allocation/:id`) with httpx, at the configured address only: no `$NOMAD_ADDR`,
 `$NOMAD_NAMESPACE` or proxy variables are read (the ACL token is passed in by `make_backend`).
-`backends.testing.NomadTestDouble` implements the same `NomadAPI` with local processes and
+`tests/support/nomad_modal_doubles.py` (`NomadTestDouble`) implements the same `NomadAPI` with local processes and
 serves it over HTTP for the adapter's own tests.
 """
 

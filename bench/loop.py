@@ -3,8 +3,10 @@
 Every trajectory makes `--turns` tool turns and then answers; the model and the tool each
 answer at once but yield to the event loop once (the least a network round trip costs), so
 all N trajectories are alive together. Each configuration runs in a fresh process (its own
-heap, GC state and peak RSS). The baseline is the loop of commit 22ffc7b, read from git and
-run on the same workload in the same run.
+heap, GC state and peak RSS). The baseline is commit 22ffc7b as it was: `git archive` puts its
+tree in build/, this harness is copied into it and run there in a process of its own, so the
+baseline's loop runs with its own model types, tools and registry; only the printed numbers
+are compared.
 
     .venv/bin/python -m bench.loop [--quick] [--sizes 1000,10000,65000] [--turns 10] [--gc scaled,cpython] [--repeats 3]
 
@@ -25,12 +27,14 @@ import argparse
 import asyncio
 import gc
 import importlib
+import shutil
 import json
 import statistics
 import subprocess
 import sys
 import time
 import types
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -40,36 +44,29 @@ SYSTEM = "You are a careful agent. Use the echo tool, then answer."
 ARGS = json.dumps({"text": "ping"})
 
 
-def baseline_module() -> types.ModuleType:
-    """environments/agent_loop.py as of BASELINE_COMMIT, importing today's modules."""
-    from environments.models.base import ModelError
-
-    source = subprocess.run(
-        ["git", "show", f"{BASELINE_COMMIT}:environments/agent_loop.py"],
-        cwd=ROOT,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
-    # Model clients may have moved since; point the old import at where ModelError lives now.
-    source = source.replace("from environments.model_client import", f"from {ModelError.__module__} import")
-    name = f"bench_baseline_agent_loop_{BASELINE_COMMIT}"
-    module = types.ModuleType(name)
-    sys.modules[name] = module  # dataclasses and pydantic resolve annotations through it
-    exec(compile(source, f"{BASELINE_COMMIT}:environments/agent_loop.py", "exec"), module.__dict__)
-    return module
+def baseline_tree() -> Path:
+    """build/bench-baseline-<commit>: BASELINE_COMMIT's tree (extracted once) with this harness in it."""
+    tree = ROOT / "build" / f"bench-baseline-{BASELINE_COMMIT}"
+    if not tree.is_dir():
+        staging = tree.with_name(f"{tree.name}.{uuid.uuid4().hex[:8]}")  # renamed into place when complete
+        staging.mkdir(parents=True)
+        archive = subprocess.run(["git", "archive", BASELINE_COMMIT], cwd=ROOT, check=True, capture_output=True).stdout
+        subprocess.run(["tar", "-x", "-C", str(staging)], input=archive, check=True)
+        staging.rename(tree)
+    shutil.copyfile(Path(__file__), tree / "bench" / "loop.py")  # the same workload and measurement
+    return tree
 
 
 class InstantModel:
     """A tool call on each of the first `turns` turns, then an answer; one yield per call."""
 
-    def __init__(self, turns: int, opening: int) -> None:
+    def __init__(self, turns: int, opening: int, turn_type: type) -> None:
         self.turns = turns
         self.opening = opening
+        self.turn_type = turn_type  # the ModelTurn of the tree being measured
 
     async def chat(self, messages, tools, *, temperature, max_tokens):
-        from environments.models.base import ModelTurn
-
+        ModelTurn = self.turn_type  # noqa: N806 - a class
         await asyncio.sleep(0)
         done = (len(messages) - self.opening) // 2
         if done >= self.turns:
@@ -120,7 +117,7 @@ async def trajectories(loop_module: types.ModuleType, n: int, turns: int) -> lis
     )
     tools = registry.definitions()
     config = loop_module.AgentLoopConfig(max_turns=turns + 1, time_budget_s=3600)
-    model = InstantModel(turns, opening=2)
+    model = InstantModel(turns, opening=2, turn_type=loop_module.ModelTurn)
     limits, executor = ToolLimits(), NoExecutor()
     runs = []
     for i in range(n):
@@ -131,9 +128,13 @@ async def trajectories(loop_module: types.ModuleType, n: int, turns: int) -> lis
 
 
 def worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
+    module = importlib.import_module("environments.agent_loop")  # of the tree this process runs in
+    if impl == "baseline":  # the baseline predates environments/gc_tuning.py: CPython's collector, as it ran
+        if gc_profile != "cpython":
+            raise SystemExit(f"the baseline runs under the cpython collector only, not {gc_profile!r}")
+        return measure(module, impl, n, turns)
     from environments.gc_tuning import GCConfig, collector
 
-    module = baseline_module() if impl == "baseline" else importlib.import_module("environments.agent_loop")
     profile, _, share = gc_profile.partition(":")  # e.g. scaled:2 (middle_share 2)
     config = GCConfig(profile=profile, **({"middle_share": float(share)} if share else {}))
     with collector(config):
@@ -175,10 +176,12 @@ def measure(module: types.ModuleType, impl: str, n: int, turns: int) -> dict[str
         "gc_s_by_generation": gc_time,
         "collections_by_generation": gc_count,
         "kb_per_trajectory": (rss_kb("VmHWM") - rss0) / n,
+        "loop_source": module.__file__,
     }
 
 
 def run_worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
+    tree = baseline_tree() if impl == "baseline" else ROOT
     out = subprocess.run(
         [
             sys.executable,
@@ -193,12 +196,15 @@ def run_worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]
             "--gc",
             gc_profile,
         ],
-        cwd=ROOT,
+        cwd=tree,
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    result = json.loads(out.strip().splitlines()[-1])
+    if not Path(result["loop_source"]).resolve().is_relative_to(tree):
+        raise SystemExit(f"the {impl} worker ran {result['loop_source']}, not the loop in {tree}")
+    return result
 
 
 def main() -> None:

@@ -23,7 +23,9 @@ import sys
 from aiohttp import web
 
 from sandbox_server.isolation import SlotLimits
-from sandbox_server.server import SandboxServer, ServerConfig, build_app
+from sandbox_server.config import ServerConfig
+from sandbox_server.routes import build_app
+from sandbox_server.server import SandboxServer
 from sandbox_server.tree import remove_tree
 
 TOKEN_ENV = "SANDBOX_SERVER_TOKEN"

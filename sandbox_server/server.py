@@ -1,4 +1,5 @@
-"""The sandbox HTTP server: N slots, one workspace each, one call at a time per slot.
+"""The sandbox server's work: N slots, one workspace each, one call at a time per slot.
+(Its HTTP routes are in routes.py, its settings in config.py.)
 
 Endpoints (all need `Authorization: Bearer <token>`; JSON unless noted):
   GET  /health                          isolation status, slots, interpreter
@@ -19,34 +20,33 @@ import asyncio
 import base64
 import functools
 import hmac
-import json
 import logging
 import os
 import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
-from pydantic import BaseModel, Field
 
+from sandbox_server.config import ServerConfig
+from sandbox_server.errors import FILE_OP_STATUS, RequestError
 from sandbox_server.fileops import FileOpError, Workspace
 from sandbox_server.isolation import (
     COMMAND_FILE,
     IsolationStatus,
     Sandboxing,
-    SlotLimits,
     probe_bwrap,
     probe_ipc_limits,
     probe_spawn_helper,
 )
 from sandbox_server.procs import ExecResult, run_command
 from sandbox_server.quota import LimitExceeded, SlotGuard
+from sandbox_server.slot_state import SlotState, kill_uid, slot_env
 from sandbox_server.spawner import SlotShell, SlotShellError
 from sandbox_server.tree import remove_tree
 
-__all__ = ["ServerConfig", "SandboxServer", "build_app"]
+__all__ = ["SandboxServer"]
 
 log = logging.getLogger("sandbox_server")
 
@@ -56,87 +56,6 @@ ARGV_COMMAND_BYTES = 64 * 1024
 # Through a slot's exec server the request is one socket message: keep it well under its limit
 # even when JSON escapes every byte (x6).
 SHELL_ARGV_BYTES = 16 * 1024
-_STATUS = {
-    "bad_request": 400,
-    "path_escape": 403,
-    "not_found": 404,
-    "is_directory": 400,
-    "not_regular": 400,
-    "too_large": 413,
-    "quota_exceeded": 507,
-}
-
-
-class ServerConfig(BaseModel):
-    slots: int = Field(4, ge=1, le=256, description="Number of slots (workspaces) this server holds")
-    data_dir: str = Field(..., description="Directory holding the slots' workspaces and the shared cache")
-    bwrap: str = Field("bwrap", description="bubblewrap executable")
-    workspace_mount: str = Field("/workspace", description="Where a slot's workspace appears inside the sandbox")
-    cache_mount: str | None = Field(
-        "/cache",
-        description="Where the server-wide shared cache appears (read-only to slots); None: no cache",
-    )
-    max_output_bytes: int = Field(1_000_000, gt=0, description="Upper bound on one command's captured output")
-    max_timeout_s: float = Field(3600.0, gt=0)
-    max_file_bytes: int = Field(64 * 1024 * 1024, gt=0)
-    max_command_bytes: int = Field(4 * 1024 * 1024, gt=0, description="Largest command (and stdin) accepted")
-    file_op_timeout_s: float = Field(30.0, gt=0, description="Upper bound on one file operation")
-    extra_ro_paths: list[str] = Field(default_factory=list, description="More host paths to show read-only")
-    spawn_helper: bool = Field(
-        True, description="Start commands through hermes-spawn when it is built and runs here (else prlimit + setpriv)"
-    )
-    limits: SlotLimits = Field(default_factory=SlotLimits)
-
-
-class RequestError(Exception):
-    def __init__(self, status: int, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.kind = kind
-
-
-@dataclass
-class SlotState:
-    id: str
-    root: Path
-    uid: int
-    workspace: Workspace
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
-    # at most two file operations of one slot at once: a slot cannot take the whole thread pool
-    file_ops: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(2))
-    procs: set = field(default_factory=set)
-    generation: int = 0  # bumped by reset so a caller can tell it got a fresh workspace
-    shell: asyncio.Task | None = None  # starting or started SlotShell: the slot's namespace and exec server
-
-
-def _env_for(python_bin: str, workspace_mount: str) -> dict[str, str]:
-    # A fixed environment: nothing of the server's leaks in.
-    return {
-        "PATH": f"{python_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-        "HOME": workspace_mount,
-        "LANG": "C.UTF-8",
-        "TMPDIR": "/tmp",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONUNBUFFERED": "1",
-    }
-
-
-def _kill_uid(uid: int) -> None:
-    """SIGKILL every process of `uid` (a slot's processes, wherever they went), from a child running as it."""
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child
-        try:
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            for _ in range(3):  # a fork bomb may fork between rounds
-                try:
-                    os.kill(-1, 9)
-                except ProcessLookupError:
-                    break
-        finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
 
 
 class SandboxServer:
@@ -168,7 +87,7 @@ class SandboxServer:
         self._shell_error: str | None = None  # why slots cannot keep an exec server here, if they cannot
         self._ipc_error: str | None = None  # why the slots' IPC namespaces cannot be limited here, if they cannot
         self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * config.slots), thread_name_prefix="fileops")
-        self.guard = SlotGuard(config.limits, _kill_uid)
+        self.guard = SlotGuard(config.limits, kill_uid)
 
     async def start(self) -> None:
         self.isolation = await probe_bwrap(self.config.bwrap)
@@ -218,7 +137,7 @@ class SandboxServer:
             self._kill_slot(slot)
         await asyncio.gather(*(self._close_shell(s) for s in self.slots.values()))
         if self.isolation.available:
-            await asyncio.gather(*(asyncio.to_thread(_kill_uid, s.uid) for s in self.slots.values()))
+            await asyncio.gather(*(asyncio.to_thread(kill_uid, s.uid) for s in self.slots.values()))
         self._pool.shutdown(wait=False, cancel_futures=True)
 
     # -- helpers -------------------------------------------------------------------------
@@ -295,7 +214,7 @@ class SandboxServer:
                 504, "timeout", f"file operation took over {self.config.file_op_timeout_s}s; try a smaller file"
             ) from None
         except FileOpError as exc:
-            raise RequestError(_STATUS.get(exc.kind, 400), exc.kind, str(exc)) from None
+            raise RequestError(FILE_OP_STATUS.get(exc.kind, 400), exc.kind, str(exc)) from None
 
     # -- operations ------------------------------------------------------------------------
     async def exec(self, slot: SlotState, body: dict) -> dict:
@@ -346,7 +265,7 @@ class SandboxServer:
                         raise RequestError(409, "slot_reset", "the slot was reset as this command started") from None
                     raise RequestError(503, "sandbox_error", f"{exc}; reset the slot") from None
                 except LimitExceeded as exc:
-                    raise RequestError(_STATUS.get(exc.kind, 507), exc.kind, str(exc)) from None
+                    raise RequestError(FILE_OP_STATUS.get(exc.kind, 507), exc.kind, str(exc)) from None
             command_file = None
             if len(raw) > ARGV_COMMAND_BYTES:
                 command_file = self.data_dir / "commands" / f"{slot.id}-{uuid.uuid4().hex}.sh"
@@ -356,10 +275,10 @@ class SandboxServer:
                 if self.isolation.available:
                     words = ["bash", COMMAND_FILE] if command_file else ["bash", "-c", command]
                     argv = self.sandboxing.argv(slot.root, slot.uid, words, network=network, command_file=command_file)
-                    env = _env_for(self._python_bin, self.config.workspace_mount)
+                    env = slot_env(self._python_bin, self.config.workspace_mount)
                 else:
                     argv = ["bash", str(command_file)] if command_file else ["bash", "-c", command]
-                    env = _env_for(self._python_bin, str(slot.root))
+                    env = slot_env(self._python_bin, str(slot.root))
                 try:
                     async with self.guard.command(slot.id):  # the slot's totals, watched while it runs
                         outcome = await run_command(
@@ -372,7 +291,7 @@ class SandboxServer:
                             on_start=slot.procs.add,
                         )
                 except LimitExceeded as exc:
-                    raise RequestError(_STATUS.get(exc.kind, 507), exc.kind, str(exc)) from None
+                    raise RequestError(FILE_OP_STATUS.get(exc.kind, 507), exc.kind, str(exc)) from None
             finally:
                 if command_file is not None:
                     command_file.unlink(missing_ok=True)
@@ -396,7 +315,7 @@ class SandboxServer:
             return await run_command(
                 self.sandboxing.slot_user_argv(slot.uid) + words,
                 cwd=self.config.workspace_mount,
-                env=_env_for(self._python_bin, self.config.workspace_mount),
+                env=slot_env(self._python_bin, self.config.workspace_mount),
                 timeout=timeout,
                 max_output_bytes=cap,
                 stdin=stdin.encode() if stdin is not None else None,
@@ -426,7 +345,7 @@ class SandboxServer:
         await self._close_shell(slot)  # the namespace, /tmp and every process in it end here
         if running and self.isolation.available:
             # This also gets anything of the slot's uid that got out some other way.
-            await asyncio.to_thread(_kill_uid, slot.uid)
+            await asyncio.to_thread(kill_uid, slot.uid)
         async with slot.lock:
             await self._close_shell(slot)  # one a command started meanwhile still sees the old workspace
             await asyncio.to_thread(self._fresh_workspace, slot)
@@ -523,108 +442,3 @@ class SandboxServer:
         if not header.startswith("Bearer "):
             return False
         return hmac.compare_digest(header[7:].strip().encode(), self._token)
-
-
-def _error(status: int, kind: str, message: str) -> web.Response:
-    return web.json_response({"error": message, "kind": kind}, status=status)
-
-
-def build_app(server: SandboxServer) -> web.Application:
-    @web.middleware
-    async def guard(request: web.Request, handler):
-        if not server.authorized(request):
-            return _error(401, "unauthorized", "missing or wrong bearer token; send 'Authorization: Bearer <token>'")
-        try:
-            return await handler(request)
-        except RequestError as exc:
-            return _error(exc.status, exc.kind, str(exc))
-        except FileNotFoundError as exc:
-            return _error(404, "not_found", str(exc))
-        except (IsADirectoryError, NotADirectoryError) as exc:
-            return _error(400, "is_directory", str(exc))
-
-    async def json_body(request: web.Request) -> dict:
-        try:
-            body = await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise RequestError(400, "bad_request", "the body must be a JSON object") from None
-        if not isinstance(body, dict):
-            raise RequestError(400, "bad_request", "the body must be a JSON object")
-        return body
-
-    async def health(request):
-        return web.json_response(server.health())
-
-    async def exec_(request):
-        slot = server._slot(request.match_info["slot"])
-        return web.json_response(await server.exec(slot, await json_body(request)))
-
-    async def reset(request):
-        return web.json_response(await server.reset(server._slot(request.match_info["slot"])))
-
-    async def interrupt(request):
-        return web.json_response(await server.interrupt(server._slot(request.match_info["slot"])))
-
-    async def get_file(request):
-        slot = server._slot(request.match_info["slot"])
-        data = await server.read_file(slot, request.query.get("path", ""))
-        return web.Response(body=data, content_type="application/octet-stream")
-
-    async def put_file(request):
-        slot = server._slot(request.match_info["slot"])
-        data = await request.read()
-        return web.json_response(await server.write_file(slot, request.query.get("path", ""), data))
-
-    async def artifacts(request):
-        slot = server._slot(request.match_info["slot"])
-        listing = await server.list_artifacts(slot, request.query.get("path", "."))
-        return web.json_response(listing)
-
-    async def archive(request):
-        slot = server._slot(request.match_info["slot"])
-        data = await server.archive(slot, request.query.get("path", "."))
-        return web.Response(body=data, content_type="application/gzip")
-
-    async def batch(request):
-        body = await json_body(request)
-        calls = body.get("calls")
-        if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
-            raise RequestError(400, "bad_request", "'calls' must be a list of objects")
-
-        async def one(i: int, call: dict) -> bytes:
-            try:
-                line = {"index": i, "ok": True, "result": await server.batch_call(call)}
-            except RequestError as exc:
-                line = {"index": i, "ok": False, "status": exc.status, "kind": exc.kind, "error": str(exc)}
-            except Exception as exc:  # noqa: BLE001 - one bad call must never break the others' stream
-                log.exception("batch call %d failed", i)
-                line = {
-                    "index": i,
-                    "ok": False,
-                    "status": 500,
-                    "kind": "internal",
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
-            return (json.dumps(line) + "\n").encode()
-
-        if len(calls) == 1:  # the usual case (a lone tool call): one line, one write, no tasks
-            return web.Response(body=await one(0, calls[0]), content_type="application/x-ndjson")
-        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
-        await response.prepare(request)
-        # Lines go out as calls finish, so a slow command does not hold back quick ones.
-        for fut in asyncio.as_completed([one(i, c) for i, c in enumerate(calls)]):
-            await response.write(await fut)
-        await response.write_eof()
-        return response
-
-    app = web.Application(middlewares=[guard], client_max_size=server.config.max_file_bytes + 1024 * 1024)
-    app.router.add_get("/health", health)
-    app.router.add_post("/slots/{slot}/exec", exec_)
-    app.router.add_post("/slots/{slot}/reset", reset)
-    app.router.add_post("/slots/{slot}/interrupt", interrupt)
-    app.router.add_get("/slots/{slot}/file", get_file)
-    app.router.add_put("/slots/{slot}/file", put_file)
-    app.router.add_get("/slots/{slot}/artifacts", artifacts)
-    app.router.add_get("/slots/{slot}/archive", archive)
-    app.router.add_post("/batch", batch)
-    return app

@@ -5,9 +5,9 @@ runs a trajectory's tools in its slot (calls to one sandbox that arrive together
 as one batch request). Knows nothing of models, parsers or environments.
 """
 
-from slots.client import SandboxAddress, SandboxClient, SandboxError, SandboxUnavailable
+from slots.client import SandboxAddress, SandboxClient, SandboxError, SandboxUnavailable, Slot, SlotState
 from slots.executor import ExecPolicy, SandboxBatcher, SlotExecutor
-from slots.pool import SandboxProvider, Slot, SlotAcquireTimeout, SlotPool, SlotPoolConfig, SlotState
+from slots.pool import SandboxProvider, SlotAcquireTimeout, SlotPool, SlotPoolConfig
 
 __all__ = [
     "SandboxAddress",

@@ -1,9 +1,10 @@
-"""HTTP client of one sandbox_server."""
+"""HTTP client of one sandbox_server, and the slot (one workspace on one server) it is called for."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import enum
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -13,7 +14,7 @@ import aiohttp
 from sandbox_server.fileops import error_for
 from tools.executor import ExecResult, ToolInfrastructureError
 
-__all__ = ["SandboxAddress", "SandboxClient", "SandboxError", "SandboxUnavailable", "exec_result"]
+__all__ = ["SandboxAddress", "SandboxClient", "SandboxError", "SandboxUnavailable", "Slot", "SlotState", "exec_result"]
 
 
 class SandboxError(RuntimeError):
@@ -34,6 +35,22 @@ class SandboxAddress:
     name: str  # stable id given by the backend (process pid, Nomad allocation, Modal sandbox name)
     url: str
     token: str
+
+
+class SlotState(enum.Enum):
+    FREE = "free"
+    BUSY = "busy"
+    RESETTING = "resetting"
+    DEAD = "dead"
+
+
+@dataclass(eq=False)
+class Slot:
+    id: str  # "<sandbox name>/<index>"
+    sandbox: SandboxAddress
+    index: str  # the slot's id on its server
+    workspace: str
+    state: SlotState = SlotState.FREE
 
 
 def exec_result(data: dict[str, Any]) -> ExecResult:

@@ -7,15 +7,12 @@ import base64
 import logging
 import re
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from slots.client import SandboxClient, SandboxUnavailable, decode_b64, exec_result, raise_for_error
+from slots.client import SandboxClient, SandboxUnavailable, Slot, decode_b64, exec_result, raise_for_error
 from tools.executor import ExecResult
-
-if TYPE_CHECKING:
-    from slots.pool import Slot
 
 __all__ = ["ExecPolicy", "SandboxBatcher", "SlotExecutor"]
 
@@ -125,7 +122,7 @@ class SlotExecutor:
     """Runs a trajectory's tools in its slot; paths and commands see the slot's workspace."""
 
     def __init__(
-        self, slot: "Slot", batcher: SandboxBatcher, *, python: str = "python -", policy: ExecPolicy | None = None
+        self, slot: Slot, batcher: SandboxBatcher, *, python: str = "python -", policy: ExecPolicy | None = None
     ) -> None:
         self.slot = slot
         self._batcher = batcher

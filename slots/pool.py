@@ -9,7 +9,6 @@ gets a slot's executor, and the slot is reset and released when the trajectory l
 from __future__ import annotations
 
 import asyncio
-import enum
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,10 +18,10 @@ from typing import Protocol
 import aiohttp
 from pydantic import BaseModel, Field
 
-from slots.client import SandboxAddress, SandboxClient, SandboxError, SandboxUnavailable
+from slots.client import SandboxAddress, SandboxClient, SandboxError, SandboxUnavailable, Slot, SlotState
 from slots.executor import ExecPolicy, SandboxBatcher, SlotExecutor
 
-__all__ = ["SlotPoolConfig", "SlotState", "Slot", "SandboxProvider", "SlotPool", "SlotAcquireTimeout"]
+__all__ = ["SlotPoolConfig", "SandboxProvider", "SlotPool", "SlotAcquireTimeout"]
 
 log = logging.getLogger(__name__)
 
@@ -42,22 +41,6 @@ class SlotPoolConfig(BaseModel):
 
 class SlotAcquireTimeout(TimeoutError):
     """No slot became free in time."""
-
-
-class SlotState(enum.Enum):
-    FREE = "free"
-    BUSY = "busy"
-    RESETTING = "resetting"
-    DEAD = "dead"
-
-
-@dataclass(eq=False)
-class Slot:
-    id: str  # "<sandbox name>/<index>"
-    sandbox: SandboxAddress
-    index: str  # the slot's id on its server
-    workspace: str
-    state: SlotState = SlotState.FREE
 
 
 class SandboxProvider(Protocol):

@@ -127,7 +127,7 @@ async def test_tavily_key_never_reaches_the_slot(tmp_path: Path) -> None:
     from pydantic import SecretStr
 
     from tools.web import TavilyConfig, WebConfig
-    from tools.web.tavily_double import FakePage, FakeTavilyServer
+    from tests.support.tavily_double import FakePage, FakeTavilyServer
 
     page = FakePage("https://example.org/lighthouse", "Halvorsen Point Lighthouse", "It was first lit in 1887.")
     look = """

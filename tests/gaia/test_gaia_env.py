@@ -17,7 +17,7 @@ from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
 from tests.gaia.solver import SOLVED_TASKS, GaiaScriptedSolver
 from environments.models.base import ModelTurn
-from slots.pool import SlotState
+from slots.client import SlotState
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.cli import run_cli
 from tests.support.embedded import embedded_model_flags, small_group_flags
@@ -169,7 +169,7 @@ async def test_web_backend_follows_config_tavily_double(tokenizer_dir: str, tmp_
     from pydantic import SecretStr
 
     from tools.web import TavilyConfig, WebConfig
-    from tools.web.tavily_double import FakePage, FakeTavilyServer
+    from tests.support.tavily_double import FakePage, FakeTavilyServer
 
     page = FakePage("https://example.org/lighthouse", "Halvorsen Point Lighthouse", "It was first lit in 1887.")
     async with FakeTavilyServer([page]) as tavily, ScriptedOpenAIServer([]) as model_server:

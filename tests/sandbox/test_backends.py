@@ -20,9 +20,15 @@ from backends import make_backend
 from backends.local import LocalBackendConfig, local_backend
 from backends.modal import ModalBackendConfig, ModalIsolationError, ModalSDKAdapter, modal_backend
 from backends.nomad import NomadBackendConfig, NomadError, NomadHTTP, build_job_spec, nomad_backend
-from backends.testing import MODAL_SANDBOX_CREATE_PARAMS, ModalTestDouble, NomadTestDouble, check_job_spec
+from tests.support.nomad_modal_doubles import (
+    MODAL_SANDBOX_CREATE_PARAMS,
+    ModalTestDouble,
+    NomadTestDouble,
+    check_job_spec,
+)
 from slots.client import SandboxUnavailable
-from slots.pool import SlotAcquireTimeout, SlotPool, SlotPoolConfig, SlotState
+from slots.client import SlotState
+from slots.pool import SlotAcquireTimeout, SlotPool, SlotPoolConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -14,7 +14,8 @@ from backends import LocalBackendConfig, make_backend
 from environments.sandbox_backend import SandboxToolBackendConfig
 from model_tools import default_registry
 from slots.client import SandboxUnavailable
-from slots.pool import SlotAcquireTimeout, SlotPool, SlotPoolConfig, SlotState
+from slots.client import SlotState
+from slots.pool import SlotAcquireTimeout, SlotPool, SlotPoolConfig
 from tools.context import ToolContext
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from backends.modal import ModalBackendConfig, modal_backend
 from backends.nomad import NomadBackendConfig, nomad_backend
-from backends.testing import ModalTestDouble, NomadTestDouble
+from tests.support.nomad_modal_doubles import ModalTestDouble, NomadTestDouble
 from environments.terminal_tasks import BUNDLED_TASKS, OracleAgent, TerminalTasksEnv, load_harbor_task, load_tasks_dir
 from environments.terminal_tasks.sandboxes import SANDBOX_LAYER, TaskSandboxes, task_image, write_build_context
 from slots.pool import SlotPoolConfig

@@ -24,7 +24,7 @@ from tools.web import (
     make_web_backend,
     web_tools,
 )
-from tools.web.tavily_double import FakePage, FakeTavilyServer
+from tests.support.tavily_double import FakePage, FakeTavilyServer
 
 
 def test_html_to_text_keeps_content_and_drops_chrome() -> None:
