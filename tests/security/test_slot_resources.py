@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 
+from slots.executor import ExecPolicy
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig
 from tests.security.conftest import outer_memory_limit, outer_process_limit, play, running_sandbox, server_data_dir
 
@@ -50,7 +51,8 @@ async def test_sysv_shared_memory_does_not_outlive_the_command_or_exceed_the_slo
     limits = {"slot_memory_bytes": 200 * MiB, "max_memory_bytes": 1024 * MiB}
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
         async with running_sandbox(tmp_path, limits=limits) as backend:
-            async with backend.trajectory("shm") as ex:
+            # The trajectory may ask for network (a task with allow_internet), so the networked path is checked too.
+            async with backend.trajectory("shm", ExecPolicy(network=True)) as ex:
                 msgs = await play(
                     ex,
                     [
