@@ -9,7 +9,8 @@ own strict CLI, unchanged) and waits for it. That process registers itself with 
 with its actor (PR_SET_PDEATHSIG), so a lost actor or node leaves no orphan posting groups.
 
 The driver supervises: a worker whose actor, node or serve process dies gets a fresh actor that
-Ray places wherever there is room (up to `--max_restarts` per worker); it registers anew. A
+Ray places wherever there is room (up to `--max_restarts` per worker); it registers anew. A serve
+that refuses its flags (exit 2) stops the run at once: every replacement would refuse them too. A
 worker whose serve exits 0 is done (the trainer's run is done); the driver exits once all are.
 A group is posted to run-api in one request (environments/trainer_boundary.py), so a worker that
 dies mid-group loses that group's rollouts but never sends half of it. See docs/scale_out.md.
@@ -33,6 +34,7 @@ from environments.batch_ray import RayConfig, RayRunError, _connect
 __all__ = ["EnvWorker", "ServeRayConfig", "main", "run_serve_on_ray"]
 
 _PR_SET_PDEATHSIG = 1
+USAGE_ERROR = 2  # what the env CLI exits with for bad flags or config (argparse's and environments/cli.py's)
 
 
 class ServeRayConfig(BaseModel):
@@ -67,13 +69,22 @@ class EnvWorker:
             "serve",
             *serve_args,
             cwd=root,
+            stderr=asyncio.subprocess.PIPE,
+            limit=2**20,  # a long log line (a traceback's repr) must not end the forwarding
             preexec_fn=lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL),
         )
         return {"node": self.node, "pid": os.getpid(), "serve_pid": self._proc.pid}
 
-    async def wait(self) -> int:
-        assert self._proc is not None, "start() first"
-        return await self._proc.wait()
+    async def wait(self) -> tuple[int, str]:
+        """serve's exit code and its last stderr line; every line goes on to this actor's stderr,
+        which Ray streams to the driver."""
+        assert self._proc is not None and self._proc.stderr is not None, "start() first"
+        last = ""
+        async for raw in self._proc.stderr:
+            line = raw.decode(errors="replace").rstrip()
+            print(line, file=sys.stderr, flush=True)
+            last = line or last
+        return await self._proc.wait(), last
 
     async def stop(self) -> None:
         if self._proc is not None and self._proc.returncode is None:
@@ -101,14 +112,19 @@ async def _supervise(ray: Any, actor_class: Any, config: ServeRayConfig, slot: i
             _say(
                 f"worker {slot} started on node {info['node']} (actor pid {info['pid']}, serve pid {info['serve_pid']})"
             )
-            code = await actor.wait.remote()
+            code, last_line = await actor.wait.remote()
         except RayActorError as exc:
             reason = f"its actor or node died ({type(exc).__name__})"
         else:
             if code == 0:
                 _say(f"worker {slot} done: serve exited 0")
                 return
-            reason = f"serve exited with {code}"
+            if code == USAGE_ERROR:  # the env CLI refused its flags or config: a restart would too
+                raise RayRunError(
+                    f"worker {slot}: serve refused its flags or config (exit {code}): {last_line!r}; "
+                    "fix the serve flags after --"
+                )
+            reason = f"serve exited with {code} ({last_line!r})"
         try:
             ray.kill(actor, no_restart=True)
         except Exception:  # its node is gone

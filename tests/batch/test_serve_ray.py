@@ -121,3 +121,16 @@ def test_serve_ray_flags_are_typed_and_strict(capsys: pytest.CaptureFixture[str]
         parse_args(["--ray", "local", "--env_module", "m", "--wrokers", "2", "--"])
     with pytest.raises(SystemExit):
         parse_args(["--ray", "local", "--workers", "0", "--env_module", "m", "--"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_serve_flags_the_env_refuses_stop_the_run_without_restarts(tmp_path: Path, cluster: Cluster) -> None:
+    with serving_in_a_thread(ScriptedOpenAIServer([])) as server:
+        args = [*serve_ray_command(cluster, "http://127.0.0.1:9", server), "--env.group_sise", "2"]
+        result = subprocess.run(args, cwd=ROOT, env=DRIVER_ENV, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "lost" not in result.stderr  # no worker was restarted
+    line = next(x for x in result.stderr.splitlines() if x.startswith("error: "))
+    assert line.startswith("error: worker ") and "serve refused its flags or config (exit 2)" in line
+    assert "group_sise" in line  # the env's own error, in the driver's line
