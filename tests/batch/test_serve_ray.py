@@ -46,6 +46,8 @@ def serve_ray_command(cluster: Cluster, api_url: str, server: ScriptedOpenAIServ
         server.base_url,
         "--openai.model_name",
         "scripted",
+        "--env.tokenizer_name",
+        "embedded",
         "--env.group_size",
         "2",
         "--env.max_num_workers",
