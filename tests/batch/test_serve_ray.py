@@ -6,6 +6,7 @@ trainer keeps receiving whole groups until its steps are done, and every worker'
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from tests.support.run_api import ROOT, register_trainer, start_run_api, stop_pr
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
 
 STEPS = 6
-STARTED = re.compile(r"worker (\d) started on node (\w+)")
+STARTED = re.compile(r"worker (\d) started on node (\w+) \(actor pid \d+, serve pid (\d+)\)")
 
 
 def serve_ray_command(cluster: Cluster, api_url: str, server: ScriptedOpenAIServer) -> list[str]:
@@ -86,7 +87,7 @@ def test_a_worker_node_removed_mid_serve_is_replaced_and_the_trainer_gets_its_st
                 started = STARTED.findall(log.read_text())
                 if victim is None and batches and len(started) == 2:
                     killed_after = len(batches)
-                    victim_slot, victim_node = started[0]
+                    victim_slot, victim_node, victim_serve = started[0]
                     victim = next(n for n in cluster.worker_nodes if n.node_id == victim_node)
                     cluster.add_node(**NODE, num_cpus=1)  # room for the replacement
                     cluster.remove_node(victim, allow_graceful=False)  # every process of the node killed
@@ -102,9 +103,11 @@ def test_a_worker_node_removed_mid_serve_is_replaced_and_the_trainer_gets_its_st
     assert driver.returncode == 0, text[-3000:]
     assert victim is not None and killed_after < STEPS  # the node went mid-run
     assert f"worker {victim_slot} lost: its actor or node died" in text, text[-3000:]
-    restarted = [node for slot, node in STARTED.findall(text) if slot == victim_slot]
+    restarted = [node for slot, node, _ in STARTED.findall(text) if slot == victim_slot]
     assert len(restarted) == 2 and restarted[1] != victim.node_id  # replaced, on another node
     assert text.count("done: serve exited 0") == 2
+    with pytest.raises(ProcessLookupError):  # the lost worker's serve died with it: no orphan posting groups
+        os.kill(int(victim_serve), 0)
     # Each serve process registered itself with run-api: the two first workers and the replacement.
     assert (tmp_path / "run-api.log").read_text().count("POST /register-env") == 3
     # The trainer took all its steps, in whole groups only: nothing half-sent by the lost worker.
