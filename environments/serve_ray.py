@@ -105,7 +105,10 @@ async def _supervise(ray: Any, actor_class: Any, config: ServeRayConfig, slot: i
 
     restarts = 0
     while True:
-        actor = actor_class.options(num_cpus=config.ray.worker_cpus, max_restarts=0).remote(slot)
+        # SPREAD: one node lost takes as few workers as possible with it.
+        actor = actor_class.options(
+            num_cpus=config.ray.worker_cpus, max_restarts=0, scheduling_strategy="SPREAD"
+        ).remote(slot)
         actors[slot] = actor
         try:
             info = await actor.start.remote(config.env_module, config.serve_args)
