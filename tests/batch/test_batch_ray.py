@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -124,10 +125,14 @@ def test_a_worker_node_killed_mid_run_loses_no_prompt_and_duplicates_none(
     args = command(tmp_path, cluster, server, "nodeloss", workers=2)
     out = tmp_path / "runs/nodeloss/trajectories.jsonl"
     log = tmp_path / "driver.log"
+    # Room for the replacement worker, made before the run: adding a node takes seconds on a loaded
+    # machine, long enough for the whole run to end before the kill.
+    cluster.add_node(**NODE, num_cpus=1)
     proc = start_driver(args, log)
     wait_until_running(out, proc, log, workers=2)
-    victim = next(iter(cluster.worker_nodes))  # each worker node holds one of the two workers
-    cluster.add_node(**NODE, num_cpus=1)  # room for the replacement worker
+    ready = re.search(r"worker 0 ready on node (\w+)", log.read_text())
+    assert ready, log.read_text()[-3000:]
+    victim = next(n for n in cluster.worker_nodes if n.node_id == ready.group(1))
     cluster.remove_node(victim, allow_graceful=False)  # every process of the node killed at once
     proc.wait(timeout=600)
     assert proc.returncode == 0, log.read_text()[-3000:]
