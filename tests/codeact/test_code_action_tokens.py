@@ -49,6 +49,7 @@ async def test_trained_tokens_are_the_sampled_tokens_call_by_call(tokenizer_dir:
             workspace_root=str(tmp_path / "ws"),
             agent_temperature=0.8,
             max_token_length=16384,
+            split_sequences="all",  # every model call's sequence (docs/trainers.md), to compare each one
         )
         server_config = APIServerConfig(base_url=server.url, model_name="m", api_key="x", server_type="openai")
         env = SmolagentsGaiaEnv(config, [server_config])
@@ -61,7 +62,7 @@ async def test_trained_tokens_are_the_sampled_tokens_call_by_call(tokenizer_dir:
     assert rollout.score == 1.0 and rollout.result.final_answer == 5
     assert len(server.requests) == 3
     assert len(group["tokens"]) == 3  # one trainer sequence per model call
-    assert group["group_overrides"] == {"group_size": 3}
+    assert group["group_overrides"]["sequence_rollouts"] == [0, 0, 0]  # all three from the one rollout
     for k, ((_, request), tokens, masks, logprobs) in enumerate(
         zip(server.requests, group["tokens"], group["masks"], group["inference_logprobs"])
     ):
