@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import signal
 import sys
+import time
 
 from aiohttp import web
 
@@ -161,8 +161,13 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_serve(ns, config, token))
     finally:
         if ns.remove_data_dir:
-            with contextlib.suppress(OSError):
-                remove_tree(config.data_dir)
+            # Slot processes may still be exiting and writing: a few tries, then leave what stays.
+            for attempt in range(5):
+                try:
+                    remove_tree(config.data_dir)
+                    break
+                except OSError:
+                    time.sleep(0.2 * (attempt + 1))
     # Do not wait for file-operation threads: SIGTERM must stop the server even if one is stuck.
     sys.stdout.flush()
     os._exit(0)

@@ -124,8 +124,11 @@ def remove_tree(path: str | os.PathLike[str], *, dir_fd: int | None = None, open
             subdirs, files = _entries(fd)
             dirs.extend(subdirs)
             for f in files:
-                os.unlink(f, dir_fd=fd)
-            removed += len(files)
+                try:
+                    os.unlink(f, dir_fd=fd)
+                except FileNotFoundError:  # gone meanwhile (a process still exiting): what we wanted
+                    continue
+                removed += 1
             fd = -1
             while stack and fd == -1:
                 cur, cur_name, todo = stack[-1]
@@ -149,7 +152,10 @@ def remove_tree(path: str | os.PathLike[str], *, dir_fd: int | None = None, open
                     os.rename(sub, new, src_dir_fd=cur, dst_dir_fd=top)
                     top_todo.append(new)
                     continue
-                fd, name = os.open(sub, DIR_FLAGS, dir_fd=cur), sub
+                try:
+                    fd, name = os.open(sub, DIR_FLAGS, dir_fd=cur), sub
+                except FileNotFoundError:
+                    fd = -1
             if not stack:
                 return removed
     finally:
