@@ -23,7 +23,7 @@ from typing import Any
 from pydantic import Field
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
-from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig, efficiency, question_scorer
+from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig, question_scorer
 from environments.hermes_base_env import HermesEnvError, Rollout
 from environments.models.base import ChatModel
 from environments.runtime import AgentFactory
@@ -133,14 +133,6 @@ class SmolagentsGaiaEnv(GaiaAgentEnv):
     def is_correct(self, item: dict[str, Any], result: AgentResult) -> bool:
         answer = self.model_answer(result)
         return answer is not None and question_scorer(answer, str(item["Final answer"]))
-
-    async def compute_reward(self, item: dict[str, Any], result: AgentResult, ctx: ToolContext) -> float:
-        if not self.is_correct(item, result):
-            return 0.0
-        c = self.config
-        return c.correctness_weight + c.efficiency_weight * efficiency(
-            result.tool_call_count, c.efficiency_free_calls, c.efficiency_max_calls
-        )
 
     def build_group(self, rollouts: list[Rollout]):
         group = super().build_group(rollouts)

@@ -1,4 +1,4 @@
-"""A local multi-node Ray cluster for the --ray tests (test_batch_ray.py still defines its own copy)."""
+"""A local multi-node Ray cluster for the --ray tests."""
 
 from __future__ import annotations
 
