@@ -34,7 +34,7 @@ from typing import Any
 
 
 from environments.batch.config import BatchConfig, Prompt, RayConfig
-from environments.batch.output import LineWriter, Progress, _progress_loop, compute_stats
+from environments.batch.output import LineWriter, Progress, _progress_loop, compute_stats, session_stats
 from environments.batch.rollout import Runner
 
 __all__ = ["RayRunError", "RolloutWorker", "run_on_ray"]
@@ -310,11 +310,7 @@ async def run_on_ray(
         print(progress.line(), file=stream, flush=True)
     stats = compute_stats(out_path, total_prompts=len(prompts))
     stats["session"] = {
-        "wall_time_s": round(time.monotonic() - wall_started, 3),
-        "ran": len(pending),
-        "recorded": progress.done,
-        "infra_failed": progress.failed,
-        "retries": progress.retries,
+        **session_stats(progress, len(pending), wall_started),
         "ray": {
             "address": rc.address,
             "workers": rc.workers,

@@ -184,3 +184,14 @@ def compute_stats(out_path: Path, total_prompts: int) -> dict[str, Any]:
         },
         "format_errors": sum(r.get("format_errors", 0) for r in records),
     }
+
+
+def session_stats(progress: Progress, ran: int, wall_started: float) -> dict[str, Any]:
+    """This invocation's part of stats.json (a --resume adds a session of its own)."""
+    return {
+        "wall_time_s": round(time.monotonic() - wall_started, 3),
+        "ran": ran,
+        "recorded": progress.done,
+        "infra_failed": progress.failed,
+        "retries": progress.retries,
+    }

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 from environments.batch.config import BatchConfig, BatchError, Prompt, load_prompts, sample_toolsets
-from environments.batch.output import LineWriter, Progress, _progress_loop, compute_stats, recover_output
+from environments.batch.output import LineWriter, Progress, _progress_loop, compute_stats, session_stats, recover_output
 from environments.batch.rollout import Runner, codeact_agents
 from environments.gc_tuning import collector
 from environments.models.base import ChatModel
@@ -110,13 +110,7 @@ async def run_batch(
             stream.write("\n")
         print(progress.line(), file=stream, flush=True)
     stats = compute_stats(out_path, total_prompts=len(prompts))
-    stats["session"] = {
-        "wall_time_s": round(time.monotonic() - wall_started, 3),
-        "ran": len(pending),
-        "recorded": progress.done,
-        "infra_failed": progress.failed,
-        "retries": progress.retries,
-    }
+    stats["session"] = session_stats(progress, len(pending), wall_started)
     (run_dir / "stats.json").write_text(json.dumps(stats, indent=2))
     if progress.consecutive_failures >= config.max_consecutive_failures and not queue.empty():
         raise BatchError(
