@@ -29,7 +29,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from environments.batch_ray import RayConfig, RayRunError, _connect
+from environments.batch.config import RayConfig
+from environments.batch.on_ray import RayRunError, connect
 
 __all__ = ["EnvWorker", "ServeRayConfig", "main", "run_serve_on_ray"]
 
@@ -145,7 +146,7 @@ async def run_serve_on_ray(config: ServeRayConfig) -> None:
     """Run the workers until every serve is done; raises RayRunError when one cannot be kept running."""
     import ray
 
-    disconnect = _connect(ray, config.ray)
+    disconnect = connect(ray, config.ray)
     actors: dict[int, Any] = {}
     tasks = [
         asyncio.ensure_future(_supervise(ray, ray.remote(EnvWorker), config, slot, actors))

@@ -117,7 +117,7 @@ def _prompt_fields(prompt: Prompt) -> dict[str, Any]:
     return {"id": prompt.id, "text": prompt.text, "toolsets": prompt.toolsets, "extra": prompt.extra}
 
 
-def _connect(ray: Any, config: RayConfig) -> bool:
+def connect(ray: Any, config: RayConfig) -> bool:
     """Connect to (or start) the cluster; True when this call started the connection."""
     if ray.is_initialized():  # a caller (bench, notebook) already chose the cluster
         return False
@@ -200,7 +200,7 @@ async def run_on_ray(
     ticker: asyncio.Task[None] | None = None
     try:
         if pending:
-            started_here = _connect(ray, rc)
+            started_here = connect(ray, rc)
             actor_class = ray.remote(worker)
             for slot in slots:
                 spawn(slot)
