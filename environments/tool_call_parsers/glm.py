@@ -18,12 +18,12 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ._values import coerce_value
 from ._core import (
     Finder,
     ParseIssue,
     ParseResult,
     ToolCallParser,
-    coerce_value,
     issue,
     join_content,
     make_call,

@@ -17,6 +17,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from ._values import python_literal
 from ._core import (
     JSON_DECODER,
     DecodeBudget,
@@ -28,7 +29,6 @@ from ._core import (
     issue,
     join_content,
     make_call,
-    python_literal,
     strip_code_fence,
 )
 from ._registry import register_parser

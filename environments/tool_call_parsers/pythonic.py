@@ -14,7 +14,8 @@ import ast
 import re
 from typing import Any, Mapping
 
-from ._core import ParseIssue, ParseResult, ToolCallParser, issue, join_content, make_call, parse_python
+from ._values import parse_python
+from ._core import ParseIssue, ParseResult, ToolCallParser, issue, join_content, make_call
 from ._registry import register_parser
 
 __all__ = ["PythonicParser"]

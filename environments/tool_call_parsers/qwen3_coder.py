@@ -24,12 +24,12 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping
 
+from ._values import coerce_value
 from ._core import (
     Finder,
     ParseIssue,
     ParseResult,
     ToolCallParser,
-    coerce_value,
     issue,
     join_content,
     make_call,
