@@ -21,8 +21,8 @@ from typing import Any
 from smolagents.models import ChatMessage, MessageRole, Model, get_clean_message_list, tool_role_conversions
 from smolagents.monitoring import TokenUsage
 
-from environments.models.base import ChatModel, ModelError
-from environments.models.token_mode.chat_model import TokenChatModel
+from environments.models.base import ChatModel
+from environments.models.token_mode.chat_model import context_budget, TokenChatModel
 from environments.models.token_mode.session import TokenSequence, TokenTrace
 
 from .executor import Bridge
@@ -122,16 +122,7 @@ class CapturingModel(Model):
         assert model is not None
         renderer = model.renderer
         ids = renderer.encode(renderer.render(prompt, None, add_generation_prompt=True))
-        budget = self.max_tokens
-        if model.config.max_context_tokens is not None:
-            room = model.config.max_context_tokens - len(ids)
-            if room <= 0:
-                raise ModelError(
-                    f"context length exceeded: the prompt holds {len(ids)} tokens, max_context_tokens is "
-                    f"{model.config.max_context_tokens}",
-                    retryable=False,
-                )
-            budget = min(budget, room)
+        budget = context_budget(len(ids), self.max_tokens, model.config.max_context_tokens)
         close = list(renderer.close.ids)
         stop_ids = close if len(close) == 1 else None
 

@@ -57,17 +57,9 @@ class TokenChatModel:
         max_tokens: int | None,
     ) -> ModelTurn:
         prompt = self._prompt(messages, tools)
-        budget = max_tokens or self.config.default_max_tokens
-        if self.config.max_context_tokens is not None:
-            room = self.config.max_context_tokens - len(prompt)
-            if room <= 0:
-                # The loop reads this as context_full: the model's conversation, not a broken server.
-                raise ModelError(
-                    f"context length exceeded: the prompt holds {len(prompt)} tokens, max_context_tokens is "
-                    f"{self.config.max_context_tokens}",
-                    retryable=False,
-                )
-            budget = min(budget, room)
+        budget = context_budget(
+            len(prompt), max_tokens or self.config.default_max_tokens, self.config.max_context_tokens
+        )
         generation = await self.server.generate(
             prompt, max_tokens=budget, temperature=temperature, stop_token_ids=self._stop_ids, seed=self.config.seed
         )
@@ -114,3 +106,18 @@ class TokenChatModel:
         turn = turn_from_text(self._parser, text, tools, reasoning=reasoning, finish_reason=finish_reason)
         turn.content = turn.content or ""  # the session holds the assistant message as the template renders it
         return turn
+
+
+def context_budget(prompt_tokens: int, max_tokens: int, max_context_tokens: int | None) -> int:
+    """Tokens a turn may sample: `max_tokens`, cut to the room the context leaves after the prompt."""
+    if max_context_tokens is None:
+        return max_tokens
+    room = max_context_tokens - prompt_tokens
+    if room <= 0:
+        # The loop reads this as context_full: the model's conversation, not a broken server.
+        raise ModelError(
+            f"context length exceeded: the prompt holds {prompt_tokens} tokens, max_context_tokens is "
+            f"{max_context_tokens}",
+            retryable=False,
+        )
+    return min(max_tokens, room)
