@@ -1,0 +1,178 @@
+"""τ²-bench's evaluation, reimplemented: gold replay -> DB hash, required actions, communicated info,
+the product over `reward_basis`; checked on the bundled retail tasks and on a published task (retail
+task "0" with the slice of the published db.json it touches, tests/tau/published_retail_task0.json)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from environments.tau.domain import get_domain
+from environments.tau.scoring import gold_db, score_episode
+from environments.tau.tasks import BUNDLED_DATA_DIR, Task, load_domain_data
+
+PUBLISHED = json.loads((Path(__file__).parent / "published_retail_task0.json").read_text())
+RETAIL = get_domain("retail")
+
+
+def play(db: dict[str, Any], steps: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """Messages of an agent that runs each ("call", (name, args)) on `db` and says each ("say", text)."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi, I need help with an order"}]
+    for n, (kind, what) in enumerate(steps):
+        if kind == "say":
+            messages.append({"role": "assistant", "content": what})
+            messages.append({"role": "user", "content": "ok"})
+            continue
+        name, args = what
+        try:
+            result = json.dumps(RETAIL.call(db, name, args))
+        except ValueError as exc:
+            result = json.dumps({"error": str(exc)})
+        call = {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
+        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": f"c{n}", "name": name, "content": result})
+    return messages
+
+
+def gold_steps(task: Task) -> list[tuple[str, Any]]:
+    assert task.evaluation_criteria is not None and task.evaluation_criteria.actions is not None
+    return [("call", (a.name, a.arguments)) for a in task.evaluation_criteria.actions]
+
+
+def run(task: Task, base: dict[str, Any], steps: list[tuple[str, Any]], ended: str = "user_stop"):
+    db = RETAIL.load_db(copy.deepcopy(base))
+    start = copy.deepcopy(db)
+    messages = play(db, steps)
+    return score_episode(task, RETAIL, start, db, messages, ended=ended)
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    return load_domain_data(BUNDLED_DATA_DIR, "retail")
+
+
+def test_bundled_tasks_have_the_published_shape(bundled) -> None:
+    raw = json.loads((BUNDLED_DATA_DIR / "domains" / "retail" / "tasks.json").read_text())
+    published = PUBLISHED["task"]
+    for task in raw:
+        assert set(task) == set(published) - {"issues"}
+        assert set(task["user_scenario"]) == set(published["user_scenario"])
+        assert set(task["user_scenario"]["instructions"]) == set(published["user_scenario"]["instructions"])
+        assert set(task["evaluation_criteria"]) == set(published["evaluation_criteria"])
+        for action in task["evaluation_criteria"]["actions"]:
+            assert set(action) == set(published["evaluation_criteria"]["actions"][0])
+    db = json.loads((BUNDLED_DATA_DIR / "domains" / "retail" / "db.json").read_text())
+    assert set(db) == set(PUBLISHED["db"])
+    (user,) = PUBLISHED["db"]["users"].values()
+    (order,) = PUBLISHED["db"]["orders"].values()
+    assert all(set(u) == set(user) for u in db["users"].values())
+    assert all(set(o) == set(order) for o in db["orders"].values())
+    assert [t.id for t in bundled.tasks] == ["0", "1", "2", "3"]
+    assert "Identify the customer first" in bundled.policy
+    assert [t.id for t in load_domain_data(BUNDLED_DATA_DIR, "retail", split="test").tasks] == ["2", "3"]
+
+
+def test_the_published_task_gold_actions_score_one_and_skipping_the_exchange_scores_zero() -> None:
+    task = Task.model_validate(PUBLISHED["task"])
+    assert task.evaluation_criteria is not None
+    assert [r.value for r in task.evaluation_criteria.reward_basis] == ["DB", "NL_ASSERTION"]
+    gold = run(task, PUBLISHED["db"], gold_steps(task))
+    # nl_assertions is null in the published task: that component is 1.0, as the benchmark's is.
+    assert gold.reward == 1.0 and gold.db_match
+    skipped = run(task, PUBLISHED["db"], gold_steps(task)[:-1])
+    assert skipped.reward == 0.0 and not skipped.db_match
+    # The exchange itself did what the published tool does: status, sorted item lists, price difference.
+    db = RETAIL.load_db(copy.deepcopy(PUBLISHED["db"]))
+    order = gold_db(task, RETAIL, db)["orders"]["#W2378156"]
+    assert order["status"] == "exchange requested"
+    assert order["exchange_items"] == ["1151293680", "4983901480"]
+    assert order["exchange_new_items"] == ["7706410293", "7747408585"]
+    assert order["exchange_price_difference"] == -16.63  # (269.16 - 272.33) + (249.01 - 262.47), rounded to cents
+
+
+def test_gold_actions_score_one_on_every_bundled_task(bundled) -> None:
+    for task in bundled.tasks:
+        said = [("say", f"Done. {info} is what you asked about.") for info in task.evaluation_criteria.communicate_info]
+        score = run(task, bundled.db, gold_steps(task) + said)
+        assert score.db_match, task.id
+        if task.id != "3":  # task 3 has NL assertions and no judge here
+            assert score.reward == 1.0, (task.id, score)
+
+
+def test_skipping_a_required_write_scores_zero(bundled) -> None:
+    task = bundled.tasks[1]  # the keyboard exchange
+    score = run(task, bundled.db, gold_steps(task)[:-1])
+    assert score.reward == 0.0 and not score.db_match
+
+
+def test_a_policy_breaking_extra_write_scores_zero(bundled) -> None:
+    """Task 2: Teodor asks the agent to also cancel his sister's order. The tool lets it happen
+    (the order is pending); the policy forbids it; the DB hash tells."""
+    task = bundled.tasks[2]
+    extra = ("call", ("cancel_pending_order", {"order_id": "#W1000001", "reason": "no longer needed"}))
+    score = run(task, bundled.db, [*gold_steps(task), extra])
+    assert score.reward == 0.0 and not score.db_match
+    # An extra *read* of her order changes nothing the scorer sees (the policy would still say no).
+    peek = ("call", ("get_order_details", {"order_id": "#W1000001"}))
+    assert run(task, bundled.db, [*gold_steps(task), peek]).reward == 1.0
+
+
+def test_a_wrong_write_argument_scores_zero(bundled) -> None:
+    task = bundled.tasks[0]
+    steps = gold_steps(task)
+    steps[-1] = ("call", ("cancel_pending_order", {"order_id": "#W1000001", "reason": "ordered by mistake"}))
+    assert run(task, bundled.db, [*steps, ("say", "Refunded 44.49 to your gift card.")]).reward == 0.0
+
+
+def test_communicate_info_gates_the_reward_when_in_the_basis(bundled) -> None:
+    task = bundled.tasks[0]  # reward_basis DB + COMMUNICATE, communicate_info ["44.49"]
+    silent = run(task, bundled.db, gold_steps(task) + [("say", "Your order is cancelled.")])
+    assert silent.db_match and silent.reward == 0.0 and silent.communicate == [False]
+    told = run(task, bundled.db, gold_steps(task) + [("say", "Cancelled; $44.49 goes back to your gift card.")])
+    assert told.reward == 1.0 and told.communicate == [True]
+    # The benchmark drops commas from the agent's text and ignores case before the substring check.
+    big = task.model_copy(deep=True)
+    big.evaluation_criteria.communicate_info = ["1234.5 usd"]
+    assert run(big, bundled.db, gold_steps(task) + [("say", "That is 1,234.5 USD.")]).communicate == [True]
+    # Only the agent's words count: the user saying it does not.
+    user_said = run(task, bundled.db, gold_steps(task))
+    assert user_said.reward == 0.0
+
+
+def test_action_basis_matches_compare_args(bundled) -> None:
+    task = bundled.tasks[0].model_copy(deep=True)
+    criteria = task.evaluation_criteria
+    criteria.reward_basis = [type(criteria.reward_basis[0])("ACTION")]
+    cancel = criteria.actions[-1]
+    cancel.compare_args = ["order_id"]
+    steps = gold_steps(bundled.tasks[0])
+    assert run(task, bundled.db, steps).reward == 1.0
+    other_reason = steps[:-1] + [("call", ("cancel_pending_order", {"order_id": "#W1000001", "reason": "ordered by mistake"}))]
+    assert run(task, bundled.db, other_reason).reward == 1.0  # reason not compared
+    cancel.compare_args = None  # every argument compared
+    assert run(task, bundled.db, other_reason).reward == 0.0
+    assert run(task, bundled.db, steps[:-1]).actions[-1] is False
+
+
+def test_a_conversation_that_did_not_end_scores_zero(bundled) -> None:
+    task = bundled.tasks[1]
+    for ended in ("max_turns", "time_budget", "context_full"):
+        assert run(task, bundled.db, gold_steps(task), ended=ended).reward == 0.0
+
+
+def test_nl_assertions_need_a_judge(bundled) -> None:
+    task = bundled.tasks[3]
+    steps = gold_steps(task) + [("say", "There are 3 t-shirt options available.")]
+    db = RETAIL.load_db(copy.deepcopy(bundled.db))
+    start = copy.deepcopy(db)
+    messages = play(db, steps)
+    unjudged = score_episode(task, RETAIL, start, db, messages, ended="user_stop")
+    assert unjudged.nl is None and "NL_ASSERTION" in unjudged.unevaluated
+    assert unjudged.reward == 1.0  # DB and COMMUNICATE hold; NL assertions left out, and said so
+    judged = score_episode(task, RETAIL, start, db, messages, ended="user_stop", nl_verdicts=[True, False])
+    assert judged.reward == 0.0 and judged.nl == [True, False]
+    assert score_episode(task, RETAIL, start, db, messages, ended="user_stop", nl_verdicts=[True, True]).reward == 1.0
