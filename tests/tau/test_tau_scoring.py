@@ -151,7 +151,9 @@ def test_action_basis_matches_compare_args(bundled) -> None:
     cancel.compare_args = ["order_id"]
     steps = gold_steps(bundled.tasks[0])
     assert run(task, bundled.db, steps).reward == 1.0
-    other_reason = steps[:-1] + [("call", ("cancel_pending_order", {"order_id": "#W1000001", "reason": "ordered by mistake"}))]
+    other_reason = steps[:-1] + [
+        ("call", ("cancel_pending_order", {"order_id": "#W1000001", "reason": "ordered by mistake"}))
+    ]
     assert run(task, bundled.db, other_reason).reward == 1.0  # reason not compared
     cancel.compare_args = None  # every argument compared
     assert run(task, bundled.db, other_reason).reward == 0.0

@@ -1,0 +1,404 @@
+"""τ²-bench's retail domain: users, products with variants, orders; 16 tools.
+
+Written from the benchmark's tool semantics (src/tau2/domains/retail/tools.py and its data
+model), not copied. Every write checks everything it needs before it changes anything, so a
+refused call leaves the database as it was. One deliberate difference: when several items of a
+pending order are modified at once, each takes its own new variant's price and options (the
+published code gives every modified item those of the last variant in the list); a gold replay
+and the agent's run both use this module, so scores are unaffected unless a task relies on that.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import operator
+from typing import Any
+
+from environments.tau.domain import Domain, DomainTool
+
+__all__ = ["DOMAIN"]
+
+Db = dict[str, Any]
+
+_ORDER_OPTIONAL = (
+    "cancel_reason",
+    "exchange_items",
+    "exchange_new_items",
+    "exchange_payment_method_id",
+    "exchange_price_difference",
+    "return_items",
+    "return_payment_method_id",
+)
+CANCEL_REASONS = ("no longer needed", "ordered by mistake")
+
+
+def _normalise(db: Db) -> None:
+    for order in db.get("orders", {}).values():
+        for key in _ORDER_OPTIONAL:
+            order.setdefault(key, None)
+
+
+def _order(db: Db, order_id: str) -> dict[str, Any]:
+    if order_id not in db["orders"]:
+        raise ValueError("Order not found")
+    return db["orders"][order_id]
+
+
+def _user(db: Db, user_id: str) -> dict[str, Any]:
+    if user_id not in db["users"]:
+        raise ValueError("User not found")
+    return db["users"][user_id]
+
+
+def _product(db: Db, product_id: str) -> dict[str, Any]:
+    if product_id not in db["products"]:
+        raise ValueError("Product not found")
+    return db["products"][product_id]
+
+
+def _variant(db: Db, product_id: str, item_id: str) -> dict[str, Any]:
+    variants = _product(db, product_id)["variants"]
+    if item_id not in variants:
+        raise ValueError("Variant not found")
+    return variants[item_id]
+
+
+def _payment_method(db: Db, user_id: str, method_id: str) -> dict[str, Any]:
+    methods = _user(db, user_id)["payment_methods"]
+    if method_id not in methods:
+        raise ValueError("Payment method not found")
+    return methods[method_id]
+
+
+def _is_gift_card(method: dict[str, Any]) -> bool:
+    return method.get("source") == "gift_card"
+
+
+def _cents(x: float) -> float:
+    return round(x, 2)
+
+
+def _check_items_in_order(order: dict[str, Any], item_ids: list[str]) -> None:
+    held = [item["item_id"] for item in order["items"]]
+    for item_id in item_ids:
+        if item_ids.count(item_id) > held.count(item_id):
+            raise ValueError(f"{item_id} not found in the order (or asked for more times than it was ordered)")
+
+
+def _price_difference(db: Db, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str]) -> float:
+    """Checks each new item is an available variant of its old item's product; the summed price change."""
+    if len(item_ids) != len(new_item_ids):
+        raise ValueError("The number of items to be exchanged should match")
+    diff = 0.0
+    for item_id, new_id in zip(item_ids, new_item_ids):
+        old = next(item for item in order["items"] if item["item_id"] == item_id)
+        variant = _variant(db, old["product_id"], new_id)
+        if not variant["available"]:
+            raise ValueError(f"New item {new_id} not found or available")
+        diff += variant["price"] - old["price"]
+    return _cents(diff)
+
+
+def _address(address1: str, address2: str, city: str, state: str, country: str, zip: str) -> dict[str, str]:
+    return {"address1": address1, "address2": address2, "city": city, "country": country, "state": state, "zip": zip}
+
+
+# ---- tools --------------------------------------------------------------------------------------
+
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+
+def calculate(db: Db, expression: str) -> str:
+    if not all(c in "0123456789+-*/(). " for c in expression):
+        raise ValueError("Invalid characters in expression")
+
+    def value(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return float(node.value)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            return _BINARY[type(node.op)](value(node.left), value(node.right))
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return -value(node.operand) if isinstance(node.op, ast.USub) else value(node.operand)
+        raise ValueError("Invalid expression")
+
+    try:
+        return str(round(value(ast.parse(expression, mode="eval").body), 2))
+    except (SyntaxError, ZeroDivisionError) as exc:
+        raise ValueError(f"Invalid expression: {exc}") from None
+
+
+def cancel_pending_order(db: Db, order_id: str, reason: str) -> dict[str, Any]:
+    order = _order(db, order_id)
+    if order["status"] != "pending":
+        raise ValueError("Non-pending order cannot be cancelled")
+    if reason not in CANCEL_REASONS:
+        raise ValueError(f"Invalid reason; it must be one of {list(CANCEL_REASONS)}")
+    methods = [_payment_method(db, order["user_id"], p["payment_method_id"]) for p in order["payment_history"]]
+    refunds = []
+    for payment, method in zip(order["payment_history"], methods):
+        refunds.append(
+            {
+                "transaction_type": "refund",
+                "amount": payment["amount"],
+                "payment_method_id": payment["payment_method_id"],
+            }
+        )
+        if _is_gift_card(method):  # gift cards are refunded at once, other methods in 5-7 days
+            method["balance"] = _cents(method["balance"] + payment["amount"])
+    order["status"] = "cancelled"
+    order["cancel_reason"] = reason
+    order["payment_history"].extend(refunds)
+    return order
+
+
+def exchange_delivered_order_items(
+    db: Db, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> dict[str, Any]:
+    order = _order(db, order_id)
+    if order["status"] != "delivered":
+        raise ValueError("Non-delivered order cannot be exchanged")
+    _check_items_in_order(order, item_ids)
+    diff = _price_difference(db, order, item_ids, new_item_ids)
+    method = _payment_method(db, order["user_id"], payment_method_id)
+    if _is_gift_card(method) and method["balance"] < diff:
+        raise ValueError("Insufficient gift card balance to pay for the price difference")
+    order["status"] = "exchange requested"
+    order["exchange_items"] = sorted(item_ids)
+    order["exchange_new_items"] = sorted(new_item_ids)
+    order["exchange_payment_method_id"] = payment_method_id
+    order["exchange_price_difference"] = diff
+    return order
+
+
+def find_user_id_by_name_zip(db: Db, first_name: str, last_name: str, zip: str) -> str:
+    for user_id, user in db["users"].items():
+        name = user["name"]
+        if (
+            name["first_name"].lower() == first_name.lower()
+            and name["last_name"].lower() == last_name.lower()
+            and user["address"]["zip"] == zip
+        ):
+            return str(user_id)
+    raise ValueError("User not found")
+
+
+def find_user_id_by_email(db: Db, email: str) -> str:
+    for user_id, user in db["users"].items():
+        if user["email"].lower() == email.lower():
+            return str(user_id)
+    raise ValueError("User not found")
+
+
+def get_order_details(db: Db, order_id: str) -> dict[str, Any]:
+    return _order(db, order_id)
+
+
+def get_product_details(db: Db, product_id: str) -> dict[str, Any]:
+    return _product(db, product_id)
+
+
+def get_item_details(db: Db, item_id: str) -> dict[str, Any]:
+    for product in db["products"].values():
+        if item_id in product["variants"]:
+            return dict(product["variants"][item_id])
+    raise ValueError("Item not found")
+
+
+def get_user_details(db: Db, user_id: str) -> dict[str, Any]:
+    return _user(db, user_id)
+
+
+def list_all_product_types(db: Db) -> str:
+    return json.dumps({p["name"]: p["product_id"] for p in db["products"].values()}, sort_keys=True)
+
+
+def modify_pending_order_address(
+    db: Db, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
+) -> dict[str, Any]:
+    order = _order(db, order_id)
+    if "pending" not in order["status"]:
+        raise ValueError("Non-pending order cannot be modified")
+    order["address"] = _address(address1, address2, city, state, country, zip)
+    return order
+
+
+def modify_pending_order_items(
+    db: Db, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
+) -> dict[str, Any]:
+    order = _order(db, order_id)
+    if order["status"] != "pending":
+        raise ValueError("Non-pending order cannot be modified")
+    _check_items_in_order(order, item_ids)
+    if any(old == new for old, new in zip(item_ids, new_item_ids)):
+        raise ValueError("The new item id should be different from the old item id")
+    diff = _price_difference(db, order, item_ids, new_item_ids)
+    method = _payment_method(db, order["user_id"], payment_method_id)
+    if _is_gift_card(method) and method["balance"] < diff:
+        raise ValueError("Insufficient gift card balance to pay for the new item")
+    order["payment_history"].append(
+        {
+            "transaction_type": "payment" if diff > 0 else "refund",
+            "amount": abs(diff),
+            "payment_method_id": payment_method_id,
+        }
+    )
+    if _is_gift_card(method):
+        method["balance"] = _cents(method["balance"] - diff)
+    for item_id, new_id in zip(item_ids, new_item_ids):
+        # The first not yet modified item with this id: a duplicated id is modified once per mention.
+        item = next(i for i in order["items"] if i["item_id"] == item_id)
+        variant = _variant(db, item["product_id"], new_id)
+        item.update(item_id=new_id, price=variant["price"], options=dict(variant["options"]))
+    order["status"] = "pending (item modified)"
+    return order
+
+
+def modify_pending_order_payment(db: Db, order_id: str, payment_method_id: str) -> dict[str, Any]:
+    order = _order(db, order_id)
+    if "pending" not in order["status"]:
+        raise ValueError("Non-pending order cannot be modified")
+    method = _payment_method(db, order["user_id"], payment_method_id)
+    history = order["payment_history"]
+    if len(history) != 1 or history[0]["transaction_type"] != "payment":
+        raise ValueError("There should be exactly one payment for a pending order")
+    old_id, amount = history[0]["payment_method_id"], history[0]["amount"]
+    if old_id == payment_method_id:
+        raise ValueError("The new payment method should be different from the current one")
+    if _is_gift_card(method) and method["balance"] < amount:
+        raise ValueError("Insufficient gift card balance to pay for the order")
+    old_method = _payment_method(db, order["user_id"], old_id)
+    history.append({"transaction_type": "payment", "amount": amount, "payment_method_id": payment_method_id})
+    history.append({"transaction_type": "refund", "amount": amount, "payment_method_id": old_id})
+    if _is_gift_card(method):
+        method["balance"] = _cents(method["balance"] - amount)
+    if _is_gift_card(old_method):
+        old_method["balance"] = _cents(old_method["balance"] + amount)
+    return order
+
+
+def modify_user_address(
+    db: Db, user_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
+) -> dict[str, Any]:
+    user = _user(db, user_id)
+    user["address"] = _address(address1, address2, city, state, country, zip)
+    return user
+
+
+def return_delivered_order_items(db: Db, order_id: str, item_ids: list[str], payment_method_id: str) -> dict[str, Any]:
+    order = _order(db, order_id)
+    if order["status"] != "delivered":
+        raise ValueError("Non-delivered order cannot be returned")
+    method = _payment_method(db, order["user_id"], payment_method_id)
+    if not _is_gift_card(method) and payment_method_id != order["payment_history"][0]["payment_method_id"]:
+        raise ValueError("Payment method should be the original payment method or a gift card")
+    _check_items_in_order(order, item_ids)
+    order["status"] = "return requested"
+    order["return_items"] = sorted(item_ids)
+    order["return_payment_method_id"] = payment_method_id
+    return order
+
+
+def transfer_to_human_agents(db: Db, summary: str) -> str:
+    return "Transfer successful"
+
+
+# ---- schemas ----------------------------------------------------------------------------------
+
+_S = {"type": "string"}
+_IDS = {"type": "array", "items": {"type": "string"}}
+_ORDER_ID = {"type": "string", "description": "The order id, with its leading '#', e.g. '#W0000000'"}
+_PAYMENT = {"type": "string", "description": "A payment method id of the user, e.g. 'gift_card_0000000'"}
+_ADDRESS = {k: _S for k in ("address1", "address2", "city", "state", "country", "zip")}
+
+
+def _params(props: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+
+
+def _tool(fn: Any, kind: Any, description: str, props: dict[str, Any]) -> DomainTool:
+    return DomainTool(fn.__name__, kind, description, _params(props), fn)
+
+
+_TOOLS = [
+    _tool(
+        calculate,
+        "generic",
+        "Evaluate an arithmetic expression (+ - * / and parentheses); result to 2 decimals.",
+        {"expression": _S},
+    ),
+    _tool(
+        cancel_pending_order,
+        "write",
+        "Cancel a pending order; reason is 'no longer needed' or 'ordered by mistake'. Gift card payments are "
+        "refunded at once, others in 5-7 business days. Needs the user's explicit confirmation first.",
+        {"order_id": _ORDER_ID, "reason": {"type": "string", "enum": list(CANCEL_REASONS)}},
+    ),
+    _tool(
+        exchange_delivered_order_items,
+        "write",
+        "Exchange items of a delivered order for other available variants of the same products (once per "
+        "order); the payment method pays or receives the price difference. Needs explicit confirmation.",
+        {"order_id": _ORDER_ID, "item_ids": _IDS, "new_item_ids": _IDS, "payment_method_id": _PAYMENT},
+    ),
+    _tool(
+        find_user_id_by_name_zip,
+        "read",
+        "Find a user id by first name, last name and zip code.",
+        {"first_name": _S, "last_name": _S, "zip": _S},
+    ),
+    _tool(find_user_id_by_email, "read", "Find a user id by email address.", {"email": _S}),
+    _tool(get_order_details, "read", "Status, items, address and payments of an order.", {"order_id": _ORDER_ID}),
+    _tool(
+        get_product_details,
+        "read",
+        "A product and all its variants (item ids, options, availability, price).",
+        {"product_id": _S},
+    ),
+    _tool(get_item_details, "read", "One variant (item) by its item id.", {"item_id": _S}),
+    _tool(
+        get_user_details, "read", "A user's profile: name, address, email, payment methods, orders.", {"user_id": _S}
+    ),
+    _tool(list_all_product_types, "read", "Names and product ids of every product type in the store.", {}),
+    _tool(
+        modify_pending_order_address,
+        "write",
+        "Change the shipping address of a pending order. Needs explicit confirmation.",
+        {"order_id": _ORDER_ID, **_ADDRESS},
+    ),
+    _tool(
+        modify_pending_order_items,
+        "write",
+        "Change items of a pending order to other available variants of the same products (once per order); "
+        "the payment method pays or receives the difference. Needs explicit confirmation.",
+        {"order_id": _ORDER_ID, "item_ids": _IDS, "new_item_ids": _IDS, "payment_method_id": _PAYMENT},
+    ),
+    _tool(
+        modify_pending_order_payment,
+        "write",
+        "Pay a pending order with another of the user's payment methods. Needs explicit confirmation.",
+        {"order_id": _ORDER_ID, "payment_method_id": _PAYMENT},
+    ),
+    _tool(
+        modify_user_address,
+        "write",
+        "Change a user's default address. Needs explicit confirmation.",
+        {"user_id": _S, **_ADDRESS},
+    ),
+    _tool(
+        return_delivered_order_items,
+        "write",
+        "Request the return of items of a delivered order; the refund goes to the original payment method or "
+        "a gift card. Needs explicit confirmation.",
+        {"order_id": _ORDER_ID, "item_ids": _IDS, "payment_method_id": _PAYMENT},
+    ),
+    _tool(
+        transfer_to_human_agents,
+        "generic",
+        "Hand the user to a human agent with a summary; only when the request is outside policy and tools, or "
+        "the user asks for a human.",
+        {"summary": _S},
+    ),
+]
+
+DOMAIN = Domain("retail", {t.name: t for t in _TOOLS}, normalise=_normalise)
