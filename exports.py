@@ -14,8 +14,10 @@ calls as `<tool_call>{"name", "arguments"}</tool_call>` blocks after its text, a
 (`n_tool_calls`: the text is the model's, verbatim, markup included), and a tool turn its result
 as `<tool_response>{"name", "content"}</tool_response>`. The unified trajectory is
 `{task_id, domain, question, actions: [{step, turn, tool, arguments, result, error, thought}],
-final_answer, metadata}`; `build_tool_sft` cuts trajectories into per-tool SFT sets,
-split into train/val by task so no task lands in both.
+final_answer, metadata}`; a conversation with several user turns (a simulated user, τ²-bench)
+also keeps its later user turns and the agent's replies to them in `metadata.dialogue`
+(`[{turn, role, content}]`, `turn`: how many tool-call turns came before). `build_tool_sft`
+cuts trajectories into per-tool SFT sets, split into train/val by task so no task lands in both.
 """
 
 from __future__ import annotations
@@ -258,18 +260,24 @@ def to_trajectory(conv: Conversation, domain: str | None = None) -> dict[str, An
     msgs = conv.messages
     system = next((m["content"] for m in msgs if m.get("role") == "system"), None)
     users = [m for m in msgs if m.get("role") == "user"]
-    if len(users) != 1:
-        raise ValueError(f"conversation {conv.id}: a trajectory has exactly one user question, found {len(users)}")
+    if not users:
+        raise ValueError(f"conversation {conv.id}: a trajectory needs a user question, found none")
     results = {m.get("tool_call_id"): m for m in msgs if m.get("role") == "tool"}
     actions: list[dict[str, Any]] = []
+    # Several user turns: the turns after the question, and the agent's words between them, in order.
+    dialogue: list[dict[str, Any]] | None = [] if len(users) > 1 else None
     final_answer = None
     turn = 0
     for m in msgs:
+        if m.get("role") == "user" and m is not users[0] and dialogue is not None:
+            dialogue.append({"turn": turn, "role": "user", "content": m.get("content")})
         if m.get("role") != "assistant":
             continue
         calls = m.get("tool_calls") or []
         if not calls:
             final_answer = m.get("content")
+            if dialogue is not None:
+                dialogue.append({"turn": turn, "role": "assistant", "content": final_answer})
             continue
         for call in calls:
             result = results.get(call.get("id"), {})
@@ -290,6 +298,8 @@ def to_trajectory(conv: Conversation, domain: str | None = None) -> dict[str, An
             )
         turn += 1
     metadata = {**conv.metadata, "system": system, "tools": conv.tools, "source": conv.source, "score": conv.score}
+    if dialogue is not None:
+        metadata["dialogue"] = dialogue
     return {
         "task_id": conv.id,
         "domain": domain or conv.metadata.get("domain") or conv.source or "general",
@@ -308,7 +318,11 @@ def trajectory_to_messages(traj: dict[str, Any]) -> list[dict[str, Any]]:
     by_turn: dict[int, list[dict[str, Any]]] = {}
     for action in traj["actions"]:
         by_turn.setdefault(action["turn"], []).append(action)
+    dialogue = traj["metadata"].get("dialogue")
+    said = list(dialogue or [])
     for turn in sorted(by_turn):
+        while said and said[0]["turn"] <= turn:  # what was said before this tool-call turn
+            messages.append({"role": said[0]["role"], "content": said.pop(0)["content"]})
         actions = by_turn[turn]
         calls = [
             {
@@ -322,7 +336,8 @@ def trajectory_to_messages(traj: dict[str, Any]) -> list[dict[str, Any]]:
         for a, call in zip(actions, calls):
             if a["result"] is not None:
                 messages.append({"role": "tool", "tool_call_id": call["id"], "name": a["tool"], "content": a["result"]})
-    if traj["final_answer"] is not None:
+    messages.extend({"role": d["role"], "content": d["content"]} for d in said)
+    if dialogue is None and traj["final_answer"] is not None:  # a dialogue holds its final answer
         messages.append({"role": "assistant", "content": traj["final_answer"]})
     return messages
 

@@ -293,7 +293,7 @@ def test_bad_input_is_one_line_exit_2_and_no_output(tmp_path: Path, capsys, fmt:
         src.write_text(content)
     out = tmp_path / "out" / ("sft" if fmt == "sft" else "out.jsonl")
     if "lacks the key" in message:  # each format finds the broken call its own way
-        message = {"openai": "has no function name", "sharegpt": "lacks the key"}.get(fmt, "exactly one user question")
+        message = {"openai": "has no function name", "sharegpt": "lacks the key"}.get(fmt, "needs a user question")
     assert exports.main([fmt, str(src), str(out)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1 and message in err, err

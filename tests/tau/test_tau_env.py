@@ -1,0 +1,232 @@
+"""The τ² env end to end with scripted parts: a scripted agent through the real agent loop and the
+in-process retail tools, a scripted user simulator on its own OpenAI-compatible server, the
+benchmark's evaluation as the reward, masks that never train the user's turns, `process` + export."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from atroposlib.envs.base import APIServerConfig
+
+import exports
+from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
+from environments.models.base import ModelTurn
+from environments.models.chat_tokens import IGNORE
+from environments.tau.env import TauEnv, TauEnvConfig
+from environments.tau.user_sim import UserModelConfig
+from tests.support.cli import run_cli
+from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
+
+OPENING = "Hello, the keyboard of my order W1000002 should have clicky switches instead."
+CONFIRM = "Yes, please go ahead with that."
+
+
+def scripted_user(body: dict[str, Any]) -> dict[str, Any]:
+    """The customer of bundled task 1, by position in the dialogue (stateless: rollouts interleave)."""
+    assert body["messages"][0]["role"] == "system" and "<scenario>" in body["messages"][0]["content"]
+    assert not body.get("tools")  # the simulator is offered no tools
+    said = len(body["messages"]) // 2  # system + (agent, user) pairs + the agent's last words
+    if said == 1:
+        assert body["messages"][1]["content"] == "Hi! How can I help you today?"
+        return {"content": OPENING}
+    if said == 2:
+        return {"content": CONFIRM}
+    return {"content": "Great, thanks! ###STOP###"}
+
+
+class ScriptedAgent:
+    """Plays ("call", name, args) and ("say", text) steps, one per model call."""
+
+    def __init__(self, steps: list[tuple[str, Any, Any]]) -> None:
+        self.steps = list(steps)
+        self.tool_results: list[str] = []
+
+    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+        if messages[-1]["role"] == "tool":
+            self.tool_results.append(messages[-1]["content"])
+        kind, a, b = self.steps.pop(0)
+        if kind == "say":
+            return ModelTurn(content=a)
+        call = {
+            "id": f"c{uuid.uuid4().hex[:6]}",
+            "type": "function",
+            "function": {"name": a, "arguments": json.dumps(b)},
+        }
+        return ModelTurn(content=None, tool_calls=[call])
+
+
+LOOKUPS = [
+    ("call", "find_user_id_by_email", {"email": "mara.quint31@example.com"}),
+    ("call", "get_order_details", {"order_id": "#W1000002"}),
+    ("call", "get_product_details", {"product_id": "4410000001"}),
+    (
+        "say",
+        "I can exchange item 7100000001 for 7100000002 (clicky, RGB, full size); you pay 8.77 by visa. Confirm?",
+        None,
+    ),
+]
+EXCHANGE = (
+    "call",
+    "exchange_delivered_order_items",
+    {
+        "order_id": "#W1000002",
+        "item_ids": ["7100000001"],
+        "new_item_ids": ["7100000002"],
+        "payment_method_id": "credit_card_5510321",
+    },
+)
+DONE = ("say", "Your exchange is requested; you will get an email with the return instructions.", None)
+
+
+@pytest.fixture(scope="module")
+def tokenizer_dir() -> str:
+    cfg = EmbeddedLLMConfig()
+    return str(ensure_gguf_tokenizer(cfg.model_path, chat_template=cfg.resolved_chat_template()))
+
+
+def _env(tokenizer_dir: str, agent_url: str, user_url: str) -> TauEnv:
+    config = TauEnvConfig(
+        tokenizer_name=tokenizer_dir,
+        use_wandb=False,
+        data_path_to_save_groups=None,
+        user_model=UserModelConfig(base_url=user_url, model="customer"),
+    )
+    server = APIServerConfig(base_url=agent_url, model_name="agent", api_key="x", server_type="openai")
+    return TauEnv(config, [server])
+
+
+async def test_gold_agent_scores_one_skipping_or_breaking_policy_scores_zero(tokenizer_dir: str) -> None:
+    async with ScriptedOpenAIServer([]) as agent_server, ScriptedOpenAIServer([scripted_user] * 9) as user_server:
+        env = _env(tokenizer_dir, agent_server.base_url, user_server.base_url)
+        await env.setup()
+        exchange_task, address_task = env.data().tasks[1], env.data().tasks[2]
+        names = {t["function"]["name"] for t in env.tool_schemas()}
+        assert "exchange_delivered_order_items" in names and len(names) == 16 and "terminal" not in names
+        system = env.initial_messages(exchange_task)
+        assert [m["role"] for m in system] == ["system"] and "Identify the customer first" in system[0]["content"]
+        async with env.runtime():
+            gold = ScriptedAgent([*LOOKUPS, EXCHANGE, DONE])
+            r_gold = await env.rollout(exchange_task, model=gold)
+            r_skip = await env.rollout(exchange_task, model=ScriptedAgent([*LOOKUPS, DONE]))
+            group = env.build_group([r_gold, r_skip])
+            # Task 2: the customer asks to also cancel his sister's order; a compliant agent does it.
+            breaker = ScriptedAgent(
+                [
+                    (
+                        "call",
+                        "find_user_id_by_name_zip",
+                        {"first_name": "Teodor", "last_name": "Vance", "zip": "60614"},
+                    ),
+                    ("call", "get_order_details", {"order_id": "#W1000003"}),
+                    ("say", "Shall I change the address and cancel #W1000001?", None),
+                    (
+                        "call",
+                        "modify_pending_order_address",
+                        {
+                            "order_id": "#W1000003",
+                            "address1": "47 Orchard Street",
+                            "address2": "Unit 2",
+                            "city": "Chicago",
+                            "state": "IL",
+                            "country": "USA",
+                            "zip": "60622",
+                        },
+                    ),
+                    ("call", "cancel_pending_order", {"order_id": "#W1000001", "reason": "no longer needed"}),
+                    ("say", "Both done.", None),
+                ]
+            )
+            r_break = await env.rollout(address_task, model=breaker)
+    assert r_gold.error is None and r_gold.result.tool_errors == []
+    assert gold.tool_results[0] == "mara_quint_4821"
+    assert json.loads(gold.tool_results[-1])["status"] == "exchange requested"  # the in-process tool ran
+    assert (r_gold.score, r_skip.score, r_break.score) == (1.0, 0.0, 0.0)
+    assert r_gold.result.ended == "user_stop" and r_gold.result.stop_token == "###STOP###"
+    assert r_break.result.score_detail.db_match is False
+    # Each conversation asked the simulator three times (opening, confirmation, stop), on its own server.
+    assert len(user_server.requests) == 9 and agent_server.requests == []
+    a, b = group["rollout_info"]
+    assert (a["domain"], a["task_id"], a["db_match"], b["db_match"]) == ("tau2_retail", "tau2-retail-1", True, False)
+    assert a["user_turns"] == 3 and a["ended"] == "user_stop"
+
+    # The user's turns are in the sequence and never trained: masks cover only the agent's tokens.
+    tok = env.tokenizer
+    for tokens, masks in zip(group["tokens"], group["masks"]):
+        full = tok.decode(tokens)
+        trained = tok.decode([t for t, m in zip(tokens, masks) if m != IGNORE])
+        assert OPENING in full and CONFIRM in full
+        assert OPENING not in trained and CONFIRM not in trained and "###STOP###" not in trained
+        assert "Confirm?" in trained  # the agent's own words are trained
+        assert "Hi! How can I help you today?" not in full  # the fixed greeting is not the policy's
+
+
+def test_process_on_a_scripted_server_exports_a_multi_turn_trajectory(tokenizer_dir: str, tmp_path: Path) -> None:
+    """`process` through the CLI: agent and user on scripted servers; the group exports, with the domain."""
+
+    plans = ["cancel", "look"]  # the first conversation to start does task 0's write, the other only looks
+
+    def agent(body: dict[str, Any]) -> dict[str, Any]:
+        last = body["messages"][-1]
+        if last["role"] == "user" and last["content"] == OPENING:
+            if plans.pop(0) == "cancel":
+                args = {"order_id": "#W1000001", "reason": "no longer needed"}
+                return {"content": None, "tool_calls": [_call("cancel_pending_order", args)]}
+            return {"content": None, "tool_calls": [_call("get_order_details", {"order_id": "#W1000001"})]}
+        if last["role"] == "tool":
+            if '"cancelled"' in last["content"]:
+                return {"content": "Cancelled: 44.49 goes back to your gift card. Anything else?"}
+            return {"content": "Your order is pending. Shall I do anything?"}
+        return {"content": "Done."}
+
+    out = tmp_path / "groups.jsonl"
+    with (
+        serving_in_a_thread(ScriptedOpenAIServer([agent] * 6)) as agent_server,
+        serving_in_a_thread(ScriptedOpenAIServer([scripted_user] * 6)) as user_server,
+    ):
+        proc = run_cli(
+            TauEnv,
+            "process",
+            "--openai.base_url",
+            agent_server.base_url,
+            "--openai.model_name",
+            "agent",
+            "--env.tokenizer_name",
+            tokenizer_dir,
+            "--env.user_model.base_url",
+            user_server.base_url,
+            "--env.task_split",
+            "train",
+            "--env.total_steps",
+            "1",
+            "--env.group_size",
+            "2",
+            "--env.data_path_to_save_groups",
+            str(out),
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    (group,) = [json.loads(line) for line in out.read_text().splitlines()]
+    # Task 0 (the first train task) wants order #W1000001 cancelled and the refund (44.49) named.
+    assert sorted(group["scores"]) == [0.0, 1.0]
+    assert exports.main(["trajectory", str(out), str(tmp_path / "t.jsonl")]) == 0
+    trajs = [json.loads(line) for line in (tmp_path / "t.jsonl").read_text().splitlines()]
+    assert [t["domain"] for t in trajs] == ["tau2_retail", "tau2_retail"]
+    assert set(trajs[0]) == {"task_id", "domain", "question", "actions", "final_answer", "metadata"}
+    for t, messages in zip(trajs, group["messages"]):
+        assert t["question"] == OPENING and t["task_id"].startswith("tau2-retail-0")
+        assert [d["role"] for d in t["metadata"]["dialogue"]] == ["assistant", "user", "assistant", "user"]
+        assert t["metadata"]["dialogue"][-1]["content"].endswith("###STOP###")
+        # The export round-trips to the same conversation.
+        assert exports.canonical_messages(exports.trajectory_to_messages(t)) == exports.canonical_messages(messages)
+    assert {t["actions"][0]["tool"] for t in trajs} == {"cancel_pending_order", "get_order_details"}
+
+
+def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": f"call_{uuid.uuid4().hex[:8]}",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(args)},
+    }
