@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop, StopReason
-from environments.models.base import ChatModel, ModelError
+from environments.errors import HermesEnvError
+from environments.models.base import ChatModel, ModelError, ModelRequestError
 from environments.tau.domain import Domain
 from environments.tau.scoring import TauScore, initial_db
 from environments.tau.tasks import DomainData, Task
@@ -38,7 +39,7 @@ class TauResult(AgentResult):
     """The loop's result plus what the benchmark's evaluation needs: the final database and how it ended."""
 
     db: dict[str, Any] = field(default_factory=dict)
-    ended: str = "not_started"  # user_stop | agent_stop | a loop stop reason | max_user_turns | user_model_error
+    ended: str = "not_started"  # user_stop | agent_stop | max_user_turns | user_model_error | the loop's stop reason
     stop_token: str | None = None
     user_turns: int = 0
     score_detail: TauScore | None = None  # set by the env when it scores the conversation
@@ -97,6 +98,10 @@ class TauConversation:
                 return self._end(result, "max_turns", "max_user_turns", started)
             try:
                 reply = await self.user.reply(said)
+            except ModelRequestError as exc:  # a 4xx: the simulator's settings are wrong for every conversation
+                raise HermesEnvError(
+                    f"the user simulator's server refused the request: {exc}; check --env.user_model.*"
+                ) from exc
             except ModelError as exc:  # the simulator's server, not the agent: never the agent's score
                 result.error = f"the user simulator failed: {exc}"
                 return self._end(result, "infrastructure_error", "user_model_error", started)
@@ -108,7 +113,8 @@ class TauConversation:
             left = self.loop.max_turns - result.turns_used
             budget = self.loop.time_budget_s - (clock() - started)
             if left <= 0 or budget <= 0:
-                return self._end(result, "max_turns" if left <= 0 else "time_budget", "agent_limit", started)
+                reason: StopReason = "max_turns" if left <= 0 else "time_budget"
+                return self._end(result, reason, reason, started)
             part = await HermesAgentLoop(
                 self.model,
                 self.tools,

@@ -123,7 +123,7 @@ class TauEnv(HermesAgentBaseEnv):
         async with super().runtime(model):
             u = self.config.user_model
             self._user_url = self._server_url(u.base_url, "--env.user_model.base_url")
-            self._user_client = OpenAIChatModel.make_client(self._user_url, u.api_key, u.timeout_s)
+            self._user_client = OpenAIChatModel.make_client(self._user_url, u.api_key, u.timeout_s, u.max_retries)
             j = self.config.judge
             if j.base_url:
                 self._judge_client = OpenAIChatModel.make_client(

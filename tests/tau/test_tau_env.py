@@ -14,6 +14,7 @@ from atroposlib.envs.base import APIServerConfig
 
 import exports
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
+from environments.errors import HermesEnvError
 from environments.models.base import ModelTurn
 from environments.models.chat_tokens import IGNORE
 from environments.tau.env import TauEnv, TauEnvConfig
@@ -230,3 +231,66 @@ def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
         "type": "function",
         "function": {"name": name, "arguments": json.dumps(args)},
     }
+
+
+def task3_user(body: dict[str, Any]) -> dict[str, Any]:
+    said = len(body["messages"]) // 2
+    if said == 1:
+        return {"content": "How many t-shirt options do you have? I'm Teodor, teodor.vance@example.com."}
+    return {"content": "OK, thanks. ###STOP###"}
+
+
+TASK3_AGENT = [
+    ("call", "find_user_id_by_email", {"email": "teodor.vance@example.com"}),
+    ("call", "get_product_details", {"product_id": "4410000003"}),
+    ("say", "We have 3 t-shirt options available; order #W1000004 is processed and cannot be cancelled.", None),
+]
+
+
+async def test_nl_assertions_are_judged_only_by_a_configured_judge(tokenizer_dir: str) -> None:
+    """Task 3's basis holds NL_ASSERTION: the judge's verdicts gate the reward; without a judge the
+    assertions are reported unevaluated and left out."""
+
+    def judge(verdicts: list[bool]):
+        def answer(body: dict[str, Any]) -> dict[str, Any]:
+            prompt = body["messages"][-1]["content"]
+            assert "assistant: We have 3 t-shirt options" in prompt and "Agent tells the user" in prompt
+            results = [{"expectedOutcome": "x", "reasoning": "r", "metExpectation": v} for v in verdicts]
+            return {"content": "```json\n" + json.dumps({"results": results}) + "\n```"}
+
+        return answer
+
+    async with (
+        ScriptedOpenAIServer([]) as agent_server,
+        ScriptedOpenAIServer([task3_user] * 6) as user_server,
+        ScriptedOpenAIServer([judge([True, True]), judge([True, False])]) as judge_server,
+    ):
+        env = _env(tokenizer_dir, agent_server.base_url, user_server.base_url)
+        env.config.judge.base_url = judge_server.base_url
+        await env.setup()
+        task = env.data().tasks[3]
+        async with env.runtime():
+            both = await env.rollout(task, model=ScriptedAgent(TASK3_AGENT))
+            one = await env.rollout(task, model=ScriptedAgent(TASK3_AGENT))
+        unjudged = _env(tokenizer_dir, agent_server.base_url, user_server.base_url)
+        await unjudged.setup()
+        async with unjudged.runtime():
+            none = await unjudged.rollout(task, model=ScriptedAgent(TASK3_AGENT))
+    assert (both.score, one.score) == (1.0, 0.0)
+    assert one.result.score_detail.nl == [True, False] and one.result.score_detail.db_match
+    assert len(judge_server.requests) == 2
+    assert none.score == 1.0 and none.result.score_detail.unevaluated == ["NL_ASSERTION"]
+
+
+async def test_a_failing_user_simulator_is_infrastructure_never_the_agents_score(tokenizer_dir: str) -> None:
+    script = [task3_user, 503, 404]  # a 5xx is the server's failure; a 4xx is a config error
+    async with ScriptedOpenAIServer([]) as agent_server, ScriptedOpenAIServer(script) as user_server:
+        env = _env(tokenizer_dir, agent_server.base_url, user_server.base_url)
+        env.config.user_model.max_retries = 0
+        await env.setup()
+        async with env.runtime():
+            r = await env.rollout(env.data().tasks[3], model=ScriptedAgent(TASK3_AGENT))
+            with pytest.raises(HermesEnvError, match="the user simulator's server refused the request"):
+                await env.rollout(env.data().tasks[3], model=ScriptedAgent(TASK3_AGENT))
+    assert r.infrastructure_failure and r.score is None
+    assert "the user simulator failed" in (r.error or "")

@@ -178,3 +178,28 @@ def test_nl_assertions_need_a_judge(bundled) -> None:
     judged = score_episode(task, RETAIL, start, db, messages, ended="user_stop", nl_verdicts=[True, False])
     assert judged.reward == 0.0 and judged.nl == [True, False]
     assert score_episode(task, RETAIL, start, db, messages, ended="user_stop", nl_verdicts=[True, True]).reward == 1.0
+
+
+def test_a_local_copy_of_the_benchmark_data_in_its_layout(tmp_path: Path) -> None:
+    """`--env.data_dir` may be the repository's data/ or its data/tau2; the published task scores there."""
+    where = tmp_path / "data" / "tau2" / "domains" / "retail"
+    where.mkdir(parents=True)
+    (where / "db.json").write_text(json.dumps(PUBLISHED["db"]))
+    (where / "tasks.json").write_text(json.dumps([PUBLISHED["task"]]))
+    (where / "policy.md").write_text("# Retail agent policy\n")
+    with pytest.raises(ValueError, match="missing simulation_guidelines.md"):
+        load_domain_data(tmp_path, "retail")
+    (tmp_path / "data" / "tau2" / "user_simulator").mkdir()
+    (tmp_path / "data" / "tau2" / "user_simulator" / "simulation_guidelines.md").write_text("# Guidelines\n")
+    for root in (tmp_path, tmp_path / "data", tmp_path / "data" / "tau2"):
+        data = load_domain_data(root, "retail")
+        assert [t.id for t in data.tasks] == ["0"] and data.policy.startswith("# Retail agent policy")
+    with pytest.raises(ValueError, match="has no 'airline' domain; it has \\['retail'\\]"):
+        load_domain_data(tmp_path, "airline")
+    with pytest.raises(ValueError, match="no split_tasks.json"):
+        load_domain_data(tmp_path, "retail", split="test")
+    with pytest.raises(ValueError, match="no domains/ directory"):
+        load_domain_data(tmp_path / "data" / "tau2" / "domains", "retail")
+    (where / "tasks.json").write_text(json.dumps([{"id": "9", "evaluation_criteria": None}]))
+    with pytest.raises(ValueError, match="task 0: user_scenario: Field required"):
+        load_domain_data(tmp_path, "retail")
