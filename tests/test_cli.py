@@ -86,6 +86,7 @@ def test_bad_yaml_exits_2_with_one_line(tmp_path, config, expected):
         "environments.terminal_tasks_env",
         "environments.mhqa_env",
         "environments.video_qa_env",
+        "environments.tau_env",
         "environments.examples.count_files",
     ],
 )

@@ -11,11 +11,12 @@ from environments.gaia_agent_env import GaiaAgentEnv
 from environments.gsm8k_agent_env import GSM8kAgentEnv
 from environments.mhqa_env import MHQAEnv
 from environments.swe_smith_oracle_env import SweSmithOracleEnv
+from environments.tau_env import TauEnv
 from environments.terminal_tasks import BUNDLED_TASKS, TerminalTasksEnv
 from environments.video_qa_env import VideoQAEnv
 from tests.support.cli import run_cli
 
-ENVS = [TerminalTasksEnv, GSM8kAgentEnv, GaiaAgentEnv, SweSmithOracleEnv, MHQAEnv, VideoQAEnv]
+ENVS = [TerminalTasksEnv, GSM8kAgentEnv, GaiaAgentEnv, SweSmithOracleEnv, MHQAEnv, VideoQAEnv, TauEnv]
 
 
 @pytest.mark.parametrize("command", ["evaluate", "process", "serve", None])
