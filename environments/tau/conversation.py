@@ -88,7 +88,8 @@ class TauConversation:
     async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
         clock = asyncio.get_running_loop().time
         started = clock()
-        db = initial_db(self.task, self.domain, self.data.db)
+        # A copy of the domain's database (the published retail one is ~3 MB): off the event loop.
+        db = await asyncio.to_thread(initial_db, self.task, self.domain, self.data.db)
         registry = ToolRegistry(domain_tools(self.domain, db))
         messages = list(messages)
         result = TauResult(messages, 0, False, "finished", [], [], db=db)

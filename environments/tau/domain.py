@@ -13,7 +13,6 @@ module exposes `DOMAIN`. Adding airline or telecom is one module and one line he
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import importlib
 import json
@@ -46,7 +45,7 @@ class Domain:
     assertions: dict[str, Callable[..., bool]] = field(default_factory=dict)
 
     def load_db(self, raw: dict[str, Any]) -> dict[str, Any]:
-        db = copy.deepcopy(raw)
+        db = json.loads(json.dumps(raw))  # a deep copy, several times faster than copy.deepcopy on JSON data
         self.normalise(db)
         return db
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -202,8 +203,14 @@ class TauEnv(HermesAgentBaseEnv):
             j = self.config.judge
             judge = self._chat_client(self._judge_client, str(j.base_url), j.model, None)
             verdicts = await judge_nl_assertions(judge, result.messages, criteria.nl_assertions)
-        result.score_detail = score_episode(
-            item, self.domain, self.data().db, result.db, result.messages, ended=result.ended, nl_verdicts=verdicts
+        # Gold replay on a fresh copy and two hashes of the whole database: off the event loop.
+        result.score_detail = await asyncio.to_thread(
+            partial(score_episode, ended=result.ended, nl_verdicts=verdicts),
+            item,
+            self.domain,
+            self.data().db,
+            result.db,
+            result.messages,
         )
         return result.score_detail.reward
 

@@ -294,3 +294,35 @@ async def test_a_failing_user_simulator_is_infrastructure_never_the_agents_score
                 await env.rollout(env.data().tasks[3], model=ScriptedAgent(TASK3_AGENT))
     assert r.infrastructure_failure and r.score is None
     assert "the user simulator failed" in (r.error or "")
+
+
+def test_evaluate_runs_every_task_and_reports_db_match(tokenizer_dir: str, tmp_path: Path) -> None:
+    """An agent that only talks: the three tasks that need a write score 0, read-only task 3 scores 1
+    (its DB is unchanged, "3" is said, its NL assertions are unevaluated without a judge)."""
+    evals = tmp_path / "eval"
+    with (
+        serving_in_a_thread(ScriptedOpenAIServer([{"content": "There are 3 options. Anything else?"}] * 8)) as agent,
+        serving_in_a_thread(ScriptedOpenAIServer([scripted_user] * 12)) as user,
+    ):
+        proc = run_cli(
+            TauEnv,
+            "evaluate",
+            "--openai.base_url",
+            agent.base_url,
+            "--openai.model_name",
+            "agent",
+            "--env.tokenizer_name",
+            tokenizer_dir,
+            "--env.user_model.base_url",
+            user.base_url,
+            "--env.data_dir_to_save_evals",
+            str(evals),
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert all(r["temperature"] == 0.0 for r in agent.requests)
+    metrics = json.loads((evals / "metrics.json").read_text())["results"]["all"]
+    assert (metrics["eval/n"], metrics["eval/accuracy"], metrics["eval/db_match"]) == (4, 0.25, 0.25)
+    samples = [json.loads(line) for line in (evals / "samples.jsonl").read_text().splitlines()]
+    by_id = {s["item"]["id"]: s for s in samples}
+    assert by_id["3"]["score"] == 1.0 and by_id["3"]["unevaluated"] == ["NL_ASSERTION"]
+    assert by_id["0"]["ended"] == "user_stop" and by_id["0"]["db_match"] is False
