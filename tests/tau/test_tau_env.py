@@ -5,7 +5,6 @@ benchmark's evaluation as the reward, masks that never train the user's turns, `
 from __future__ import annotations
 
 import json
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,50 +14,12 @@ from atroposlib.envs.base import APIServerConfig
 import exports
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 from environments.errors import HermesEnvError
-from environments.models.base import ModelTurn
 from environments.models.chat_tokens import IGNORE
 from environments.tau.env import TauEnv, TauEnvConfig
 from environments.tau.user_sim import UserModelConfig
 from tests.support.cli import run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
-
-OPENING = "Hello, the keyboard of my order W1000002 should have clicky switches instead."
-CONFIRM = "Yes, please go ahead with that."
-
-
-def scripted_user(body: dict[str, Any]) -> dict[str, Any]:
-    """The customer of bundled task 1, by position in the dialogue (stateless: rollouts interleave)."""
-    assert body["messages"][0]["role"] == "system" and "<scenario>" in body["messages"][0]["content"]
-    assert not body.get("tools")  # the simulator is offered no tools
-    said = len(body["messages"]) // 2  # system + (agent, user) pairs + the agent's last words
-    if said == 1:
-        assert body["messages"][1]["content"] == "Hi! How can I help you today?"
-        return {"content": OPENING}
-    if said == 2:
-        return {"content": CONFIRM}
-    return {"content": "Great, thanks! ###STOP###"}
-
-
-class ScriptedAgent:
-    """Plays ("call", name, args) and ("say", text) steps, one per model call."""
-
-    def __init__(self, steps: list[tuple[str, Any, Any]]) -> None:
-        self.steps = list(steps)
-        self.tool_results: list[str] = []
-
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
-        if messages[-1]["role"] == "tool":
-            self.tool_results.append(messages[-1]["content"])
-        kind, a, b = self.steps.pop(0)
-        if kind == "say":
-            return ModelTurn(content=a)
-        call = {
-            "id": f"c{uuid.uuid4().hex[:6]}",
-            "type": "function",
-            "function": {"name": a, "arguments": json.dumps(b)},
-        }
-        return ModelTurn(content=None, tool_calls=[call])
-
+from tests.tau.scripts import CONFIRM, OPENING, ScriptedAgent, call, scripted_user
 
 LOOKUPS = [
     ("call", "find_user_id_by_email", {"email": "mara.quint31@example.com"}),
@@ -175,8 +136,8 @@ def test_process_on_a_scripted_server_exports_a_multi_turn_trajectory(tokenizer_
         if last["role"] == "user" and last["content"] == OPENING:
             if plans.pop(0) == "cancel":
                 args = {"order_id": "#W1000001", "reason": "no longer needed"}
-                return {"content": None, "tool_calls": [_call("cancel_pending_order", args)]}
-            return {"content": None, "tool_calls": [_call("get_order_details", {"order_id": "#W1000001"})]}
+                return {"content": None, "tool_calls": [call("cancel_pending_order", args)]}
+            return {"content": None, "tool_calls": [call("get_order_details", {"order_id": "#W1000001"})]}
         if last["role"] == "tool":
             if '"cancelled"' in last["content"]:
                 return {"content": "Cancelled: 44.49 goes back to your gift card. Anything else?"}
@@ -223,14 +184,6 @@ def test_process_on_a_scripted_server_exports_a_multi_turn_trajectory(tokenizer_
         # The export round-trips to the same conversation.
         assert exports.canonical_messages(exports.trajectory_to_messages(t)) == exports.canonical_messages(messages)
     assert {t["actions"][0]["tool"] for t in trajs} == {"cancel_pending_order", "get_order_details"}
-
-
-def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "id": f"call_{uuid.uuid4().hex[:8]}",
-        "type": "function",
-        "function": {"name": name, "arguments": json.dumps(args)},
-    }
 
 
 def task3_user(body: dict[str, Any]) -> dict[str, Any]:
