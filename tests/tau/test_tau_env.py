@@ -279,3 +279,28 @@ def test_evaluate_runs_every_task_and_reports_db_match(tokenizer_dir: str, tmp_p
     by_id = {s["item"]["id"]: s for s in samples}
     assert by_id["3"]["score"] == 1.0 and by_id["3"]["unevaluated"] == ["NL_ASSERTION"]
     assert by_id["0"]["ended"] == "user_stop" and by_id["0"]["db_match"] is False
+
+
+async def test_config_errors_say_what_to_pass(tokenizer_dir: str) -> None:
+    async with ScriptedOpenAIServer([]) as agent_server:
+        with pytest.raises(
+            HermesEnvError, match=r"--env.domain: unknown τ²-bench domain 'airline'; implemented: \['retail'\]"
+        ):
+            TauEnv(
+                TauEnvConfig(tokenizer_name=tokenizer_dir, use_wandb=False, domain="airline"), [_server(agent_server)]
+            )
+        # The user simulator defaults to the embedded server, which only runs when the agent uses it.
+        env = TauEnv(
+            TauEnvConfig(tokenizer_name=tokenizer_dir, use_wandb=False, data_path_to_save_groups=None),
+            [_server(agent_server)],
+        )
+        await env.setup()
+        with pytest.raises(
+            HermesEnvError, match="--env.user_model.base_url embedded: the agent's model is not the embedded"
+        ):
+            async with env.runtime():
+                pass
+
+
+def _server(server: ScriptedOpenAIServer) -> APIServerConfig:
+    return APIServerConfig(base_url=server.base_url, model_name="agent", api_key="x", server_type="openai")
