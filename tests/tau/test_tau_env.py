@@ -184,6 +184,11 @@ def test_process_on_a_scripted_server_exports_a_multi_turn_trajectory(tokenizer_
         # The export round-trips to the same conversation.
         assert exports.canonical_messages(exports.trajectory_to_messages(t)) == exports.canonical_messages(messages)
     assert {t["actions"][0]["tool"] for t in trajs} == {"cancel_pending_order", "get_order_details"}
+    # Per-tool SFT sets cut from the multi-turn trajectories keep the user's turns as context.
+    assert exports.main(["sft", str(out), str(tmp_path / "sft"), "--val_fraction", "0"]) == 0
+    (example,) = [json.loads(line) for line in (tmp_path / "sft" / "cancel_pending_order" / "train.jsonl").open()]
+    assert [m["role"] for m in example["messages"]] == ["system", "user", "assistant"]
+    assert example["messages"][1]["content"] == OPENING
 
 
 def task3_user(body: dict[str, Any]) -> dict[str, Any]:

@@ -203,3 +203,76 @@ def test_a_local_copy_of_the_benchmark_data_in_its_layout(tmp_path: Path) -> Non
     (where / "tasks.json").write_text(json.dumps([{"id": "9", "evaluation_criteria": None}]))
     with pytest.raises(ValueError, match="task 0: user_scenario: Field required"):
         load_domain_data(tmp_path, "retail")
+
+
+def test_refused_writes_leave_the_database_as_it_was(bundled) -> None:
+    from environments.tau.domain import db_hash
+
+    db = RETAIL.load_db(bundled.db)
+    before = db_hash(db)
+    refused = [
+        ("cancel_pending_order", {"order_id": "#W1000004", "reason": "ordered by mistake"}),  # processed
+        ("cancel_pending_order", {"order_id": "#W1000001", "reason": "too slow"}),  # reason not allowed
+        (
+            "exchange_delivered_order_items",
+            {
+                "order_id": "#W1000002",
+                "item_ids": ["7100000001"],
+                "new_item_ids": ["7100000003"],
+                "payment_method_id": "credit_card_5510321",
+            },
+        ),  # unavailable variant
+        (
+            "exchange_delivered_order_items",
+            {
+                "order_id": "#W1000002",
+                "item_ids": ["7100000001"],
+                "new_item_ids": ["7200000001"],
+                "payment_method_id": "credit_card_5510321",
+            },
+        ),  # another product
+        (
+            "modify_pending_order_items",
+            {
+                "order_id": "#W1000001",
+                "item_ids": ["7200000001", "7300000001"],
+                "new_item_ids": ["7200000002", "7300000003"],
+                "payment_method_id": "paypal_8820113",
+            },
+        ),  # not her method
+        (
+            "return_delivered_order_items",
+            {
+                "order_id": "#W1000002",
+                "item_ids": ["7100000001", "7100000001"],
+                "payment_method_id": "credit_card_5510321",
+            },
+        ),  # one keyboard ordered, two returned
+        ("modify_pending_order_payment", {"order_id": "#W1000001", "payment_method_id": "gift_card_2231890"}),
+        ("calculate", {"expression": "2 ** 10"}),
+        ("calculate", {"expression": "__import__('os')"}),
+    ]
+    for name, args in refused:
+        with pytest.raises(ValueError):
+            RETAIL.call(db, name, args)
+        assert db_hash(db) == before, name
+    # Two items modified at once each take their own variant's price and options; the gift card pays.
+    order = RETAIL.call(
+        db,
+        "modify_pending_order_items",
+        {
+            "order_id": "#W1000001",
+            "item_ids": ["7200000001", "7300000001"],
+            "new_item_ids": ["7200000002", "7300000003"],
+            "payment_method_id": "gift_card_2231890",
+        },
+    )
+    assert [(i["item_id"], i["price"]) for i in order["items"]] == [("7200000002", 31.75), ("7300000003", 21.5)]
+    assert order["payment_history"][-1] == {
+        "transaction_type": "payment",
+        "amount": 8.76,
+        "payment_method_id": "gift_card_2231890",
+    }
+    assert db["users"]["mara_quint_4821"]["payment_methods"]["gift_card_2231890"]["balance"] == 31.24
+    assert order["status"] == "pending (item modified)"
+    assert RETAIL.call(db, "calculate", {"expression": "(31.75 + 21.5) * 2 / 3"}) == "35.5"
