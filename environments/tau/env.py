@@ -15,7 +15,7 @@ evaluation of the conversation (environments/tau/scoring.py). Implemented domain
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
@@ -69,6 +69,7 @@ class TauEnv(HermesAgentBaseEnv):
         self._user_client: Any = None  # the simulator's openai client, opened with the runtime
         self._user_url = ""
         self._judge_client: Any = None
+        self._judge_url = ""
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: TauEnvConfig = config
 
@@ -120,16 +121,15 @@ class TauEnv(HermesAgentBaseEnv):
     # ---- the user simulator's and judge's clients, alive as long as the runtime ------------------
 
     @asynccontextmanager
-    async def runtime(self, model=None) -> AsyncIterator[TauEnv]:
+    async def runtime(self, model: Callable[[], ChatModel] | None = None) -> AsyncIterator[TauEnv]:
         async with super().runtime(model):
             u = self.config.user_model
             self._user_url = self._server_url(u.base_url, "--env.user_model.base_url")
             self._user_client = OpenAIChatModel.make_client(self._user_url, u.api_key, u.timeout_s, u.max_retries)
             j = self.config.judge
             if j.base_url:
-                self._judge_client = OpenAIChatModel.make_client(
-                    self._server_url(j.base_url, "--env.judge.base_url"), j.api_key, j.timeout_s
-                )
+                self._judge_url = self._server_url(j.base_url, "--env.judge.base_url")
+                self._judge_client = OpenAIChatModel.make_client(self._judge_url, j.api_key, j.timeout_s)
             try:
                 yield self
             finally:
@@ -166,15 +166,13 @@ class TauEnv(HermesAgentBaseEnv):
     def agent_factory(self, item: Task, for_eval: bool = False) -> AgentFactory:
         if self._user_client is None:
             raise HermesEnvError("τ² conversations run inside the env's runtime (process/serve/evaluate)")
-        u, data = self.config.user_model, self.data()
-        user = UserSimulator(
-            self._chat_client(self._user_client, self._user_url, u.model, u.seed),
-            data.user_guidelines,
-            item.user_scenario.text(),
-            u,
-        )
+        u, data, client, url = self.config.user_model, self.data(), self._user_client, self._user_url
 
         def make(model: ChatModel, tools: list[dict[str, Any]], ctx: ToolContext, loop: AgentLoopConfig, _registry):
+            # A fresh simulated user per conversation (also per retried attempt): it holds the dialogue.
+            user = UserSimulator(
+                self._chat_client(client, url, u.model, u.seed), data.user_guidelines, item.user_scenario.text(), u
+            )
             return TauConversation(
                 model=model,
                 tools=tools,
@@ -201,7 +199,7 @@ class TauEnv(HermesAgentBaseEnv):
             and result.ended in ("user_stop", "agent_stop")
         ):
             j = self.config.judge
-            judge = self._chat_client(self._judge_client, str(j.base_url), j.model, None)
+            judge = self._chat_client(self._judge_client, self._judge_url, j.model, None)
             verdicts = await judge_nl_assertions(judge, result.messages, criteria.nl_assertions)
         # Gold replay on a fresh copy and two hashes of the whole database: off the event loop.
         result.score_detail = await asyncio.to_thread(
