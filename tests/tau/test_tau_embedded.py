@@ -27,10 +27,10 @@ def test_process_on_the_embedded_model_in_token_mode(embedded_llm, tmp_path: Pat
         "--env.user_model.base_url",
         embedded_llm.base_url,
         "--env.user_model.max_tokens",
-        "24",
+        "16",
         "--env.total_steps",
         "1",
-        *small_group_flags(out, max_turns=3, max_tokens=32),
+        *small_group_flags(out, max_turns=1, max_tokens=16),  # the prompt (policy + 16 tools) is the cost
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "token mode: exact tokens from llamacpp" in proc.stderr
