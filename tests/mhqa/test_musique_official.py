@@ -13,6 +13,7 @@ import pytest
 
 from environments.mhqa.data import to_item
 from environments.mhqa.env import score_response
+from environments.mhqa.scoring import SetScores, answer_scores
 
 MUSIQUE_ROW = {
     "id": "2hop__804754_52230",
@@ -76,3 +77,10 @@ def test_hotpotqa_rows_keep_the_yes_no_rule() -> None:
         "hotpot row",
     )
     assert score_response(hotpot, "FINAL ANSWER: yes it is")["answer"].f1 == 0.0
+
+
+def test_empty_answers_as_squads_f1() -> None:
+    """compute_f1: when either side has no tokens, F1 is whether both have none."""
+    assert answer_scores("The.", "a", hotpot_rules=False) == SetScores(1.0, 1.0, 1.0, 1.0)
+    assert answer_scores("", "No Doubt", hotpot_rules=False).f1 == 0.0
+    assert answer_scores("The.", "a").f1 == 0.0  # HotpotQA's f1_score: no common token, 0
