@@ -18,6 +18,7 @@ moves to Modal's VM runtime, with `fail` it stops with a one-line error.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 import time
@@ -318,7 +319,10 @@ class ModalSandboxProvider:
     async def _isolation_problem(self, address: SandboxAddress) -> str | None:
         """Why sandbox_server in this sandbox cannot isolate commands (its own bwrap probe), or None."""
         async with aiohttp.ClientSession() as session:
-            isolation = (await SandboxClient(address, session).health(timeout=30.0))["isolation"]
+            health = await SandboxClient(address, session).wait_ready(
+                self.config.pool.ready_timeout_s, functools.partial(self.alive, address)
+            )
+        isolation = health["isolation"]
         return None if isolation["available"] else str(isolation.get("reason") or "no reason given")
 
     async def _one(self) -> SandboxAddress:
@@ -327,7 +331,11 @@ class ModalSandboxProvider:
         async with self._isolation_lock:  # the first sandbox settles the runtime; the others wait for it
             while not self._isolation_checked:
                 address = await self._create()
-                problem = await self._isolation_problem(address)
+                try:
+                    problem = await self._isolation_problem(address)
+                except BaseException:
+                    await asyncio.shield(self.terminate(address))
+                    raise
                 if problem is None:
                     self._isolation_checked = True
                     return address

@@ -17,6 +17,9 @@ command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 command -v flock >/dev/null 2>&1 || need_apt+=(util-linux)  # the SWE-smith env locks its repo cache
 command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)  # sandbox_server's hermes-spawn helper
+# The docker backend and its tests: a real engine, and base images made offline (scripts/base_images.sh).
+command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   echo "[setup] installing system packages: ${need_apt[*]}"

@@ -6,6 +6,7 @@ import asyncio
 import base64
 import enum
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -114,6 +115,41 @@ class SandboxClient:
 
     async def health(self, timeout: float = 5.0) -> dict:
         return await self._json("GET", "/health", timeout=timeout)
+
+    async def wait_ready(
+        self, deadline_s: float, alive: Callable[[], Awaitable[bool]] | None = None, *, poll_s: float = 0.1
+    ) -> dict:
+        """`/health` once the server answers, retried until `deadline_s` has passed.
+
+        Platforms report a sandbox running when its process starts (a Nomad allocation, a Modal
+        tunnel, a container), not when the server listens: the first calls may be refused.
+        `alive` is the platform's view; once it says the sandbox is gone, waiting longer is pointless.
+        """
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline_s
+        last: Exception | None = None
+        while True:
+            left = end - loop.time()
+            if left <= 0:
+                break
+            try:
+                return await self.health(timeout=max(0.5, min(5.0, left)))
+            except SandboxUnavailable as exc:
+                last = exc
+            except SandboxError as exc:
+                if exc.status not in (502, 503, 504):  # a proxy in front (Modal's tunnel) before the server is up
+                    raise
+                last = exc
+            if alive is not None and not await alive():
+                raise SandboxUnavailable(
+                    f"sandbox {self.address.name} stopped before its server answered /health (last: {last})"
+                )
+            await asyncio.sleep(min(poll_s, max(0.0, end - loop.time())))
+            poll_s = min(poll_s * 2, 1.0)
+        raise SandboxUnavailable(
+            f"sandbox {self.address.name} at {self.address.url} did not answer /health within {deadline_s:g}s "
+            f"(last: {last}); raise the pool's ready_timeout_s or see the sandbox's log"
+        )
 
     async def exec(
         self,

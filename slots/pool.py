@@ -9,6 +9,7 @@ gets a slot's executor, and the slot is reset and released when the trajectory l
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -33,6 +34,9 @@ class SlotPoolConfig(BaseModel):
     acquire_timeout_s: float = Field(300.0, gt=0, description="How long acquire() waits for a free slot")
     health_interval_s: float = Field(5.0, gt=0, description="Seconds between health checks of each sandbox")
     reset_timeout_s: float = Field(60.0, gt=0)
+    ready_timeout_s: float = Field(
+        120.0, gt=0, description="How long a started sandbox may take to answer /health (retried until then)"
+    )
     batch_window_s: float = Field(
         0.0, ge=0, description="Calls to one sandbox within this window go as one request; 0: those of one loop turn"
     )
@@ -229,24 +233,34 @@ class SlotPool:
             addresses = await self.provider.launch(count)
         finally:
             self._launching -= count
-        for address in addresses:
-            client = SandboxClient(address, self._session)
-            health = await client.health()
+        results = await asyncio.gather(*(self._admit(a) for a in addresses), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            raise errors[0]
+
+    async def _admit(self, address: SandboxAddress) -> None:
+        """Wait for a launched sandbox to answer, check it isolates, and hand out its slots."""
+        assert self._session is not None
+        client = SandboxClient(address, self._session)
+        try:
+            health = await client.wait_ready(
+                self.config.ready_timeout_s, functools.partial(self.provider.alive, address)
+            )
             if not health["isolation"]["available"]:
-                await self.provider.terminate(address)
                 raise SandboxError(
                     f"sandbox {address.name} cannot isolate commands: {health['isolation']['reason']}",
                     kind="isolation_unavailable",
                 )
-            sb = _Sandbox(address, client, SandboxBatcher(client, window_s=self.config.batch_window_s))
-            sb.python = f"{health['python']} -"
-            sb.slots = [
-                Slot(f"{address.name}/{s['id']}", address, s["id"], health["workspace"]) for s in health["slots"]
-            ]
-            async with self._cond:
-                self._sandboxes[address.name] = sb
-                self._free.extend(sb.slots)
-                self._cond.notify_all()
+        except BaseException:
+            await asyncio.shield(self.provider.terminate(address))  # never keep a sandbox nobody tracks
+            raise
+        sb = _Sandbox(address, client, SandboxBatcher(client, window_s=self.config.batch_window_s))
+        sb.python = f"{health['python']} -"
+        sb.slots = [Slot(f"{address.name}/{s['id']}", address, s["id"], health["workspace"]) for s in health["slots"]]
+        async with self._cond:
+            self._sandboxes[address.name] = sb
+            self._free.extend(sb.slots)
+            self._cond.notify_all()
 
     async def _health_loop(self) -> None:
         while True:

@@ -11,8 +11,8 @@ The agent searches and reads the question's own paragraphs (toolset `paragraphs`
     SUPPORTING FACTS: [["Title", 0], ["Other title", 2]]      (optional; sentence ids from open_paragraph)
     FINAL ANSWER: <answer>
 
-The reward is HotpotQA's official answer F1 (`--env.reward_metric em`: exact match), the best
-over MuSiQue's answer aliases. Supporting-fact and joint EM/F1 are metrics, never the reward.
+The reward is the official answer F1 (`--env.reward_metric em`: exact match): HotpotQA's for its
+rows, MuSiQue's (no yes/no rule) for MuSiQue's, the best over its answer aliases. Supporting-fact and joint EM/F1 are metrics, never the reward.
 """
 
 from __future__ import annotations
@@ -64,7 +64,10 @@ def cited_facts(response: str | None) -> list[tuple[str, int]]:
 def score_response(item: dict[str, Any], response: str | None) -> dict[str, SetScores]:
     """Answer, supporting-fact and joint scores of a final response (a missing answer scores 0)."""
     answer = extract_final_answer(response)
-    ans = best_answer_scores(answer, item["answers"]) if answer is not None else SetScores(0.0, 0.0, 0.0, 0.0)
+    if answer is None:
+        ans = SetScores(0.0, 0.0, 0.0, 0.0)
+    else:  # each dataset's own official rules (see environments/mhqa/scoring.py)
+        ans = best_answer_scores(answer, item["answers"], hotpot_rules=item["source"] != "musique")
     sp = sp_scores(cited_facts(response), [tuple(f) for f in item["supporting_facts"]])
     return {"answer": ans, "sp": sp, "joint": joint_scores(ans, sp)}
 

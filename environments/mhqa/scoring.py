@@ -1,10 +1,12 @@
-"""HotpotQA's official answer and supporting-fact metrics (hotpot_evaluate_v1.py), written anew.
+"""HotpotQA's (hotpot_evaluate_v1.py) and MuSiQue's (evaluate_v1.0.py) official metrics, written anew.
 
-Answers are normalised as the official script does: lowercase, punctuation (string.punctuation)
+Answers are normalised as both official scripts do: lowercase, punctuation (string.punctuation)
 removed, the articles a/an/the removed as words, whitespace collapsed. Token F1 is the bag-of-
-tokens overlap; when either normalised side is `yes`, `no` or `noanswer` and they differ, F1 is 0
-(a yes/no question is right or wrong, never half right). With several gold answers (MuSiQue's
-`answer_aliases`), the best score over them counts, as MuSiQue's evaluation does.
+tokens overlap. HotpotQA's rule (`hotpot_rules=True`): when either normalised side is `yes`, `no`
+or `noanswer` and they differ, F1 is 0 (a yes/no question is right or wrong, never half right).
+MuSiQue's (SQuAD's compute_f1, `hotpot_rules=False`): no such rule, and F1 is 1 when both sides
+normalise to nothing. With several gold answers (MuSiQue's `answer` + `answer_aliases`), the best
+score over them counts, as MuSiQue's evaluation does.
 
 Supporting facts are sets of (title, sentence index); their EM/F1 are set precision/recall, and
 the joint metrics multiply answer and supporting-fact precision and recall (EM: both exact).
@@ -38,12 +40,14 @@ class SetScores:
     recall: float
 
 
-def answer_scores(prediction: str, gold: str) -> SetScores:
-    """EM, F1, precision and recall of one prediction against one gold answer."""
+def answer_scores(prediction: str, gold: str, hotpot_rules: bool = True) -> SetScores:
+    """EM, F1, precision and recall of one prediction against one gold answer (rules: module docstring)."""
     pred, ref = normalize_answer(prediction), normalize_answer(gold)
     em = float(pred == ref)
-    if (pred in _CLOSED or ref in _CLOSED) and pred != ref:
+    if hotpot_rules and (pred in _CLOSED or ref in _CLOSED) and pred != ref:
         return SetScores(em, 0.0, 0.0, 0.0)
+    if not hotpot_rules and not (pred and ref):
+        return SetScores(em, em, em, em)
     common = Counter(pred.split()) & Counter(ref.split())
     same = sum(common.values())
     if same == 0:
@@ -52,9 +56,9 @@ def answer_scores(prediction: str, gold: str) -> SetScores:
     return SetScores(em, 2 * precision * recall / (precision + recall), precision, recall)
 
 
-def best_answer_scores(prediction: str, golds: Iterable[str]) -> SetScores:
+def best_answer_scores(prediction: str, golds: Iterable[str], hotpot_rules: bool = True) -> SetScores:
     """The best scores over the gold answer and its aliases (by F1, then EM)."""
-    scored = [answer_scores(prediction, g) for g in golds]
+    scored = [answer_scores(prediction, g, hotpot_rules) for g in golds]
     if not scored:
         raise ValueError("an item needs at least one gold answer")
     return max(scored, key=lambda s: (s.f1, s.em))

@@ -3,7 +3,8 @@
 Accepted rows (detected per row), five options each, the answer an index 0-4 (int or digit string)
 or a letter A-E:
 - EgoSchema (questions.json): `q_uid, google_drive_id, question, option 0 .. option 4` and `answer`
-  (or the answers in subset_answers.json `{q_uid: index}`, passed as `answers_file`); video `q_uid`;
+  (or the answers in subset_answers.json `{q_uid: index}`, passed as `answers_file`: then only the
+  questions it answers are items, as it answers 500 of the 5,031); video `q_uid`;
 - NExT-QA (val.csv rows): `video, qid, type, question, a0 .. a4, answer`; video `video`;
 - plain: `id, video_id, question, options [5], answer`.
 
@@ -106,10 +107,23 @@ def load_items(path: Path, captions_dir: Path | None = None, answers_file: Path 
         raise ValueError(f"{path}: no such rows file (.jsonl, .json or .csv)")
     answers = json.loads(answers_file.read_text(encoding="utf-8")) if answers_file else None
     folder = captions_dir or path.parent / "captions"
-    items = [to_item(row, f"{path} row {n}", folder, answers) for n, row in enumerate(_rows(path), 1)]
+    rows = list(enumerate(_rows(path), 1))
+    if answers is not None:
+        # EgoSchema's questions.json holds all 5,031 questions, subset_answers.json answers 500: the
+        # rest cannot be scored, so only answered rows become items (and need captions).
+        answered = [(n, row) for n, row in rows if not isinstance(row, dict) or _answered(row, answers)]
+        if rows and not answered:
+            raise ValueError(f"{answers_file} answers none of the {len(rows)} questions in {path}: a mismatched pair?")
+        rows = answered
+    items = [to_item(row, f"{path} row {n}", folder, answers) for n, row in rows]
     if not items:
         raise ValueError(f"{path} has no rows")
     return items
+
+
+def _answered(row: dict[str, Any], answers: dict[str, Any]) -> bool:
+    found = _options(row)
+    return row.get("answer") is not None or (found is not None and found[1] in answers)
 
 
 def captions_of(item: dict[str, Any]) -> list[Caption]:

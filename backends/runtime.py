@@ -1,0 +1,64 @@
+"""The sandbox runtime a container-based backend puts into any image.
+
+A directory of self-contained executables (no Python or package of the image needed, nothing
+installed into it), built by `bash scripts/build_sandbox_runtime.sh [DIR]`:
+
+    sandbox-server   sandbox_server frozen into one static binary (same CLI as `python -m sandbox_server`)
+    bwrap            bubblewrap, static
+    hermes-spawn     the uid-and-limits helper, static
+
+It is mounted read-only at `RUNTIME_MOUNT` (docker backend) or copied there by an image layer
+(Nomad, Modal). The frozen server unpacks itself into $TMPDIR, which must allow exec.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sandbox_server.isolation import SlotLimits
+
+__all__ = ["RUNTIME_MOUNT", "RUNTIME_FILES", "DEFAULT_RUNTIME_DIR", "SandboxRuntime", "RuntimeMissing"]
+
+RUNTIME_MOUNT = "/opt/hermes"
+RUNTIME_FILES = ("sandbox-server", "bwrap", "hermes-spawn")
+DEFAULT_RUNTIME_DIR = Path(__file__).resolve().parents[1] / "build" / "hermes-runtime"
+
+
+class RuntimeMissing(FileNotFoundError):
+    """The runtime directory lacks a file: it was not built."""
+
+
+@dataclass(frozen=True)
+class SandboxRuntime:
+    dir: Path = DEFAULT_RUNTIME_DIR
+
+    def check(self) -> Path:
+        """The runtime directory, or a one-line error saying how to build it."""
+        missing = [f for f in RUNTIME_FILES if not (self.dir / f).is_file()]
+        if missing:
+            raise RuntimeMissing(
+                f"sandbox runtime at {self.dir} lacks {', '.join(missing)}: "
+                f"run `bash scripts/build_sandbox_runtime.sh {self.dir}` (scripts/setup.sh does)"
+            )
+        return self.dir
+
+    @staticmethod
+    def server_argv(
+        *,
+        port: int | str,
+        slots: int,
+        data_dir: str,
+        limits: SlotLimits,
+        workspace_mount: str = "/workspace",
+        token_file: str | None = None,
+        mount: str = RUNTIME_MOUNT,
+        extra: list[str] | None = None,
+    ) -> list[str]:
+        """The command that starts the frozen sandbox_server inside a container."""
+        argv = [f"{mount}/sandbox-server", "--host", "0.0.0.0", "--port", str(port), "--slots", str(slots)]
+        argv += ["--data-dir", data_dir, "--bwrap", f"{mount}/bwrap", "--workspace-mount", workspace_mount]
+        argv += limits.cli_args()
+        if token_file is not None:
+            argv += ["--token-file", token_file]
+        return argv + list(extra or [])
