@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from backends.runtime import RUNTIME_MOUNT, RuntimeMissing, SandboxRuntime
+from sandbox_server.__main__ import TOKEN_ENV
 from sandbox_server.isolation import SlotLimits
 from slots.client import SandboxAddress
 from slots.pool import SlotPool, SlotPoolConfig
@@ -88,9 +89,10 @@ def py310_image(engine) -> str:
 
 
 class DockerRunProvider:
-    """Sandboxes as `docker run` of `image` with the runtime mounted read-only; only its own containers go."""
+    """Sandboxes as `docker run` of `image` with the runtime mounted read-only (or, `runtime_dir` None,
+    the image's own command with the token in its environment); only its own containers go."""
 
-    def __init__(self, image: str, runtime_dir: Path, scratch: Path) -> None:
+    def __init__(self, image: str, runtime_dir: Path | None, scratch: Path) -> None:
         self.image, self.runtime_dir, self.scratch = image, runtime_dir, scratch
         self.label = f"{LABEL}=runtime-{uuid.uuid4().hex[:10]}"
         self.containers: list[str] = []
@@ -102,16 +104,19 @@ class DockerRunProvider:
         out = []
         for _ in range(count):
             token = secrets.token_hex(16)
-            token_file = self.scratch / f"token-{uuid.uuid4().hex[:8]}"
-            token_file.write_text(token)
-            argv = SandboxRuntime.server_argv(
-                port=8080, slots=2, data_dir="/var/lib/hermes-sandbox", limits=SlotLimits(), token_file="/run/token"
-            )
+            if self.runtime_dir is None:
+                run = ["-e", f"{TOKEN_ENV}={token}", self.image]
+            else:
+                token_file = self.scratch / f"token-{uuid.uuid4().hex[:8]}"
+                token_file.write_text(token)
+                argv = SandboxRuntime.server_argv(
+                    port=8080, slots=2, data_dir="/var/lib/hermes-sandbox", limits=SlotLimits(), token_file="/run/token"
+                )
+                run = ["-v", f"{self.runtime_dir}:{RUNTIME_MOUNT}:ro", "-v", f"{token_file}:/run/token:ro", self.image]
+                run += argv
             cid = await _adocker(
-                "run", "-d", "--label", self.label, *CONFINE, "--tmpfs", "/tmp",
-                "-v", f"{self.runtime_dir}:{RUNTIME_MOUNT}:ro", "-v", f"{token_file}:/run/token:ro",
-                "-p", "127.0.0.1::8080", self.image, *argv,
-            )  # fmt: skip
+                "run", "-d", "--label", self.label, *CONFINE, "--tmpfs", "/tmp", "-p", "127.0.0.1::8080", *run
+            )
             self.containers.append(cid)
             port = (await _adocker("port", cid, "8080/tcp")).splitlines()[0].rsplit(":", 1)[1]
             out.append(SandboxAddress(cid, f"http://127.0.0.1:{port}", token))
@@ -205,3 +210,28 @@ async def test_the_runtime_needs_nothing_of_the_image(engine, runtime_dir):
     )  # fmt: skip
     assert "--data-dir" in out
     assert manifest["python"].startswith("3.11")
+
+
+async def test_the_project_dockerfile_is_the_base_plus_the_runtime(engine, runtime_dir, tmp_path):
+    """The Nomad/Modal image builds here from debian:bookworm; its server takes the token from its
+    environment and re-execs through the runtime's launcher without it."""
+    tag = f"hermes-rl-test/project-sandbox:{uuid.uuid4().hex[:10]}"
+    _docker("build", "-q", "-t", tag, "--label", f"{LABEL}=runtime", str(REPO), timeout=600)
+    try:
+        provider = DockerRunProvider(tag, None, tmp_path)
+        pool = SlotPool(provider, SlotPoolConfig(slots_per_sandbox=8, min_sandboxes=1, max_sandboxes=1))
+        await pool.start()
+        try:
+            health = await pool.client(pool.slots()[0]).health()
+            assert health["isolation"]["available"] and health["python"] is None, health
+            [cid] = provider.containers
+            token = pool.sandboxes[0].token
+            environ = _docker("exec", cid, "cat", f"/proc/{health['pid']}/environ")
+            assert TOKEN_ENV not in environ and token not in environ
+            async with pool.trajectory("project-image") as ex:
+                res = await ex.exec("id -u", timeout=30, max_output_bytes=100)
+                assert res.exit_code == 0 and int(res.output) >= 1000, res.output
+        finally:
+            await pool.stop()
+    finally:
+        _docker("rmi", tag)
