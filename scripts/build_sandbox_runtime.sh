@@ -26,6 +26,10 @@ BWRAP=$(command -v bwrap || true)
 [ -n "$BWRAP" ] || { echo "[runtime] bwrap missing: apt-get install bubblewrap" >&2; exit 2; }
 command -v cc >/dev/null || { echo "[runtime] cc missing: apt-get install gcc libc6-dev" >&2; exit 2; }
 
+mkdir -p "$(dirname "$OUT")"
+exec 9>"$OUT.lock"
+flock 9  # one build at a time (a test session's fixture, setup.sh)
+
 # The inputs: this script, sandbox_server's sources and requirements, the interpreter and bwrap.
 hash=$(
   {
@@ -111,8 +115,10 @@ EOF
 "$stage/sandbox-server" --help >/dev/null
 "$stage/bwrap" --version >/dev/null
 chmod -R a+rX,go-w "$stage"
-rm -rf "$OUT"
-mkdir -p "$(dirname "$OUT")"
+# The previous build moves aside rather than away: containers started on it have it bind-mounted
+# and keep working until the next build.
+rm -rf "$OUT.prev"
+[ -e "$OUT" ] && mv "$OUT" "$OUT.prev"
 mv "$stage" "$OUT"
 trap - EXIT
 echo "[runtime] built $OUT in $(($(date +%s) - start)) s ($(du -sh "$OUT" | cut -f1))"
