@@ -161,6 +161,7 @@ done
 echo ok > "$HOME/inside" && echo "workspace=$(cat "$HOME/inside")"
 echo "path=$PATH"
 echo "python3=$(command -v python3 || echo none)"
+echo "parent=$(tr '\0' ' ' < /proc/$PPID/cmdline)"
 """
 
 
@@ -184,6 +185,8 @@ async def test_slots_in_a_foreign_image_are_confined_and_see_only_the_image(
             assert "wrote" not in res.output, res.output
             assert lines["workspace"] == "ok"
             assert RUNTIME_MOUNT not in lines["path"] and ".hermes" not in lines["path"]
+            # Started by the slot's exec server, on the runtime's Python (not a bwrap per command).
+            assert "/.hermes-exec-server.py" in lines["parent"] and "/rt/python/bin/python3" in lines["parent"]
             if which == "debian-no-python":
                 assert lines["python3"] == "none", res.output
                 assert health["python"] is None
