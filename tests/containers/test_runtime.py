@@ -91,8 +91,8 @@ class DockerRunProvider:
     """Sandboxes as `docker run` of `image` with the runtime mounted read-only (or, `runtime_dir` None,
     the image's own command with the token in its environment); only its own containers go."""
 
-    def __init__(self, image: str, runtime_dir: Path | None, scratch: Path) -> None:
-        self.image, self.runtime_dir, self.scratch = image, runtime_dir, scratch
+    def __init__(self, image: str, runtime_dir: Path | None, scratch: Path, env: tuple[str, ...] = ()) -> None:
+        self.image, self.runtime_dir, self.scratch, self.env = image, runtime_dir, scratch, env
         self.label = f"{LABEL}=runtime-{uuid.uuid4().hex[:10]}"
         self.containers: list[str] = []
 
@@ -114,7 +114,17 @@ class DockerRunProvider:
                 run = ["-v", f"{self.runtime_dir}:{RUNTIME_MOUNT}:ro", "-v", f"{token_file}:/run/token:ro", self.image]
                 run += argv
             cid = await _adocker(
-                "run", "-d", "--label", self.label, *CONFINE, "--tmpfs", "/tmp", "-p", "127.0.0.1::8080", *run
+                "run",
+                "-d",
+                "--label",
+                self.label,
+                *CONFINE,
+                "--tmpfs",
+                "/tmp",
+                "-p",
+                "127.0.0.1::8080",
+                *self.env,
+                *run,
             )
             self.containers.append(cid)
             port = (await _adocker("port", cid, "8080/tcp")).splitlines()[0].rsplit(":", 1)[1]
@@ -133,8 +143,10 @@ class DockerRunProvider:
         self.containers.clear()
 
 
-async def _pool(image: str, runtime_dir: Path, scratch: Path) -> tuple[SlotPool, DockerRunProvider]:
-    provider = DockerRunProvider(image, runtime_dir, scratch)
+async def _pool(
+    image: str, runtime_dir: Path, scratch: Path, env: tuple[str, ...]
+) -> tuple[SlotPool, DockerRunProvider]:
+    provider = DockerRunProvider(image, runtime_dir, scratch, env)
     pool = SlotPool(provider, SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1))
     await pool.start()
     return pool, provider
@@ -161,6 +173,7 @@ done
 echo ok > "$HOME/inside" && echo "workspace=$(cat "$HOME/inside")"
 echo "path=$PATH"
 echo "python3=$(command -v python3 || echo none)"
+echo "helper=$(command -v apt-helper || echo none)"
 echo "parent=$(tr '\0' ' ' < /proc/$PPID/cmdline)"
 """
 
@@ -170,7 +183,9 @@ async def test_slots_in_a_foreign_image_are_confined_and_see_only_the_image(
     which, engine, runtime_dir, py310_image, tmp_path
 ):
     image = BASE if which == "debian-no-python" else py310_image
-    pool, provider = await _pool(image, runtime_dir, tmp_path)
+    # As an image's `ENV PATH=...` would: its own directory first (and one of ours, which slots never get).
+    path = f"/usr/lib/apt:{RUNTIME_MOUNT}/python/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    pool, provider = await _pool(image, runtime_dir, tmp_path, ("-e", f"PATH={path}"))
     try:
         health = await pool.client(pool.slots()[0]).health()
         assert health["isolation"]["available"], health["isolation"]
@@ -185,6 +200,7 @@ async def test_slots_in_a_foreign_image_are_confined_and_see_only_the_image(
             assert "wrote" not in res.output, res.output
             assert lines["workspace"] == "ok"
             assert RUNTIME_MOUNT not in lines["path"] and ".hermes" not in lines["path"]
+            assert lines["path"].startswith("/usr/lib/apt:") and lines["helper"] == "/usr/lib/apt/apt-helper"
             # Started by the slot's exec server, on the runtime's Python (not a bwrap per command).
             assert "/.hermes-exec-server.py" in lines["parent"] and "/rt/python/bin/python3" in lines["parent"]
             if which == "debian-no-python":
