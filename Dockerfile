@@ -7,12 +7,13 @@
 #
 #   bash scripts/build_sandbox_runtime.sh        # build/hermes-runtime (scripts/setup.sh does)
 #   docker build -t hermes-rl-sandbox:<tag> [--build-arg BASE=ubuntu:22.04] .
-#   docker run --rm --cap-add SYS_ADMIN --cap-add NET_ADMIN --security-opt seccomp=unconfined \
+#   docker run --rm --cap-add SYS_ADMIN --cap-add NET_ADMIN --cap-add SYS_PTRACE --security-opt seccomp=unconfined \
 #     --security-opt apparmor=unconfined -p 127.0.0.1:8080:8080 -e SANDBOX_SERVER_TOKEN=secret hermes-rl-sandbox:<tag>
 #
 # bubblewrap needs to create namespaces inside the container: SYS_ADMIN with seccomp and
-# AppArmor unconfined, and NET_ADMIN to bring up loopback in a command's own network namespace
-# (or privileged: Nomad docker driver `privileged = true`, which the client must allow).
+# AppArmor unconfined, and NET_ADMIN to bring up loopback in a command's own network namespace;
+# SYS_PTRACE lets the slot watchdog read slot processes' /proc/<pid> (docs/containers.md). Or
+# privileged: Nomad docker driver `privileged = true`, which the client must allow.
 # Without that the server still starts, reports isolation unavailable in /health, and
 # refuses commands; the slot pool then refuses the sandbox.
 ARG BASE=debian:bookworm

@@ -30,8 +30,9 @@ from slots.pool import SlotPool, SlotPoolConfig
 REPO = Path(__file__).resolve().parents[2]
 LABEL = "hermes-rl.test"
 BASE = "debian:bookworm"  # scripts/base_images.sh: minbase, no python
-# What bubblewrap needs in a container (namespaces; loopback in a command's own network namespace).
-CONFINE = ["--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN"]
+# What the server needs in a container (the Dockerfile's header): namespaces, loopback in a command's
+# own network namespace, the watchdog's view of slot processes.
+CONFINE = ["--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--cap-add", "SYS_PTRACE"]
 CONFINE += ["--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined"]
 PY310_DOCKERFILE = f"""FROM ubuntu:22.04
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 \\
