@@ -18,8 +18,8 @@
 # Needs (scripts/setup.sh installs them): Debian's python3.11 with venv (/usr/bin/python3.11),
 # bubblewrap, gcc + libc6-dev (static), and PyPI for aiohttp/pydantic.
 set -euo pipefail
+OUT=$(realpath -m "${1:-$(dirname "$0")/../build/hermes-runtime}")  # OUT as given, from where we were called
 cd "$(dirname "$0")/.."
-OUT=${1:-build/hermes-runtime}
 PY=/usr/bin/python3.11  # Debian's: relocatable (libpython linked in, no RUNPATH)
 BWRAP=$(command -v bwrap || true)
 [ -x "$PY" ] || { echo "[runtime] $PY missing: apt-get install python3.11 python3.11-venv" >&2; exit 2; }
@@ -33,7 +33,7 @@ flock 9  # one build at a time (a test session's fixture, setup.sh)
 # The inputs: this script, sandbox_server's sources and requirements, the interpreter and bwrap.
 hash=$(
   {
-    sha256sum "$0" sandbox_server/*.py sandbox_server/*.c sandbox_server/*.sh sandbox_server/requirements.txt
+    sha256sum scripts/build_sandbox_runtime.sh sandbox_server/*.py sandbox_server/*.c sandbox_server/*.sh sandbox_server/requirements.txt
     sha256sum "$PY" "$BWRAP"
   } | sha256sum | cut -c1-16
 )
