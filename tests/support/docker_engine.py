@@ -28,12 +28,14 @@ __all__ = [
     "TEST_LABEL",
     "engine_problem",
     "SandboxImage",
+    "SandboxPlace",
     "sandbox_image",
     "docker_config",
     "PodmanService",
     "podman_problem",
     "podman_service",
     "remove_labelled",
+    "stop_container",
     "load_into_podman",
 ]
 
@@ -42,11 +44,13 @@ TEST_LABEL = "hermes-rl.test"
 REPO = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "debian:bookworm"  # made offline by scripts/base_images.sh
 
-# Until the frozen runtime is built, the server runs on the image's python3 with the packages
-# sandbox_server needs copied from this venv (bookworm's own pydantic is 1.x).
+# The tests' commands use python3 (the python tool) and procps (pgrep): the image has them as a
+# task's image would. Until the frozen runtime is built, the server also runs on that python3 with
+# the packages sandbox_server needs copied from this venv (bookworm's own pydantic is 1.x), and
+# bubblewrap comes from the image.
 INTERIM_DOCKERFILE = f"""FROM {BASE_IMAGE}
-RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 bubblewrap \\
-    && rm -rf /var/lib/apt/lists/*
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+    python3 python-is-python3 procps bubblewrap && rm -rf /var/lib/apt/lists/*
 """
 INTERIM_PACKAGES = (
     "aiohttp",
@@ -145,6 +149,20 @@ def sandbox_image(scratch: Path) -> SandboxImage:
     return SandboxImage(image, _interim_runtime(scratch / "runtime"))
 
 
+@dataclass(frozen=True)
+class SandboxPlace:
+    """Where a test's sandbox runs: local processes with data under `tmp_path`, or docker containers.
+
+    Defined here, not in a conftest: test modules import conftests under a second name, and
+    `sandbox_backend` tells the kinds apart by this class.
+    """
+
+    tmp_path: Path
+    kind: str = "local"
+    image: SandboxImage | None = None
+    test_id: str = ""
+
+
 def delayed_runtime(runtime_dir: Path, dest: Path, delay_s: float) -> Path:
     """A copy of `runtime_dir` whose server starts listening only `delay_s` after its container starts."""
     shutil.copytree(runtime_dir, dest, symlinks=True)
@@ -179,6 +197,18 @@ def remove_labelled(engine: str, label: str) -> None:
     try:
         for c in client.containers.list(all=True, filters={"label": label}):
             c.remove(force=True)
+    finally:
+        client.close()
+
+
+def stop_container(engine: str, cid: str, timeout_s: int = 10) -> dict[str, Any]:
+    """`docker stop` (SIGTERM, SIGKILL after `timeout_s`); returns the container's State afterwards."""
+    import docker
+
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
+    try:
+        client.api.stop(cid, timeout=timeout_s)
+        return client.api.inspect_container(cid)["State"]
     finally:
         client.close()
 
