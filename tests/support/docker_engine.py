@@ -11,7 +11,6 @@ import hashlib
 import io
 import shutil
 import subprocess
-import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.docker import DockerBackendConfig
-from backends.runtime import DEFAULT_RUNTIME_DIR, RUNTIME_FILES
+from backends.runtime import RuntimeMissing, SandboxRuntime
 from slots.pool import SlotPoolConfig
 
 __all__ = [
@@ -44,31 +43,12 @@ TEST_LABEL = "hermes-rl.test"
 REPO = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "debian:bookworm"  # made offline by scripts/base_images.sh
 
-# The tests' commands use python3 (the python tool) and procps (pgrep): the image has them as a
-# task's image would. Until the frozen runtime is built, the server also runs on that python3 with
-# the packages sandbox_server needs copied from this venv (bookworm's own pydantic is 1.x), and
-# bubblewrap comes from the image.
-INTERIM_DOCKERFILE = f"""FROM {BASE_IMAGE}
+# The image the tests' slots run in: the tests' commands use python3 (the python tool) and procps
+# (pgrep), which a task's image would bring. Nothing of the sandbox is in it: the runtime is mounted.
+TEST_IMAGE_DOCKERFILE = f"""FROM {BASE_IMAGE}
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
-    python3 python-is-python3 procps bubblewrap && rm -rf /var/lib/apt/lists/*
+    python3 procps && rm -rf /var/lib/apt/lists/*
 """
-INTERIM_PACKAGES = (
-    "aiohttp",
-    "aiohappyeyeballs",
-    "aiosignal",
-    "attrs",
-    "attr",
-    "frozenlist",
-    "multidict",
-    "propcache",
-    "yarl",
-    "idna",
-    "pydantic",
-    "pydantic_core",
-    "annotated_types",
-    "typing_inspection",
-    "typing_extensions.py",
-)
 
 
 def engine_problem(engine: str = ENGINE) -> str | None:
@@ -112,41 +92,22 @@ def _build(client: Any, dockerfile: str, name: str) -> str:
     return tag
 
 
-def _interim_runtime(dest: Path) -> Path:
-    """A directory meeting the runtime's contract (RUNTIME_FILES) whose server runs on the image's python3."""
-    py = dest / "py"
-    py.mkdir(parents=True)
-    site = Path(next(p for p in sys.path if p.endswith("site-packages")))
-    for name in INTERIM_PACKAGES:
-        src = site / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, py / name)
-    spawn = REPO / "sandbox_server" / "hermes-spawn"
-    if not spawn.exists():
-        subprocess.run(["bash", str(REPO / "sandbox_server" / "build_spawn_helper.sh"), str(spawn)], check=True)
-    shutil.copytree(REPO / "sandbox_server", py / "sandbox_server", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(spawn, dest / "hermes-spawn")
-    (dest / "sandbox-server").write_text(
-        '#!/bin/sh\nPYTHONPATH=/opt/hermes/py PYTHONUNBUFFERED=1 exec python3 -m sandbox_server "$@"\n'
-    )
-    (dest / "bwrap").write_text('#!/bin/sh\nexec /usr/bin/bwrap "$@"\n')
-    for f in ("sandbox-server", "bwrap"):
-        (dest / f).chmod(0o755)
-    return dest
-
-
-def sandbox_image(scratch: Path) -> SandboxImage:
-    """The image and runtime the docker backend's tests run: the built runtime in debian:bookworm if
-    scripts/build_sandbox_runtime.sh has made it, else the interim one (python3 + bubblewrap image)."""
+def sandbox_image() -> SandboxImage:
+    """The image the docker backend's tests run and the runtime it mounts (built here if missing)."""
     import docker
 
-    if all((DEFAULT_RUNTIME_DIR / f).is_file() for f in RUNTIME_FILES):
-        return SandboxImage(BASE_IMAGE, DEFAULT_RUNTIME_DIR)
+    runtime = SandboxRuntime()
+    try:
+        runtime.check()
+    except RuntimeMissing:
+        subprocess.run(["bash", str(REPO / "scripts" / "build_sandbox_runtime.sh"), str(runtime.dir)], check=True)
+        runtime.check()
     client = docker.DockerClient(base_url=ENGINE, version="auto", timeout=600)
     try:
-        image = _build(client, INTERIM_DOCKERFILE, "hermes-rl-test/interim-sandbox")
+        image = _build(client, TEST_IMAGE_DOCKERFILE, "hermes-rl-test/slot-image")
     finally:
         client.close()
-    return SandboxImage(image, _interim_runtime(scratch / "runtime"))
+    return SandboxImage(image, runtime.dir)
 
 
 @dataclass(frozen=True)

@@ -37,8 +37,8 @@ def docker_engine() -> str:
 
 
 @pytest.fixture(scope="session")
-def docker_sandbox_image(docker_engine, tmp_path_factory) -> SandboxImage:
-    return sandbox_image(tmp_path_factory.mktemp("docker-runtime"))
+def docker_sandbox_image(docker_engine) -> SandboxImage:
+    return sandbox_image()
 
 
 @pytest.fixture
