@@ -27,6 +27,7 @@ from backends.docker import (
     pid_namespace,
 )
 from environments.cli_parse import parse_invocation
+from slots.client import SandboxAddress, SandboxClient
 from slots.pool import SlotPool, SlotPoolConfig
 from tests.support.docker_engine import TEST_LABEL, delayed_runtime, docker_config, load_into_podman
 
@@ -170,20 +171,21 @@ async def test_two_concurrent_runs_with_default_names_keep_their_sandboxes(
         await a.stop()
 
 
-def test_containers_of_a_killed_run_are_swept_at_the_next_start(
+def test_another_live_process_keeps_its_sandboxes_and_a_killed_ones_are_swept(
     docker_engine, docker_sandbox_image, docker_test_id, tmp_path
 ):
     config = docker_config(docker_sandbox_image, docker_test_id, pool_name=f"sweep-{docker_test_id}")
-    # A run that is SIGKILLed with its sandboxes up: nothing of it gets to clean up.
+    # Another run in its own process, same pool name, later SIGKILLed: nothing of it gets to clean up.
     child = textwrap.dedent(
         """
-        import asyncio, sys, time
+        import asyncio, json, sys
         from backends import make_backend
         from backends.docker import DockerBackendConfig
         async def main():
             pool = make_backend(DockerBackendConfig.model_validate_json(sys.argv[1]))
             await pool.start()
-            print(pool.provider.run_id, flush=True)
+            (a,) = pool.sandboxes
+            print(json.dumps([pool.provider.run_id, a.name, a.url, a.token]), flush=True)
             await asyncio.sleep(600)
         asyncio.run(main())
         """
@@ -196,18 +198,30 @@ def test_containers_of_a_killed_run_are_swept_at_the_next_start(
     )
     try:
         assert proc.stdout is not None
-        dead_run = proc.stdout.readline().strip()
-        assert dead_run, "the child run did not start its pool"
+        other_run, *address = json.loads(proc.stdout.readline())
+        other = SandboxAddress(*address)
+
+        async def beside_it() -> None:
+            pool = make_backend(config)
+            await pool.start()  # its sweep must leave the live run's sandbox alone
+            try:
+                assert len(pool.sandboxes) == 1
+            finally:
+                await pool.stop()
+            async with aiohttp.ClientSession() as http:  # still there and answering after our stop
+                assert (await SandboxClient(other, http).health())["slots"]
+
+        asyncio.run(beside_it())
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    assert len(_containers(docker_engine, f"{LABEL_RUN}={dead_run}")) == 1
+    assert len(_containers(docker_engine, f"{LABEL_RUN}={other_run}")) == 1
 
     async def next_run() -> None:
         pool = make_backend(config)
         await pool.start()
         try:
-            assert _containers(docker_engine, f"{LABEL_RUN}={dead_run}") == []
+            assert _containers(docker_engine, f"{LABEL_RUN}={other_run}") == []
             assert len(pool.sandboxes) == 1
         finally:
             await pool.stop()
