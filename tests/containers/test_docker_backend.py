@@ -55,7 +55,8 @@ async def _run(pool: SlotPool, command: str, **kw) -> tuple[int, str]:
 async def test_pool_runs_commands_confined_and_the_token_stays_out_of_sight(
     docker_engine, docker_sandbox_image, docker_test_id
 ):
-    pool = make_backend(docker_config(docker_sandbox_image, docker_test_id))
+    config = docker_config(docker_sandbox_image, docker_test_id, cpus=1.5, memory_mb=1024, pids_limit=3000)
+    pool = make_backend(config)
     await pool.start()
     try:
         (address,) = pool.sandboxes
@@ -84,6 +85,9 @@ async def test_pool_runs_commands_confined_and_the_token_stays_out_of_sight(
             client.close()
         assert address.token not in json.dumps(info)  # not in argv, env, labels or mounts
         assert info["HostConfig"]["Privileged"] is False
+        host = info["HostConfig"]
+        assert (host["NanoCpus"], host["Memory"], host["PidsLimit"]) == (1_500_000_000, 1024 * 2**20, 3000)
+        assert [m["Destination"] for m in info["Mounts"] if not m["RW"]] == ["/opt/hermes"]
         assert {c.removeprefix("CAP_") for c in info["HostConfig"]["CapAdd"]} == {
             "SYS_ADMIN",
             "NET_ADMIN",
