@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.docker import DockerBackendConfig
-from backends.runtime import RuntimeMissing, SandboxRuntime
+from backends.runtime import SandboxRuntime
 from slots.pool import SlotPoolConfig
 
 __all__ = [
@@ -93,15 +93,13 @@ def _build(client: Any, dockerfile: str, name: str) -> str:
 
 
 def sandbox_image() -> SandboxImage:
-    """The image the docker backend's tests run and the runtime it mounts (built here if missing)."""
+    """The image the docker backend's tests run and the runtime it mounts (built or brought up to date here)."""
     import docker
 
     runtime = SandboxRuntime()
-    try:
-        runtime.check()
-    except RuntimeMissing:
-        subprocess.run(["bash", str(REPO / "scripts" / "build_sandbox_runtime.sh"), str(runtime.dir)], check=True)
-        runtime.check()
+    # Always through the script: it rebuilds only when sandbox_server changed, so no stale runtime runs.
+    subprocess.run(["bash", str(REPO / "scripts" / "build_sandbox_runtime.sh"), str(runtime.dir)], check=True)
+    runtime.check()
     client = docker.DockerClient(base_url=ENGINE, version="auto", timeout=600)
     try:
         image = _build(client, TEST_IMAGE_DOCKERFILE, "hermes-rl-test/slot-image")
