@@ -156,6 +156,10 @@ def owner_gone(labels: dict[str, str], hostname: str, pidns: str) -> bool:
     return bool(recorded) and start != recorded
 
 
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
 def _token_archive(token: str) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -225,7 +229,7 @@ class DockerSandboxProvider:
             )
         except docker.errors.DockerException as exc:
             raise DockerBackendError(
-                f"no container engine answers at {self.config.engine} ({exc}); start dockerd (or "
+                f"no container engine answers at {self.config.engine} ({_one_line(exc)}); start dockerd (or "
                 "`podman system service`) or set env.sandbox.backend.engine"
             ) from None
         await self._ensure_image()
@@ -253,7 +257,7 @@ class DockerSandboxProvider:
             await asyncio.wait_for(self._call(self.api.pull, repo, tag=tag or "latest"), self.config.pull_timeout_s)
             await self._call(self.api.inspect_image, image)
         except (docker.errors.APIError, asyncio.TimeoutError) as exc:
-            reason = getattr(exc, "explanation", None) or type(exc).__name__
+            reason = _one_line(getattr(exc, "explanation", None) or type(exc).__name__)
             raise DockerBackendError(
                 f"image {image} is not on the engine and could not be pulled ({reason}); "
                 "build or load it there, or check its name and the registry"
@@ -334,7 +338,7 @@ class DockerSandboxProvider:
             await asyncio.shield(self._remove_when_landed(name))
             if isinstance(exc, docker.errors.APIError):
                 raise DockerBackendError(
-                    f"could not start a sandbox container from {c.image}: {exc.explanation or exc}"
+                    f"could not start a sandbox container from {c.image}: {_one_line(exc.explanation or exc)}"
                 ) from None
             raise
         return SandboxAddress(name, f"http://{c.published_host}:{port}", token)
