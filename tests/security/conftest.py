@@ -29,9 +29,9 @@ from backends import LocalBackendConfig, make_backend
 from environments.agent_loop import AgentLoopConfig, HermesAgentLoop
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from model_tools import get_tool_definitions
-from backends.docker import DockerSandboxProvider
+from backends.docker import DATA_DIR, DockerSandboxProvider
 from slots.pool import SlotPool, SlotPoolConfig
-from tests.support.docker_engine import SandboxPlace, docker_config, stop_container
+from tests.support.docker_engine import SandboxPlace, container_listdir, docker_config, stop_container
 from tests.support.docker_fixtures import docker_engine, docker_sandbox_image, docker_test_id  # noqa: F401 - fixtures
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tools.context import ToolContext, ToolLimits
@@ -120,6 +120,16 @@ async def running_sandbox(where: Path | SandboxPlace, **kwargs: Any) -> AsyncIte
 async def sandbox(sandbox_at):
     async with running_sandbox(sandbox_at) as backend:
         yield backend
+
+
+async def server_listdir(backend: SlotPool, rel: str) -> list[str]:
+    """The entries of `rel` in the (only) server's data directory, on this machine or in its container."""
+    provider = backend.provider
+    if isinstance(provider, DockerSandboxProvider):
+        (sb,) = backend._sandboxes.values()
+        cid = provider.container_id(sb.address)
+        return await asyncio.to_thread(container_listdir, provider.config.engine, cid, f"{DATA_DIR}/{rel}")
+    return os.listdir(server_data_dir(backend) / rel)
 
 
 def server_token(backend: SlotPool) -> str:

@@ -12,7 +12,7 @@ import os
 
 from slots.executor import ExecPolicy
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig
-from tests.security.conftest import outer_memory_limit, outer_process_limit, play, running_sandbox, server_data_dir
+from tests.security.conftest import outer_memory_limit, outer_process_limit, play, running_sandbox, server_listdir
 
 MiB = 1024 * 1024
 # Three 150 MiB SysV segments, each filled then detached (never IPC_RMID): the process ends, the pages stay.
@@ -94,10 +94,10 @@ async def test_many_empty_files_trip_the_workspace_file_limit(sandbox_at):
     assert health["enforced"]["ipc"]["value"]["shm_rmid_forced"] == "1"
 
 
-async def test_a_very_deep_tree_is_refused_or_removed_and_the_other_slot_is_untouched(tmp_path):
+async def test_a_very_deep_tree_is_refused_or_removed_and_the_other_slot_is_untouched(sandbox_at, tmp_path):
     limits = {"workspace_bytes": 16 * MiB}
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        async with running_sandbox(tmp_path, limits=limits) as backend:
+        async with running_sandbox(sandbox_at, limits=limits) as backend:
             sandboxes = set(backend._sandboxes)
             async with backend.trajectory("innocent") as b:
                 innocent = asyncio.create_task(b.exec("sleep 4; echo innocent-ok", timeout=60, max_output_bytes=100))
@@ -110,9 +110,9 @@ async def test_a_very_deep_tree_is_refused_or_removed_and_the_other_slot_is_unto
                             [("terminal", {"command": "du -s --block-size=1 .; ls"})],
                         ],
                     )
-                    slot_dir = server_data_dir(backend) / "slots" / a.slot.index
-                left_after_reset = sorted(os.listdir(slot_dir))
-                stale = [n for n in os.listdir(slot_dir.parent) if "stale" in n]
+                    slot_index = a.slot.index
+                left_after_reset = sorted(await server_listdir(backend, f"slots/{slot_index}"))
+                stale = [n for n in await server_listdir(backend, "slots") if "stale" in n]
                 done = await innocent
                 again = await b.exec("echo still-ok", timeout=20, max_output_bytes=100)
             same_sandbox = set(backend._sandboxes) == sandboxes

@@ -35,6 +35,7 @@ __all__ = [
     "podman_service",
     "remove_labelled",
     "stop_container",
+    "container_listdir",
     "load_into_podman",
 ]
 
@@ -170,6 +171,22 @@ def stop_container(engine: str, cid: str, timeout_s: int = 10) -> dict[str, Any]
         return client.api.inspect_container(cid)["State"]
     finally:
         client.close()
+
+
+def container_listdir(engine: str, cid: str, path: str) -> list[str]:
+    """The entries of `path` inside a running container (`ls -A` there)."""
+    import docker
+
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
+    try:
+        exec_id = client.api.exec_create(cid, ["ls", "-A", path])["Id"]
+        out = client.api.exec_start(exec_id).decode()
+        code = client.api.exec_inspect(exec_id)["ExitCode"]
+    finally:
+        client.close()
+    if code != 0:
+        raise FileNotFoundError(f"ls -A {path} in container {cid[:12]} failed ({code}): {out.strip()}")
+    return out.split()
 
 
 @dataclass(frozen=True)
