@@ -20,6 +20,8 @@ command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)  # sandbox_server's h
 # The docker backend and its tests: a real engine, and base images made offline (scripts/base_images.sh).
 command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+# The docker backend is also tested on Podman's Docker-compatible API (tests/containers).
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 # The self-contained sandbox runtime is made of Debian's python3.11 (scripts/build_sandbox_runtime.sh).
 /usr/bin/python3.11 -c 'import ensurepip' >/dev/null 2>&1 || need_apt+=(python3.11 python3.11-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
@@ -71,7 +73,7 @@ for spec in "modal-$modal_floor:modal==$modal_floor" "modal-latest:modal"; do
   fi
 done
 
-extras="embedded,dev,codeact,ray"
+extras="embedded,dev,codeact,ray,docker"
 if [ "$with_train" = 1 ]; then
   # CPU torch first (a plain torch requirement resolves to the CUDA build, several GB); the
   # train extra's range then keeps it, and uv adds torch's own dependencies below.

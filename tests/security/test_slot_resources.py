@@ -12,7 +12,7 @@ import os
 
 from slots.executor import ExecPolicy
 from environments.tool_backend import LocalToolBackend, LocalToolBackendConfig
-from tests.security.conftest import outer_memory_limit, outer_process_limit, play, running_sandbox, server_data_dir
+from tests.security.conftest import outer_memory_limit, outer_process_limit, play, running_sandbox, server_listdir
 
 MiB = 1024 * 1024
 # Three 150 MiB SysV segments, each filled then detached (never IPC_RMID): the process ends, the pages stay.
@@ -47,10 +47,10 @@ DEEP_TREE = (
 )
 
 
-async def test_sysv_shared_memory_does_not_outlive_the_command_or_exceed_the_slot_total(tmp_path):
+async def test_sysv_shared_memory_does_not_outlive_the_command_or_exceed_the_slot_total(sandbox_at):
     limits = {"slot_memory_bytes": 200 * MiB, "max_memory_bytes": 1024 * MiB}
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        async with running_sandbox(tmp_path, limits=limits) as backend:
+        async with running_sandbox(sandbox_at, limits=limits) as backend:
             # The trajectory may ask for network (a task with allow_internet), so the networked path is checked too.
             async with backend.trajectory("shm", ExecPolicy(network=True)) as ex:
                 msgs = await play(
@@ -72,11 +72,11 @@ async def test_sysv_shared_memory_does_not_outlive_the_command_or_exceed_the_slo
     assert left[-1] == "no-posix-shm", left
 
 
-async def test_many_empty_files_trip_the_workspace_file_limit(tmp_path):
+async def test_many_empty_files_trip_the_workspace_file_limit(sandbox_at):
     limits = {"workspace_bytes": 8 * MiB, "workspace_files": 1_000}
     make = "python3 -c \"import os\nos.mkdir('d')\nfor i in range(20000): open(f'd/{i}', 'w').close()\"; echo made-all"
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        async with running_sandbox(tmp_path, limits=limits) as backend:
+        async with running_sandbox(sandbox_at, limits=limits) as backend:
             async with backend.trajectory("inodes") as ex:
                 msgs = await play(
                     ex,
@@ -94,10 +94,10 @@ async def test_many_empty_files_trip_the_workspace_file_limit(tmp_path):
     assert health["enforced"]["ipc"]["value"]["shm_rmid_forced"] == "1"
 
 
-async def test_a_very_deep_tree_is_refused_or_removed_and_the_other_slot_is_untouched(tmp_path):
+async def test_a_very_deep_tree_is_refused_or_removed_and_the_other_slot_is_untouched(sandbox_at, tmp_path):
     limits = {"workspace_bytes": 16 * MiB}
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        async with running_sandbox(tmp_path, limits=limits) as backend:
+        async with running_sandbox(sandbox_at, limits=limits) as backend:
             sandboxes = set(backend._sandboxes)
             async with backend.trajectory("innocent") as b:
                 innocent = asyncio.create_task(b.exec("sleep 4; echo innocent-ok", timeout=60, max_output_bytes=100))
@@ -110,9 +110,9 @@ async def test_a_very_deep_tree_is_refused_or_removed_and_the_other_slot_is_unto
                             [("terminal", {"command": "du -s --block-size=1 .; ls"})],
                         ],
                     )
-                    slot_dir = server_data_dir(backend) / "slots" / a.slot.index
-                left_after_reset = sorted(os.listdir(slot_dir))
-                stale = [n for n in os.listdir(slot_dir.parent) if "stale" in n]
+                    slot_index = a.slot.index
+                left_after_reset = sorted(await server_listdir(backend, f"slots/{slot_index}"))
+                stale = [n for n in await server_listdir(backend, "slots") if "stale" in n]
                 done = await innocent
                 again = await b.exec("echo still-ok", timeout=20, max_output_bytes=100)
             same_sandbox = set(backend._sandboxes) == sandboxes
