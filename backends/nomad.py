@@ -53,9 +53,10 @@ TOKEN_ENV = "SANDBOX_SERVER_TOKEN"
 PORT_LABEL = "http"
 POOL_META = "hermes_rl_pool"
 # What bubblewrap needs inside a docker container (no --privileged): namespaces (SYS_ADMIN), the
-# loopback of its network namespace (NET_ADMIN), and no seccomp/AppArmor profile refusing them.
-# The Nomad client's docker plugin must allow them: `allow_caps` including "sys_admin", "net_admin".
-CAP_ADD = ["SYS_ADMIN", "NET_ADMIN"]
+# loopback of its network namespace (NET_ADMIN), and no seccomp/AppArmor profile refusing them; the
+# slot watchdog reads slot processes' /proc/<pid>/ns (SYS_PTRACE). The Nomad client's docker plugin
+# must allow them: `allow_caps` including "sys_admin", "net_admin", "sys_ptrace".
+CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"]
 SECURITY_OPT = ["seccomp=unconfined", "apparmor=unconfined"]
 
 

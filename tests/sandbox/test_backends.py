@@ -418,7 +418,7 @@ def _gone_owner(run_id: str) -> RunOwner:
     child = subprocess.Popen(["true"])
     child.wait()
     me = RunOwner.current()
-    return RunOwner(run_id, me.host, child.pid, "1")
+    return RunOwner(run_id, me.host, me.pidns, child.pid, "1")
 
 
 async def test_nomad_sweeps_its_own_and_gone_runs_jobs_only(tmp_path, sandbox_image):

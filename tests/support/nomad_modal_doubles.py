@@ -138,18 +138,17 @@ class _Engine:
 
     async def refresh(self, boxes: list[_Box]) -> None:
         """Read the state of every container of this double at once."""
-        known = {b.container_id: b for b in boxes if b.container_id and b.status != "exited"}
+        known = {b.container_id: b for b in boxes if b.container_id and b.status == "running"}  # boot() set it
         if not known:
             return
-        found = await self.call(
-            self.client.containers.list, all=True, filters={"label": f"{TEST_LABEL}={self.label}"}, sparse=False
-        )
-        states = {c.id: c.attrs["State"] for c in found}
+        # One listing (GET /containers/json), no per-container inspect that races a concurrent removal.
+        found = await self.call(self.client.api.containers, all=True, filters={"label": f"{TEST_LABEL}={self.label}"})
+        states = {c["Id"]: c for c in found}
         for cid, box in known.items():
-            state = states.get(cid)
-            if state is None or not state.get("Running"):
+            summary = states.get(cid)
+            if summary is None or summary.get("State") != "running":
                 box.status = "exited"
-                box.exit_code = None if state is None else int(state.get("ExitCode", -1))
+                box.exit_code = _exit_code(summary.get("Status", "")) if summary else None
 
     async def listening(self, box: _Box, port: int) -> bool:
         """Whether a socket inside the container listens on `port` (what a TCP probe run in the sandbox sees)."""
@@ -179,18 +178,28 @@ class _Engine:
 
     async def running(self) -> int:
         found = await self.call(
-            self.client.containers.list, filters={"label": f"{TEST_LABEL}={self.label}", "status": "running"}
+            self.client.api.containers, filters={"label": f"{TEST_LABEL}={self.label}", "status": "running"}
         )
         return len(found)
 
     async def close(self) -> None:
         def remove_all() -> None:
-            for c in self.client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={self.label}"}):
-                c.remove(force=True)
+            for c in self.client.api.containers(all=True, filters={"label": f"{TEST_LABEL}={self.label}"}):
+                try:
+                    self.client.api.remove_container(c["Id"], force=True)
+                except docker.errors.NotFound:
+                    pass
 
         await self.call(remove_all)
         self._executor.shutdown(wait=True)
         self.client.close()
+
+
+def _exit_code(status: str) -> int | None:
+    """The code in a container listing's Status ("Exited (137) 2 seconds ago")."""
+    if status.startswith("Exited (") and ")" in status:
+        return int(status[len("Exited (") : status.index(")")])
+    return None
 
 
 def _tar(files: dict[str, str]) -> bytes:
