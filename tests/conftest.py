@@ -28,7 +28,7 @@ def embedded_llm() -> Iterator[EmbeddedLLM]:
 
 
 @pytest.fixture(scope="session")
-def sandbox_image() -> str:
+def project_sandbox_image() -> str:
     """The content-tagged sandbox image the Nomad/Modal doubles run (built once, reused by later sessions)."""
     import docker  # noqa: PLC0415 - only tests on the Docker engine need it
 

@@ -96,8 +96,8 @@ def count_processes(marker: str) -> int:
 
 
 @pytest.fixture(params=["local", "nomad", "modal"])
-async def harness(request, tmp_path, sandbox_image):
-    h = make_harness(request.param, tmp_path, sandbox_image)
+async def harness(request, tmp_path, project_sandbox_image):
+    h = make_harness(request.param, tmp_path, project_sandbox_image)
     await h.pool.start()
     try:
         yield h
@@ -165,9 +165,9 @@ async def test_killed_sandbox_is_detected_and_its_slots_replaced(harness):
 
 
 @pytest.mark.slow
-async def test_stop_leaves_no_sandbox_server_or_bwrap_process(tmp_path, sandbox_image):
+async def test_stop_leaves_no_sandbox_server_or_bwrap_process(tmp_path, project_sandbox_image):
     for kind in ("local", "nomad", "modal"):
-        h = make_harness(kind, tmp_path / kind, sandbox_image)
+        h = make_harness(kind, tmp_path / kind, project_sandbox_image)
         await h.pool.start()
         slots = [await h.pool.acquire() for _ in range(3)]
         # a long command is running in a slot while we shut down
@@ -195,14 +195,16 @@ async def test_stop_leaves_no_sandbox_server_or_bwrap_process(tmp_path, sandbox_
 
 
 @pytest.mark.parametrize("kind", ["nomad", "modal"])
-async def test_a_server_that_listens_3s_after_its_container_starts_still_makes_a_pool(kind, tmp_path, sandbox_image):
+async def test_a_server_that_listens_3s_after_its_container_starts_still_makes_a_pool(
+    kind, tmp_path, project_sandbox_image
+):
     """The platform says running/tunnel-ready while nothing listens yet; the pool waits for /health."""
     import docker
 
     from tests.support.sandbox_image import slow_start_image
 
     client = docker.from_env()
-    slow = slow_start_image(client, sandbox_image, 3)
+    slow = slow_start_image(client, project_sandbox_image, 3)
     client.close()
     if kind == "nomad":
         double: NomadTestDouble | ModalTestDouble = NomadTestDouble(tmp_path / "nomad")
@@ -250,13 +252,13 @@ async def _answers(url: str) -> bool:
 
 
 @pytest.mark.parametrize("kind", ["nomad", "modal"])
-async def test_two_concurrent_runs_with_default_names_keep_their_sandboxes(kind, tmp_path, sandbox_image):
+async def test_two_concurrent_runs_with_default_names_keep_their_sandboxes(kind, tmp_path, project_sandbox_image):
     """`evaluate` beside `serve`: the second run's start sweeps nothing of the first, and each stop only its own."""
     if kind == "nomad":
         double: NomadTestDouble | ModalTestDouble = NomadTestDouble(tmp_path / "nomad")
-        first, second = (nomad_backend(nomad_config(sandbox_image), double) for _ in range(2))
+        first, second = (nomad_backend(nomad_config(project_sandbox_image), double) for _ in range(2))
     else:
-        double = modal_double(tmp_path, sandbox_image)
+        double = modal_double(tmp_path, project_sandbox_image)
         first, second = (modal_backend(modal_config(), double) for _ in range(2))
     try:
         await first.start()
@@ -316,12 +318,13 @@ def test_nomad_job_spec_follows_the_documented_shape():
 def test_nomad_refuses_images_the_docker_driver_would_always_pull(image):
     with pytest.raises(ValueError, match="no pinned tag") as failure:
         NomadBackendConfig(image=image)
-    assert "\n" not in str(failure.value).split("\n", 1)[1].strip().split("\n")[-1]
+    (error,) = failure.value.errors()
+    assert "\n" not in error["msg"] and "pulls untagged and :latest images on every start" in error["msg"]
     assert NomadBackendConfig(image="reg:5000/x/sandbox:3f2a").image == "reg:5000/x/sandbox:3f2a"
     assert NomadBackendConfig(image="x/sandbox@sha256:" + "0" * 64).image
 
 
-async def test_nomad_missing_image_fails_in_one_line_naming_the_pull(tmp_path, sandbox_image):
+async def test_nomad_missing_image_fails_in_one_line_naming_the_pull(tmp_path, project_sandbox_image):
     double = NomadTestDouble(tmp_path / "nomad")
     pool = nomad_backend(nomad_config("reg.example/nowhere:1"), double)
     try:
@@ -346,10 +349,10 @@ async def _wait_running(double: NomadTestDouble, job_id: str, n: int) -> list[di
     raise AssertionError(f"{job_id}: {stubs}")
 
 
-async def test_the_nomad_double_makes_the_reconcilers_choices(tmp_path, sandbox_image):
+async def test_the_nomad_double_makes_the_reconcilers_choices(tmp_path, project_sandbox_image):
     """Why one job per sandbox: on one scaled job, retiring a chosen allocation kills another."""
     double = NomadTestDouble(tmp_path / "nomad")
-    job = build_job_spec(NomadBackendConfig(image=sandbox_image), job_id="shared", token="t", meta=_meta())
+    job = build_job_spec(NomadBackendConfig(image=project_sandbox_image), job_id="shared", token="t", meta=_meta())
     job["TaskGroups"][0].pop("ReschedulePolicy")
     try:
         job["TaskGroups"][0]["Count"] = 3
@@ -383,11 +386,11 @@ async def test_the_nomad_double_makes_the_reconcilers_choices(tmp_path, sandbox_
 
 
 @pytest.mark.slow
-async def test_nomad_retiring_sandbox_k_leaves_every_other_in_use_sandbox_running(tmp_path, sandbox_image):
+async def test_nomad_retiring_sandbox_k_leaves_every_other_in_use_sandbox_running(tmp_path, project_sandbox_image):
     n = 3
     for k in range(n):
         h = make_harness(
-            "nomad", tmp_path / f"k{k}", sandbox_image, min_sandboxes=n, max_sandboxes=n, slots_per_sandbox=1
+            "nomad", tmp_path / f"k{k}", project_sandbox_image, min_sandboxes=n, max_sandboxes=n, slots_per_sandbox=1
         )
         double: NomadTestDouble = h.double
         await h.pool.start()
@@ -421,13 +424,13 @@ def _gone_owner(run_id: str) -> RunOwner:
     return RunOwner(run_id, me.host, me.pidns, child.pid, "1")
 
 
-async def test_nomad_sweeps_its_own_and_gone_runs_jobs_only(tmp_path, sandbox_image):
+async def test_nomad_sweeps_its_own_and_gone_runs_jobs_only(tmp_path, project_sandbox_image):
     double = NomadTestDouble(tmp_path / "nomad")
-    config = nomad_config(sandbox_image).model_copy(update={"run_id": "crashed"})
+    config = nomad_config(project_sandbox_image).model_copy(update={"run_id": "crashed"})
     crashed = nomad_backend(config, double)  # this run before a restart: it never stopped
     gone = SlotPool(NomadSandboxProvider(config, double, owner=_gone_owner("gone")), config.pool)
-    alive = nomad_backend(nomad_config(sandbox_image), double)  # a concurrent run, alive
-    other_pool = nomad_backend(nomad_config(sandbox_image).model_copy(update={"job_id": "other"}), double)
+    alive = nomad_backend(nomad_config(project_sandbox_image), double)  # a concurrent run, alive
+    other_pool = nomad_backend(nomad_config(project_sandbox_image).model_copy(update={"job_id": "other"}), double)
     for pool in (crashed, gone, alive, other_pool):
         await pool.provider.launch(1)
     survivors = {alive.provider._prefix + "0", "other-" + other_pool.provider.owner.run_id + "-0"}
@@ -448,7 +451,7 @@ async def test_nomad_sweeps_its_own_and_gone_runs_jobs_only(tmp_path, sandbox_im
 
 
 async def test_nomad_http_uses_the_configured_address_and_token_not_the_environment(
-    tmp_path, monkeypatch, sandbox_image
+    tmp_path, monkeypatch, project_sandbox_image
 ):
     double = NomadTestDouble(tmp_path / "nomad", acl_token="acl-secret")
     address = await double.serve()
@@ -457,7 +460,7 @@ async def test_nomad_http_uses_the_configured_address_and_token_not_the_environm
     monkeypatch.setenv("NOMAD_NAMESPACE", "elsewhere")
     monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
     monkeypatch.setenv("NOMAD_TOKEN", "acl-secret")  # the secret's one place: make_backend reads it
-    config = nomad_config(sandbox_image).model_copy(update={"address": address})
+    config = nomad_config(project_sandbox_image).model_copy(update={"address": address})
     backend = make_backend(config)
     await backend.start()
     try:
@@ -477,7 +480,7 @@ async def test_nomad_http_uses_the_configured_address_and_token_not_the_environm
     # A wrong token is refused in one line that names the status.
     monkeypatch.setenv("NOMAD_TOKEN", "wrong")
     double2 = NomadTestDouble(tmp_path / "n2", acl_token="acl-secret")
-    bad = make_backend(nomad_config(sandbox_image).model_copy(update={"address": await double2.serve()}))
+    bad = make_backend(nomad_config(project_sandbox_image).model_copy(update={"address": await double2.serve()}))
     try:
         with pytest.raises(NomadError, match="HTTP 403"):
             await bad.start()
@@ -493,8 +496,10 @@ async def test_nomad_unreachable_address_is_named(tmp_path):
 
 
 @pytest.mark.slow
-async def test_modal_sweeps_its_own_and_gone_runs_caps_starts_and_uses_documented_arguments(tmp_path, sandbox_image):
-    double = modal_double(tmp_path, sandbox_image)
+async def test_modal_sweeps_its_own_and_gone_runs_caps_starts_and_uses_documented_arguments(
+    tmp_path, project_sandbox_image
+):
+    double = modal_double(tmp_path, project_sandbox_image)
     config = modal_config(pool=_pool(min_sandboxes=3, max_sandboxes=3), max_starting=1, run_id="crashed")
     # This run crashed and left a sandbox behind; a run on this host whose process is gone left another;
     # a live concurrent run holds a third.
@@ -535,8 +540,8 @@ def test_modal_lifetime_is_at_most_24_hours():
         ModalBackendConfig(lifetime_s=86401)
 
 
-async def test_modal_named_registry_image_is_used_as_is(tmp_path, sandbox_image):
-    double = ModalTestDouble(tmp_path / "modal", images={"reg.example/hermes:1": sandbox_image})
+async def test_modal_named_registry_image_is_used_as_is(tmp_path, project_sandbox_image):
+    double = ModalTestDouble(tmp_path / "modal", images={"reg.example/hermes:1": project_sandbox_image})
     backend = modal_backend(modal_config(image="reg.example/hermes:1"), double)
     await backend.start()
     try:
@@ -547,8 +552,10 @@ async def test_modal_named_registry_image_is_used_as_is(tmp_path, sandbox_image)
         await double.close()
 
 
-async def test_modal_moves_to_the_vm_runtime_when_bwrap_cannot_isolate_under_gvisor(tmp_path, caplog, sandbox_image):
-    double = modal_double(tmp_path, sandbox_image, gvisor_netns_broken=True)
+async def test_modal_moves_to_the_vm_runtime_when_bwrap_cannot_isolate_under_gvisor(
+    tmp_path, caplog, project_sandbox_image
+):
+    double = modal_double(tmp_path, project_sandbox_image, gvisor_netns_broken=True)
     backend = modal_backend(modal_config(pool=_pool(min_sandboxes=2)), double)
     await backend.start()
     try:
@@ -565,8 +572,8 @@ async def test_modal_moves_to_the_vm_runtime_when_bwrap_cannot_isolate_under_gvi
         await double.close()
 
 
-async def test_modal_isolation_failure_without_fallback_is_one_clear_line(tmp_path, sandbox_image):
-    double = modal_double(tmp_path, sandbox_image, gvisor_netns_broken=True)
+async def test_modal_isolation_failure_without_fallback_is_one_clear_line(tmp_path, project_sandbox_image):
+    double = modal_double(tmp_path, project_sandbox_image, gvisor_netns_broken=True)
     backend = modal_backend(modal_config(isolation_fallback="fail"), double)
     with pytest.raises(ModalIsolationError) as failure:
         await backend.start()
@@ -577,8 +584,8 @@ async def test_modal_isolation_failure_without_fallback_is_one_clear_line(tmp_pa
     await double.close()
 
 
-async def test_modal_creation_rate_is_limited(tmp_path, sandbox_image):
-    double = modal_double(tmp_path, sandbox_image)
+async def test_modal_creation_rate_is_limited(tmp_path, project_sandbox_image):
+    double = modal_double(tmp_path, project_sandbox_image)
     backend = modal_backend(modal_config(pool=_pool(min_sandboxes=3, max_sandboxes=3), create_rate_per_s=4), double)
     await backend.start()
     try:
@@ -590,8 +597,8 @@ async def test_modal_creation_rate_is_limited(tmp_path, sandbox_image):
         await double.close()
 
 
-async def test_modal_sandbox_past_its_lifetime_is_replaced(tmp_path, sandbox_image):
-    double = modal_double(tmp_path, sandbox_image)
+async def test_modal_sandbox_past_its_lifetime_is_replaced(tmp_path, project_sandbox_image):
+    double = modal_double(tmp_path, project_sandbox_image)
     # Long enough for a start (bubblewrap check + health) on a loaded machine, short enough to wait for;
     # no drain (drain_before_expiry_s=0): Modal ends it, and the health check replaces it.
     backend = modal_backend(modal_config(pool=_pool(drain_before_expiry_s=0), lifetime_s=8), double)
@@ -611,9 +618,11 @@ async def test_modal_sandbox_past_its_lifetime_is_replaced(tmp_path, sandbox_ima
         await double.close()
 
 
-async def test_modal_sandbox_near_its_end_is_drained_and_replaced_without_voiding_a_trajectory(tmp_path, sandbox_image):
+async def test_modal_sandbox_near_its_end_is_drained_and_replaced_without_voiding_a_trajectory(
+    tmp_path, project_sandbox_image
+):
     """A trajectory in a sandbox that nears Modal's `timeout` finishes there; new ones go to the replacement."""
-    double = modal_double(tmp_path, sandbox_image)
+    double = modal_double(tmp_path, project_sandbox_image)
     # A drain window as long as the lifetime: the first health round drains it (Modal would end it after 60 s).
     backend = modal_backend(modal_config(pool=_pool(drain_before_expiry_s=60), lifetime_s=60), double)
     await backend.start()

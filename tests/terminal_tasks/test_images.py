@@ -49,13 +49,13 @@ def test_build_context_is_the_task_dockerfile_plus_the_sandbox_layer(tmp_path):
 class OnDouble:
     """Builds the env's per-image sandboxes on a Nomad or Modal test double."""
 
-    def __init__(self, kind: str, root: Path, sandbox_image: str) -> None:
+    def __init__(self, kind: str, root: Path, project_sandbox_image: str) -> None:
         import docker  # noqa: PLC0415 - only these tests need the engine
 
         from tests.support.sandbox_image import task_standin_image  # noqa: PLC0415
 
         client = docker.from_env()
-        standin = task_standin_image(client, sandbox_image)
+        standin = task_standin_image(client, project_sandbox_image)
         client.close()
         self.kind = kind
         images = {task_image(t, "reg.example/tasks"): standin for t in load_tasks_dir(BUNDLED_TASKS)}
@@ -88,8 +88,10 @@ class OnDouble:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["nomad", "modal"])
-async def test_a_harbor_task_with_its_dockerfile_requests_its_image(scripted_server, tmp_path, kind, sandbox_image):
-    on = OnDouble(kind, tmp_path, sandbox_image)
+async def test_a_harbor_task_with_its_dockerfile_requests_its_image(
+    scripted_server, tmp_path, kind, project_sandbox_image
+):
+    on = OnDouble(kind, tmp_path, project_sandbox_image)
 
     class OnDoubleEnv(TerminalTasksEnv):
         def make_tool_backend(self) -> TaskSandboxes:
