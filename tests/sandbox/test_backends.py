@@ -98,8 +98,8 @@ def count_processes(marker: str) -> int:
 @pytest.fixture(params=["local", "nomad", "modal"])
 async def harness(request, tmp_path, project_sandbox_image):
     h = make_harness(request.param, tmp_path, project_sandbox_image)
-    await h.pool.start()
     try:
+        await h.pool.start()
         yield h
     finally:
         await h.pool.stop()
@@ -152,6 +152,10 @@ async def test_killed_sandbox_is_detected_and_its_slots_replaced(harness):
     slot = await backend.acquire()
     doomed = slot.sandbox.name
     os.kill(harness.pid_of(doomed), signal.SIGKILL)
+    for _ in range(200):  # a container's processes die with its init a moment later: wait for the platform to see it
+        if not await backend.provider.alive(slot.sandbox):
+            break
+        await asyncio.sleep(0.05)
     with pytest.raises(SandboxUnavailable):
         await backend.executor(slot).exec("true", timeout=30, max_output_bytes=100_000)
     assert await backend.check_now() == 1
@@ -168,27 +172,30 @@ async def test_killed_sandbox_is_detected_and_its_slots_replaced(harness):
 async def test_stop_leaves_no_sandbox_server_or_bwrap_process(tmp_path, project_sandbox_image):
     for kind in ("local", "nomad", "modal"):
         h = make_harness(kind, tmp_path / kind, project_sandbox_image)
-        await h.pool.start()
-        slots = [await h.pool.acquire() for _ in range(3)]
-        # a long command is running in a slot while we shut down
-        running = asyncio.create_task(
-            h.pool.executor(slots[0]).exec("sleep 336.5", timeout=60, max_output_bytes=100_000)
-        )
-        await asyncio.sleep(0.5)
-        assert count_processes("bwrap.*sleep 336.5") + count_processes("sleep 336.5") >= 1
-        if h.double is None:
-            assert count_processes(h.marker) >= 2  # 2 servers (+ bwrap of the running command)
-        else:
-            assert await h.double.running() == 2
-        await h.pool.stop()
-        with pytest.raises((SandboxUnavailable, asyncio.CancelledError)):
-            await running
-        if h.double is not None:
-            assert await h.double.running() == 0, kind  # before close(): stop() itself removed them
-            await h.double.close()
-        await asyncio.sleep(0.2)
-        assert count_processes(h.marker) == 0, kind
-        assert count_processes("sleep 336.5") == 0, kind
+        try:
+            await h.pool.start()
+            slots = [await h.pool.acquire() for _ in range(3)]
+            # a long command is running in a slot while we shut down
+            running = asyncio.create_task(
+                h.pool.executor(slots[0]).exec("sleep 336.5", timeout=60, max_output_bytes=100_000)
+            )
+            await asyncio.sleep(0.5)
+            assert count_processes("bwrap.*sleep 336.5") + count_processes("sleep 336.5") >= 1
+            if h.double is None:
+                assert count_processes(h.marker) >= 2  # 2 servers (+ bwrap of the running command)
+            else:
+                assert await h.double.running() == 2
+            await h.pool.stop()
+            with pytest.raises((SandboxUnavailable, asyncio.CancelledError)):
+                await running
+            if h.double is not None:
+                assert await h.double.running() == 0, kind  # before close(): stop() itself removed them
+            await asyncio.sleep(0.2)
+            assert count_processes(h.marker) == 0, kind
+            assert count_processes("sleep 336.5") == 0, kind
+        finally:
+            if h.double is not None:
+                await h.double.close()
 
 
 # -- readiness: running is not listening ----------------------------------------------------------
@@ -393,8 +400,8 @@ async def test_nomad_retiring_sandbox_k_leaves_every_other_in_use_sandbox_runnin
             "nomad", tmp_path / f"k{k}", project_sandbox_image, min_sandboxes=n, max_sandboxes=n, slots_per_sandbox=1
         )
         double: NomadTestDouble = h.double
-        await h.pool.start()
         try:
+            await h.pool.start()
             slots = [await h.pool.acquire() for _ in range(n)]  # every sandbox in use
             names = [s.sandbox.name for s in slots]
             run_id = h.pool.provider.owner.run_id
@@ -431,12 +438,12 @@ async def test_nomad_sweeps_its_own_and_gone_runs_jobs_only(tmp_path, project_sa
     gone = SlotPool(NomadSandboxProvider(config, double, owner=_gone_owner("gone")), config.pool)
     alive = nomad_backend(nomad_config(project_sandbox_image), double)  # a concurrent run, alive
     other_pool = nomad_backend(nomad_config(project_sandbox_image).model_copy(update={"job_id": "other"}), double)
-    for pool in (crashed, gone, alive, other_pool):
-        await pool.provider.launch(1)
-    survivors = {alive.provider._prefix + "0", "other-" + other_pool.provider.owner.run_id + "-0"}
     restarted = nomad_backend(config, double)  # the same run_id: its leftovers are its to sweep
-    await restarted.start()
     try:
+        for pool in (crashed, gone, alive, other_pool):
+            await pool.provider.launch(1)
+        survivors = {alive.provider._prefix + "0", "other-" + other_pool.provider.owner.run_id + "-0"}
+        await restarted.start()
         assert restarted.provider.orphans_removed == 2
         assert set(double.jobs) == survivors | {"hermes-rl-sandboxes-crashed-0"}  # its own new job
         registered = [c[1] for c in double.calls if c[0] == "register_job"]
@@ -462,8 +469,8 @@ async def test_nomad_http_uses_the_configured_address_and_token_not_the_environm
     monkeypatch.setenv("NOMAD_TOKEN", "acl-secret")  # the secret's one place: make_backend reads it
     config = nomad_config(project_sandbox_image).model_copy(update={"address": address})
     backend = make_backend(config)
-    await backend.start()
     try:
+        await backend.start()
         slot = await backend.acquire()
         assert (
             await backend.executor(slot).exec("echo via http", timeout=30, max_output_bytes=100_000)
@@ -506,13 +513,13 @@ async def test_modal_sweeps_its_own_and_gone_runs_caps_starts_and_uses_documente
     crashed = modal_backend(config, double)
     gone = SlotPool(ModalSandboxProvider(config, double, owner=_gone_owner("gone")), config.pool)
     alive = modal_backend(modal_config(), double)
-    for pool in (alive, crashed, gone):  # (a start sweeps gone runs: `gone` launches last)
-        await pool.provider.start()
-        await pool.provider.launch(1)
-    assert await double.running() == 3
     backend = modal_backend(config, double)
-    await backend.start()
     try:
+        for pool in (alive, crashed, gone):  # (a start sweeps gone runs: `gone` launches last)
+            await pool.provider.start()
+            await pool.provider.launch(1)
+        assert await double.running() == 3
+        await backend.start()
         assert backend.provider.orphans_removed == 2
         assert await double.running() == 4  # its 3 and the live run's
         assert double.max_starting_seen == 1
@@ -543,8 +550,8 @@ def test_modal_lifetime_is_at_most_24_hours():
 async def test_modal_named_registry_image_is_used_as_is(tmp_path, project_sandbox_image):
     double = ModalTestDouble(tmp_path / "modal", images={"reg.example/hermes:1": project_sandbox_image})
     backend = modal_backend(modal_config(image="reg.example/hermes:1"), double)
-    await backend.start()
     try:
+        await backend.start()
         (create,) = [c[1] for c in double.calls if c[0] == "create_sandbox"]
         assert create["image"] == "reg.example/hermes:1" and "runtime" not in create
     finally:
@@ -557,8 +564,8 @@ async def test_modal_moves_to_the_vm_runtime_when_bwrap_cannot_isolate_under_gvi
 ):
     double = modal_double(tmp_path, project_sandbox_image, gvisor_netns_broken=True)
     backend = modal_backend(modal_config(pool=_pool(min_sandboxes=2)), double)
-    await backend.start()
     try:
+        await backend.start()
         creates = [c[1] for c in double.calls if c[0] == "create_sandbox"]
         assert [c.get("runtime") for c in creates] == [None, "vm", "vm"]  # probe on gVisor, then every one on vm
         assert backend.provider.runtime == "vm" and await double.running() == 2
@@ -575,20 +582,22 @@ async def test_modal_moves_to_the_vm_runtime_when_bwrap_cannot_isolate_under_gvi
 async def test_modal_isolation_failure_without_fallback_is_one_clear_line(tmp_path, project_sandbox_image):
     double = modal_double(tmp_path, project_sandbox_image, gvisor_netns_broken=True)
     backend = modal_backend(modal_config(isolation_fallback="fail"), double)
-    with pytest.raises(ModalIsolationError) as failure:
-        await backend.start()
-    message = str(failure.value)
-    assert "default (gVisor) runtime" in message and "RTM_NEWADDR" in message and "runtime: vm" in message
-    assert "\n" not in message
-    assert await double.running() == 0
-    await double.close()
+    try:
+        with pytest.raises(ModalIsolationError) as failure:
+            await backend.start()
+        message = str(failure.value)
+        assert "default (gVisor) runtime" in message and "RTM_NEWADDR" in message and "runtime: vm" in message
+        assert "\n" not in message
+        assert await double.running() == 0
+    finally:
+        await double.close()
 
 
 async def test_modal_creation_rate_is_limited(tmp_path, project_sandbox_image):
     double = modal_double(tmp_path, project_sandbox_image)
     backend = modal_backend(modal_config(pool=_pool(min_sandboxes=3, max_sandboxes=3), create_rate_per_s=4), double)
-    await backend.start()
     try:
+        await backend.start()
         times = sorted(s.created_at for s in double.sandboxes.values())
         gaps = [b - a for a, b in zip(times, times[1:])]
         assert all(g >= 0.2 for g in gaps), gaps  # 4/s -> at least 0.25 s apart (less a little scheduling slack)
@@ -602,8 +611,8 @@ async def test_modal_sandbox_past_its_lifetime_is_replaced(tmp_path, project_san
     # Long enough for a start (bubblewrap check + health) on a loaded machine, short enough to wait for;
     # no drain (drain_before_expiry_s=0): Modal ends it, and the health check replaces it.
     backend = modal_backend(modal_config(pool=_pool(drain_before_expiry_s=0), lifetime_s=8), double)
-    await backend.start()
     try:
+        await backend.start()
         first = backend.sandboxes[0].name
         sandbox = next(s for s in double.sandboxes.values() if s.spec.name == first)
         for _ in range(300):  # Modal stops it once `timeout` seconds have passed
@@ -625,8 +634,8 @@ async def test_modal_sandbox_near_its_end_is_drained_and_replaced_without_voidin
     double = modal_double(tmp_path, project_sandbox_image)
     # A drain window as long as the lifetime: the first health round drains it (Modal would end it after 60 s).
     backend = modal_backend(modal_config(pool=_pool(drain_before_expiry_s=60), lifetime_s=60), double)
-    await backend.start()
     try:
+        await backend.start()
         old = backend.sandboxes[0].name
         async with backend.trajectory("t-old") as tools:
             busy = tools.slot
@@ -681,8 +690,8 @@ async def test_local_extra_ro_paths_are_readable_and_never_writable(tmp_path):
         pool=_pool(), data_root=str(tmp_path / "local"), extra_ro_paths=[str(tmp_path / "envs")]
     )
     backend = local_backend(config)
-    await backend.start()
     try:
+        await backend.start()
         slot = await backend.acquire()
         run = backend.executor(slot).exec
         read = await run(f"cat {shared}/lib.py", timeout=30, max_output_bytes=10_000)
