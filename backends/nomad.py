@@ -112,15 +112,20 @@ class NomadBackendConfig(BaseModel):
         return image
 
 
-def build_job_spec(config: NomadBackendConfig, *, job_id: str, token: str, meta: dict[str, str]) -> dict[str, Any]:
-    """One sandbox's job in Nomad's JSON job specification (what `POST /v1/jobs` takes under "Job")."""
-    port = f"${{NOMAD_PORT_{PORT_LABEL}}}"
-    data_dir = "${NOMAD_TASK_DIR}/sandbox"
+def require_image(config: NomadBackendConfig) -> None:
+    """The docker and singularity drivers run an image: refuse a config without one, in one line."""
     if config.driver != "raw_exec" and config.image is None:
         raise ValueError(
             f"the Nomad {config.driver} driver needs backend.image: an image with the sandbox runtime under "
             f"{RUNTIME_MOUNT}, with a pinned tag (see docs/sandboxes.md)"
         )
+
+
+def build_job_spec(config: NomadBackendConfig, *, job_id: str, token: str, meta: dict[str, str]) -> dict[str, Any]:
+    """One sandbox's job in Nomad's JSON job specification (what `POST /v1/jobs` takes under "Job")."""
+    port = f"${{NOMAD_PORT_{PORT_LABEL}}}"
+    data_dir = "${NOMAD_TASK_DIR}/sandbox"
+    require_image(config)
     runtime = SandboxRuntime.server_argv(
         port=port, slots=config.pool.slots_per_sandbox, data_dir=data_dir, limits=config.limits
     )
@@ -298,8 +303,7 @@ class NomadSandboxProvider:
                 self.orphans_removed += 1
 
     async def start(self) -> None:
-        if self.config.driver != "raw_exec" and self.config.image is None:
-            self.job("check")  # raises the one-line error about backend.image
+        require_image(self.config)
         await self._remove_orphans()
 
     async def _one(self) -> SandboxAddress:
