@@ -90,10 +90,16 @@ def task_standin_image(client, base: str) -> str:
 
 
 def slow_start_image(client, base: str, delay_s: int) -> str:
-    """`base` whose entrypoint waits `delay_s` before running the command: a server that listens late."""
-    tag = f"{base.replace(':', '-slow:')}-{delay_s}"
+    """`base` whose sandbox-server waits `delay_s` before it starts: a server that listens late.
+
+    The wrapper replaces the command itself (not an ENTRYPOINT), so it delays the same way whether the
+    platform keeps the image's entrypoint (Nomad's docker driver) or not."""
+    tag = f"{base.replace(':', '-slow:')}-cmd{delay_s}"
     if not _has(client, tag):
-        _build_dockerfile(
-            client, f'FROM {base}\nENTRYPOINT ["/bin/sh", "-c", "sleep {delay_s}; exec \\"$@\\"", "--"]\n', tag
+        server = "/opt/hermes/sandbox-server"
+        wrapper = rf'#!/bin/sh\nsleep {delay_s}\nexec {server}.real "$@"\n'  # printf turns \n into newlines
+        dockerfile = (
+            f"FROM {base}\nRUN mv {server} {server}.real && printf '{wrapper}' > {server} && chmod 755 {server}\n"
         )
+        _build_dockerfile(client, dockerfile, tag)
     return tag
