@@ -2,23 +2,32 @@
 
 SDK calls (extra `modal`, >= 1.4.3: `Sandbox.create(name=, tags=, idle_timeout=)` and
 `Sandbox.from_name`; `runtime=` needs >= 1.6.0) live in `ModalSDKAdapter`; the provider adds
-what the pool needs on top: sandboxes named "<pool>-<n>" and tagged at creation (a restart
-looks each name up, and the pool tag, and removes orphans), a creation rate limit, a cap on
+what the pool needs on top: sandboxes named "<pool>-<run>-<n>" and tagged at creation with the
+pool and the owning run (backends/runs.py), so a start removes only this run's leftovers and
+those of runs provably gone, never a concurrent run's; a creation rate limit, a cap on
 sandboxes starting at once, idle timeout and lifetime. The image is the project's Dockerfile,
-built by Modal (`Image.from_dockerfile`), unless a registry image is named.
+built by Modal (`Image.from_dockerfile`), unless a registry image is named; either holds the
+sandbox runtime under /opt/hermes (backends/runtime.py).
+
+Modal's semantics the provider lives with: `tunnels()` returns once the container runs, before
+sandbox_server listens; a TCP readiness probe (`Probe.with_tcp`, `wait_until_ready`) says when
+it listens, and the pool still waits for `/health`. `timeout` (at most 24 h) ends a sandbox
+whatever it runs: the provider reports each sandbox's expiry (`expires_at`) and the pool drains
+it before then (no new trajectories, a replacement started, terminated once its slots are free).
 
 Bubblewrap under Modal's default runtime (gVisor) may be unable to create a network
 namespace (gVisor gives new namespaces a configured loopback; google/gvisor#13438,
 containers/bubblewrap#745), and sandbox_server then refuses every command. So the first
 sandbox's isolation is checked at start; with `isolation_fallback: vm` (the default) the pool
 moves to Modal's VM runtime, with `fail` it stops with a one-line error.
-`tests/support/nomad_modal_doubles.py` (`ModalTestDouble`) implements `ModalAPI` with local processes.
+`tests/support/nomad_modal_doubles.py` (`ModalTestDouble`) implements `ModalAPI` with containers on a real Docker engine.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import itertools
 import logging
 import secrets
 import time
@@ -29,6 +38,8 @@ from typing import Any, Literal, Protocol
 import aiohttp
 from pydantic import BaseModel, Field
 
+from backends.runs import RunOwner
+from backends.runtime import SandboxRuntime
 from sandbox_server.isolation import SlotLimits
 from slots.client import SandboxAddress, SandboxClient
 from slots.pool import SlotPool, SlotPoolConfig
@@ -49,6 +60,7 @@ log = logging.getLogger(__name__)
 TOKEN_ENV = "SANDBOX_SERVER_TOKEN"
 SERVER_PORT = 8080
 POOL_TAG = "hermes_rl_pool"
+MAX_LIFETIME_S = 24 * 3600  # Modal's maximum sandbox `timeout`
 MODAL_MIN_VERSION = "1.4.3"  # keep equal to the floor of the `modal` extra in pyproject.toml
 RUNTIME_MIN_VERSION = "1.6.0"
 DOCKERFILE = Path(__file__).resolve().parents[1] / "Dockerfile"
@@ -58,7 +70,10 @@ class ModalBackendConfig(BaseModel):
     kind: Literal["modal"] = "modal"
     pool: SlotPoolConfig = Field(default_factory=SlotPoolConfig)
     app_name: str = "hermes-rl-sandboxes"
-    pool_name: str = Field("default", description="Tags and names this pool's sandboxes, to find orphans")
+    pool_name: str = Field("default", description="Names (<pool>-<run>-<n>) and tags this pool's sandboxes")
+    run_id: str | None = Field(
+        None, description="Names and tags this run's sandboxes; None: a fresh id. Set it to restart a crashed run"
+    )
     limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
     image: str | None = Field(
         None, description="A registry image built from our Dockerfile; None: Modal builds `dockerfile`"
@@ -70,10 +85,15 @@ class ModalBackendConfig(BaseModel):
     isolation_fallback: Literal["vm", "fail"] = Field(
         "vm", description="When bubblewrap cannot isolate under the runtime: move to the VM runtime, or fail"
     )
-    python: str = "python3"
     cpu: float = Field(2.0, gt=0)
     memory_mb: int = Field(4096, gt=0)
-    lifetime_s: int = Field(3600, gt=0, description="Modal `timeout`: the sandbox is stopped after this long")
+    lifetime_s: int = Field(
+        3600,
+        gt=0,
+        le=MAX_LIFETIME_S,
+        description="Modal `timeout` (at most 24 h): the sandbox is stopped after this long; the pool drains it "
+        "`pool.drain_before_expiry_s` earlier",
+    )
     idle_timeout_s: int | None = Field(None, gt=0, description="Modal `idle_timeout`")
     create_rate_per_s: float = Field(2.0, gt=0, description="At most this many Sandbox.create calls per second")
     max_starting: int = Field(4, ge=1, description="Sandboxes starting at the same time")
@@ -96,6 +116,7 @@ class ModalSandboxSpec:
     encrypted_ports: tuple[int, ...]
     tags: dict[str, str] = field(default_factory=dict)
     runtime: str | None = None
+    readiness_tcp_port: int | None = None  # `readiness_probe=Probe.with_tcp(port)`
 
 
 class ModalIsolationError(RuntimeError):
@@ -111,7 +132,13 @@ class ModalAPI(Protocol):
         """`modal.Sandbox.create(*args, app=..., name=..., tags=..., ...)`; returns the sandbox's object id."""
         ...
 
-    async def tunnel_url(self, sandbox_id: str, port: int, timeout: float) -> str: ...
+    async def tunnel_url(self, sandbox_id: str, port: int, timeout: float) -> str:
+        """`Sandbox.tunnels(timeout=...)[port].url`: available once the container runs, not when the port listens."""
+        ...
+
+    async def wait_until_ready(self, sandbox_id: str, timeout: float) -> None:
+        """`Sandbox.wait_until_ready(timeout=...)`: the readiness probe passed (TimeoutError if not in time)."""
+        ...
 
     async def poll(self, sandbox_id: str) -> int | None:
         """`Sandbox.poll()`: None while running, else the exit code."""
@@ -123,8 +150,8 @@ class ModalAPI(Protocol):
         """`modal.Sandbox.list(app_id=..., tags=...)`: ids of the app's running sandboxes with these tags."""
         ...
 
-    async def from_name(self, app_name: str, name: str) -> str | None:
-        """`modal.Sandbox.from_name(app_name, name)`: the running sandbox of that name, None if there is none."""
+    async def sandbox_tags(self, sandbox_id: str) -> dict[str, str]:
+        """`Sandbox.get_tags()`."""
         ...
 
 
@@ -165,6 +192,11 @@ class ModalSDKAdapter:
             kwargs["runtime"] = spec.runtime
         return kwargs
 
+    def _probe(self, spec: ModalSandboxSpec) -> dict[str, Any]:
+        if spec.readiness_tcp_port is None:
+            return {}
+        return {"readiness_probe": self._modal.Probe.with_tcp(spec.readiness_tcp_port)}
+
     def _image(self, spec: ModalSandboxSpec) -> Any:
         key = spec.image or spec.dockerfile
         if key not in self._images:
@@ -188,6 +220,7 @@ class ModalSDKAdapter:
                 app=self._apps[app_id],
                 image=self._image(spec),
                 secrets=[m.Secret.from_dict(spec.secrets)],
+                **self._probe(spec),
                 **self.create_kwargs(spec),
             )
         except TypeError as exc:
@@ -211,6 +244,9 @@ class ModalSDKAdapter:
         tunnels = await (await self._get(sandbox_id)).tunnels.aio(timeout=int(timeout))
         return tunnels[port].url
 
+    async def wait_until_ready(self, sandbox_id, timeout):
+        await (await self._get(sandbox_id)).wait_until_ready.aio(timeout=max(1, int(timeout)))
+
     async def poll(self, sandbox_id):
         return await (await self._get(sandbox_id)).poll.aio()
 
@@ -221,13 +257,8 @@ class ModalSDKAdapter:
     async def list_sandboxes(self, app_id, tags):
         return [sb.object_id async for sb in self._modal.Sandbox.list.aio(app_id=app_id, tags=tags)]
 
-    async def from_name(self, app_name, name):
-        try:
-            sb = await self._modal.Sandbox.from_name.aio(app_name, name)
-        except self._modal.exception.NotFoundError:
-            return None
-        self._sandboxes[sb.object_id] = sb
-        return sb.object_id
+    async def sandbox_tags(self, sandbox_id):
+        return dict(await (await self._get(sandbox_id)).get_tags.aio())
 
 
 class _RateLimiter:
@@ -247,15 +278,15 @@ class _RateLimiter:
 
 
 class ModalSandboxProvider:
-    def __init__(self, config: ModalBackendConfig, api: ModalAPI) -> None:
+    def __init__(self, config: ModalBackendConfig, api: ModalAPI, owner: RunOwner | None = None) -> None:
         self.config = config
         self.api = api
         self._token = secrets.token_urlsafe(24)
         self._app_id: str | None = None
         self._ids: dict[str, str] = {}  # sandbox name -> Modal object id
-        # Names are "<pool>-<n>" with n < max_sandboxes, so a restarted pool can look every
-        # one of them up by name and remove what a crashed run left behind.
-        self._free_numbers = list(range(config.pool.max_sandboxes))
+        self._expires: dict[str, float] = {}  # sandbox name -> time.monotonic() when Modal ends it
+        self.owner = owner or RunOwner.current(config.run_id)
+        self._serial = itertools.count()
         self._starting = asyncio.Semaphore(config.max_starting)
         self._rate = _RateLimiter(config.create_rate_per_s)
         self.orphans_removed = 0
@@ -265,23 +296,17 @@ class ModalSandboxProvider:
 
     @property
     def tags(self) -> dict[str, str]:
-        return {POOL_TAG: self.config.pool_name}
+        return {POOL_TAG: self.config.pool_name, **self.owner.labels()}
 
     def spec(self, name: str) -> ModalSandboxSpec:
         return ModalSandboxSpec(
-            args=(
-                self.config.python,
-                "-m",
-                "sandbox_server",
-                "--host",
-                "0.0.0.0",
-                "--port",
-                str(SERVER_PORT),
-                "--slots",
-                str(self.config.pool.slots_per_sandbox),
-                "--data-dir",
-                "/var/lib/hermes-sandbox",
-                *self.config.limits.cli_args(),
+            args=tuple(
+                SandboxRuntime.server_argv(
+                    port=SERVER_PORT,
+                    slots=self.config.pool.slots_per_sandbox,
+                    data_dir="/var/lib/hermes-sandbox",
+                    limits=self.config.limits,
+                )
             ),
             name=name,
             image=self.config.image,
@@ -294,6 +319,7 @@ class ModalSandboxProvider:
             encrypted_ports=(SERVER_PORT,),
             tags=self.tags,
             runtime=self.runtime,
+            readiness_tcp_port=SERVER_PORT,
         )
 
     async def start(self) -> None:
@@ -301,20 +327,16 @@ class ModalSandboxProvider:
         await self._remove_orphans()
 
     def name(self, number: int) -> str:
-        return f"{self.config.pool_name}-{number}"
+        return f"{self.config.pool_name}-{self.owner.run_id}-{number}"
 
     async def _remove_orphans(self) -> None:
+        """Terminate this pool's sandboxes that this run left (a restart with the same run_id) or whose run is gone."""
         assert self._app_id is not None
-        found = set()
-        for number in range(self.config.pool.max_sandboxes):
-            sandbox_id = await self.api.from_name(self.config.app_name, self.name(number))
-            if sandbox_id is not None:
-                found.add(sandbox_id)
-        # Tags catch sandboxes of an earlier run with a larger max_sandboxes.
-        found.update(await self.api.list_sandboxes(self._app_id, self.tags))
-        for sandbox_id in found - set(self._ids.values()):
-            await self.api.terminate(sandbox_id)
-            self.orphans_removed += 1
+        ours = set(self._ids.values())
+        for sandbox_id in await self.api.list_sandboxes(self._app_id, {POOL_TAG: self.config.pool_name}):
+            if sandbox_id not in ours and self.owner.sweeps(await self.api.sandbox_tags(sandbox_id)):
+                await self.api.terminate(sandbox_id)
+                self.orphans_removed += 1
 
     async def _isolation_problem(self, address: SandboxAddress) -> str | None:
         """Why sandbox_server in this sandbox cannot isolate commands (its own bwrap probe), or None."""
@@ -358,22 +380,20 @@ class ModalSandboxProvider:
 
     async def _create(self) -> SandboxAddress:
         assert self._app_id is not None, "start() first"
-        if not self._free_numbers:
-            raise RuntimeError(
-                f"all {self.config.pool.max_sandboxes} sandbox names of pool {self.config.pool_name!r} are in use"
-            )
-        number = self._free_numbers.pop(0)
-        name = self.name(number)
-        try:
-            async with self._starting:
-                await self._rate.wait()
-                sandbox_id = await self.api.create_sandbox(self._app_id, self.spec(name))
-                self._ids[name] = sandbox_id
+        name = self.name(next(self._serial))
+        async with self._starting:
+            await self._rate.wait()
+            created = time.monotonic()  # Modal counts `timeout` from creation: this errs on the early side
+            sandbox_id = await self.api.create_sandbox(self._app_id, self.spec(name))
+            self._ids[name] = sandbox_id
+            self._expires[name] = created + self.config.lifetime_s
+            try:
                 url = await self.api.tunnel_url(sandbox_id, SERVER_PORT, self.config.startup_timeout_s)
-        except BaseException:
-            if name not in self._ids:
-                self._free_numbers.append(number)  # never created: the name is free again
-            raise
+                # The tunnel exists once the container runs; the probe says when the server listens.
+                await self.api.wait_until_ready(sandbox_id, self.config.startup_timeout_s)
+            except BaseException:
+                await asyncio.shield(self.terminate(SandboxAddress(name, "", self._token)))
+                raise
         return SandboxAddress(name, url.rstrip("/"), self._token)
 
     async def launch(self, count: int) -> list[SandboxAddress]:
@@ -387,16 +407,20 @@ class ModalSandboxProvider:
         sandbox_id = self._ids.get(address.name)
         return sandbox_id is not None and await self.api.poll(sandbox_id) is None
 
+    def expires_at(self, address: SandboxAddress) -> float | None:
+        """When Modal ends this sandbox (`time.monotonic()`), for the pool's drain before expiry."""
+        return self._expires.get(address.name)
+
     async def terminate(self, address: SandboxAddress) -> None:
         sandbox_id = self._ids.pop(address.name, None)
+        self._expires.pop(address.name, None)
         if sandbox_id is not None:
             await self.api.terminate(sandbox_id)
-            self._free_numbers.append(int(address.name.rsplit("-", 1)[1]))
 
     async def stop(self) -> None:
         await asyncio.gather(*(self.api.terminate(i) for i in self._ids.values()), return_exceptions=True)
         self._ids.clear()
-        self._free_numbers = list(range(self.config.pool.max_sandboxes))
+        self._expires.clear()
         if self._app_id is not None:
             await self._remove_orphans()  # anything a cancelled launch left behind
 

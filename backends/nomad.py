@@ -9,8 +9,15 @@ sandbox and leaves an untracked replacement running. With a job per sandbox, ret
 `NomadHTTP` speaks Nomad's HTTP API (`/v1/jobs`, `/v1/job/:id`, `/v1/job/:id/allocations`,
 `/v1/allocation/:id`) with httpx, at the configured address only: no `$NOMAD_ADDR`,
 `$NOMAD_NAMESPACE` or proxy variables are read (the ACL token is passed in by `make_backend`).
-`tests/support/nomad_modal_doubles.py` (`NomadTestDouble`) implements the same `NomadAPI` with local processes and
-serves it over HTTP for the adapter's own tests.
+Nomad's semantics the provider lives with: an allocation is "running" as soon as its task
+started, not when sandbox_server listens (service checks do not change ClientStatus), so
+`launch` returns on "running" and the pool waits for `/health` (`SlotPoolConfig.ready_timeout_s`).
+Job ids are `<job_id>-<run_id>-<n>` and each job's Meta names its pool and owning run
+(backends/runs.py): a start sweeps only this run's leftovers and those of runs provably gone,
+never a concurrent run's. The docker driver always pulls an untagged or `:latest` image (even
+with `force_pull = false`), so such images are refused: pin a tag (a content hash or commit).
+`tests/support/nomad_modal_doubles.py` (`NomadTestDouble`) implements the same `NomadAPI` with
+containers on a real Docker engine and serves it over HTTP for the adapter's own tests.
 """
 
 from __future__ import annotations
@@ -22,8 +29,10 @@ import secrets
 from typing import Any, Literal, Protocol
 
 import httpx
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from backends.runs import RunOwner
+from backends.runtime import RUNTIME_MOUNT, SandboxRuntime
 from sandbox_server.isolation import SlotLimits
 from slots.client import SandboxAddress
 from slots.pool import SlotPool, SlotPoolConfig
@@ -37,10 +46,26 @@ __all__ = [
     "build_job_spec",
     "allocation_address",
     "nomad_backend",
+    "unpinned_image",
 ]
 
 TOKEN_ENV = "SANDBOX_SERVER_TOKEN"
 PORT_LABEL = "http"
+POOL_META = "hermes_rl_pool"
+# What bubblewrap needs inside a docker container (no --privileged): namespaces (SYS_ADMIN), the
+# loopback of its network namespace (NET_ADMIN), and no seccomp/AppArmor profile refusing them; the
+# slot watchdog reads slot processes' /proc/<pid>/ns (SYS_PTRACE). The Nomad client's docker plugin
+# must allow them: `allow_caps` including "sys_admin", "net_admin", "sys_ptrace".
+CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"]
+SECURITY_OPT = ["seccomp=unconfined", "apparmor=unconfined"]
+
+
+def unpinned_image(image: str) -> bool:
+    """An image reference without a tag or with `latest` (and no digest): registries may move it."""
+    if "@" in image:
+        return False
+    last = image.rsplit("/", 1)[-1]
+    return ":" not in last or last.rsplit(":", 1)[1] == "latest"
 
 
 class NomadBackendConfig(BaseModel):
@@ -50,11 +75,25 @@ class NomadBackendConfig(BaseModel):
     namespace: str | None = Field(None, description="Nomad namespace (None: the agent's default)")
     region: str | None = Field(None, description="Nomad region (None: the agent's own)")
     datacenters: list[str] = Field(default_factory=lambda: ["dc1"])
-    job_id: str = Field("hermes-rl-sandboxes", description="Prefix of the sandbox jobs: <job_id>-<n>, one per sandbox")
+    job_id: str = Field(
+        "hermes-rl-sandboxes", description="Pool name and job prefix: <job_id>-<run_id>-<n>, one job per sandbox"
+    )
+    run_id: str | None = Field(
+        None, description="Names this run's jobs; None: a fresh id. Set it to restart a crashed run and sweep its jobs"
+    )
     driver: Literal["docker", "raw_exec", "singularity"] = "docker"
-    image: str = Field("hermes-rl-sandbox:latest", description="The project's sandbox image (see Dockerfile)")
-    python: str = Field("python3", description="Interpreter inside the task that runs sandbox_server")
-    privileged: bool = Field(True, description="docker: bubblewrap needs namespaces inside the container")
+    image: str | None = Field(
+        None,
+        description="docker/singularity: an image with the sandbox runtime under /opt/hermes, with a pinned tag "
+        "(never untagged or :latest: Nomad's docker driver pulls those on every start)",
+    )
+    force_pull: bool = Field(
+        False, description="docker: pull even when the node has the image (a pinned tag makes False safe)"
+    )
+    python: str = Field("python3", description="raw_exec: the node's interpreter that runs `-m sandbox_server`")
+    privileged: bool = Field(
+        False, description="docker: not needed (CAP_ADD and SECURITY_OPT give bwrap its namespaces)"
+    )
     cpu_mhz: int = Field(2000, gt=0)
     memory_mb: int = Field(4096, gt=0)
     limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
@@ -62,40 +101,57 @@ class NomadBackendConfig(BaseModel):
     poll_interval_s: float = Field(1.0, gt=0)
     request_timeout_s: float = Field(30.0, gt=0)
 
+    @field_validator("image")
+    @classmethod
+    def _pinned(cls, image: str | None) -> str | None:
+        if image is not None and unpinned_image(image):
+            raise ValueError(
+                f"image {image!r} has no pinned tag: Nomad's docker driver pulls untagged and :latest images on "
+                "every start (a locally built one fails); tag it, e.g. with a content hash or commit"
+            )
+        return image
 
-def build_job_spec(config: NomadBackendConfig, *, job_id: str, token: str) -> dict[str, Any]:
+
+def require_image(config: NomadBackendConfig) -> None:
+    """The docker and singularity drivers run an image: refuse a config without one, in one line."""
+    if config.driver != "raw_exec" and config.image is None:
+        raise ValueError(
+            f"the Nomad {config.driver} driver needs backend.image: an image with the sandbox runtime under "
+            f"{RUNTIME_MOUNT}, with a pinned tag (see docs/sandboxes.md)"
+        )
+
+
+def build_job_spec(config: NomadBackendConfig, *, job_id: str, token: str, meta: dict[str, str]) -> dict[str, Any]:
     """One sandbox's job in Nomad's JSON job specification (what `POST /v1/jobs` takes under "Job")."""
-    args = [
-        "-m",
-        "sandbox_server",
-        "--host",
-        "0.0.0.0",
-        "--port",
-        f"${{NOMAD_PORT_{PORT_LABEL}}}",
-        "--slots",
-        str(config.pool.slots_per_sandbox),
-        "--data-dir",
-        "${NOMAD_TASK_DIR}/sandbox",
-        *config.limits.cli_args(),
-    ]
+    port = f"${{NOMAD_PORT_{PORT_LABEL}}}"
+    data_dir = "${NOMAD_TASK_DIR}/sandbox"
+    require_image(config)
+    runtime = SandboxRuntime.server_argv(
+        port=port, slots=config.pool.slots_per_sandbox, data_dir=data_dir, limits=config.limits
+    )
     if config.driver == "docker":
         task_config: dict[str, Any] = {
             "image": config.image,
-            "command": config.python,
-            "args": args,
+            "force_pull": config.force_pull,
+            "command": runtime[0],
+            "args": runtime[1:],
             "ports": [PORT_LABEL],
+            "cap_add": CAP_ADD,
+            "security_opt": SECURITY_OPT,
             "privileged": config.privileged,
         }
     elif config.driver == "singularity":
-        task_config = {"image": f"docker://{config.image}", "command": config.python, "args": args}
-    else:
+        task_config = {"image": f"docker://{config.image}", "command": runtime[0], "args": runtime[1:]}
+    else:  # raw_exec: the node's own python with sandbox_server installed
+        args = ["-m", "sandbox_server", "--host", "0.0.0.0", "--port", port]
+        args += ["--slots", str(config.pool.slots_per_sandbox), "--data-dir", data_dir, *config.limits.cli_args()]
         task_config = {"command": config.python, "args": args}
     return {
         "ID": job_id,
         "Name": job_id,
         "Type": "service",
         "Datacenters": config.datacenters,
-        "Meta": {"hermes_rl_pool": config.job_id},
+        "Meta": {POOL_META: config.job_id, **meta},
         **({"Namespace": config.namespace} if config.namespace else {}),
         **({"Region": config.region} if config.region else {}),
         "TaskGroups": [
@@ -133,6 +189,15 @@ def allocation_address(alloc: dict[str, Any]) -> tuple[str, int] | None:
     return None
 
 
+def last_task_event(alloc: dict[str, Any]) -> str:
+    """The newest task event of an allocation (e.g. "Failed to pull `img:1`: ..."), as Nomad's TaskStates hold them."""
+    events = [e for state in (alloc.get("TaskStates") or {}).values() for e in (state or {}).get("Events") or []]
+    if not events:
+        return "no task event"
+    last = max(events, key=lambda e: e.get("Time") or 0)
+    return str(last.get("DisplayMessage") or last.get("DriverError") or last.get("Type") or "no message")
+
+
 class NomadError(RuntimeError):
     """Nomad refused a request or could not be reached."""
 
@@ -143,6 +208,10 @@ class NomadAPI(Protocol):
     async def register_job(self, job: dict[str, Any]) -> dict[str, Any]: ...
 
     async def list_jobs(self, prefix: str) -> list[dict[str, Any]]: ...
+
+    async def job(self, job_id: str) -> dict[str, Any] | None:
+        """`GET /v1/job/:id` (with its Meta); None if there is no such job."""
+        ...
 
     async def job_allocations(self, job_id: str) -> list[dict[str, Any]]: ...
 
@@ -191,6 +260,9 @@ class NomadHTTP:
     async def list_jobs(self, prefix):
         return await self._request("GET", "/v1/jobs", params={"prefix": prefix})
 
+    async def job(self, job_id):
+        return await self._request("GET", f"/v1/job/{job_id}", ok_404=True)
+
     async def job_allocations(self, job_id):
         return await self._request("GET", f"/v1/job/{job_id}/allocations")
 
@@ -205,40 +277,49 @@ class NomadHTTP:
 
 
 class NomadSandboxProvider:
-    def __init__(self, config: NomadBackendConfig, api: NomadAPI) -> None:
+    def __init__(self, config: NomadBackendConfig, api: NomadAPI, owner: RunOwner | None = None) -> None:
         self.config = config
         self.api = api
         self._token = secrets.token_urlsafe(24)
         self._serial = itertools.count()
         self._allocs: dict[str, str] = {}  # sandbox name (= its job id) -> allocation id
-        self._ours = re.compile(re.escape(config.job_id) + r"-\d+")
+        self.owner = owner or RunOwner.current(config.run_id)
+        self._prefix = f"{config.job_id}-{self.owner.run_id}-"
+        self._ours = re.compile(re.escape(config.job_id) + r"-[A-Za-z0-9_.]+-\d+")
         self.orphans_removed = 0
 
     def job(self, job_id: str) -> dict[str, Any]:
-        return build_job_spec(self.config, job_id=job_id, token=self._token)
+        return build_job_spec(self.config, job_id=job_id, token=self._token, meta=self.owner.labels())
 
     async def _remove_orphans(self) -> None:
+        """Purge this pool's jobs that this run left (a restart with the same run_id) or whose run is gone."""
         for stub in await self.api.list_jobs(self.config.job_id + "-"):
-            if self._ours.fullmatch(stub["ID"]) and stub["ID"] not in self._allocs:
+            if not self._ours.fullmatch(stub["ID"]) or stub["ID"] in self._allocs:
+                continue
+            job = await self.api.job(stub["ID"])
+            meta = (job or {}).get("Meta") or {}
+            if meta.get(POOL_META) == self.config.job_id and self.owner.sweeps(meta):
                 await self.api.deregister_job(stub["ID"], purge=True)
                 self.orphans_removed += 1
 
     async def start(self) -> None:
-        # Jobs left by a crashed run hold sandboxes nobody uses.
+        require_image(self.config)
         await self._remove_orphans()
 
     async def _one(self) -> SandboxAddress:
-        job_id = f"{self.config.job_id}-{next(self._serial)}"
+        job_id = f"{self._prefix}{next(self._serial)}"
         await self.api.register_job(self.job(job_id))
         try:
             async with asyncio.timeout(self.config.startup_timeout_s):
                 while True:
                     for stub in await self.api.job_allocations(job_id):
                         if stub.get("ClientStatus") == "failed":
+                            why = last_task_event(await self.api.allocation(stub["ID"]))
                             raise NomadError(
-                                f"the allocation of sandbox job {job_id} failed while starting; "
+                                f"the allocation of sandbox job {job_id} failed while starting ({why}); "
                                 f"see `nomad alloc status {stub['ID'][:8]}`"
                             )
+                        # "running" = the task started, not that the server listens: the pool waits for /health.
                         if stub.get("ClientStatus") != "running" or stub.get("DesiredStatus") != "run":
                             continue
                         where = allocation_address(await self.api.allocation(stub["ID"]))

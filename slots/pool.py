@@ -14,7 +14,8 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Protocol
+import time
+from typing import Protocol, runtime_checkable
 
 import aiohttp
 from pydantic import BaseModel, Field
@@ -22,7 +23,7 @@ from pydantic import BaseModel, Field
 from slots.client import SandboxAddress, SandboxClient, SandboxError, SandboxUnavailable, Slot, SlotState
 from slots.executor import ExecPolicy, SandboxBatcher, SlotExecutor, python_command
 
-__all__ = ["SlotPoolConfig", "SandboxProvider", "SlotPool", "SlotAcquireTimeout"]
+__all__ = ["SlotPoolConfig", "SandboxProvider", "ExpiringProvider", "SlotPool", "SlotAcquireTimeout"]
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,12 @@ class SlotPoolConfig(BaseModel):
         0.0, ge=0, description="Calls to one sandbox within this window go as one request; 0: those of one loop turn"
     )
     max_connections: int = Field(256, ge=1, description="HTTP connections to all sandboxes together")
+    drain_before_expiry_s: float = Field(
+        600.0,
+        ge=0,
+        description="A sandbox whose platform ends it within this long takes no new trajectories: a replacement "
+        "starts, and it is terminated once its trajectories finished (providers with expires_at, e.g. Modal)",
+    )
 
 
 class SlotAcquireTimeout(TimeoutError):
@@ -67,6 +74,15 @@ class SandboxProvider(Protocol):
         ...
 
 
+@runtime_checkable
+class ExpiringProvider(Protocol):
+    """A provider whose platform ends sandboxes at a known time (Modal's `timeout`)."""
+
+    def expires_at(self, address: SandboxAddress) -> float | None:
+        """`time.monotonic()` at which the platform ends this sandbox; None: no known end."""
+        ...
+
+
 @dataclass(eq=False)
 class _Sandbox:
     address: SandboxAddress
@@ -75,6 +91,7 @@ class _Sandbox:
     slots: list[Slot] = field(default_factory=list)
     python: str = "python -"
     dead: bool = False
+    draining: bool = False  # near its end of life: no new trajectories, terminated once its slots are free
 
 
 class SlotPool:
@@ -91,6 +108,7 @@ class SlotPool:
         self._scaling: asyncio.Task | None = None
         self._launching = 0
         self.replaced = 0  # sandboxes replaced after they died (a counter for tests/metrics)
+        self.drained = 0  # sandboxes retired before their platform's end of life
 
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self) -> None:
@@ -123,7 +141,8 @@ class SlotPool:
     # -- slots -----------------------------------------------------------------------------
     @property
     def sandboxes(self) -> list[SandboxAddress]:
-        return [sb.address for sb in self._sandboxes.values() if not sb.dead]
+        """The sandboxes that take new trajectories (neither dead nor draining)."""
+        return [sb.address for sb in self._sandboxes.values() if not sb.dead and not sb.draining]
 
     def slots(self) -> list[Slot]:
         return [s for sb in self._sandboxes.values() for s in sb.slots]
@@ -172,8 +191,11 @@ class SlotPool:
         async with self._cond:
             if slot.state is SlotState.RESETTING and not sb.dead:
                 slot.state = SlotState.FREE
-                self._free.append(slot)
-                self._cond.notify()
+                if not sb.draining:
+                    self._free.append(slot)
+                    self._cond.notify()
+        if sb.draining:
+            await self._retire_if_idle(sb)
 
     @asynccontextmanager
     async def trajectory(self, task_id: str, policy: ExecPolicy | None = None) -> AsyncIterator[SlotExecutor]:
@@ -278,28 +300,78 @@ class SlotPool:
             except SandboxError:
                 ok = False
         if not ok and not sb.dead:
-            await self._replace(sb)
+            await self._replace(sb, start_another=not sb.draining)  # a draining one was replaced already
         return ok
 
     async def check_now(self) -> int:
-        """Check every sandbox at once; returns how many were found dead (and replaced)."""
+        """Check every sandbox at once; returns how many were found dead (and replaced).
+
+        Sandboxes near their platform's end of life are drained first (see `drain_before_expiry_s`)."""
+        await self._drain_expiring()
         results = await asyncio.gather(*(self._check(sb) for sb in list(self._sandboxes.values()) if not sb.dead))
         return sum(not ok for ok in results)
 
-    async def _replace(self, sb: _Sandbox) -> None:
+    async def _drain_expiring(self) -> None:
+        if not isinstance(self.provider, ExpiringProvider):
+            return
+        now = time.monotonic()
+        expiring = []
+        for sb in self._sandboxes.values():
+            end = self.provider.expires_at(sb.address)
+            # Past its end it is dead, not draining: the alive check replaces it.
+            if (
+                not sb.dead
+                and not sb.draining
+                and end is not None
+                and now < end <= now + self.config.drain_before_expiry_s
+            ):
+                expiring.append(sb)
+        for sb in expiring:
+            log.info(
+                "sandbox %s ends within %.0fs: draining it and starting a replacement",
+                sb.address.name,
+                self.config.drain_before_expiry_s,
+            )
+            async with self._cond:
+                sb.draining = True
+                self._free = [s for s in self._free if s.sandbox.name != sb.address.name]
+        await asyncio.gather(*(self._retire_if_idle(sb) for sb in expiring))
+        if expiring:
+            try:
+                await self._add(len(expiring))
+            except Exception as exc:  # noqa: BLE001 - the pool runs smaller; acquire() scales up again later
+                log.error("could not start replacements for draining sandboxes: %s", exc)
+
+    async def _retire_if_idle(self, sb: _Sandbox) -> None:
+        """Terminate a draining sandbox once none of its slots carries a trajectory."""
+        async with self._cond:
+            if sb.dead or any(s.state in (SlotState.BUSY, SlotState.RESETTING) for s in sb.slots):
+                return
+            sb.dead = True
+            self._sandboxes.pop(sb.address.name, None)
+        await sb.batcher.close()
+        self.drained += 1
+        try:
+            await self.provider.terminate(sb.address)
+        except Exception as exc:  # noqa: BLE001 - it ends on its own at expiry anyway
+            log.warning("terminating drained sandbox %s failed: %s", sb.address.name, exc)
+
+    async def _replace(self, sb: _Sandbox, start_another: bool = True) -> None:
         log.warning("sandbox %s is gone; replacing its %d slots", sb.address.name, len(sb.slots))
         sb.dead = True
         async with self._cond:
             for slot in sb.slots:
                 slot.state = SlotState.DEAD
             self._free = [s for s in self._free if s.sandbox.name != sb.address.name]
-            del self._sandboxes[sb.address.name]
+            self._sandboxes.pop(sb.address.name, None)
         await sb.batcher.close()
         try:
             await self.provider.terminate(sb.address)
         except Exception as exc:  # noqa: BLE001 - the sandbox is already unusable; log and go on
             log.warning("terminating dead sandbox %s failed: %s", sb.address.name, exc)
         self.replaced += 1
+        if not start_another:
+            return
         try:
             await self._add(1)
         except Exception as exc:  # noqa: BLE001 - the pool runs smaller; acquire() scales up again later

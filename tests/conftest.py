@@ -25,3 +25,17 @@ def embedded_llm() -> Iterator[EmbeddedLLM]:
         yield llm
     finally:
         llm.stop()
+
+
+@pytest.fixture(scope="session")
+def project_sandbox_image() -> str:
+    """The content-tagged sandbox image the Nomad/Modal doubles run (built once, reused by later sessions)."""
+    import docker  # noqa: PLC0415 - only tests on the Docker engine need it
+
+    from tests.support.sandbox_image import sandbox_image as build  # noqa: PLC0415
+
+    client = docker.from_env()
+    try:
+        return build(client)
+    finally:
+        client.close()

@@ -101,7 +101,7 @@ class SDKRecorder:
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
-        for name in ("App", "Image", "Secret", "Sandbox"):
+        for name in ("App", "Image", "Secret", "Sandbox", "Probe"):
             setattr(self, name, _Namespace(self, name))
         self.exception = type("exception", (), {"NotFoundError": self._NotFound})
 
@@ -110,10 +110,8 @@ class SDKRecorder:
             return _Obj(self, "App", app_id="ap-1")
         if target in ("Sandbox.create", "Sandbox.from_id"):
             return _Obj(self, "Sandbox", object_id=args[0] if target == "Sandbox.from_id" else "sb-1")
-        if target == "Sandbox.from_name":
-            return (
-                self._NotFound("no such sandbox") if args[1] == "missing" else _Obj(self, "Sandbox", object_id="sb-2")
-            )
+        if target == "Sandbox.get_tags":
+            return {"hermes_rl_pool": "default", "hermes_rl_run": "r1"}
         if target == "Sandbox.list":
             return [_Obj(self, "Sandbox", object_id="sb-3")]
         if target == "Sandbox.tunnels":
@@ -143,12 +141,12 @@ def adapter_calls(runtime: str | None) -> list[dict[str, Any]]:
             provider.runtime = runtime
             sandbox_id = await adapter.create_sandbox(app_id, provider.spec("default-0"))
             assert await adapter.tunnel_url(sandbox_id, 8080, 30.0) == "https://x.modal.host"
+            await adapter.wait_until_ready(sandbox_id, 30.0)
             await adapter.poll(sandbox_id)
             await adapter.terminate(sandbox_id)
         await adapter.poll("sb-unknown")  # looked up with Sandbox.from_id
         assert await adapter.list_sandboxes(app_id, {"hermes_rl_pool": "default"}) == ["sb-3"]
-        assert await adapter.from_name("hermes-rl-sandboxes", "default-1") == "sb-2"
-        assert await adapter.from_name("hermes-rl-sandboxes", "missing") is None
+        assert await adapter.sandbox_tags("sb-3") == {"hermes_rl_pool": "default", "hermes_rl_run": "r1"}
 
     asyncio.run(drive())
     return recorder.calls
@@ -212,10 +210,14 @@ def test_every_adapter_call_binds_to_the_real_sdk(venv: str) -> None:
         "Sandbox.terminate",
         "Sandbox.from_id",
         "Sandbox.list",
-        "Sandbox.from_name",
+        "Sandbox.get_tags",
+        "Sandbox.wait_until_ready",
+        "Probe.with_tcp",
     }
     create = next(c for c in calls if c["target"] == "Sandbox.create")
-    assert create["kwargs"]["tags"] == {"hermes_rl_pool": "default"} and "runtime" not in create["kwargs"]
+    assert create["kwargs"]["tags"]["hermes_rl_pool"] == "default" and "runtime" not in create["kwargs"]
+    assert create["kwargs"]["readiness_probe"] == "<sdk object>"  # Probe.with_tcp(8080), recorded above
+    assert create["kwargs"]["timeout"] <= 24 * 3600
     result = bind_in(venv, calls)
     if venv != "modal-latest":
         assert result["version"] == MODAL_MIN_VERSION

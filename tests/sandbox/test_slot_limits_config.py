@@ -18,8 +18,10 @@ def test_limits_round_trip_through_the_server_options():
 
 
 def test_nomad_jobs_carry_the_configured_limits():
-    config = NomadBackendConfig(limits=SlotLimits(slot_memory_bytes=300 * MiB, workspace_bytes=50 * MiB))
-    args = build_job_spec(config, job_id="p-0", token="t")["TaskGroups"][0]["Tasks"][0]["Config"]["args"]
-    assert args[:2] == ["-m", "sandbox_server"]
-    _, server = _parse([a.replace("${NOMAD_PORT_http}", "1") for a in args[2:]])
+    config = NomadBackendConfig(
+        image="reg/img:1", limits=SlotLimits(slot_memory_bytes=300 * MiB, workspace_bytes=50 * MiB)
+    )
+    task = build_job_spec(config, job_id="p-0", token="t", meta={})["TaskGroups"][0]["Tasks"][0]["Config"]
+    assert task["command"] == "/opt/hermes/sandbox-server"  # the runtime's frozen server: the same CLI
+    _, server = _parse([a.replace("${NOMAD_PORT_http}", "1") for a in task["args"]])
     assert server.limits == config.limits

@@ -1,34 +1,46 @@
-"""Test doubles of the Nomad and Modal APIs that run sandbox_server as local processes.
+"""Test doubles of the Nomad and Modal APIs whose allocations and sandboxes are real containers.
 
-They implement `backends.nomad.NomadAPI` and `backends.modal.ModalAPI` following the
-services' documented behaviour closely enough that the whole path job/sandbox -> slot
--> command runs for real: Nomad's job JSON is validated and its task's command line is
-started (with the interpreter of this machine in place of the image's), allocations go
-pending -> running -> failed/complete and are placed, stopped and replaced the way Nomad's
-reconciler does it (also over Nomad's HTTP routes); Modal sandboxes get names unique within
-their app, tags, a lifetime after which they are stopped, a tunnel URL per port, and on
-request gVisor's bubblewrap failure. What they cannot show: scheduling on real nodes,
-docker, TLS tunnels, Modal's image builds.
+They implement `backends.nomad.NomadAPI` and `backends.modal.ModalAPI` following the services'
+documented behaviour, timing included, on the Docker engine of this machine (the `docker` SDK):
+a Nomad docker-driver task or a Modal sandbox is a container started from its image with its
+command line, published on 127.0.0.1. They report what the real service reports when it does:
+an allocation is "running" and a Modal tunnel exists as soon as the container runs, before
+sandbox_server listens (Nomad's ClientStatus ignores service checks; Modal's `tunnels()` does not
+wait for the port); Modal's TCP readiness probe looks inside the container for a listening
+socket. Images: what a node has locally is used for a pinned tag; an untagged/`:latest` image or
+`force_pull` is always pulled (Nomad's docker driver), and "pulls" and Modal's registry images
+and Dockerfile builds resolve through `images` (reference -> local image), a stand-in for a
+registry; anything else fails the way a failed pull does. Nomad's reconciler choices (names,
+scale-down, "stop and reschedule", rescheduling failed allocations), the ACL token, Modal's
+unique names, tags, lifetime and gVisor's bubblewrap failure are reproduced as before. What they
+cannot show: scheduling on real nodes, TLS tunnels, real registries, Modal's image builds.
+Every container carries the label `hermes-rl.test=<the double's id>`; `close()` removes them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
-import os
+import functools
+import io
 import shutil
-import signal
 import socket
-import sys
+import tarfile
 import time
 import uuid
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from backends.modal import ModalSandboxSpec
+import docker
 
-__all__ = ["NomadTestDouble", "ModalTestDouble", "check_job_spec", "MODAL_SANDBOX_CREATE_PARAMS"]
+from backends.modal import ModalSandboxSpec
+from backends.nomad import CAP_ADD, SECURITY_OPT, unpinned_image
+
+__all__ = ["NomadTestDouble", "ModalTestDouble", "check_job_spec", "MODAL_SANDBOX_CREATE_PARAMS", "TEST_LABEL"]
+
+TEST_LABEL = "hermes-rl.test"
 
 # Keyword parameters of `modal.Sandbox.create` as documented in the Modal SDK reference.
 MODAL_SANDBOX_CREATE_PARAMS = frozenset(
@@ -45,64 +57,159 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+class PullError(RuntimeError):
+    """The image is not on the node and the stand-in registry does not have it."""
+
+
 @dataclass
-class _Proc:
-    proc: asyncio.subprocess.Process | None = None
-    port: int = 0
-    ready: asyncio.Event = field(default_factory=asyncio.Event)
-    failed: str | None = None
-    workdir: Path | None = None
+class _Box:
+    """One container: what the platform knows about it."""
+
+    port: int  # published on 127.0.0.1 (host side)
+    container_id: str | None = None
+    pid: int = 0
+    status: str = "pending"  # pending -> running -> exited
+    exit_code: int | None = None
+    failed: str | None = None  # why it never ran (a failed pull or create)
+    booted: asyncio.Event = field(default_factory=asyncio.Event)  # the start attempt is over, either way
 
 
-async def _spawn(argv: list[str], env: dict[str, str], workdir: Path, state: _Proc) -> None:
-    """Start a sandbox_server command line and wait for its 'listening' line."""
-    workdir.mkdir(parents=True, exist_ok=True)
-    state.workdir = workdir
-    full_env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "PYTHONUNBUFFERED": "1", **env}
-    with open(workdir / "task.log", "ab") as log:
-        state.proc = await asyncio.create_subprocess_exec(
-            *argv,
-            env=full_env,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=log,
-            stdin=asyncio.subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    try:
-        assert state.proc.stdout is not None  # opened with PIPE just above
-        line = await asyncio.wait_for(state.proc.stdout.readline(), 30)
-        json.loads(line)
-    except (asyncio.TimeoutError, ValueError):
-        state.failed = (workdir / "task.log").read_text(errors="replace")[-1000:]
-        if state.proc.returncode is None:
-            state.proc.kill()
-        await state.proc.wait()
-    state.ready.set()
+class _Engine:
+    """The double's containers on the local Docker engine; blocking SDK calls go to a small executor."""
 
+    def __init__(self, images: Mapping[str, str]) -> None:
+        self.client = docker.from_env()
+        self.images = dict(images)
+        self.label = f"cluster-double-{uuid.uuid4().hex[:10]}"
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="docker-double")
 
-async def _kill(state: _Proc) -> None:
-    if state.proc is not None and state.proc.returncode is None:
+    async def call(self, fn, *args, **kw):
+        return await asyncio.get_running_loop().run_in_executor(self._executor, functools.partial(fn, *args, **kw))
+
+    def _local(self, ref: str) -> bool:
         try:
-            state.proc.send_signal(signal.SIGTERM)
-            await asyncio.wait_for(state.proc.wait(), 5)
-        except ProcessLookupError:
+            self.client.images.get(ref)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+
+    async def resolve(self, ref: str, *, pull: bool) -> str:
+        """The local image that runs for `ref`; `pull`: the platform fetches it from its registry."""
+        if not pull and await self.call(self._local, ref):
+            return ref
+        if ref in self.images:
+            return self.images[ref]
+        raise PullError(f"Failed to pull `{ref}`: manifest unknown (not in the registry)")
+
+    async def boot(
+        self,
+        box: _Box,
+        image: str,
+        argv: list[str],
+        env: dict[str, str],
+        container_port: int,
+        *,
+        files: dict[str, str] | None = None,
+        **options: Any,
+    ) -> None:
+        """Create and start the container; `box` says "running" once the engine started its process."""
+        try:
+            container = await self.call(
+                self.client.containers.create,
+                image,
+                argv,
+                environment=env,
+                labels={TEST_LABEL: self.label},
+                ports={f"{container_port}/tcp": ("127.0.0.1", box.port)},
+                detach=True,
+                **options,
+            )
+            box.container_id = container.id
+            if files:
+                await self.call(container.put_archive, "/", _tar(files))
+            await self.call(container.start)
+            await self.call(container.reload)
+            box.pid = int(container.attrs["State"]["Pid"])
+            box.status = "running" if container.attrs["State"]["Running"] else "exited"
+        except docker.errors.APIError as exc:
+            box.failed = f"Driver Failure: {exc.explanation or exc}"
+        finally:
+            box.booted.set()
+
+    async def refresh(self, boxes: list[_Box]) -> None:
+        """Read the state of every container of this double at once."""
+        known = {b.container_id: b for b in boxes if b.container_id and b.status == "running"}  # boot() set it
+        if not known:
+            return
+        # One listing (GET /containers/json), no per-container inspect that races a concurrent removal.
+        found = await self.call(self.client.api.containers, all=True, filters={"label": f"{TEST_LABEL}={self.label}"})
+        states = {c["Id"]: c for c in found}
+        for cid, box in known.items():
+            summary = states.get(cid)
+            if summary is None or summary.get("State") != "running":
+                box.status = "exited"
+                box.exit_code = _exit_code(summary.get("Status", "")) if summary else None
+
+    async def listening(self, box: _Box, port: int) -> bool:
+        """Whether a socket inside the container listens on `port` (what a TCP probe run in the sandbox sees)."""
+        if box.container_id is None or box.status != "running":
+            return False
+        container = await self.call(self.client.containers.get, box.container_id)
+        code, out = await self.call(container.exec_run, ["cat", "/proc/net/tcp", "/proc/net/tcp6"])
+        rows = [line.split() for line in out.decode(errors="replace").splitlines()]
+        # /proc/net/tcp: sl, local_address (hex ip:port), rem_address, st (0A = LISTEN), ...
+        return any(len(r) > 3 and r[1].endswith(f":{port:04X}") and r[3] == "0A" for r in rows)
+
+    async def stop(self, box: _Box, *, remove: bool) -> None:
+        await box.booted.wait()
+        if box.container_id is None:
+            return
+        try:
+            container = await self.call(self.client.containers.get, box.container_id)
+            await self.call(container.stop, timeout=5)  # SIGTERM, then SIGKILL after 5 s
+            if remove:
+                await self.call(container.remove, force=True)
+        except docker.errors.NotFound:
             pass
-        except asyncio.TimeoutError:
-            state.proc.kill()
-            await state.proc.wait()
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: another stop/remove of it is under way (e.g. Modal's lifetime end)
+                raise
+        box.status = "exited"
+
+    async def running(self) -> int:
+        found = await self.call(
+            self.client.api.containers, filters={"label": f"{TEST_LABEL}={self.label}", "status": "running"}
+        )
+        return len(found)
+
+    async def close(self) -> None:
+        def remove_all() -> None:
+            for c in self.client.api.containers(all=True, filters={"label": f"{TEST_LABEL}={self.label}"}):
+                try:
+                    self.client.api.remove_container(c["Id"], force=True)
+                except docker.errors.NotFound:
+                    pass
+
+        await self.call(remove_all)
+        self._executor.shutdown(wait=True)
+        self.client.close()
 
 
-def _local_argv(args: list[str], port: int, data_dir: Path) -> list[str]:
-    """The task's `-m sandbox_server ...` arguments, run by this interpreter on 127.0.0.1."""
-    out = list(args)
-    for i in range(len(out)):
-        if i and out[i - 1] == "--host":
-            out[i] = "127.0.0.1"  # a double listens on loopback only
-        elif i and out[i - 1] == "--port":
-            out[i] = str(port)
-        elif i and out[i - 1] == "--data-dir":
-            out[i] = str(data_dir)
-    return [sys.executable, *out]
+def _exit_code(status: str) -> int | None:
+    """The code in a container listing's Status ("Exited (137) 2 seconds ago")."""
+    if status.startswith("Exited (") and ")" in status:
+        return int(status[len("Exited (") : status.index(")")])
+    return None
+
+
+def _tar(files: dict[str, str]) -> bytes:
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        for name, text in files.items():
+            info = tarfile.TarInfo(name.lstrip("/"))
+            info.size, info.mode = len(text.encode()), 0o755
+            tar.addfile(info, io.BytesIO(text.encode()))
+    return data.getvalue()
 
 
 # -- Nomad -------------------------------------------------------------------------------------
@@ -146,7 +253,7 @@ class _Alloc:
     job_id: str
     group: str
     index: int  # the name index: "<job>.<group>[<index>]"
-    state: _Proc
+    box: _Box
     desired: str = "run"
     create_index: int = 0
     reschedules: int = 0  # how many replacements led to this one
@@ -159,9 +266,9 @@ class _Alloc:
     def client_status(self) -> str:
         if self.desired != "run":
             return "complete"
-        if self.state.failed or (self.state.proc is not None and self.state.proc.returncode is not None):
-            return "failed"
-        return "running" if self.state.ready.is_set() else "pending"
+        if self.box.failed or self.box.status == "exited":
+            return "failed"  # RestartPolicy mode "fail": a task that ended fails its allocation
+        return "running" if self.box.status == "running" else "pending"
 
 
 def _may_reschedule(group: dict[str, Any], alloc: _Alloc) -> bool:
@@ -173,7 +280,7 @@ def _may_reschedule(group: dict[str, Any], alloc: _Alloc) -> bool:
 
 
 class NomadTestDouble:
-    """`NomadAPI` whose scheduler places each task group's allocations as local processes.
+    """`NomadAPI` whose scheduler places each task group's allocations as docker containers.
 
     It makes the choices Nomad's reconciler makes, which the provider must live with:
     allocations are named `<job>.<group>[i]` for i < Count; lowering Count stops the
@@ -184,9 +291,10 @@ class NomadTestDouble:
     Nomad's HTTP routes for the HTTP adapter.
     """
 
-    def __init__(self, root: Path, acl_token: str | None = None) -> None:
+    def __init__(self, root: Path, acl_token: str | None = None, *, images: Mapping[str, str] | None = None) -> None:
         self.root = Path(root)
         self.acl_token = acl_token
+        self.engine = _Engine(images or {})
         self.jobs: dict[str, dict[str, Any]] = {}
         self.allocs: dict[str, _Alloc] = {}
         self.calls: list[tuple[str, Any]] = []
@@ -226,37 +334,58 @@ class NomadTestDouble:
                     self._start(job, group, index)
 
     def _start(self, job: dict, group: dict, index: int, reschedules: int = 0) -> _Alloc:
-        task = group["Tasks"][0]
         self._index += 1
         alloc = _Alloc(
             uuid.uuid4().hex,
             job["ID"],
             group["Name"],
             index,
-            _Proc(port=_free_port()),
+            _Box(port=_free_port()),
             create_index=self._index,
             reschedules=reschedules,
         )
-        task_dir = self.root / alloc.id
-        config = task["Config"]
-        args = [
-            a.replace("${NOMAD_PORT_http}", str(alloc.state.port)).replace("${NOMAD_TASK_DIR}", str(task_dir))
-            for a in config["args"]
-        ]
-        argv = _local_argv(args, alloc.state.port, task_dir / "sandbox")
         self.allocs[alloc.id] = alloc
-        t = asyncio.create_task(_spawn(argv, dict(task.get("Env") or {}), task_dir, alloc.state))
+        t = asyncio.create_task(self._run_task(alloc, group["Tasks"][0]))
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
         return alloc
 
-    async def _stop(self, alloc: _Alloc) -> None:
+    async def _run_task(self, alloc: _Alloc, task: dict[str, Any]) -> None:
+        """The docker driver: pull per its rules, then run the image with the task's command, ports and caps."""
+        config = task["Config"]
+        port = alloc.box.port  # a dynamic port without `to`: the same number inside the container
+        env = {**(task.get("Env") or {}), "NOMAD_PORT_http": str(port), "NOMAD_TASK_DIR": "/local"}
+        env["NOMAD_ALLOC_ID"] = alloc.id
+        argv = [
+            a.replace("${NOMAD_PORT_http}", str(port)).replace("${NOMAD_TASK_DIR}", "/local")
+            for a in [config["command"], *(config.get("args") or [])]
+        ]
+        try:
+            # The docker driver pulls untagged/:latest images always, others only if missing or force_pull.
+            pull = bool(config.get("force_pull")) or unpinned_image(config["image"])
+            image = await self.engine.resolve(config["image"], pull=pull)
+        except PullError as exc:
+            alloc.box.failed = str(exc)
+            alloc.box.booted.set()
+            return
+        await self.engine.boot(
+            alloc.box,
+            image,
+            argv,
+            env,
+            port,
+            cap_add=config.get("cap_add") or None,
+            security_opt=config.get("security_opt") or None,
+            privileged=bool(config.get("privileged")),
+        )
+
+    async def _stop(self, alloc: _Alloc, *, remove: bool = False) -> None:
         alloc.desired = "stop"
-        await alloc.state.ready.wait()
-        await _kill(alloc.state)
+        await self.engine.stop(alloc.box, remove=remove)
 
     async def _tick(self) -> None:
         """What the scheduler would have done by now (it reacts to failures on its own)."""
+        await self.engine.refresh([a.box for a in self.allocs.values()])
         for job_id in list(self.jobs):
             await self._reconcile(job_id)
 
@@ -265,6 +394,9 @@ class NomadTestDouble:
     async def register_job(self, job):
         self.calls.append(("register_job", job))
         check_job_spec(job)
+        drivers = {t["Driver"] for g in job["TaskGroups"] for t in g["Tasks"]}
+        if drivers != {"docker"}:
+            raise ValueError(f"NomadTestDouble runs docker-driver tasks only, not {sorted(drivers - {'docker'})}")
         self.jobs[job["ID"]] = job
         await self._reconcile(job["ID"])
         self._index += 1
@@ -277,6 +409,10 @@ class NomadTestDouble:
             for j in self.jobs.values()
             if j["ID"].startswith(prefix)
         ]
+
+    async def job(self, job_id):
+        self.calls.append(("job", job_id))
+        return self.jobs.get(job_id)
 
     def _stub(self, a: _Alloc) -> dict[str, Any]:
         return {
@@ -298,13 +434,21 @@ class NomadTestDouble:
     async def allocation(self, alloc_id):
         await self._tick()
         a = self.allocs[alloc_id]
-        port = {"Label": "http", "Value": a.state.port, "To": 0, "HostIP": "127.0.0.1"}
+        port = {"Label": "http", "Value": a.box.port, "To": 0, "HostIP": "127.0.0.1"}
+        events = [{"Type": "Received", "Time": 1, "DisplayMessage": "Task received by client"}]
+        if a.box.failed:
+            events.append({"Type": "Driver Failure", "Time": 2, "DisplayMessage": a.box.failed})
+        elif a.box.status != "pending":
+            events.append({"Type": "Started", "Time": 2, "DisplayMessage": "Task started by client"})
+        if a.box.status == "exited":
+            events.append({"Type": "Terminated", "Time": 3, "DisplayMessage": f"Exit Code: {a.box.exit_code}"})
         return {
             **self._stub(a),
+            "TaskStates": {"sandbox-server": {"State": a.client_status(), "Events": events}},
             "AllocatedResources": {
                 "Shared": {
                     "Ports": [port],
-                    "Networks": [{"IP": "127.0.0.1", "DynamicPorts": [{"Label": "http", "Value": a.state.port}]}],
+                    "Networks": [{"IP": "127.0.0.1", "DynamicPorts": [{"Label": "http", "Value": a.box.port}]}],
                 }
             },
         }
@@ -322,7 +466,7 @@ class NomadTestDouble:
         if job_id not in self.jobs:
             return
         for a in [a for a in self.allocs.values() if a.job_id == job_id]:
-            await self._stop(a)
+            await self._stop(a, remove=purge)
             if purge:
                 del self.allocs[a.id]
         if purge:
@@ -358,6 +502,10 @@ class NomadTestDouble:
         async def jobs_get(request: web.Request) -> web.Response:
             return answer(await self.list_jobs(request.query.get("prefix", "")))
 
+        async def job_get(request: web.Request) -> web.Response:
+            job = await self.job(request.match_info["job"])
+            return answer("job not found", 404) if job is None else answer(job)
+
         async def job_allocs(request: web.Request) -> web.Response:
             return answer(await self.job_allocations(request.match_info["job"]))
 
@@ -383,6 +531,7 @@ class NomadTestDouble:
         app.router.add_get("/v1/jobs", jobs_get)
         app.router.add_get("/v1/job/{job}/allocations", job_allocs)
         app.router.add_delete("/v1/job/{job}", job_delete)
+        app.router.add_get("/v1/job/{job}", job_get)
         app.router.add_get("/v1/allocation/{alloc}", alloc_get)
         app.router.add_post("/v1/allocation/{alloc}/stop", alloc_stop)
         self._runner = web.AppRunner(app)
@@ -394,21 +543,21 @@ class NomadTestDouble:
     # -- test helpers -------------------------------------------------------------------------
 
     def pid(self, job_id: str) -> int:
-        """pid of the running allocation of job `job_id` (a sandbox's name is its job id)."""
+        """Host pid of the container process of job `job_id`'s running allocation (a sandbox's name is its job id)."""
         for a in self.allocs.values():
-            if a.job_id == job_id and a.desired == "run" and a.state.proc is not None:
-                return a.state.proc.pid
+            if a.job_id == job_id and a.desired == "run" and a.box.pid:
+                return a.box.pid
         raise KeyError(job_id)
 
-    def running(self) -> int:
-        return sum(a.state.proc is not None and a.state.proc.returncode is None for a in self.allocs.values())
+    async def running(self) -> int:
+        """Containers of this double that run."""
+        return await self.engine.running()
 
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
-        for a in list(self.allocs.values()):
-            await _kill(a.state)
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.engine.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -420,7 +569,7 @@ class _ModalSandbox:
     id: str
     app_id: str
     spec: ModalSandboxSpec
-    state: _Proc
+    box: _Box
     created_at: float
     terminated: bool = False
     lifetime: asyncio.TimerHandle | None = None
@@ -432,19 +581,24 @@ _GVISOR_BWRAP = """#!/bin/sh
 for arg in "$@"; do
   case "$arg" in --unshare-net|--unshare-all) echo "bwrap: loopback: Failed RTM_NEWADDR: File exists" >&2; exit 1;; esac
 done
-exec bwrap "$@"
+exec /opt/hermes/bwrap "$@"
 """
 
 
 class ModalTestDouble:
-    """`ModalAPI` whose sandboxes are local sandbox_server processes.
+    """`ModalAPI` whose sandboxes are docker containers of the sandbox's image.
 
-    With `gvisor_netns_broken`, sandboxes on the default (gVisor) runtime get a bubblewrap that
-    fails to unshare the network the way it does under gVisor; `runtime="vm"` ones get the real one.
+    `images` maps what Modal would pull (`Image.from_registry(ref)`: the ref) or build
+    (`Image.from_dockerfile(path)`: "dockerfile:<path>") to a local image. With
+    `gvisor_netns_broken`, sandboxes on the default (gVisor) runtime get a bubblewrap that fails
+    to unshare the network the way it does under gVisor; `runtime="vm"` ones get the real one.
     """
 
-    def __init__(self, root: Path, *, gvisor_netns_broken: bool = False) -> None:
+    def __init__(
+        self, root: Path, *, images: Mapping[str, str] | None = None, gvisor_netns_broken: bool = False
+    ) -> None:
         self.root = Path(root)
+        self.engine = _Engine(images or {})
         self.gvisor_netns_broken = gvisor_netns_broken
         self.apps: dict[str, str] = {}  # name -> app id
         self.sandboxes: dict[str, _ModalSandbox] = {}
@@ -458,43 +612,49 @@ class ModalTestDouble:
         return self.apps.setdefault(name, f"ap-{uuid.uuid4().hex[:12]}")
 
     async def create_sandbox(self, app_id, spec):
-        from backends.modal import ModalSDKAdapter  # noqa: PLC0415 - the kwargs the real adapter would send
+        from backends.modal import MAX_LIFETIME_S, ModalSDKAdapter  # noqa: PLC0415 - the kwargs the real adapter would send
 
         kwargs = ModalSDKAdapter.create_kwargs(spec)
         unknown = set(kwargs) - MODAL_SANDBOX_CREATE_PARAMS
         if unknown:
             raise TypeError(f"Sandbox.create() got unexpected keyword arguments {sorted(unknown)}")
+        if not 0 < spec.timeout <= MAX_LIFETIME_S:
+            raise ValueError(f"timeout must be between 1 and {MAX_LIFETIME_S} seconds")  # Modal's own limit
         if any(s.spec.name == spec.name and s.app_id == app_id and not s.terminated for s in self.sandboxes.values()):
             raise ValueError(
                 f"a running sandbox named {spec.name!r} already exists in this app"
             )  # Modal: names are unique
-        image = f"registry:{spec.image}" if spec.image else f"dockerfile:{spec.dockerfile}"
         if not spec.image and not Path(spec.dockerfile).is_file():
             raise FileNotFoundError(f"Image.from_dockerfile: {spec.dockerfile} does not exist")
-        self.calls.append(("create_sandbox", {"app_id": app_id, **kwargs, "args": spec.args, "image": image}))
-        sb = _ModalSandbox(f"sb-{uuid.uuid4().hex[:12]}", app_id, spec, _Proc(port=_free_port()), time.monotonic())
+        ref = spec.image or f"dockerfile:{spec.dockerfile}"
+        image = await self.engine.resolve(ref, pull=True)  # Modal never sees this machine's images
+        self.calls.append(("create_sandbox", {"app_id": app_id, **kwargs, "args": spec.args, "image": ref}))
+        sb = _ModalSandbox(f"sb-{uuid.uuid4().hex[:12]}", app_id, spec, _Box(port=_free_port()), time.monotonic())
         self.sandboxes[sb.id] = sb
-        workdir = self.root / sb.id
-        argv = _local_argv(list(spec.args[1:]), sb.state.port, workdir / "data")
+        argv, files = list(spec.args), {}
         if self.gvisor_netns_broken and spec.runtime != "vm":
-            wrapper = self.root / "gvisor-bwrap"
-            wrapper.parent.mkdir(parents=True, exist_ok=True)
-            wrapper.write_text(_GVISOR_BWRAP)
-            wrapper.chmod(0o755)
-            argv += ["--bwrap", str(wrapper)]
+            files["/gvisor-bwrap"] = _GVISOR_BWRAP
+            argv += ["--bwrap", "/gvisor-bwrap"]
         self.starting += 1
         self.max_starting_seen = max(self.max_starting_seen, self.starting)
+        (port,) = spec.encrypted_ports
 
         async def boot() -> None:
             try:
-                await asyncio.sleep(0.05)  # containers take a moment to be scheduled
-                await _spawn(argv, dict(spec.secrets), workdir, sb.state)
+                await self.engine.boot(
+                    sb.box,
+                    image,
+                    argv,
+                    dict(spec.secrets),
+                    port,
+                    files=files,
+                    cap_add=CAP_ADD,  # Modal's runtime lets bubblewrap make namespaces (but see gVisor above)
+                    security_opt=SECURITY_OPT,
+                )
             finally:
                 self.starting -= 1
 
-        t = asyncio.create_task(boot())
-        self._tasks.add(t)
-        t.add_done_callback(self._tasks.discard)
+        self._spawn_task(boot())
         # `timeout` is the sandbox's maximum lifetime.
         sb.lifetime = asyncio.get_running_loop().call_later(
             spec.timeout, lambda: self._spawn_task(self.terminate(sb.id))
@@ -507,20 +667,35 @@ class ModalTestDouble:
         t.add_done_callback(self._tasks.discard)
 
     async def tunnel_url(self, sandbox_id, port, timeout):
+        """Available once the container runs; whether anything listens behind it is not checked (as on Modal)."""
         sb = self.sandboxes[sandbox_id]
         if port not in sb.spec.encrypted_ports:
             raise KeyError(f"port {port} was not given in encrypted_ports")
-        await asyncio.wait_for(sb.state.ready.wait(), timeout)
-        if sb.state.failed:
-            raise RuntimeError(f"sandbox {sandbox_id} exited while starting: {sb.state.failed}")
-        return f"http://127.0.0.1:{sb.state.port}"
+        await asyncio.wait_for(sb.box.booted.wait(), timeout)
+        if sb.box.failed:
+            raise RuntimeError(f"sandbox {sandbox_id} could not start: {sb.box.failed}")
+        return f"http://127.0.0.1:{sb.box.port}"
+
+    async def wait_until_ready(self, sandbox_id, timeout):
+        """The TCP readiness probe, run inside the sandbox every 100 ms (Probe.with_tcp's default interval)."""
+        sb = self.sandboxes[sandbox_id]
+        if sb.spec.readiness_tcp_port is None:
+            raise ValueError("wait_until_ready needs a sandbox created with a readiness_probe")
+        async with asyncio.timeout(timeout):
+            await sb.box.booted.wait()
+            while not await self.engine.listening(sb.box, sb.spec.readiness_tcp_port):
+                if await self.poll(sandbox_id) is not None:
+                    raise RuntimeError(f"sandbox {sandbox_id} ended before it was ready")
+                await asyncio.sleep(0.1)
 
     async def poll(self, sandbox_id):
         sb = self.sandboxes[sandbox_id]
         if sb.terminated:
             return -1
-        proc = sb.state.proc
-        return None if proc is None or proc.returncode is None else proc.returncode
+        if sb.box.failed:
+            return 1
+        await self.engine.refresh([sb.box])
+        return sb.box.exit_code if sb.box.status == "exited" else None
 
     async def terminate(self, sandbox_id):
         self.calls.append(("terminate", sandbox_id))
@@ -528,8 +703,7 @@ class ModalTestDouble:
         sb.terminated = True
         if sb.lifetime is not None:
             sb.lifetime.cancel()
-        await sb.state.ready.wait()
-        await _kill(sb.state)
+        await self.engine.stop(sb.box, remove=True)
 
     async def list_sandboxes(self, app_id, tags):
         self.calls.append(("list_sandboxes", {"app_id": app_id, "tags": tags}))
@@ -539,27 +713,25 @@ class ModalTestDouble:
             if s.app_id == app_id and not s.terminated and all(s.spec.tags.get(k) == v for k, v in tags.items())
         ]
 
-    async def from_name(self, app_name, name):
-        self.calls.append(("from_name", {"app_name": app_name, "name": name}))
-        app_id = self.apps.get(app_name)
-        for s in self.sandboxes.values():
-            if s.app_id == app_id and s.spec.name == name and not s.terminated:
-                return s.id
-        return None  # the SDK raises NotFoundError; the adapter turns it into None
+    async def sandbox_tags(self, sandbox_id):
+        self.calls.append(("sandbox_tags", sandbox_id))
+        return dict(self.sandboxes[sandbox_id].spec.tags)
 
     def pid(self, name: str) -> int:
+        """Host pid of the container process of the running sandbox `name`."""
         for s in self.sandboxes.values():
-            if s.spec.name == name and not s.terminated and s.state.proc is not None:
-                return s.state.proc.pid
+            if s.spec.name == name and not s.terminated and s.box.pid:
+                return s.box.pid
         raise KeyError(name)
 
-    def running(self) -> int:
-        return sum(s.state.proc is not None and s.state.proc.returncode is None for s in self.sandboxes.values())
+    async def running(self) -> int:
+        """Containers of this double that run."""
+        return await self.engine.running()
 
     async def close(self) -> None:
         for s in list(self.sandboxes.values()):
             if s.lifetime is not None:
                 s.lifetime.cancel()
-            await _kill(s.state)
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.engine.close()
         shutil.rmtree(self.root, ignore_errors=True)

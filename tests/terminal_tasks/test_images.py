@@ -1,4 +1,9 @@
-"""On Nomad and Modal a task runs in a sandbox of its own image (checked on the services' test doubles)."""
+"""On Nomad and Modal a task runs in a sandbox of its own image (checked on the services' test doubles).
+
+The doubles run containers on the real Docker engine; their stand-in registry serves every task's
+image reference as the doubles' sandbox image (the task images themselves are built and run on the
+docker backend by tests/terminal_tasks/test_docker_*.py).
+"""
 
 from __future__ import annotations
 
@@ -44,9 +49,21 @@ def test_build_context_is_the_task_dockerfile_plus_the_sandbox_layer(tmp_path):
 class OnDouble:
     """Builds the env's per-image sandboxes on a Nomad or Modal test double."""
 
-    def __init__(self, kind: str, root: Path) -> None:
+    def __init__(self, kind: str, root: Path, project_sandbox_image: str) -> None:
+        import docker  # noqa: PLC0415 - only these tests need the engine
+
+        from tests.support.sandbox_image import task_standin_image  # noqa: PLC0415
+
+        client = docker.from_env()
+        standin = task_standin_image(client, project_sandbox_image)
+        client.close()
         self.kind = kind
-        self.double = NomadTestDouble(root / "nomad") if kind == "nomad" else ModalTestDouble(root / "modal")
+        images = {task_image(t, "reg.example/tasks"): standin for t in load_tasks_dir(BUNDLED_TASKS)}
+        self.double: NomadTestDouble | ModalTestDouble = (
+            NomadTestDouble(root / "nomad", images=images)
+            if kind == "nomad"
+            else ModalTestDouble(root / "modal", images=images)
+        )
 
     def backend_config(self):
         pool = SlotPoolConfig(
@@ -71,8 +88,10 @@ class OnDouble:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["nomad", "modal"])
-async def test_a_harbor_task_with_its_dockerfile_requests_its_image(scripted_server, tmp_path, kind):
-    on = OnDouble(kind, tmp_path)
+async def test_a_harbor_task_with_its_dockerfile_requests_its_image(
+    scripted_server, tmp_path, kind, project_sandbox_image
+):
+    on = OnDouble(kind, tmp_path, project_sandbox_image)
 
     class OnDoubleEnv(TerminalTasksEnv):
         def make_tool_backend(self) -> TaskSandboxes:
