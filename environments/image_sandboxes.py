@@ -107,8 +107,8 @@ class DockerImages:
         import docker  # noqa: PLC0415 - only with the docker backend
 
         if self.base_url:
-            return docker.DockerClient(base_url=self.base_url, timeout=int(timeout))
-        return docker.from_env(timeout=int(timeout))
+            return docker.DockerClient(base_url=self.base_url, version="auto", timeout=int(timeout))
+        return docker.from_env(version="auto", timeout=int(timeout))
 
     def _exists(self, name: str) -> bool:
         import docker.errors  # noqa: PLC0415
@@ -208,7 +208,7 @@ class ImageSandboxes:
         self._lock = asyncio.Lock()
         backend = config.resolved_backend()
         if images is None and backend.kind == "docker":
-            images = DockerImages(getattr(backend, "docker_host", None) or getattr(backend, "base_url", None))
+            images = DockerImages(getattr(backend, "engine", None), labels=getattr(backend, "labels", None))
         self.images = images
 
     @property
