@@ -243,7 +243,9 @@ class SandboxServer:
         cap = max(1, min(cap, self.config.max_output_bytes))
         network = bool(body.get("network", False))
         require_isolation = body.get("require_isolation", True) is not False
-        as_root = body.get("as_root", False) is not False
+        as_root = body.get("as_root", False)
+        if not isinstance(as_root, bool):
+            raise RequestError(400, "bad_request", "'as_root' must be true or false")
         if as_root and not self.config.allow_root_commands:
             raise RequestError(
                 403,
