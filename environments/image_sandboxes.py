@@ -100,6 +100,7 @@ class DockerImages:
         self.labels = dict(labels or {})
         self._locks: dict[str, asyncio.Lock] = {}
         self._known: dict[str, str] = {}
+        self._failed: dict[str, ImageUnavailable] = {}
         # Engine calls block: a few threads of their own, so a slow build never holds the loop.
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="docker-images")
 
@@ -149,7 +150,13 @@ class DockerImages:
         async with self._locks.setdefault(key, asyncio.Lock()):
             if key in self._known:
                 return self._known[key]
-            image = await self._resolve(recipe)
+            if key in self._failed:  # one failed build per run, not one per rollout of the item
+                raise self._failed[key]
+            try:
+                image = await self._resolve(recipe)
+            except ImageUnavailable as exc:
+                self._failed[key] = exc
+                raise
             self._known[key] = image
             return image
 

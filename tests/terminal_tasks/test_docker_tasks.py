@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ import pytest
 from backends.runtime import DEFAULT_RUNTIME_DIR, RUNTIME_FILES
 from environments.image_sandboxes import DockerImages, ImageRecipe, ImageSandboxes, ImageUnavailable
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.terminal_tasks import TerminalTasksEnv
+from environments.terminal_tasks import OracleAgent, TerminalTasksEnv
 from environments.terminal_tasks.harbor import load_harbor_task
 from environments.terminal_tasks.sandboxes import task_recipe
 from slots.executor import ExecPolicy
@@ -29,6 +30,7 @@ from slots.pool import SlotPoolConfig
 from tests.security.conftest import play
 from tests.support.cli import run_cli
 from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem
+from tests.terminal_tasks.conftest import make_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -94,7 +96,8 @@ def _docker_config(test_id: str, **fields):
     from backends.docker import DockerBackendConfig
 
     pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
-    return DockerBackendConfig(engine=ENGINE, pull="never", labels={TEST_LABEL: test_id}, pool=pool, **fields)
+    fields.setdefault("labels", {TEST_LABEL: test_id})
+    return DockerBackendConfig(engine=ENGINE, pull="never", pool=pool, **fields)
 
 
 @pytest.mark.parametrize("agent,accuracy", [("oracle", 1.0), ("noop", 0.0)])
@@ -199,3 +202,24 @@ async def test_a_build_that_fails_or_times_out_names_the_task(engine, test_id, d
     finally:
         images.close()
     assert str(info.value).startswith("broken-task: ") and message in str(info.value), str(info.value)
+
+
+async def test_a_task_whose_image_cannot_be_built_is_lost_to_infrastructure_not_scored(
+    engine, test_id, tmp_path, scripted_server
+):
+    task_dir = tmp_path / "tasks" / "broken-build"
+    shutil.copytree(FIXTURES / "cobol-hello", task_dir)
+    (task_dir / "environment" / "Dockerfile").write_text("FROM debian:bookworm\nRUN echo no-such-step && exit 100\n")
+    env = make_env(
+        scripted_server.base_url,
+        tmp_path,
+        backend=_docker_config(test_id),
+        tasks_dir=str(tmp_path / "tasks"),
+        image_registry=f"hermes-rl-test-broken-{test_id}",
+    )
+    async with env.runtime():
+        await env.setup()
+        rollouts = [await env.rollout(env.by_id["broken-build"], model=OracleAgent(env.by_id)) for _ in range(2)]
+    for rollout in rollouts:
+        assert rollout.infrastructure_failure and rollout.score is None
+        assert "broken-build: building its image failed" in (rollout.error or ""), rollout.error
