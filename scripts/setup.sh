@@ -20,6 +20,8 @@ command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)  # sandbox_server's h
 # The docker backend and its tests: a real engine, and base images made offline (scripts/base_images.sh).
 command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+# The docker backend is also tested on Podman's Docker-compatible API (tests/containers).
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   echo "[setup] installing system packages: ${need_apt[*]}"
