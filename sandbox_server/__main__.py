@@ -22,6 +22,7 @@ import time
 
 from aiohttp import web
 
+from sandbox_server.bundle import current_runtime
 from sandbox_server.isolation import SlotLimits
 from sandbox_server.config import ServerConfig
 from sandbox_server.routes import build_app
@@ -102,8 +103,10 @@ def _reexec_without_token_env(token: str) -> None:
     os.close(write_fd)
     os.set_inheritable(read_fd, True)
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    argv = [sys.executable, "-m", "sandbox_server", *sys.argv[1:], "--token-fd", str(read_fd)]
-    os.execve(sys.executable, argv, env)
+    runtime = current_runtime()
+    # In the self-contained runtime its launcher, not the interpreter: the image's loader may not run it.
+    start = [str(runtime.launcher)] if runtime is not None else [sys.executable, "-m", "sandbox_server"]
+    os.execve(start[0], [*start, *sys.argv[1:], "--token-fd", str(read_fd)], env)
 
 
 def _run_as_init() -> None:

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from sandbox_server.bundle import current_runtime, image_python
 from sandbox_server.config import ServerConfig
 from sandbox_server.errors import FILE_OP_STATUS, RequestError
 from sandbox_server.fileops import FileOpError, Workspace
@@ -68,8 +69,15 @@ class SandboxServer:
         self.data_dir = Path(config.data_dir).resolve()
         self.isolation = IsolationStatus(False, None, "not probed yet")
         self.slots: dict[str, SlotState] = {}
-        python_prefix = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
-        self._python_bin = str(Path(sys.executable).parent)
+        self.runtime = current_runtime()
+        if self.runtime is None:
+            # The local backend: slots see this interpreter read-only and first on PATH.
+            python_prefix = sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)})
+            self._python_bin: str | None = str(Path(sys.executable).parent)
+            self._python: str | None = os.path.join(self._python_bin, "python")
+        else:
+            # The self-contained runtime: slots see the image's own toolchain only.
+            python_prefix, self._python_bin, self._python = [], None, image_python()
         self.cache_dir = self.data_dir / "cache" if config.cache_mount else None
         self.sandboxing = Sandboxing(
             bwrap=config.bwrap,
@@ -79,8 +87,9 @@ class SandboxServer:
             workspace_mount=config.workspace_mount,
             cache_dir=self.cache_dir,
             cache_mount=config.cache_mount or "",
-            extra_ro=sorted(python_prefix) + config.extra_ro_paths,
+            extra_ro=python_prefix + config.extra_ro_paths,
             limits=config.limits,
+            runtime=self.runtime,
         )
         # Slots run as uids nobody else uses: RLIMIT_NPROC and kill(-1) then act on one slot only.
         base = config.limits.uid_base
@@ -155,7 +164,7 @@ class SandboxServer:
             proc.kill()
 
     def _start_shell(self, slot: SlotState) -> None:
-        argv = functools.partial(self.sandboxing.shell_argv, slot.root, sys.executable)
+        argv = functools.partial(self.sandboxing.shell_argv, slot.root)
         slot.shell = asyncio.create_task(SlotShell.start(argv))
 
     async def _shell(self, slot: SlotState) -> SlotShell | None:
@@ -450,7 +459,8 @@ class SandboxServer:
             ],
             "workspace": self.config.workspace_mount if iso else None,
             "cache": self.config.cache_mount if iso else None,
-            "python": os.path.join(self._python_bin, "python"),
+            # The interpreter slot commands get for the python tool; null: the image has none.
+            "python": self._python,
         }
 
     def authorized(self, request: web.Request) -> bool:

@@ -14,7 +14,16 @@ from pydantic import BaseModel, Field, field_validator
 from slots.client import SandboxClient, SandboxUnavailable, Slot, decode_b64, exec_result, raise_for_error
 from tools.executor import ExecResult
 
-__all__ = ["ExecPolicy", "SandboxBatcher", "SlotExecutor"]
+__all__ = ["ExecPolicy", "SandboxBatcher", "SlotExecutor", "python_command"]
+
+
+def python_command(interpreter: str | None) -> str:
+    """The command the python tool runs (its program on stdin) given the interpreter a sandbox
+    reports; an image without python3 (its /health says null) gets a command saying so."""
+    if interpreter:
+        return f"{shlex.quote(interpreter)} -"
+    return "echo 'python: this sandbox image has no python3 on its PATH; use the terminal tool' >&2; exit 127"
+
 
 log = logging.getLogger(__name__)
 
