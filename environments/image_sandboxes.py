@@ -178,7 +178,7 @@ class DockerImages:
         try:
             await asyncio.wait_for(asyncio.shield(build), recipe.build_timeout_s)
         except TimeoutError:
-            client.close()  # the engine stops a build whose client went away
+            client.close()  # stop reading; the engine may finish the build anyway (the tag is then reused)
             raise ImageUnavailable(
                 f"{recipe.owner}: building its image took longer than build_timeout_sec = {recipe.build_timeout_s:g}; "
                 "raise it in task.toml or build the image beforehand"

@@ -184,15 +184,17 @@ async def test_a_present_docker_image_is_used_rather_than_rebuilt(task_images, e
     "dockerfile,timeout,message",
     [
         ("FROM debian:bookworm\nRUN echo broken-step && exit 3\n", 300.0, "building its image failed"),
-        ("FROM debian:bookworm\nRUN sleep 60\n", 3.0, "took longer than build_timeout_sec = 3"),
+        # A fresh step each time (the engine caches a finished step, even one whose build we gave up on).
+        ("FROM debian:bookworm\nRUN sleep 20 && echo {nonce}\n", 3.0, "took longer than build_timeout_sec = 3"),
     ],
+    ids=["fails", "times-out"],
 )
 async def test_a_build_that_fails_or_times_out_names_the_task(engine, test_id, dockerfile, timeout, message):
     images = DockerImages(engine, labels={TEST_LABEL: test_id})
     recipe = ImageRecipe(
         owner="broken-task",
         name="hermes-rl-tests/broken-task:20251127",
-        dockerfile=dockerfile,
+        dockerfile=dockerfile.replace("{nonce}", uuid.uuid4().hex),
         tag=f"hermes-rl-test-broken/broken-task:{uuid.uuid4().hex[:12]}",
         build_timeout_s=timeout,
     )
