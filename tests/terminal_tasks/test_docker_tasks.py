@@ -225,3 +225,39 @@ async def test_a_task_whose_image_cannot_be_built_is_lost_to_infrastructure_not_
     for rollout in rollouts:
         assert rollout.infrastructure_failure and rollout.score is None
         assert "broken-build: building its image failed" in (rollout.error or ""), rollout.error
+
+
+async def test_a_root_verifier_still_stops_what_the_tested_code_leaves_writing_the_reward(
+    engine, test_id, tmp_path, scripted_server
+):
+    """The tests run the agent's program as root; it leaves a loop rewriting reward.txt = 1. The guard kills it."""
+    task = tmp_path / "tasks" / "root-reward-writer"
+    for d in ("environment", "solution", "tests"):
+        (task / d).mkdir(parents=True)
+    (task / "task.toml").write_text(
+        'version = "1.0"\n\n[metadata]\nauthor_name = "hermes-rl"\n\n[verifier]\ntimeout_sec = 120.0\n\n'
+        "[agent]\ntimeout_sec = 120.0\n\n[environment]\nbuild_timeout_sec = 300.0\n"
+    )
+    (task / "instruction.md").write_text("Write /app/prog.sh.\n")
+    (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm\n\nWORKDIR /app\n")
+    (task / "tests" / "test.sh").write_text(
+        "#!/bin/bash\nbash /app/prog.sh\necho 0 > /logs/verifier/reward.txt\nsleep 1\n"
+    )
+    # The hostile agent's work (played by the oracle): a program that outlives the test writing reward 1.
+    (task / "solution" / "solve.sh").write_text(
+        "#!/bin/bash\ncat > /app/prog.sh <<'EOF'\n"
+        "d=$(ls -d /tmp/hermes-verify-*/logs/verifier | head -1)\n"
+        '( while :; do echo 1 > "$d/reward.txt" 2>/dev/null; done ) &\n'
+        "disown\nEOF\n"
+    )
+    env = make_env(
+        scripted_server.base_url,
+        tmp_path,
+        backend=_docker_config(test_id),
+        tasks_dir=str(tmp_path / "tasks"),
+        image_registry="hermes-rl-test-root-guard",
+    )
+    async with env.runtime():
+        await env.setup()
+        rollout = await env.rollout(env.by_id["root-reward-writer"], model=OracleAgent(env.by_id))
+    assert rollout.error is None and rollout.score == 0.0, (rollout.error, rollout.score)
