@@ -5,7 +5,7 @@ loader, libraries and Python; its `sandbox-server` launcher starts this package 
 `-X hermes_runtime=<dir>`. Run from it, the server uses nothing of the image it runs in but
 bash and the image's tools for the commands: the slot's exec server runs on the runtime's
 Python (mounted where only the slot's root can reach it), and the slots see the image's own
-PATH and python3, never ours.
+PATH (its ENV PATH first, then the usual directories) and python3, never ours.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SLOT_PATH", "Runtime", "current_runtime", "image_python"]
+__all__ = ["SLOT_PATH", "Runtime", "current_runtime", "image_path", "image_python"]
 
 XOPTION = "hermes_runtime"
 # The PATH of every slot command, after the local backend's interpreter directory if any.
@@ -51,6 +51,16 @@ def current_runtime() -> Runtime | None:
     return Runtime(root, manifest["loader"])
 
 
-def image_python() -> str | None:
+def image_path(path: str, runtime: Runtime) -> str | None:
+    """The PATH the image sets (its ENV PATH, which the container gives this server), without the
+    runtime's own directories; None if it adds nothing to the usual one."""
+    usual = SLOT_PATH.split(":")
+    own = str(runtime.dir).rstrip("/") + "/"
+    dirs = [d for d in path.split(":") if d.startswith("/") and not (d + "/").startswith(own) and d not in usual]
+    return ":".join(dict.fromkeys(dirs)) or None
+
+
+def image_python(path_head: str | None) -> str | None:
     """The image's own python3 (or python) as the slots find it on their PATH; None if it has none."""
-    return shutil.which("python3", path=SLOT_PATH) or shutil.which("python", path=SLOT_PATH)
+    path = f"{path_head}:{SLOT_PATH}" if path_head else SLOT_PATH
+    return shutil.which("python3", path=path) or shutil.which("python", path=path)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from sandbox_server.bundle import current_runtime, image_python
+from sandbox_server.bundle import current_runtime, image_path, image_python
 from sandbox_server.config import ServerConfig
 from sandbox_server.errors import FILE_OP_STATUS, RequestError
 from sandbox_server.fileops import FileOpError, Workspace
@@ -73,11 +73,14 @@ class SandboxServer:
         if self.runtime is None:
             # The local backend: slots see this interpreter read-only and first on PATH.
             python_prefix = sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)})
-            self._python_bin: str | None = str(Path(sys.executable).parent)
-            self._python: str | None = os.path.join(self._python_bin, "python")
+            self._path_head: str | None = str(Path(sys.executable).parent)
+            self._python: str | None = os.path.join(self._path_head, "python")
         else:
-            # The self-contained runtime: slots see the image's own toolchain only.
-            python_prefix, self._python_bin, self._python = [], None, image_python()
+            # The self-contained runtime: slots see the image's own toolchain only, on the PATH its
+            # ENV sets (go, cargo, conda... of an official image), read once as the server starts.
+            python_prefix = []
+            self._path_head = image_path(os.environ.get("PATH", ""), self.runtime)
+            self._python = image_python(self._path_head)
         self.cache_dir = self.data_dir / "cache" if config.cache_mount else None
         self.sandboxing = Sandboxing(
             bwrap=config.bwrap,
@@ -300,10 +303,10 @@ class SandboxServer:
                     argv = self.sandboxing.argv(
                         slot.root, slot.uid, words, network=network, command_file=command_file, as_root=as_root
                     )
-                    env = slot_env(self._python_bin, self.config.workspace_mount)
+                    env = slot_env(self._path_head, self.config.workspace_mount)
                 else:
                     argv = ["bash", str(command_file)] if command_file else ["bash", "-c", command]
-                    env = slot_env(self._python_bin, str(slot.root))
+                    env = slot_env(self._path_head, str(slot.root))
                 try:
                     async with self.guard.command(slot.id):  # the slot's totals, watched while it runs
                         outcome = await run_command(
@@ -340,7 +343,7 @@ class SandboxServer:
             return await run_command(
                 self.sandboxing.slot_user_argv(slot.uid) + words,
                 cwd=self.config.workspace_mount,
-                env=slot_env(self._python_bin, self.config.workspace_mount),
+                env=slot_env(self._path_head, self.config.workspace_mount),
                 timeout=timeout,
                 max_output_bytes=cap,
                 stdin=stdin.encode() if stdin is not None else None,

@@ -27,11 +27,11 @@ class SlotState:
     shell: asyncio.Task | None = None  # starting or started SlotShell: the slot's namespace and exec server
 
 
-def slot_env(python_bin: str | None, workspace_mount: str) -> dict[str, str]:
-    """A fixed environment: nothing of the server's leaks in. `python_bin` first on PATH (the local
-    backend's interpreter); None in the self-contained runtime, whose slots see the image's tools only."""
+def slot_env(path_head: str | None, workspace_mount: str) -> dict[str, str]:
+    """A fixed environment: nothing of the server's leaks in. `path_head`: directories before the usual
+    ones on PATH (the local backend's interpreter; in the self-contained runtime, the image's ENV PATH)."""
     return {
-        "PATH": f"{python_bin}:{SLOT_PATH}" if python_bin else SLOT_PATH,
+        "PATH": f"{path_head}:{SLOT_PATH}" if path_head else SLOT_PATH,
         "HOME": workspace_mount,
         "LANG": "C.UTF-8",
         "TMPDIR": "/tmp",
