@@ -7,7 +7,7 @@ config's `image` set to it. The local backend has no images: one pool per worksp
 slot's workspace appears where the item expects it, e.g. /app).
 
 On the docker backend a recipe is resolved on the engine itself (`DockerImages`): the named
-image when the engine has it, else the image built from the recipe's Dockerfile and context
+image when the engine has it or (unless the backend's pull policy is `never`) can pull it, else the image built from the recipe's Dockerfile and context
 under a content-addressed tag (reused when present), within the recipe's build timeout. The
 sandbox runtime is mounted into the container by the backend (backends/runtime.py), so nothing
 is added to the image. A build that fails or times out loses that item's rollouts to
@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import io
+import logging
 import re
 import tarfile
 from collections.abc import AsyncIterator, Callable
@@ -35,6 +36,8 @@ from slots.executor import ExecPolicy, SlotExecutor
 from slots.pool import SlotPool
 
 __all__ = ["ImageRecipe", "ImageSandboxes", "ImageUnavailable", "DockerImages", "content_tag", "IMAGE_LABEL"]
+
+log = logging.getLogger(__name__)
 
 # Every image this module builds carries it (value: the item's name), so a sweep finds only ours.
 IMAGE_LABEL = "hermes-rl.image-of"
@@ -95,9 +98,12 @@ def _context_tar(recipe: ImageRecipe) -> bytes:
 class DockerImages:
     """Resolves recipes to images on one Docker (or Podman) engine; each tag is built at most once at a time."""
 
-    def __init__(self, base_url: str | None = None, *, labels: dict[str, str] | None = None) -> None:
+    def __init__(
+        self, base_url: str | None = None, *, labels: dict[str, str] | None = None, pull: bool = False
+    ) -> None:
         self.base_url = base_url
         self.labels = dict(labels or {})
+        self.pull = pull  # try pulling a named image the engine lacks before building (the backend's pull policy)
         self._locks: dict[str, asyncio.Lock] = {}
         self._known: dict[str, str] = {}
         self._failed: dict[str, ImageUnavailable] = {}
@@ -119,6 +125,18 @@ class DockerImages:
             client.images.get(name)
             return True
         except docker.errors.ImageNotFound:
+            return False
+        finally:
+            client.close()
+
+    def _pulled(self, name: str) -> bool:
+        """Whether `name` could be pulled (a registry that has it); False, with the reason logged, otherwise."""
+        client = self._client(timeout=1800)
+        try:
+            client.images.pull(name)
+            return True
+        except Exception as exc:  # noqa: BLE001 - no registry, no such image, no credentials: build instead
+            log.warning("could not pull %s (%s); building its Dockerfile instead", name, exc)
             return False
         finally:
             client.close()
@@ -165,10 +183,13 @@ class DockerImages:
         name = recipe.name
         if name is not None and await loop.run_in_executor(self._executor, self._exists, name):
             return name
+        if name is not None and self.pull and await loop.run_in_executor(self._executor, self._pulled, name):
+            return name
         if recipe.dockerfile is None or recipe.tag is None:
+            how = "could not be pulled" if self.pull else "is not pulled (pull: never)"
             raise ImageUnavailable(
-                f"{recipe.owner}: image {recipe.name} is not on the docker engine and there is no Dockerfile to "
-                "build; load or build it first (`docker image ls`)"
+                f"{recipe.owner}: image {recipe.name} is not on the docker engine, {how}, and there is no "
+                "Dockerfile to build; load or build it first (`docker image ls`)"
             )
         if await loop.run_in_executor(self._executor, self._exists, recipe.tag):
             return recipe.tag
@@ -215,7 +236,11 @@ class ImageSandboxes:
         self._lock = asyncio.Lock()
         backend = config.resolved_backend()
         if images is None and backend.kind == "docker":
-            images = DockerImages(getattr(backend, "engine", None), labels=getattr(backend, "labels", None))
+            images = DockerImages(
+                getattr(backend, "engine", None),
+                labels=getattr(backend, "labels", None),
+                pull=getattr(backend, "pull", "never") != "never",
+            )
         self.images = images
 
     @property

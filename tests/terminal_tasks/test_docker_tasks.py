@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from backends.runtime import DEFAULT_RUNTIME_DIR, RUNTIME_FILES
 from environments.image_sandboxes import DockerImages, ImageRecipe, ImageSandboxes, ImageUnavailable
 from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.terminal_tasks import OracleAgent, TerminalTasksEnv
@@ -29,7 +28,7 @@ from slots.executor import ExecPolicy
 from slots.pool import SlotPoolConfig
 from tests.security.conftest import play
 from tests.support.cli import run_cli
-from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem
+from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, sandbox_image
 from tests.terminal_tasks.conftest import make_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -44,9 +43,7 @@ def engine() -> str:
     problem = engine_problem(ENGINE)
     if problem is not None:
         pytest.skip(problem)
-    missing = [f for f in RUNTIME_FILES if not (DEFAULT_RUNTIME_DIR / f).is_file()]
-    if missing:
-        pytest.skip(f"sandbox runtime not built ({', '.join(missing)}): bash scripts/build_sandbox_runtime.sh")
+    sandbox_image()  # the runtime the backend mounts, built or brought up to date (cached by its inputs)
     return ENGINE
 
 
