@@ -1,9 +1,7 @@
-"""The verifier's root commands: only a server started with --allow-root-commands runs them, and only
-the env's verifier asks (never a tool the agent calls, never the local backend).
-
-The server here is a real sandbox_server process under real bubblewrap on this machine; the root
-command runs in its own namespaces with the capabilities a container's root would have, minus
-CAP_SYS_ADMIN (it cannot remount what the slot sees).
+"""The verifier's root commands: only a server started with --allow-root-commands runs them (container
+backends), never the local backend's. Real sandbox_server processes under real bubblewrap on this machine;
+no root command runs here. That the agent's tools never get root where the server allows it is played on
+the docker backend (test_docker_tasks.py).
 """
 
 from __future__ import annotations
@@ -18,7 +16,6 @@ from backends.process import start_sandbox_process
 from slots.client import SandboxAddress, SandboxClient, SandboxError, Slot
 from slots.executor import ExecPolicy, SandboxBatcher, SlotExecutor
 from slots.pool import SlotPoolConfig
-from tests.security.conftest import play
 
 
 @asynccontextmanager
@@ -65,26 +62,3 @@ async def test_the_local_backend_never_runs_the_verifier_as_root(tmp_path):
         await pool.stop()
     assert info.value.kind == "root_refused"
     assert plain.exit_code == 0 and plain.output.strip() != "0"
-
-
-async def test_the_agents_tools_never_get_root_even_where_the_server_allows_it(tmp_path):
-    """A hostile policy asks every tool for root; only the env's verifier call runs as root."""
-    policy = ExecPolicy(verifier_as_root=True)
-    async with server_executor(tmp_path, "--allow-root-commands", policy=policy) as (_, executor):
-        asks = {"as_root": True, "user": "root", "root": True, "privileged": True}
-        messages = await play(
-            executor,
-            [
-                [("terminal", {"command": "id -u > uid-terminal.txt; id -u", **asks})],
-                [("python", {"code": "import os; print(os.getuid())", **asks})],
-                [("terminal", {"command": "touch /etc/hermes-root-was-here; echo rc=$?", **asks})],
-            ],
-        )
-        written = (await executor.read_file("uid-terminal.txt")).decode().strip()
-        verifier = await executor.verify_exec("id -u; touch /etc/x 2>&1; echo rc=$?", timeout=10, max_output_bytes=1000)
-    outputs = [str(m["result"]) for m in messages]
-    assert written != "0" and written.isdigit()
-    assert "'0\\n'" not in outputs[1] and "rc=0" not in outputs[2], outputs
-    # The verifier is root (uid 0) but the slot's root filesystem stays read-only to it.
-    lines = verifier.output.split("\n")
-    assert lines[0] == "0" and "rc=0" not in verifier.output, verifier.output

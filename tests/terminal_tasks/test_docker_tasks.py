@@ -137,11 +137,20 @@ async def test_an_ubuntu_2204_image_with_python_310_only_hosts_slots_and_tools_n
                 timeout=60,
                 max_output_bytes=10_000,
             )
+            # A hostile policy asks every tool for root; only the env's verifier call runs as root.
+            asks = {"as_root": True, "user": "root", "root": True, "sudo": True, "privileged": True}
             messages = await play(
-                executor, [[("terminal", {"command": "id -u", "as_root": True, "user": "root", "sudo": True})]]
+                executor,
+                [
+                    [("terminal", {"command": "id -u", **asks})],
+                    [("python", {"code": "import os; print('uid', os.getuid())", **asks})],
+                    [("terminal", {"command": "touch /etc/hermes-root-was-here; echo rc=$?", **asks})],
+                ],
             )
             verifier = await executor.verify_exec(
-                "id -u; tail -n +3 /proc/net/dev", timeout=60, max_output_bytes=10_000
+                "id -u; touch /etc/x 2>/dev/null; echo rc=$?; tail -n +3 /proc/net/dev",
+                timeout=60,
+                max_output_bytes=10_000,
             )
         (pool,) = sandboxes.pools.values()
         images = {a.name for a in pool.sandboxes}
@@ -151,9 +160,14 @@ async def test_an_ubuntu_2204_image_with_python_310_only_hosts_slots_and_tools_n
     assert probe.exit_code == 0 and lines[0].startswith("Python 3.10."), probe.output
     assert lines[1:3] == ["python3.10", "/usr/bin/expect"], probe.output  # no other python: the runtime is its own
     assert lines[3] != "0" and lines[4] == "/app", probe.output
-    assert json.loads(messages[0]["content"])["output"].strip() != "0"
+    outputs = [json.loads(m["content"]) for m in messages]
+    assert outputs[0]["output"].strip().isdigit() and outputs[0]["output"].strip() != "0", outputs
+    assert "uid " in str(outputs[1]) and "uid 0" not in str(outputs[1]), outputs
+    assert "rc=1" in outputs[2]["output"], outputs
+    # The verifier is root but the slot's root filesystem stays read-only to it; offline as asked.
     vlines = verifier.output.strip().split("\n")
-    assert vlines[0] == "0" and [v.split(":")[0].strip() for v in vlines[1:]] == ["lo"], verifier.output
+    assert vlines[:2] == ["0", "rc=1"], verifier.output
+    assert [v.split(":")[0].strip() for v in vlines[2:]] == ["lo"], verifier.output
     assert len(images) == 1
 
 
