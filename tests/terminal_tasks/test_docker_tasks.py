@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.image_sandboxes import DockerImages, ImageRecipe, ImageSandboxes, ImageUnavailable
+from environments.image_sandboxes import IMAGE_LABEL, DockerImages, ImageRecipe, ImageSandboxes, ImageUnavailable
 from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.terminal_tasks import OracleAgent, TerminalTasksEnv
 from environments.terminal_tasks.harbor import load_harbor_task
@@ -75,6 +75,17 @@ def test_id(engine) -> Iterator[str]:
     try:
         for c in client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={value}"}):
             c.remove(force=True)
+    finally:
+        client.close()
+
+
+def _remove_images(engine: str, label: str) -> None:
+    import docker
+
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
+    try:
+        for image in client.images.list(filters={"label": label}):
+            client.images.remove(image.id, force=True)
     finally:
         client.close()
 
@@ -201,6 +212,8 @@ async def test_a_present_docker_image_is_used_rather_than_rebuilt(task_images, e
     ids=["fails", "times-out"],
 )
 async def test_a_build_that_fails_or_times_out_names_the_task(engine, test_id, dockerfile, timeout, message):
+    # A build we stopped waiting for may still finish on the engine: its image (ours by label) goes next run.
+    _remove_images(engine, f"{IMAGE_LABEL}=broken-task")
     images = DockerImages(engine, labels={TEST_LABEL: test_id})
     recipe = ImageRecipe(
         owner="broken-task",
