@@ -299,6 +299,8 @@ class DockerSandboxProvider:
             limits=c.limits,
             workspace_mount=c.workspace_mount,
             token_file=TOKEN_FILE,
+            # A task's verifier may run as root: the container's root, in the command's own namespaces.
+            extra=["--allow-root-commands"],
         )
         host_config = self.api.create_host_config(
             binds={str(Path(c.runtime_dir).resolve()): {"bind": RUNTIME_MOUNT, "mode": "ro"}},

@@ -53,6 +53,11 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, ServerConfig]:
         action="store_true",
         help="start commands through prlimit and setpriv even if hermes-spawn is built",
     )
+    ap.add_argument(
+        "--allow-root-commands",
+        action="store_true",
+        help="accept exec calls with as_root (a task verifier as its container's root); container backends only",
+    )
     defaults = SlotLimits()
     for name, info in SlotLimits.model_fields.items():
         kind = float if info.annotation is float else int
@@ -71,6 +76,7 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, ServerConfig]:
         extra_ro_paths=ns.ro_path,
         spawn_helper=not ns.no_spawn_helper,
         limits=limits,
+        allow_root_commands=ns.allow_root_commands,
     )
     return ns, config
 

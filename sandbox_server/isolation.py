@@ -45,6 +45,15 @@ COMMAND_FILE = "/.hermes-command.sh"  # in the root: bwrap would make a new pare
 _NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
 # setpriv needs these to switch to the slot's uid; it then drops them all (bounding set too).
 _SWITCH_CAPS = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+# A verifier as its container's root (--allow-root-commands): what Docker gives a container's root by
+# default, less raw sockets, device nodes and file capabilities; never CAP_SYS_ADMIN, so the
+# slot's mounts (read-only root, the other slots hidden) stay as they are.
+_ROOT_CAPS = ["--cap-drop", "ALL"] + [
+    arg
+    for cap in ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP")
+    + ("NET_BIND_SERVICE", "SYS_CHROOT")
+    for arg in ("--cap-add", f"CAP_{cap}")
+]
 # The slot's exec server also kills what a command leaves (kill(-1)) and remounts /tmp after it.
 _SHELL_CAPS = [*_SWITCH_CAPS, "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
 EXEC_SERVER_FILE = "/.hermes-exec-server.py"
@@ -368,15 +377,28 @@ class Sandboxing:
         return args
 
     def argv(
-        self, workspace: Path, uid: int, command: list[str], *, network: bool, command_file: Path | None = None
+        self,
+        workspace: Path,
+        uid: int,
+        command: list[str],
+        *,
+        network: bool,
+        command_file: Path | None = None,
+        as_root: bool = False,
     ) -> list[str]:
-        """One command in a namespace of its own (the path for calls that ask for network)."""
-        args = [self.prlimit, *self._limits, *self._bwrap(workspace, _SWITCH_CAPS, network=network)]
+        """One command in a namespace of its own (the path for calls that ask for network or root).
+
+        `as_root`: as uid 0 with `_ROOT_CAPS` (the server checked it may), else as the slot's uid.
+        """
+        caps = _ROOT_CAPS if as_root else _SWITCH_CAPS
+        args = [self.prlimit, *self._limits, *self._bwrap(workspace, caps, network=network)]
         if command_file is not None:
             args += ["--ro-bind", str(command_file), COMMAND_FILE]
         # bwrap builds the root as a tmpfs; make it read-only so the workspace and /tmp are
         # the only writable places.
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
+        if as_root:
+            return args + self._ipc_limits() + [self.setpriv, "--no-new-privs", "--"] + command
         return args + self._ipc_limits() + self._as_slot_user(uid) + command
 
     def _ipc_limits(self) -> list[str]:

@@ -3,7 +3,8 @@
 
 Endpoints (all need `Authorization: Bearer <token>`; JSON unless noted):
   GET  /health                          isolation status, slots, interpreter
-  POST /slots/{slot}/exec               {command, timeout, max_output_bytes, stdin?, network?, require_isolation?}
+  POST /slots/{slot}/exec               {command, timeout, max_output_bytes, stdin?, network?, require_isolation?,
+                                         as_root? (only on a server started with --allow-root-commands)}
   POST /slots/{slot}/reset              kill what runs in the slot, empty its workspace
   GET  /slots/{slot}/file?path=P        raw bytes
   PUT  /slots/{slot}/file?path=P        raw bytes in the body
@@ -254,6 +255,19 @@ class SandboxServer:
         cap = max(1, min(cap, self.config.max_output_bytes))
         network = bool(body.get("network", False))
         require_isolation = body.get("require_isolation", True) is not False
+        as_root = body.get("as_root", False)
+        if not isinstance(as_root, bool):
+            raise RequestError(400, "bad_request", "'as_root' must be true or false")
+        if as_root and not self.config.allow_root_commands:
+            raise RequestError(
+                403,
+                "root_refused",
+                "this sandbox runs no command as root (start it with --allow-root-commands, container backends only)",
+            )
+        if as_root and not self.isolation.available:
+            raise RequestError(
+                503, "isolation_unavailable", "a root command needs bubblewrap isolation, unavailable here"
+            )
         if not self.isolation.available and require_isolation:
             raise RequestError(
                 503,
@@ -265,7 +279,7 @@ class SandboxServer:
         async with slot.lock:
             if slot.generation != generation:
                 raise RequestError(409, "slot_reset", "the slot was reset while this command waited; it did not run")
-            fast = self.isolation.available and not network and self._shell_error is None
+            fast = self.isolation.available and not network and not as_root and self._shell_error is None
             shell = await self._shell(slot) if fast else None
             if shell is not None:
                 try:
@@ -286,7 +300,9 @@ class SandboxServer:
             try:
                 if self.isolation.available:
                     words = ["bash", COMMAND_FILE] if command_file else ["bash", "-c", command]
-                    argv = self.sandboxing.argv(slot.root, slot.uid, words, network=network, command_file=command_file)
+                    argv = self.sandboxing.argv(
+                        slot.root, slot.uid, words, network=network, command_file=command_file, as_root=as_root
+                    )
                     env = slot_env(self._path_head, self.config.workspace_mount)
                 else:
                     argv = ["bash", str(command_file)] if command_file else ["bash", "-c", command]

@@ -29,7 +29,8 @@ from environments.hermes_base_env import (
 )
 from environments.models.base import ChatModel
 from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
-from environments.terminal_tasks.sandboxes import TaskSandboxes, task_image
+from environments.image_sandboxes import ImageSandboxes
+from environments.terminal_tasks.sandboxes import task_recipe
 from environments.terminal_tasks.loaders import load_endless_rows, load_tasks_dir
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask
 from environments.terminal_tasks.verify import parse_verdict, setup_script, verify_script
@@ -69,9 +70,13 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     workspace_path: str = Field(
         "/workspace",
         description="Nomad/Modal: where the task image's sandbox shows a slot's workspace (sandbox_server "
-        "--workspace-mount); the local backend mounts it at the task's own working directory instead",
+        "--workspace-mount); the local and docker backends mount it at the task's own working directory instead",
     )
-    image_registry: str = Field("hermes-rl-tasks", description="Registry prefix of the task images Nomad/Modal run")
+    image_registry: str = Field(
+        "hermes-rl-tasks",
+        description="Registry prefix of the task images Nomad/Modal run, and of the images the docker backend "
+        "builds from tasks' Dockerfiles (content tags)",
+    )
     setup_timeout_s: float = Field(300.0, gt=0, description="Building a task's initial state in its slot")
     bootstrap_tests_with_sandbox_pytest: bool = Field(
         False,
@@ -81,7 +86,7 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     task_network: Literal["auto", "allow", "forbid"] = Field(
         "auto",
         description="Whether a task's allow_internet (Harbor's default: true) gives its commands network: allow | "
-        "forbid | auto = allow where network is the container's own (Nomad/Modal), forbid on the local backend, "
+        "forbid | auto = allow where network is the container's own (docker/Nomad/Modal), forbid on the local backend, "
         "where it is this machine's, loopback included (run-api, the model server)",
     )
     check_initial_state: bool = Field(
@@ -202,9 +207,14 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     def exec_policy(self, item: TerminalTask) -> ExecPolicy:
         """The task's network and image environment, for every command of its trajectory (agent and verifier)."""
         paths = PathMap.for_task(item, self.workspace_for(item))
+        on_docker = self.config.sandbox.backend.kind == "docker"
         return ExecPolicy(
             network=item.allow_internet and self._task_network(),
             env={k: paths(v) for k, v in item.environment.items()},
+            # As Harbor runs tests/test.sh: as the image's root, with network unless allow_internet = false. Only
+            # the docker backend starts its servers with --allow-root-commands (root there is the container's).
+            verifier_network=item.allow_internet if on_docker else None,
+            verifier_as_root=on_docker and item.format == "harbor",
         )
 
     async def eval_items(self) -> list[TerminalTask]:
@@ -223,22 +233,26 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         return loop.model_copy(update={"time_budget_s": item.agent_timeout_s})
 
     def workspace_for(self, item: TerminalTask) -> str:
-        """Where the task's workspace is: its own working directory (local), else --env.workspace_path."""
-        return self.config.workspace_path if self._sandboxes_per_image() else item.workdir_root
+        """Where the task's workspace is: its own working directory (local, docker), else --env.workspace_path."""
+        return item.workdir_root if self._workspace_at_task_dir() else self.config.workspace_path
+
+    def _workspace_at_task_dir(self) -> bool:
+        """Whether each pool may mount its slots' workspaces where the task expects them (/app, /home/user)."""
+        return "workspace_mount" in type(self.config.sandbox.backend).model_fields
 
     def scripted_agent(self) -> Callable[[], ChatModel] | None:
         if self.config.agent == "oracle":
-            workspace = self.config.workspace_path if self._sandboxes_per_image() else None
+            workspace = None if self._workspace_at_task_dir() else self.config.workspace_path
             return lambda: OracleAgent(self.by_id, workspace)
         return NoOpAgent if self.config.agent == "noop" else None
 
-    def make_tool_backend(self) -> TaskSandboxes:
-        return TaskSandboxes(self.config.sandbox)
+    def make_tool_backend(self) -> ImageSandboxes:
+        return ImageSandboxes(self.config.sandbox)
 
     def open_workspace(self, item: TerminalTask, task_id: str):
-        image = task_image(item, self.config.image_registry) if self._sandboxes_per_image() else None
+        image = task_recipe(item, self.config.image_registry) if self._sandboxes_per_image() else None
         backend = self.agent_runtime.tool_backend
-        if not isinstance(backend, TaskSandboxes):
+        if not isinstance(backend, ImageSandboxes):
             raise RuntimeError(
                 "rollout() outside the env's runtime; use process/serve/evaluate or `async with env.runtime()`"
             )
@@ -279,12 +293,17 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
 
     async def compute_reward(self, item: TerminalTask, result: AgentResult, ctx: ToolContext) -> float:
         script, payload, nonce = verify_script(item, self.workspace_for(item))
-        run = await ctx.executor.exec(
+        run = await self._verifier_exec(ctx)(
             script, timeout=item.verifier_timeout_s + 30, max_output_bytes=200_000, stdin=payload
         )
         verdict = parse_verdict(item, run.output, nonce)
         logger.info("task %s: reward %.3f (%s)", item.id, verdict.reward, verdict.reason)
         return verdict.reward
+
+    @staticmethod
+    def _verifier_exec(ctx: ToolContext):
+        """The executor's verifier entry (its policy's verifier network and user) where it has one."""
+        return getattr(ctx.executor, "verify_exec", ctx.executor.exec)
 
     def eval_metrics(self, rollouts: list[Rollout]) -> dict[str, float]:
         # How many verdicts came from the sandbox's pytest instead of the task's own test tools (the opt-in).
