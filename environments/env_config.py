@@ -66,7 +66,8 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         "confined (no bubblewrap) or with tool_backend local; see docs/security.md for what that costs",
     )
     sandbox: SandboxToolBackendConfig = Field(
-        default_factory=SandboxToolBackendConfig, description="Sandbox slots: backend (local | nomad | modal) and pool"
+        default_factory=SandboxToolBackendConfig,
+        description="Sandbox slots: backend (local | docker | nomad | modal) and pool",
     )
     model_max_retries: int = Field(2, ge=0, description="Retries of a failed model request (5xx, 429, connection)")
     rollout_infra_retries: int = Field(

@@ -1,7 +1,7 @@
 """The `sandbox` section of an env config: where sandbox slots come from.
 
 Selected in the env config with `tool_backend: sandbox`; `sandbox.backend.kind` picks
-where the sandbox_server instances run (local processes, Nomad, Modal). The tool backend
+where the sandbox_server instances run (local processes, Docker/Podman containers, Nomad, Modal). The tool backend
 itself is the `SlotPool` that `make_backend` returns (slots/pool.py).
 """
 
@@ -18,7 +18,7 @@ __all__ = ["SandboxToolBackendConfig"]
 
 class SandboxToolBackendConfig(BaseModel):
     kind: Literal["sandbox"] = "sandbox"
-    backend: BackendConfig = Field(default_factory=LocalBackendConfig, description="local | nomad | modal")
+    backend: BackendConfig = Field(default_factory=LocalBackendConfig, description="local | docker | nomad | modal")
     acquire_timeout_s: float | None = Field(None, gt=0, description="Override of the pool's acquire timeout")
 
     def resolved_backend(self) -> BackendConfig:

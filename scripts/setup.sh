@@ -66,7 +66,7 @@ for spec in "modal-$modal_floor:modal==$modal_floor" "modal-latest:modal"; do
   fi
 done
 
-extras="embedded,dev,codeact,ray"
+extras="embedded,dev,codeact,ray,docker"
 if [ "$with_train" = 1 ]; then
   # CPU torch first (a plain torch requirement resolves to the CUDA build, several GB); the
   # train extra's range then keeps it, and uv adds torch's own dependencies below.

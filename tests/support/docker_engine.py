@@ -1,0 +1,156 @@
+"""A real container engine for tests: the engine check, a sandbox runtime and image the docker backend runs.
+
+Everything created here carries `hermes-rl.test=<TEST_LABEL>` (images) or the per-test labels the
+callers pass (containers), so tests remove only their own: other runs use the same engine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import shutil
+import subprocess
+import sys
+import tarfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from backends.docker import DockerBackendConfig
+from backends.runtime import DEFAULT_RUNTIME_DIR, RUNTIME_FILES
+from slots.pool import SlotPoolConfig
+
+__all__ = ["ENGINE", "TEST_LABEL", "engine_problem", "SandboxImage", "sandbox_image", "docker_config"]
+
+ENGINE = "unix:///var/run/docker.sock"
+TEST_LABEL = "hermes-rl.test"
+REPO = Path(__file__).resolve().parents[2]
+BASE_IMAGE = "debian:bookworm"  # made offline by scripts/base_images.sh
+
+# Until the frozen runtime is built, the server runs on the image's python3 with the packages
+# sandbox_server needs copied from this venv (bookworm's own pydantic is 1.x).
+INTERIM_DOCKERFILE = f"""FROM {BASE_IMAGE}
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 bubblewrap \\
+    && rm -rf /var/lib/apt/lists/*
+"""
+INTERIM_PACKAGES = (
+    "aiohttp",
+    "aiohappyeyeballs",
+    "aiosignal",
+    "attrs",
+    "attr",
+    "frozenlist",
+    "multidict",
+    "propcache",
+    "yarl",
+    "idna",
+    "pydantic",
+    "pydantic_core",
+    "annotated_types",
+    "typing_inspection",
+    "typing_extensions.py",
+)
+
+
+def engine_problem(engine: str = ENGINE) -> str | None:
+    """Why no engine answers at `engine` (None: it does)."""
+    try:
+        import docker
+    except ImportError:
+        return "the docker SDK is not installed (pip install 'hermes-rl[docker]')"
+    try:
+        client = docker.DockerClient(base_url=engine, version="auto", timeout=10)
+    except docker.errors.DockerException as exc:
+        return f"no container engine answers at {engine}: {exc}"
+    try:
+        client.ping()
+    finally:
+        client.close()
+    return None
+
+
+@dataclass(frozen=True)
+class SandboxImage:
+    image: str
+    runtime_dir: Path
+
+
+def _build(client: Any, dockerfile: str, name: str) -> str:
+    tag = f"{name}:{hashlib.sha256(dockerfile.encode()).hexdigest()[:12]}"
+    try:
+        client.images.get(tag)
+        return tag
+    except Exception:  # noqa: BLE001 - not built yet
+        pass
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        data = dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    buf.seek(0)
+    client.images.build(fileobj=buf, custom_context=True, tag=tag, labels={TEST_LABEL: "docker-backend"}, rm=True)
+    return tag
+
+
+def _interim_runtime(dest: Path) -> Path:
+    """A directory meeting the runtime's contract (RUNTIME_FILES) whose server runs on the image's python3."""
+    py = dest / "py"
+    py.mkdir(parents=True)
+    site = Path(next(p for p in sys.path if p.endswith("site-packages")))
+    for name in INTERIM_PACKAGES:
+        src = site / name
+        (shutil.copytree if src.is_dir() else shutil.copy2)(src, py / name)
+    spawn = REPO / "sandbox_server" / "hermes-spawn"
+    if not spawn.exists():
+        subprocess.run(["bash", str(REPO / "sandbox_server" / "build_spawn_helper.sh"), str(spawn)], check=True)
+    shutil.copytree(REPO / "sandbox_server", py / "sandbox_server", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy2(spawn, dest / "hermes-spawn")
+    (dest / "sandbox-server").write_text(
+        '#!/bin/sh\nPYTHONPATH=/opt/hermes/py PYTHONUNBUFFERED=1 exec python3 -m sandbox_server "$@"\n'
+    )
+    (dest / "bwrap").write_text('#!/bin/sh\nexec /usr/bin/bwrap "$@"\n')
+    for f in ("sandbox-server", "bwrap"):
+        (dest / f).chmod(0o755)
+    return dest
+
+
+def sandbox_image(scratch: Path) -> SandboxImage:
+    """The image and runtime the docker backend's tests run: the built runtime in debian:bookworm if
+    scripts/build_sandbox_runtime.sh has made it, else the interim one (python3 + bubblewrap image)."""
+    import docker
+
+    if all((DEFAULT_RUNTIME_DIR / f).is_file() for f in RUNTIME_FILES):
+        return SandboxImage(BASE_IMAGE, DEFAULT_RUNTIME_DIR)
+    client = docker.DockerClient(base_url=ENGINE, version="auto", timeout=600)
+    try:
+        image = _build(client, INTERIM_DOCKERFILE, "hermes-rl-test/interim-sandbox")
+    finally:
+        client.close()
+    return SandboxImage(image, _interim_runtime(scratch / "runtime"))
+
+
+def delayed_runtime(runtime_dir: Path, dest: Path, delay_s: float) -> Path:
+    """A copy of `runtime_dir` whose server starts listening only `delay_s` after its container starts."""
+    shutil.copytree(runtime_dir, dest, symlinks=True)
+    (dest / "sandbox-server").rename(dest / "sandbox-server.real")
+    (dest / "sandbox-server").write_text(f'#!/bin/sh\nsleep {delay_s}\nexec "$0.real" "$@"\n')
+    (dest / "sandbox-server").chmod(0o755)
+    return dest
+
+
+def docker_config(
+    image: SandboxImage, test_id: str, *, slots: int = 2, sandboxes: int = 1, engine: str = ENGINE, **fields: Any
+) -> DockerBackendConfig:
+    pool = fields.pop("pool", None) or SlotPoolConfig(
+        slots_per_sandbox=slots, min_sandboxes=sandboxes, max_sandboxes=sandboxes, health_interval_s=30
+    )
+    return DockerBackendConfig(
+        engine=engine,
+        image=image.image,
+        runtime_dir=str(fields.pop("runtime_dir", image.runtime_dir)),
+        pull="never",
+        labels={TEST_LABEL: test_id},
+        pool=pool,
+        **fields,
+    )
