@@ -29,7 +29,8 @@ from environments.hermes_base_env import (
 )
 from environments.models.base import ChatModel
 from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
-from environments.terminal_tasks.sandboxes import TaskSandboxes, task_image
+from environments.image_sandboxes import ImageSandboxes
+from environments.terminal_tasks.sandboxes import task_recipe
 from environments.terminal_tasks.loaders import load_endless_rows, load_tasks_dir
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask
 from environments.terminal_tasks.verify import parse_verdict, setup_script, verify_script
@@ -232,13 +233,13 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             return lambda: OracleAgent(self.by_id, workspace)
         return NoOpAgent if self.config.agent == "noop" else None
 
-    def make_tool_backend(self) -> TaskSandboxes:
-        return TaskSandboxes(self.config.sandbox)
+    def make_tool_backend(self) -> ImageSandboxes:
+        return ImageSandboxes(self.config.sandbox)
 
     def open_workspace(self, item: TerminalTask, task_id: str):
-        image = task_image(item, self.config.image_registry) if self._sandboxes_per_image() else None
+        image = task_recipe(item, self.config.image_registry) if self._sandboxes_per_image() else None
         backend = self.agent_runtime.tool_backend
-        if not isinstance(backend, TaskSandboxes):
+        if not isinstance(backend, ImageSandboxes):
             raise RuntimeError(
                 "rollout() outside the env's runtime; use process/serve/evaluate or `async with env.runtime()`"
             )

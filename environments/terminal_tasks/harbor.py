@@ -202,7 +202,9 @@ def _harbor_fields(config: dict[str, Any], task_dir: Path) -> tuple[list[str], l
                     Problem(text=f"task.toml [environment] mcp_servers ({names}): not started by this backend")
                 )
         elif key == "build_timeout_sec":
-            unsupported.append(f"[environment].{key} = {value!r} (setup runs under --env.setup_timeout_s)")
+            unsupported.append(
+                f"[environment].{key} = {value!r} (no image is built; setup runs under --env.setup_timeout_s)"
+            )
         elif key in ("cpus", "memory_mb", "memory", "storage_mb", "storage"):
             unsupported.append(f"[environment].{key} = {value!r} (the local sandbox sets no per-task limit)")
         elif value not in (None, [], "", {}):
@@ -316,6 +318,7 @@ def load_harbor_task(task_dir: Path, *, machine: Machine | None = None) -> Termi
         docker_image=env_cfg.get("docker_image"),
         base_image=base,
         image_recipe=recipe,
+        build_timeout_s=float(env_cfg.get("build_timeout_sec") or 600.0),
         cpus=float(env_cfg.get("cpus", 1)),
         memory_mb=int(memory or 2048),
         storage_mb=int(storage or 10240),

@@ -1,33 +1,28 @@
-"""Sandbox slots per task image, and the images themselves.
+"""The images terminal tasks run in (their pools: environments/image_sandboxes.py).
 
 On Nomad and Modal a task runs in a sandbox started from its own image: Harbor's
 `[environment] docker_image`, or the image built from its `environment/Dockerfile` (or an
 Endless Terminals `container.def`'s base), each with the project's sandbox layer on top
-(sandbox_server + bubblewrap, see the project Dockerfile). One slot pool per image, made
-on first use. The local backend has no images: tasks run on this machine's base environment
-(those it cannot reproduce are skipped at load time), in one pool per working directory: the
-slot's workspace is mounted where the task expects it (/app, /home/user), as in its image.
+(see the project Dockerfile), built and pushed beforehand (`main` prints the commands).
+On the docker backend the task's own recipe is resolved on the engine: `docker_image` when
+present, else its Dockerfile built as written under a content tag (`task_recipe`); the runtime
+is mounted, not layered. The local backend has no images: tasks run on this machine's base
+environment (those it cannot reproduce are skipped at load time), in one pool per working
+directory: the slot's workspace is mounted where the task expects it (/app, /home/user).
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
-import hashlib
 import re
 import shutil
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 
-from backends import BackendConfig, LocalBackendConfig, make_backend
-from environments.sandbox_backend import SandboxToolBackendConfig
+from environments.image_sandboxes import ImageRecipe, content_tag
 from environments.terminal_tasks.loaders import load_tasks_dir
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, TerminalTask
-from slots.executor import ExecPolicy, SlotExecutor
-from slots.pool import SlotPool
 
-__all__ = ["TaskSandboxes", "task_image", "write_build_context", "SANDBOX_LAYER"]
+__all__ = ["task_image", "task_recipe", "own_dockerfile", "write_build_context", "SANDBOX_LAYER"]
 
 # Appended to a task's image recipe: what sandbox_server needs to run inside it.
 SANDBOX_LAYER = """
@@ -68,13 +63,33 @@ def base_dockerfile(task: TerminalTask) -> str:
 
 
 def task_image(task: TerminalTask, registry: str) -> str:
-    """Content-addressed tag of the task's sandbox image: same recipe and files, same tag."""
-    h = hashlib.sha256(base_dockerfile(task).encode() + SANDBOX_LAYER.encode())
-    if task.format == "harbor" and task.context_dir is not None and task.context_dir.is_dir():
-        for p in sorted(task.context_dir.rglob("*")):
-            if p.is_file():
-                h.update(str(p.relative_to(task.context_dir)).encode() + b"\0" + p.read_bytes())
-    return f"{registry.rstrip('/')}/{_slug(task.id)}:{h.hexdigest()[:12]}"
+    """Content-addressed tag of the task's sandbox image (Nomad, Modal): same recipe and files, same tag."""
+    context = task.context_dir if task.format == "harbor" else None
+    return content_tag(
+        f"{registry.rstrip('/')}/{_slug(task.id)}", base_dockerfile(task), context, SANDBOX_LAYER.encode()
+    )
+
+
+def own_dockerfile(task: TerminalTask) -> str:
+    """The task's recipe as written (Harbor's Dockerfile; an Endless base with its packages), no sandbox layer."""
+    if task.format == "harbor" and task.image_recipe is not None:
+        return task.image_recipe
+    return base_dockerfile(task)
+
+
+def task_recipe(task: TerminalTask, registry: str) -> ImageRecipe:
+    """Where the task's image comes from: `docker_image` if the engine has it, else its own recipe built."""
+    dockerfile = own_dockerfile(task)
+    context = task.context_dir if task.format == "harbor" else None
+    return ImageRecipe(
+        owner=task.id,
+        name=task.docker_image if task.format == "harbor" else None,
+        dockerfile=dockerfile,
+        context_dir=context,
+        tag=content_tag(f"{registry.rstrip('/')}/{_slug(task.id)}", dockerfile, context),
+        build_timeout_s=task.build_timeout_s,
+        registry_image=task_image(task, registry),
+    )
 
 
 def write_build_context(task: TerminalTask, out_dir: Path, sandbox_server_dir: Path) -> Path:
@@ -89,71 +104,6 @@ def write_build_context(task: TerminalTask, out_dir: Path, sandbox_server_dir: P
     shutil.copytree(sandbox_server_dir, out_dir / "hermes_sandbox_server", ignore=shutil.ignore_patterns("__pycache__"))
     (out_dir / "Dockerfile").write_text(base_dockerfile(task).rstrip("\n") + "\n" + SANDBOX_LAYER)
     return out_dir
-
-
-class TaskSandboxes:
-    """A `ToolBackend` whose trajectories run in a slot of the pool for their task's image."""
-
-    def __init__(
-        self,
-        config: SandboxToolBackendConfig,
-        factory: Callable[[BackendConfig], SlotPool] = make_backend,
-    ) -> None:
-        self.config = config
-        self.factory = factory
-        self.pools: dict[str, SlotPool] = {}
-        self._lock = asyncio.Lock()
-
-    @property
-    def per_image(self) -> bool:
-        return not isinstance(self.config.backend, LocalBackendConfig)
-
-    async def start(self) -> None:
-        pass  # pools start on first use: one per image (Nomad, Modal) or working directory (local)
-
-    async def stop(self) -> None:
-        pools, self.pools = list(self.pools.values()), {}
-        await asyncio.gather(*(p.stop() for p in pools), return_exceptions=True)
-
-    def _config_for(self, image: str) -> BackendConfig:
-        backend = self.config.resolved_backend()
-        suffix = hashlib.sha1(image.encode()).hexdigest()[:8]
-        update: dict[str, object] = {"image": image}
-        if hasattr(backend, "job_id"):
-            update["job_id"] = f"{backend.job_id}-{suffix}"  # Nomad: one service job per image
-        if hasattr(backend, "pool_name"):
-            update["pool_name"] = f"{backend.pool_name}-{suffix}"  # Modal: names and tags per pool
-        return backend.model_copy(update=update)
-
-    async def _pool(self, key: str) -> SlotPool:
-        async with self._lock:
-            pool = self.pools.get(key)
-            if pool is None:
-                backend = self.config.resolved_backend()
-                if self.per_image:
-                    config = self._config_for(key)
-                else:
-                    config = backend.model_copy(update={"workspace_mount": key})
-                pool = self.factory(config)
-                await pool.start()
-                self.pools[key] = pool
-        return pool
-
-    @asynccontextmanager
-    async def trajectory(
-        self, task_id: str, image: str | None = None, workspace: str | None = None, policy: ExecPolicy | None = None
-    ) -> AsyncIterator[SlotExecutor]:
-        """A slot for the task's image (Nomad, Modal) or with its workspace at `workspace` (local).
-
-        `policy`: the task's network and environment, for every command of the trajectory (agent and verifier).
-        """
-        if self.per_image and image is None:
-            raise ValueError("a task on Nomad or Modal needs its image")
-        local = self.config.resolved_backend()
-        default_mount = getattr(local, "workspace_mount", "/workspace")
-        pool = await self._pool(image if self.per_image and image else (workspace or default_mount))
-        async with pool.trajectory(task_id, policy) as executor:
-            yield executor
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -88,6 +88,7 @@ class TerminalTask(BaseModel):
     docker_image: str | None = Field(None, description="Prebuilt image named by the task")
     base_image: str | None = Field(None, description="FROM of its Dockerfile / Apptainer def")
     image_recipe: str | None = Field(None, description="Dockerfile or container.def text")
+    build_timeout_s: float = Field(600.0, gt=0, description="Harbor [environment] build_timeout_sec")
     cpus: float = 1.0
     memory_mb: int = 2048
     storage_mb: int = 10240

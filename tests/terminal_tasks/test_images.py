@@ -11,7 +11,8 @@ from backends.modal import ModalBackendConfig, modal_backend
 from backends.nomad import NomadBackendConfig, nomad_backend
 from tests.support.nomad_modal_doubles import ModalTestDouble, NomadTestDouble
 from environments.terminal_tasks import BUNDLED_TASKS, OracleAgent, TerminalTasksEnv, load_harbor_task, load_tasks_dir
-from environments.terminal_tasks.sandboxes import SANDBOX_LAYER, TaskSandboxes, task_image, write_build_context
+from environments.image_sandboxes import ImageSandboxes
+from environments.terminal_tasks.sandboxes import SANDBOX_LAYER, task_image, write_build_context
 from slots.pool import SlotPoolConfig
 from tests.terminal_tasks.conftest import make_env
 
@@ -74,8 +75,8 @@ async def test_a_harbor_task_with_its_dockerfile_requests_its_image(scripted_ser
     on = OnDouble(kind, tmp_path)
 
     class OnDoubleEnv(TerminalTasksEnv):
-        def make_tool_backend(self) -> TaskSandboxes:
-            return TaskSandboxes(self.config.sandbox, factory=on.factory)  # the double in place of the SDK
+        def make_tool_backend(self) -> ImageSandboxes:
+            return ImageSandboxes(self.config.sandbox, factory=on.factory)  # the double in place of the SDK
 
     env = make_env(
         scripted_server.base_url,

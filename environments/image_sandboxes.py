@@ -1,0 +1,290 @@
+"""One slot pool per image, made on first use: what terminal tasks and SWE-smith rows run in.
+
+On a container backend (docker, Nomad, Modal) an item names the image its commands must see
+(a terminal task's `docker_image` or Dockerfile, a SWE-smith row's `image_name`) as an
+`ImageRecipe`; its trajectory gets a slot of the pool for that image, created with the backend
+config's `image` set to it. The local backend has no images: one pool per workspace mount (the
+slot's workspace appears where the item expects it, e.g. /app).
+
+On the docker backend a recipe is resolved on the engine itself (`DockerImages`): the named
+image when the engine has it, else the image built from the recipe's Dockerfile and context
+under a content-addressed tag (reused when present), within the recipe's build timeout. The
+sandbox runtime is mounted into the container by the backend (backends/runtime.py), so nothing
+is added to the image. A build that fails or times out loses that item's rollouts to
+infrastructure (the error names the item), never scores them 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import io
+import re
+import tarfile
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from backends import BackendConfig, LocalBackendConfig, make_backend
+from environments.sandbox_backend import SandboxToolBackendConfig
+from slots.executor import ExecPolicy, SlotExecutor
+from slots.pool import SlotPool
+
+__all__ = ["ImageRecipe", "ImageSandboxes", "ImageUnavailable", "DockerImages", "content_tag", "IMAGE_LABEL"]
+
+# Every image this module builds carries it (value: the item's name), so a sweep finds only ours.
+IMAGE_LABEL = "hermes-rl.image-of"
+
+
+class ImageUnavailable(RuntimeError):
+    """An item's image could not be had (missing, build failed or timed out): its rollouts are lost, not scored."""
+
+
+class ImageRecipe(BaseModel, frozen=True):
+    """Where an item's image comes from: a named image, else a Dockerfile built in its context."""
+
+    owner: str = Field(..., description="The task or instance it is for (named in every error)")
+    name: str | None = Field(None, description="A prebuilt image (docker_image, image_name), used when present")
+    dockerfile: str | None = Field(None, description="Dockerfile text to build when `name` is absent")
+    context_dir: Path | None = Field(None, description="The build context (COPY sources)")
+    tag: str | None = Field(None, description="Content-addressed tag of the build (`content_tag`)")
+    build_timeout_s: float = Field(600.0, gt=0, description="Longest a build may take")
+    registry_image: str | None = Field(
+        None, description="What Nomad/Modal run instead (the recipe plus the sandbox layer, pushed by the user)"
+    )
+
+    @property
+    def key(self) -> str:
+        """What names the image before it is resolved (the pool's key on backends that take it as is)."""
+        return self.registry_image or self.name or self.tag or self.owner
+
+
+def content_tag(repository: str, dockerfile: str, context_dir: Path | None, *extra: bytes) -> str:
+    """`repository:<sha256 of the recipe, its context's files and extra>`: same content, same tag."""
+    h = hashlib.sha256(dockerfile.encode())
+    for blob in extra:
+        h.update(blob)
+    if context_dir is not None and context_dir.is_dir():
+        for p in sorted(context_dir.rglob("*")):
+            if p.is_file():
+                h.update(str(p.relative_to(context_dir)).encode() + b"\0" + p.read_bytes())
+    return f"{repository}:{h.hexdigest()[:12]}"
+
+
+def _context_tar(recipe: ImageRecipe) -> bytes:
+    """The build context as a tar, its Dockerfile replaced by the recipe's text."""
+    assert recipe.dockerfile is not None
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        if recipe.context_dir is not None and recipe.context_dir.is_dir():
+            for p in sorted(recipe.context_dir.rglob("*")):
+                rel = str(p.relative_to(recipe.context_dir))
+                if rel != "Dockerfile":
+                    tar.add(p, arcname=rel, recursive=False)
+        data = recipe.dockerfile.encode()
+        info = tarfile.TarInfo("Dockerfile")
+        info.size, info.mode = len(data), 0o644
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+class DockerImages:
+    """Resolves recipes to images on one Docker (or Podman) engine; each tag is built at most once at a time."""
+
+    def __init__(self, base_url: str | None = None, *, labels: dict[str, str] | None = None) -> None:
+        self.base_url = base_url
+        self.labels = dict(labels or {})
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._known: dict[str, str] = {}
+        # Engine calls block: a few threads of their own, so a slow build never holds the loop.
+        self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="docker-images")
+
+    def _client(self, timeout: float = 60) -> Any:
+        import docker  # noqa: PLC0415 - only with the docker backend
+
+        if self.base_url:
+            return docker.DockerClient(base_url=self.base_url, timeout=int(timeout))
+        return docker.from_env(timeout=int(timeout))
+
+    def _exists(self, name: str) -> bool:
+        import docker.errors  # noqa: PLC0415
+
+        client = self._client()
+        try:
+            client.images.get(name)
+            return True
+        except docker.errors.ImageNotFound:
+            return False
+        finally:
+            client.close()
+
+    def _build(self, recipe: ImageRecipe, client: Any) -> None:
+        """A build through the engine API; its log's last lines go into the error when it fails."""
+        assert recipe.tag is not None
+        labels = {**self.labels, IMAGE_LABEL: recipe.owner}
+        log: list[str] = []
+        stream = client.api.build(
+            fileobj=io.BytesIO(_context_tar(recipe)),
+            custom_context=True,
+            tag=recipe.tag,
+            labels=labels,
+            rm=True,
+            forcerm=True,
+            decode=True,
+        )
+        for chunk in stream:
+            if "stream" in chunk:
+                log.extend(line for line in chunk["stream"].splitlines() if line.strip())
+            if "error" in chunk:
+                tail = "\n".join(log[-15:])
+                raise ImageUnavailable(f"{recipe.owner}: building its image failed: {chunk['error'].strip()}\n{tail}")
+
+    async def resolve(self, recipe: ImageRecipe) -> str:
+        """The local image to run `recipe` in: its named image if the engine has it, else the (cached) build."""
+        key = recipe.name or recipe.tag or recipe.owner
+        async with self._locks.setdefault(key, asyncio.Lock()):
+            if key in self._known:
+                return self._known[key]
+            image = await self._resolve(recipe)
+            self._known[key] = image
+            return image
+
+    async def _resolve(self, recipe: ImageRecipe) -> str:
+        loop = asyncio.get_running_loop()
+        name = recipe.name
+        if name is not None and await loop.run_in_executor(self._executor, self._exists, name):
+            return name
+        if recipe.dockerfile is None or recipe.tag is None:
+            raise ImageUnavailable(
+                f"{recipe.owner}: image {recipe.name} is not on the docker engine and there is no Dockerfile to "
+                "build; load or build it first (`docker image ls`)"
+            )
+        if await loop.run_in_executor(self._executor, self._exists, recipe.tag):
+            return recipe.tag
+        client = self._client(timeout=recipe.build_timeout_s + 30)
+        build = loop.run_in_executor(self._executor, self._build, recipe, client)
+        build.add_done_callback(lambda f: f.cancelled() or f.exception())  # read even when we stopped waiting
+        try:
+            await asyncio.wait_for(asyncio.shield(build), recipe.build_timeout_s)
+        except TimeoutError:
+            client.close()  # the engine stops a build whose client went away
+            raise ImageUnavailable(
+                f"{recipe.owner}: building its image took longer than build_timeout_sec = {recipe.build_timeout_s:g}; "
+                "raise it in task.toml or build the image beforehand"
+            ) from None
+        except ImageUnavailable:
+            raise
+        except Exception as exc:  # the engine refused the build (bad context, API error)
+            raise ImageUnavailable(f"{recipe.owner}: building its image failed: {exc}") from exc
+        finally:
+            if build.done():
+                client.close()
+        return recipe.tag
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:60] or "item"
+
+
+class ImageSandboxes:
+    """A `ToolBackend` whose trajectories run in a slot of the pool for their item's image (or workspace, local)."""
+
+    def __init__(
+        self,
+        config: SandboxToolBackendConfig,
+        factory: Callable[[BackendConfig], SlotPool] = make_backend,
+        images: DockerImages | None = None,
+    ) -> None:
+        self.config = config
+        self.factory = factory
+        self.pools: dict[tuple[str, str | None], SlotPool] = {}
+        self._lock = asyncio.Lock()
+        backend = config.resolved_backend()
+        if images is None and backend.kind == "docker":
+            images = DockerImages(getattr(backend, "docker_host", None) or getattr(backend, "base_url", None))
+        self.images = images
+
+    @property
+    def per_image(self) -> bool:
+        return not isinstance(self.config.backend, LocalBackendConfig)
+
+    @property
+    def builds_images(self) -> bool:
+        """The backend runs images from this machine's engine, so recipes are resolved (and built) here."""
+        return self.images is not None
+
+    async def start(self) -> None:
+        pass  # pools start on first use
+
+    async def stop(self) -> None:
+        pools, self.pools = list(self.pools.values()), {}
+        await asyncio.gather(*(p.stop() for p in pools), return_exceptions=True)
+        if self.images is not None:
+            self.images.close()
+
+    def _config_for(self, image: str, workspace: str | None) -> BackendConfig:
+        backend = self.config.resolved_backend()
+        suffix = hashlib.sha1(f"{image}\0{workspace}".encode()).hexdigest()[:8]
+        update: dict[str, object] = {"image": image}
+        if workspace is not None and "workspace_mount" in type(backend).model_fields:
+            update["workspace_mount"] = workspace
+        for name in ("job_id", "pool_name", "name_prefix"):  # Nomad jobs, Modal tags, docker names: one set per pool
+            if name in type(backend).model_fields:
+                update[name] = f"{getattr(backend, name)}-{suffix}"
+        return backend.model_copy(update=update)
+
+    async def image_for(self, recipe: ImageRecipe | str) -> str:
+        """The image a pool for `recipe` is created with on this backend."""
+        if isinstance(recipe, str):
+            return recipe
+        if self.images is not None:
+            return await self.images.resolve(recipe)
+        if recipe.registry_image is None and recipe.name is None:
+            raise ImageUnavailable(f"{recipe.owner}: no image to run on {self.config.backend.kind}")
+        return recipe.registry_image or recipe.name or ""
+
+    async def _pool(self, image: str | None, workspace: str | None) -> SlotPool:
+        key = (image or "", workspace)
+        async with self._lock:
+            pool = self.pools.get(key)
+            if pool is None:
+                backend = self.config.resolved_backend()
+                if image is not None:
+                    config = self._config_for(image, workspace)
+                else:
+                    config = backend.model_copy(update={"workspace_mount": workspace})
+                pool = self.factory(config)
+                await pool.start()
+                self.pools[key] = pool
+        return pool
+
+    @asynccontextmanager
+    async def trajectory(
+        self,
+        task_id: str,
+        image: ImageRecipe | str | None = None,
+        workspace: str | None = None,
+        policy: ExecPolicy | None = None,
+    ) -> AsyncIterator[SlotExecutor]:
+        """A slot of the pool for `image` (container backends) or with its workspace at `workspace` (local).
+
+        `workspace` on a container backend: where the slot's workspace appears, if the backend lets a pool
+        choose (docker); `policy`: the item's network and environment for every command of the trajectory.
+        """
+        if self.per_image and image is None:
+            raise ValueError(f"an item on the {self.config.backend.kind} backend needs its image")
+        if self.per_image:
+            assert image is not None
+            pool = await self._pool(await self.image_for(image), workspace)
+        else:
+            default_mount = getattr(self.config.resolved_backend(), "workspace_mount", "/workspace")
+            pool = await self._pool(None, workspace or default_mount)
+        async with pool.trajectory(task_id, policy) as executor:
+            yield executor
