@@ -42,9 +42,9 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from backends import make_backend
 from environments.agent_loop import AgentResult
 from environments.check_agents import NoOpAgent, OneCallOracle
+from environments.image_sandboxes import ImageRecipe, ImageSandboxes
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from environments.models.base import ChatModel
 from environments.swe_smith.deps import DEFAULT_INSTALL, PreparedRepoEnv, RepoEnvConfig, RepoEnvError, prepare_repo_env
@@ -62,7 +62,6 @@ from environments.swe_smith.instances import (
     read_rows,
 )
 from environments.swe_smith.snapshots import SnapshotStore
-from environments.terminal_tasks.sandboxes import TaskSandboxes
 from environments.verifier import (
     GIT_SAFE,
     TestVerifier,
@@ -251,24 +250,19 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         """The repository, relative to the slot's workspace: the workspace itself in an image (/testbed)."""
         return "." if self._image_pools() else item.name
 
-    def make_tool_backend(self) -> TaskSandboxes | None:
-        if not self._image_pools():
-            return None  # the runtime's pool over --env.sandbox
-        # The slot's workspace appears where the image keeps the repository.
-        return TaskSandboxes(
-            self.config.sandbox,
-            factory=lambda backend: make_backend(backend.model_copy(update={"workspace_mount": TESTBED})),
-        )
+    def make_tool_backend(self) -> ImageSandboxes | None:
+        # A pool per image on docker; otherwise the runtime's pool over --env.sandbox.
+        return ImageSandboxes(self.config.sandbox) if self._image_pools() else None
 
     def _slot(self, item: SweSmithInstance, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:
         """A slot for the item: of its image's pool on docker (the backend's image when it names none)."""
         backend = self.agent_runtime.tool_backend
         if backend is None:
             raise RuntimeError("rollout() outside the env's runtime; use process/serve/evaluate or `env.runtime()`")
-        if isinstance(backend, TaskSandboxes):
-            return backend.trajectory(
-                task_id, image=item.image_name or getattr(self.config.sandbox.backend, "image", None)
-            )
+        if isinstance(backend, ImageSandboxes):
+            # The slot's workspace appears where the image keeps the repository (the image's editable install).
+            name = item.image_name or getattr(backend.config.backend, "image", None)
+            return backend.trajectory(task_id, image=ImageRecipe(owner=item.instance_id, name=name), workspace=TESTBED)
         return backend.trajectory(task_id)
 
     def open_workspace(self, item: SweSmithInstance, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:
