@@ -9,7 +9,8 @@ Instances have SWE-smith's published shape: `repo` = `swesmith/<owner>__<name>.<
 `{mirror_base}/{repo}.git` (a URL, or a local directory of bare repositories); a branch named after
 `instance_id` holds "Bug Patch" (the `patch`, never applied again) and then "Remove F2P Tests" (the
 FAIL_TO_PASS test files deleted), its head being the row's `base_commit`. `image_name` is the instance's
-environment (without it: --env.deps, environments/swe_smith/deps.py); the test command comes from
+environment: on docker its rows run there, the repository at /testbed (without it: --env.deps,
+environments/swe_smith/deps.py); the test command comes from
 SWE-smith's repository profile (environments/data/swe_smith/profiles.json, generated from SWE-smith's
 package by scripts/swe_smith_profiles.py), else pytest. Unusable rows are skipped with counted reasons.
 docs/swe_smith.md tells the whole story.
@@ -42,9 +43,10 @@ from typing import Any, Literal
 
 from pydantic import Field
 
+from backends.docker import DockerBackendConfig
 from environments.agent_loop import AgentResult
 from environments.check_agents import NoOpAgent, OneCallOracle
-from environments.image_sandboxes import ImageRecipe, ImageSandboxes
+from environments.image_sandboxes import ImageSandboxes
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from environments.models.base import ChatModel
 from environments.swe_smith.deps import DEFAULT_INSTALL, PreparedRepoEnv, RepoEnvConfig, RepoEnvError, prepare_repo_env
@@ -260,9 +262,11 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         if backend is None:
             raise RuntimeError("rollout() outside the env's runtime; use process/serve/evaluate or `env.runtime()`")
         if isinstance(backend, ImageSandboxes):
-            # The slot's workspace appears where the image keeps the repository (the image's editable install).
-            name = item.image_name or getattr(backend.config.backend, "image", None)
-            return backend.trajectory(task_id, image=ImageRecipe(owner=item.instance_id, name=name), workspace=TESTBED)
+            # The published image as named (the backend's pull policy fetches it), the slot's workspace where
+            # the image keeps the repository (its editable install points there).
+            docker = backend.config.backend
+            assert isinstance(docker, DockerBackendConfig)  # image pools run on docker only (_image_pools)
+            return backend.trajectory(task_id, image=item.image_name or docker.image, workspace=TESTBED)
         return backend.trajectory(task_id)
 
     def open_workspace(self, item: SweSmithInstance, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:

@@ -295,6 +295,9 @@ async def test_a_noop_that_tampers_with_the_runner_in_testbed_scores_0(tmp_path,
             hack = await env.rollout(item, model=TerminalAgent(TAMPER))
             fixed = await env.rollout(item, model=OracleAgent(env.by_id))
     output = json.loads(next(m for m in hack.result.messages if m["role"] == "tool")["content"])["output"]
+    prompt = next(m for m in hack.result.messages if m["role"] == "user")["content"]
+    assert "\nRepository path: /testbed\n" in prompt
+    assert "\nThe repository's environment: source /opt/miniconda3/bin/activate; conda activate testbed" in prompt
     lines = output.splitlines()
     assert lines[0] == "/testbed" and lines[1] != "0", output  # the repository's place, not root
     assert "1 passed" in output, output  # the tampered runner passes the bug in the agent's own slot
