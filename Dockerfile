@@ -1,40 +1,28 @@
-# The sandbox image the Nomad and Modal backends run: sandbox_server + bubblewrap + git +
-# python + pytest. Only sandbox_server/ is copied in; it imports nothing else of the project.
+# The sandbox image the Nomad and Modal backends run: a base image with the self-contained sandbox
+# runtime (backends/runtime.py) copied to /opt/hermes. Nothing is installed into the base: the
+# runtime brings sandbox_server with its own Python, loader and libraries, bubblewrap and
+# hermes-spawn, and slots see the base's own toolchain only (pick a BASE that has what your
+# tasks need: git, python3, a compiler...). The build context is only build/hermes-runtime
+# (.dockerignore).
 #
-#   docker build -t hermes-rl-sandbox:latest .
-#   docker run --rm --privileged -p 8080:8080 -e SANDBOX_SERVER_TOKEN=secret hermes-rl-sandbox:latest
+#   bash scripts/build_sandbox_runtime.sh        # build/hermes-runtime (scripts/setup.sh does)
+#   docker build -t hermes-rl-sandbox:<tag> [--build-arg BASE=ubuntu:22.04] .
+#   docker run --rm --cap-add SYS_ADMIN --cap-add NET_ADMIN --security-opt seccomp=unconfined \
+#     --security-opt apparmor=unconfined -p 127.0.0.1:8080:8080 -e SANDBOX_SERVER_TOKEN=secret hermes-rl-sandbox:<tag>
 #
-# bubblewrap needs to create namespaces inside the container: run it privileged (Nomad
-# docker driver `privileged = true`, which the client must allow), or with
-# `--security-opt seccomp=unconfined --security-opt apparmor=unconfined --cap-add SYS_ADMIN`.
+# bubblewrap needs to create namespaces inside the container: SYS_ADMIN with seccomp and
+# AppArmor unconfined, and NET_ADMIN to bring up loopback in a command's own network namespace
+# (or privileged: Nomad docker driver `privileged = true`, which the client must allow).
 # Without that the server still starts, reports isolation unavailable in /health, and
 # refuses commands; the slot pool then refuses the sandbox.
-# hermes-spawn (sandbox_server/spawn_helper.c): each command's uid and limits in one exec.
-FROM python:3.11-slim-bookworm AS spawn-helper
-RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends gcc libc6-dev \
-    && rm -rf /var/lib/apt/lists/*
-COPY sandbox_server/spawn_helper.c sandbox_server/build_spawn_helper.sh /src/
-RUN bash /src/build_spawn_helper.sh /src/hermes-spawn
-
-FROM python:3.11-slim-bookworm
-
-RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends bubblewrap git util-linux ca-certificates \
-    && rm -rf /var/lib/apt/lists/*
-
-COPY sandbox_server/requirements.txt /opt/hermes/sandbox_server/requirements.txt
-RUN pip install --no-cache-dir -r /opt/hermes/sandbox_server/requirements.txt pytest
-
-COPY sandbox_server /opt/hermes/sandbox_server
-COPY --from=spawn-helper /src/hermes-spawn /opt/hermes/sandbox_server/hermes-spawn
-ENV PYTHONPATH=/opt/hermes PYTHONUNBUFFERED=1
-WORKDIR /opt/hermes
+ARG BASE=debian:bookworm
+FROM ${BASE}
+COPY build/hermes-runtime /opt/hermes
 EXPOSE 8080
 
 # The token comes from the SANDBOX_SERVER_TOKEN environment variable (a Nomad task env or a
 # Modal secret); the server re-execs itself without it so no /proc/*/environ shows it. The data
 # directory holds the slots' workspaces and the shared /cache (read-only to slots). As PID 1
-# the server forks and reaps orphaned children itself; util-linux gives setpriv and prlimit
-# (each slot's uid and limits). /health reports what is enforced.
-CMD ["python", "-m", "sandbox_server", "--host", "0.0.0.0", "--port", "8080", "--slots", "8", "--data-dir", "/var/lib/hermes-sandbox"]
+# the server forks and reaps orphaned children itself; each command's uid and limits are set by
+# hermes-spawn. /health reports what is enforced.
+CMD ["/opt/hermes/sandbox-server", "--host", "0.0.0.0", "--port", "8080", "--slots", "8", "--data-dir", "/var/lib/hermes-sandbox", "--bwrap", "/opt/hermes/bwrap"]

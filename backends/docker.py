@@ -100,6 +100,11 @@ class DockerBackendConfig(BaseModel):
     )
     cpus: float | None = Field(None, gt=0, description="CPUs per container (None: no limit)")
     memory_mb: int | None = Field(None, gt=0, description="Memory per container in MiB (None: no limit)")
+    ulimits: dict[str, int] = Field(
+        default_factory=dict,
+        description="Container rlimits, name -> value (soft = hard), e.g. nofile; Podman without CAP_SYS_RESOURCE "
+        "can only give its own limits, not its raised defaults",
+    )
     limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
     workspace_mount: str = Field("/workspace", description="Where a slot's workspace appears inside the sandbox")
     engine_threads: int = Field(4, ge=1, le=64, description="Threads for the engine's blocking API calls")
@@ -263,6 +268,8 @@ class DockerSandboxProvider:
             limits=c.limits,
             workspace_mount=c.workspace_mount,
             token_file=TOKEN_FILE,
+            # A task's verifier may run as root: the container's root, in the command's own namespaces.
+            extra=["--allow-root-commands"],
         )
         host_config = self.api.create_host_config(
             binds={str(Path(c.runtime_dir).resolve()): {"bind": RUNTIME_MOUNT, "mode": "ro"}},
@@ -273,6 +280,7 @@ class DockerSandboxProvider:
             network_mode=c.network,
             nano_cpus=int(c.cpus * 1e9) if c.cpus else None,
             mem_limit=f"{c.memory_mb}m" if c.memory_mb else None,
+            ulimits=[docker.types.Ulimit(name=k, soft=v, hard=v) for k, v in c.ulimits.items()] or None,
         )
         self._containers[name] = name  # stop() finds it by label even if create never returns
         try:

@@ -1,14 +1,18 @@
 """The sandbox runtime a container-based backend puts into any image.
 
-A directory of self-contained executables (no Python or package of the image needed, nothing
-installed into it), built by `bash scripts/build_sandbox_runtime.sh [DIR]`:
+A directory, built by `bash scripts/build_sandbox_runtime.sh [DIR]`, that needs nothing of the
+image (no Python, package, loader or libc of it; nothing installed into it):
 
-    sandbox-server   sandbox_server frozen into one static binary (same CLI as `python -m sandbox_server`)
-    bwrap            bubblewrap, static
+    sandbox-server   static launcher of sandbox_server (same CLI as `python -m sandbox_server`) on the
+                     runtime's own Python, loader and libraries (python/, lib/)
+    bwrap            static launcher of bubblewrap (libexec/bwrap) on the same loader and libraries
     hermes-spawn     the uid-and-limits helper, static
 
 It is mounted read-only at `RUNTIME_MOUNT` (docker backend) or copied there by an image layer
-(Nomad, Modal). The frozen server unpacks itself into $TMPDIR, which must allow exec.
+(Nomad, Modal: the project Dockerfile, terminal tasks' SANDBOX_LAYER). Nothing is unpacked or
+written at run time, so $TMPDIR need not allow exec. Slots see none of it (sandbox_server/bundle.py):
+their PATH, python3 and tools are the image's own. The image needs bash for commands and util-linux's
+setpriv/prlimit (Debian, Ubuntu and their derivatives have them).
 """
 
 from __future__ import annotations

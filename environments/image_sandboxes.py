@@ -100,6 +100,7 @@ class DockerImages:
         self.labels = dict(labels or {})
         self._locks: dict[str, asyncio.Lock] = {}
         self._known: dict[str, str] = {}
+        self._failed: dict[str, ImageUnavailable] = {}
         # Engine calls block: a few threads of their own, so a slow build never holds the loop.
         self._executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="docker-images")
 
@@ -107,8 +108,8 @@ class DockerImages:
         import docker  # noqa: PLC0415 - only with the docker backend
 
         if self.base_url:
-            return docker.DockerClient(base_url=self.base_url, timeout=int(timeout))
-        return docker.from_env(timeout=int(timeout))
+            return docker.DockerClient(base_url=self.base_url, version="auto", timeout=int(timeout))
+        return docker.from_env(version="auto", timeout=int(timeout))
 
     def _exists(self, name: str) -> bool:
         import docker.errors  # noqa: PLC0415
@@ -149,7 +150,13 @@ class DockerImages:
         async with self._locks.setdefault(key, asyncio.Lock()):
             if key in self._known:
                 return self._known[key]
-            image = await self._resolve(recipe)
+            if key in self._failed:  # one failed build per run, not one per rollout of the item
+                raise self._failed[key]
+            try:
+                image = await self._resolve(recipe)
+            except ImageUnavailable as exc:
+                self._failed[key] = exc
+                raise
             self._known[key] = image
             return image
 
@@ -171,7 +178,7 @@ class DockerImages:
         try:
             await asyncio.wait_for(asyncio.shield(build), recipe.build_timeout_s)
         except TimeoutError:
-            client.close()  # the engine stops a build whose client went away
+            client.close()  # stop reading; the engine may finish the build anyway (the tag is then reused)
             raise ImageUnavailable(
                 f"{recipe.owner}: building its image took longer than build_timeout_sec = {recipe.build_timeout_s:g}; "
                 "raise it in task.toml or build the image beforehand"
@@ -208,7 +215,7 @@ class ImageSandboxes:
         self._lock = asyncio.Lock()
         backend = config.resolved_backend()
         if images is None and backend.kind == "docker":
-            images = DockerImages(getattr(backend, "docker_host", None) or getattr(backend, "base_url", None))
+            images = DockerImages(getattr(backend, "engine", None), labels=getattr(backend, "labels", None))
         self.images = images
 
     @property

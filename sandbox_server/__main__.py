@@ -22,6 +22,7 @@ import time
 
 from aiohttp import web
 
+from sandbox_server.bundle import current_runtime
 from sandbox_server.isolation import SlotLimits
 from sandbox_server.config import ServerConfig
 from sandbox_server.routes import build_app
@@ -52,6 +53,11 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, ServerConfig]:
         action="store_true",
         help="start commands through prlimit and setpriv even if hermes-spawn is built",
     )
+    ap.add_argument(
+        "--allow-root-commands",
+        action="store_true",
+        help="accept exec calls with as_root (a task verifier as its container's root); container backends only",
+    )
     defaults = SlotLimits()
     for name, info in SlotLimits.model_fields.items():
         kind = float if info.annotation is float else int
@@ -70,6 +76,7 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, ServerConfig]:
         extra_ro_paths=ns.ro_path,
         spawn_helper=not ns.no_spawn_helper,
         limits=limits,
+        allow_root_commands=ns.allow_root_commands,
     )
     return ns, config
 
@@ -96,8 +103,10 @@ def _reexec_without_token_env(token: str) -> None:
     os.close(write_fd)
     os.set_inheritable(read_fd, True)
     env = {k: v for k, v in os.environ.items() if k != TOKEN_ENV}
-    argv = [sys.executable, "-m", "sandbox_server", *sys.argv[1:], "--token-fd", str(read_fd)]
-    os.execve(sys.executable, argv, env)
+    runtime = current_runtime()
+    # In the self-contained runtime its launcher, not the interpreter: the image's loader may not run it.
+    start = [str(runtime.launcher)] if runtime is not None else [sys.executable, "-m", "sandbox_server"]
+    os.execve(start[0], [*start, *sys.argv[1:], "--token-fd", str(read_fd)], env)
 
 
 def _run_as_init() -> None:

@@ -28,3 +28,8 @@ class ServerConfig(BaseModel):
         True, description="Start commands through hermes-spawn when it is built and runs here (else prlimit + setpriv)"
     )
     limits: SlotLimits = Field(default_factory=SlotLimits)
+    allow_root_commands: bool = Field(
+        False,
+        description="Accept exec calls with as_root (a task's verifier as its image's root): container backends "
+        "only, where root is the container's; never on a host",
+    )

@@ -26,11 +26,13 @@ import json
 import os
 import resource
 import shutil
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from sandbox_server.bundle import Runtime, current_runtime
 from sandbox_server.tree import DEFAULT_MAX_DEPTH
 
 __all__ = ["IsolationStatus", "Sandboxing", "SlotLimits", "probe_bwrap", "probe_ipc_limits"]
@@ -43,13 +45,27 @@ COMMAND_FILE = "/.hermes-command.sh"  # in the root: bwrap would make a new pare
 _NAMESPACES = ["--unshare-ipc", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
 # setpriv needs these to switch to the slot's uid; it then drops them all (bounding set too).
 _SWITCH_CAPS = ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID", "--cap-add", "CAP_SETPCAP"]
+# A verifier as its container's root (--allow-root-commands): what Docker gives a container's root by
+# default, less raw sockets, device nodes and file capabilities; never CAP_SYS_ADMIN, so the
+# slot's mounts (read-only root, the other slots hidden) stay as they are.
+_ROOT_CAPS = ["--cap-drop", "ALL"] + [
+    arg
+    for cap in ("CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP")
+    + ("NET_BIND_SERVICE", "SYS_CHROOT")
+    for arg in ("--cap-add", f"CAP_{cap}")
+]
 # The slot's exec server also kills what a command leaves (kill(-1)) and remounts /tmp after it.
 _SHELL_CAPS = [*_SWITCH_CAPS, "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
 EXEC_SERVER_FILE = "/.hermes-exec-server.py"
-# The compiled uid-and-limits helper (spawn_helper.c, built by scripts/setup.sh and the
-# Dockerfile); without it each command goes through prlimit and setpriv instead (two more execs).
-SPAWN_HELPER = Path(__file__).with_name("hermes-spawn")
+# The compiled uid-and-limits helper (spawn_helper.c, built by scripts/setup.sh and into the
+# self-contained runtime); without it each command goes through prlimit and setpriv instead (two more execs).
+_RUNTIME = current_runtime()
+SPAWN_HELPER = _RUNTIME.spawn_helper if _RUNTIME is not None else Path(__file__).with_name("hermes-spawn")
 SPAWN_HELPER_FILE = "/.hermes-spawn"
+# Where a slot's exec server finds the self-contained runtime: a root-only directory (0700), so
+# the slot's commands cannot reach our Python.
+RUNTIME_PARENT = "/.hermes-runtime"
+RUNTIME_INNER = f"{RUNTIME_PARENT}/rt"
 KEEP_DIR = "/.hermes-keep"  # a second view of the read-only binds inside /tmp (see exec_server.py)
 
 
@@ -269,8 +285,10 @@ class Sandboxing:
         cache_mount: str,
         extra_ro: list[str],
         limits: SlotLimits,
+        runtime: Runtime | None = None,
     ) -> None:
         self.bwrap = bwrap
+        self.runtime = runtime
         self.setpriv = setpriv
         self.prlimit = prlimit
         self.data_dir = data_dir
@@ -329,11 +347,12 @@ class Sandboxing:
         for d in parents:
             args += ["--perms", "0755", "--dir", d]
         args += binds
-        # If the server's own data lives under a visible directory (e.g. /opt in the image),
-        # cover it so one slot cannot read another's workspace or the server's files.
-        data = str(self.data_dir)
-        if any(data == c or data.startswith(c.rstrip("/") + "/") for c in covered):
-            args += ["--tmpfs", data]
+        # If the server's own data or runtime lives under a visible directory (e.g. /opt in the
+        # image), cover it so one slot cannot read another's workspace or the server's files.
+        hidden = [str(self.data_dir)] + ([os.path.realpath(self.runtime.dir)] if self.runtime else [])
+        for path in hidden:
+            if any(_under(c, path) for c in covered):
+                args += ["--tmpfs", path]
         return args
 
     def _bwrap(self, workspace: Path, caps: list[str], *, network: bool) -> list[str]:
@@ -358,15 +377,28 @@ class Sandboxing:
         return args
 
     def argv(
-        self, workspace: Path, uid: int, command: list[str], *, network: bool, command_file: Path | None = None
+        self,
+        workspace: Path,
+        uid: int,
+        command: list[str],
+        *,
+        network: bool,
+        command_file: Path | None = None,
+        as_root: bool = False,
     ) -> list[str]:
-        """One command in a namespace of its own (the path for calls that ask for network)."""
-        args = [self.prlimit, *self._limits, *self._bwrap(workspace, _SWITCH_CAPS, network=network)]
+        """One command in a namespace of its own (the path for calls that ask for network or root).
+
+        `as_root`: as uid 0 with `_ROOT_CAPS` (the server checked it may), else as the slot's uid.
+        """
+        caps = _ROOT_CAPS if as_root else _SWITCH_CAPS
+        args = [self.prlimit, *self._limits, *self._bwrap(workspace, caps, network=network)]
         if command_file is not None:
             args += ["--ro-bind", str(command_file), COMMAND_FILE]
         # bwrap builds the root as a tmpfs; make it read-only so the workspace and /tmp are
         # the only writable places.
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
+        if as_root:
+            return args + self._ipc_limits() + [self.setpriv, "--no-new-privs", "--"] + command
         return args + self._ipc_limits() + self._as_slot_user(uid) + command
 
     def _ipc_limits(self) -> list[str]:
@@ -402,11 +434,13 @@ class Sandboxing:
             return [SPAWN_HELPER_FILE, str(uid), *self._helper_limits, "--"]
         return [self.prlimit, *self._limits, *self._as_slot_user(uid)]
 
-    def shell_argv(self, workspace: Path, python: str, exec_fd: int, ctl_fd: int) -> list[str]:
+    def shell_argv(self, workspace: Path, exec_fd: int, ctl_fd: int) -> list[str]:
         """The slot's long-lived namespace running its exec server (sandbox_server/exec_server.py) as root.
 
         No rlimits here: each command gets the slot's limits from its own prefix
         (`slot_user_argv`), so the exec server's CPU time and process count never run into them.
+        The exec server runs on this server's Python: the local one (visible read-only anyway), or
+        the self-contained runtime's, mounted under a root-only directory.
         """
         # bwrap's --die-with-parent covers the namespace, not bwrap itself: a server killed while
         # bwrap sets up would leave it waiting for ever. setpriv gives bwrap the same signal.
@@ -414,13 +448,18 @@ class Sandboxing:
         args += ["--ro-bind", str(Path(__file__).with_name("exec_server.py")), EXEC_SERVER_FILE]
         if self.spawn_helper is not None:
             args += ["--ro-bind", self.spawn_helper, SPAWN_HELPER_FILE]
+        if self.runtime is not None:
+            args += ["--perms", "0700", "--dir", RUNTIME_PARENT, "--ro-bind", str(self.runtime.dir), RUNTIME_INNER]
+            python = self.runtime.python_argv(RUNTIME_INNER)
+        else:
+            python = [sys.executable]
         if self._tmp_binds:
             args += ["--perms", "0700", "--dir", KEEP_DIR]  # root's only
             for i, p in enumerate(self._tmp_binds):
                 args += ["--ro-bind", p, f"{KEEP_DIR}/{i}"]
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
         return args + [
-            python,
+            *python,
             "-I",
             "-S",
             EXEC_SERVER_FILE,

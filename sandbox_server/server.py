@@ -3,7 +3,8 @@
 
 Endpoints (all need `Authorization: Bearer <token>`; JSON unless noted):
   GET  /health                          isolation status, slots, interpreter
-  POST /slots/{slot}/exec               {command, timeout, max_output_bytes, stdin?, network?, require_isolation?}
+  POST /slots/{slot}/exec               {command, timeout, max_output_bytes, stdin?, network?, require_isolation?,
+                                         as_root? (only on a server started with --allow-root-commands)}
   POST /slots/{slot}/reset              kill what runs in the slot, empty its workspace
   GET  /slots/{slot}/file?path=P        raw bytes
   PUT  /slots/{slot}/file?path=P        raw bytes in the body
@@ -29,6 +30,7 @@ from pathlib import Path
 
 from aiohttp import web
 
+from sandbox_server.bundle import current_runtime, image_python
 from sandbox_server.config import ServerConfig
 from sandbox_server.errors import FILE_OP_STATUS, RequestError
 from sandbox_server.fileops import FileOpError, Workspace
@@ -67,8 +69,15 @@ class SandboxServer:
         self.data_dir = Path(config.data_dir).resolve()
         self.isolation = IsolationStatus(False, None, "not probed yet")
         self.slots: dict[str, SlotState] = {}
-        python_prefix = {os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}
-        self._python_bin = str(Path(sys.executable).parent)
+        self.runtime = current_runtime()
+        if self.runtime is None:
+            # The local backend: slots see this interpreter read-only and first on PATH.
+            python_prefix = sorted({os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)})
+            self._python_bin: str | None = str(Path(sys.executable).parent)
+            self._python: str | None = os.path.join(self._python_bin, "python")
+        else:
+            # The self-contained runtime: slots see the image's own toolchain only.
+            python_prefix, self._python_bin, self._python = [], None, image_python()
         self.cache_dir = self.data_dir / "cache" if config.cache_mount else None
         self.sandboxing = Sandboxing(
             bwrap=config.bwrap,
@@ -78,8 +87,9 @@ class SandboxServer:
             workspace_mount=config.workspace_mount,
             cache_dir=self.cache_dir,
             cache_mount=config.cache_mount or "",
-            extra_ro=sorted(python_prefix) + config.extra_ro_paths,
+            extra_ro=python_prefix + config.extra_ro_paths,
             limits=config.limits,
+            runtime=self.runtime,
         )
         # Slots run as uids nobody else uses: RLIMIT_NPROC and kill(-1) then act on one slot only.
         base = config.limits.uid_base
@@ -154,7 +164,7 @@ class SandboxServer:
             proc.kill()
 
     def _start_shell(self, slot: SlotState) -> None:
-        argv = functools.partial(self.sandboxing.shell_argv, slot.root, sys.executable)
+        argv = functools.partial(self.sandboxing.shell_argv, slot.root)
         slot.shell = asyncio.create_task(SlotShell.start(argv))
 
     async def _shell(self, slot: SlotState) -> SlotShell | None:
@@ -242,6 +252,19 @@ class SandboxServer:
         cap = max(1, min(cap, self.config.max_output_bytes))
         network = bool(body.get("network", False))
         require_isolation = body.get("require_isolation", True) is not False
+        as_root = body.get("as_root", False)
+        if not isinstance(as_root, bool):
+            raise RequestError(400, "bad_request", "'as_root' must be true or false")
+        if as_root and not self.config.allow_root_commands:
+            raise RequestError(
+                403,
+                "root_refused",
+                "this sandbox runs no command as root (start it with --allow-root-commands, container backends only)",
+            )
+        if as_root and not self.isolation.available:
+            raise RequestError(
+                503, "isolation_unavailable", "a root command needs bubblewrap isolation, unavailable here"
+            )
         if not self.isolation.available and require_isolation:
             raise RequestError(
                 503,
@@ -253,7 +276,7 @@ class SandboxServer:
         async with slot.lock:
             if slot.generation != generation:
                 raise RequestError(409, "slot_reset", "the slot was reset while this command waited; it did not run")
-            fast = self.isolation.available and not network and self._shell_error is None
+            fast = self.isolation.available and not network and not as_root and self._shell_error is None
             shell = await self._shell(slot) if fast else None
             if shell is not None:
                 try:
@@ -274,7 +297,9 @@ class SandboxServer:
             try:
                 if self.isolation.available:
                     words = ["bash", COMMAND_FILE] if command_file else ["bash", "-c", command]
-                    argv = self.sandboxing.argv(slot.root, slot.uid, words, network=network, command_file=command_file)
+                    argv = self.sandboxing.argv(
+                        slot.root, slot.uid, words, network=network, command_file=command_file, as_root=as_root
+                    )
                     env = slot_env(self._python_bin, self.config.workspace_mount)
                 else:
                     argv = ["bash", str(command_file)] if command_file else ["bash", "-c", command]
@@ -434,7 +459,8 @@ class SandboxServer:
             ],
             "workspace": self.config.workspace_mount if iso else None,
             "cache": self.config.cache_mount if iso else None,
-            "python": os.path.join(self._python_bin, "python"),
+            # The interpreter slot commands get for the python tool; null: the image has none.
+            "python": self._python,
         }
 
     def authorized(self, request: web.Request) -> bool:

@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sandbox_server.bundle import SLOT_PATH
 from sandbox_server.fileops import Workspace
 
 __all__ = ["SlotState", "kill_uid", "slot_env"]
@@ -26,10 +27,11 @@ class SlotState:
     shell: asyncio.Task | None = None  # starting or started SlotShell: the slot's namespace and exec server
 
 
-def slot_env(python_bin: str, workspace_mount: str) -> dict[str, str]:
-    # A fixed environment: nothing of the server's leaks in.
+def slot_env(python_bin: str | None, workspace_mount: str) -> dict[str, str]:
+    """A fixed environment: nothing of the server's leaks in. `python_bin` first on PATH (the local
+    backend's interpreter); None in the self-contained runtime, whose slots see the image's tools only."""
     return {
-        "PATH": f"{python_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PATH": f"{python_bin}:{SLOT_PATH}" if python_bin else SLOT_PATH,
         "HOME": workspace_mount,
         "LANG": "C.UTF-8",
         "TMPDIR": "/tmp",

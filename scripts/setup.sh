@@ -20,6 +20,10 @@ command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)  # sandbox_server's h
 # The docker backend and its tests: a real engine, and base images made offline (scripts/base_images.sh).
 command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+# The docker backend is also tested on Podman's Docker-compatible API (tests/containers).
+command -v podman >/dev/null 2>&1 || need_apt+=(podman)
+# The self-contained sandbox runtime is made of Debian's python3.11 (scripts/build_sandbox_runtime.sh).
+/usr/bin/python3.11 -c 'import ensurepip' >/dev/null 2>&1 || need_apt+=(python3.11 python3.11-venv)
 if [ ${#need_apt[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   echo "[setup] installing system packages: ${need_apt[*]}"
@@ -32,6 +36,9 @@ fi
 # on x86-64/arm64, without libc's start-up.
 echo "[setup] building sandbox_server/hermes-spawn"
 bash sandbox_server/build_spawn_helper.sh sandbox_server/hermes-spawn
+# What container backends put into any image: sandbox_server with its own Python, loader and
+# libraries, and bubblewrap (backends/runtime.py). Rebuilt only when its inputs change.
+bash scripts/build_sandbox_runtime.sh
 
 PY=${PYTHON:-}
 if [ -z "$PY" ]; then

@@ -14,7 +14,16 @@ from pydantic import BaseModel, Field, field_validator
 from slots.client import SandboxClient, SandboxUnavailable, Slot, decode_b64, exec_result, raise_for_error
 from tools.executor import ExecResult
 
-__all__ = ["ExecPolicy", "SandboxBatcher", "SlotExecutor"]
+__all__ = ["ExecPolicy", "SandboxBatcher", "SlotExecutor", "python_command"]
+
+
+def python_command(interpreter: str | None) -> str:
+    """The command the python tool runs (its program on stdin) given the interpreter a sandbox
+    reports; an image without python3 (its /health says null) gets a command saying so."""
+    if interpreter:
+        return f"{shlex.quote(interpreter)} -"
+    return "echo 'python: this sandbox image has no python3 on its PATH; use the terminal tool' >&2; exit 127"
+
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +114,14 @@ class ExecPolicy(BaseModel):
 
     network: bool = Field(False, description="Commands get the sandbox host's network (else none, loopback included)")
     env: dict[str, str] = Field(default_factory=dict, description="Variables exported before each command")
+    verifier_network: bool | None = Field(
+        None, description="The verifier's commands (`verify_exec`) get network (None: as `network`)"
+    )
+    verifier_as_root: bool = Field(
+        False,
+        description="The verifier's commands run as the image's root; only a server started with "
+        "--allow-root-commands (container backends) accepts it, others refuse",
+    )
 
     @field_validator("env")
     @classmethod
@@ -171,6 +188,30 @@ class SlotExecutor:
                 self._interrupt = asyncio.ensure_future(self._batcher.client.interrupt(self.slot.index))
                 self._interrupt.add_done_callback(_log_failure)
             raise
+
+    async def verify_exec(
+        self, command: str, *, timeout: float, max_output_bytes: int, stdin: str | None = None
+    ) -> ExecResult:
+        """A command of the env's verifier, as the policy says the verifier runs (its network, root or not).
+
+        The agent's tools call `exec` only; nothing they are given reaches this (tests/terminal_tasks/
+        test_docker_root_verifier.py plays a policy that asks every tool for root).
+        """
+        network = self.policy.network if self.policy.verifier_network is None else self.policy.verifier_network
+        call: dict[str, Any] = {
+            "slot": self.slot.index,
+            "op": "exec",
+            "command": self.policy.prefix() + command,
+            "timeout": timeout,
+            "max_output_bytes": max_output_bytes,
+            "stdin": stdin,
+            "network": network,
+        }
+        if self.policy.verifier_as_root:
+            call["as_root"] = True
+        if self._interrupt is not None:
+            await asyncio.wait([self._interrupt])
+        return exec_result(await self._batcher.call(call, timeout=timeout))
 
     async def read_file(self, path: str) -> bytes:
         result = await self._batcher.call({"slot": self.slot.index, "op": "read_file", "path": path}, timeout=60)

@@ -20,7 +20,7 @@ import aiohttp
 from pydantic import BaseModel, Field
 
 from slots.client import SandboxAddress, SandboxClient, SandboxError, SandboxUnavailable, Slot, SlotState
-from slots.executor import ExecPolicy, SandboxBatcher, SlotExecutor
+from slots.executor import ExecPolicy, SandboxBatcher, SlotExecutor, python_command
 
 __all__ = ["SlotPoolConfig", "SandboxProvider", "SlotPool", "SlotAcquireTimeout"]
 
@@ -255,7 +255,7 @@ class SlotPool:
             await asyncio.shield(self.provider.terminate(address))  # never keep a sandbox nobody tracks
             raise
         sb = _Sandbox(address, client, SandboxBatcher(client, window_s=self.config.batch_window_s))
-        sb.python = f"{health['python']} -"
+        sb.python = python_command(health.get("python"))
         sb.slots = [Slot(f"{address.name}/{s['id']}", address, s["id"], health["workspace"]) for s in health["slots"]]
         async with self._cond:
             self._sandboxes[address.name] = sb

@@ -203,9 +203,14 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     def exec_policy(self, item: TerminalTask) -> ExecPolicy:
         """The task's network and image environment, for every command of its trajectory (agent and verifier)."""
         paths = PathMap.for_task(item, self.workspace_for(item))
+        on_docker = self.config.sandbox.backend.kind == "docker"
         return ExecPolicy(
             network=item.allow_internet and self._task_network(),
             env={k: paths(v) for k, v in item.environment.items()},
+            # As Harbor runs tests/test.sh: as the image's root, with network unless allow_internet = false. Only
+            # the docker backend starts its servers with --allow-root-commands (root there is the container's).
+            verifier_network=item.allow_internet if on_docker else None,
+            verifier_as_root=on_docker and item.format == "harbor",
         )
 
     async def eval_items(self) -> list[TerminalTask]:
@@ -224,12 +229,16 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         return loop.model_copy(update={"time_budget_s": item.agent_timeout_s})
 
     def workspace_for(self, item: TerminalTask) -> str:
-        """Where the task's workspace is: its own working directory (local), else --env.workspace_path."""
-        return self.config.workspace_path if self._sandboxes_per_image() else item.workdir_root
+        """Where the task's workspace is: its own working directory (local, docker), else --env.workspace_path."""
+        return item.workdir_root if self._workspace_at_task_dir() else self.config.workspace_path
+
+    def _workspace_at_task_dir(self) -> bool:
+        """Whether each pool may mount its slots' workspaces where the task expects them (/app, /home/user)."""
+        return "workspace_mount" in type(self.config.sandbox.backend).model_fields
 
     def scripted_agent(self) -> Callable[[], ChatModel] | None:
         if self.config.agent == "oracle":
-            workspace = self.config.workspace_path if self._sandboxes_per_image() else None
+            workspace = None if self._workspace_at_task_dir() else self.config.workspace_path
             return lambda: OracleAgent(self.by_id, workspace)
         return NoOpAgent if self.config.agent == "noop" else None
 
@@ -280,12 +289,17 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
 
     async def compute_reward(self, item: TerminalTask, result: AgentResult, ctx: ToolContext) -> float:
         script, payload, nonce = verify_script(item, self.workspace_for(item))
-        run = await ctx.executor.exec(
+        run = await self._verifier_exec(ctx)(
             script, timeout=item.verifier_timeout_s + 30, max_output_bytes=200_000, stdin=payload
         )
         verdict = parse_verdict(item, run.output, nonce)
         logger.info("task %s: reward %.3f (%s)", item.id, verdict.reward, verdict.reason)
         return verdict.reward
+
+    @staticmethod
+    def _verifier_exec(ctx: ToolContext):
+        """The executor's verifier entry (its policy's verifier network and user) where it has one."""
+        return getattr(ctx.executor, "verify_exec", ctx.executor.exec)
 
     def eval_metrics(self, rollouts: list[Rollout]) -> dict[str, float]:
         # How many verdicts came from the sandbox's pytest instead of the task's own test tools (the opt-in).

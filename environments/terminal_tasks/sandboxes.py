@@ -18,24 +18,19 @@ import re
 import shutil
 from pathlib import Path
 
+from backends.runtime import SandboxRuntime
 from environments.image_sandboxes import ImageRecipe, content_tag
 from environments.terminal_tasks.loaders import load_tasks_dir
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, TerminalTask
 
 __all__ = ["task_image", "task_recipe", "own_dockerfile", "write_build_context", "SANDBOX_LAYER"]
 
-# Appended to a task's image recipe: what sandbox_server needs to run inside it.
+# Appended to a task's image recipe: the self-contained sandbox runtime (backends/runtime.py), copied
+# where the docker backend mounts it. Nothing is installed into the image: the agent and the tests
+# see the task's own toolchain only.
 SANDBOX_LAYER = """
-# --- hermes-rl sandbox layer: sandbox_server + bubblewrap on top of the task's image ---
-RUN if command -v apt-get >/dev/null; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y \\
-      --no-install-recommends bubblewrap python3 python3-pip util-linux ca-certificates \\
-      && rm -rf /var/lib/apt/lists/*; \\
-    elif command -v apk >/dev/null; then apk add --no-cache bubblewrap python3 py3-pip util-linux; fi
-COPY hermes_sandbox_server /opt/hermes/sandbox_server
-RUN R=/opt/hermes/sandbox_server/requirements.txt; \\
-    python3 -m pip install --no-cache-dir --break-system-packages -r $R pytest \\
-    || python3 -m pip install --no-cache-dir -r $R pytest
-ENV PYTHONPATH=/opt/hermes PYTHONUNBUFFERED=1
+# --- hermes-rl sandbox runtime: sandbox_server + bubblewrap with their own Python and libraries ---
+COPY hermes_runtime /opt/hermes
 """
 
 _APPTAINER_LOCAL_UBUNTU = re.compile(r"^\./ubuntu_([\d.]+)\.sif$")
@@ -92,8 +87,9 @@ def task_recipe(task: TerminalTask, registry: str) -> ImageRecipe:
     )
 
 
-def write_build_context(task: TerminalTask, out_dir: Path, sandbox_server_dir: Path) -> Path:
-    """A docker build context for `task_image(task)`: the task's files, its recipe + the sandbox layer."""
+def write_build_context(task: TerminalTask, out_dir: Path, runtime_dir: Path) -> Path:
+    """A docker build context for `task_image(task)`: the task's files, its recipe + the sandbox layer
+    (`runtime_dir`: the built runtime, scripts/build_sandbox_runtime.sh)."""
     out_dir = Path(out_dir)
     if out_dir.exists():
         shutil.rmtree(out_dir)
@@ -101,7 +97,7 @@ def write_build_context(task: TerminalTask, out_dir: Path, sandbox_server_dir: P
         shutil.copytree(task.context_dir, out_dir)
     else:
         out_dir.mkdir(parents=True)
-    shutil.copytree(sandbox_server_dir, out_dir / "hermes_sandbox_server", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(runtime_dir, out_dir / "hermes_runtime")
     (out_dir / "Dockerfile").write_text(base_dockerfile(task).rstrip("\n") + "\n" + SANDBOX_LAYER)
     return out_dir
 
@@ -113,10 +109,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="Directory for the build contexts")
     parser.add_argument("--image_registry", default="hermes-rl-tasks", help="Same as --env.image_registry")
     args = parser.parse_args(argv)
-    sandbox_server = Path(__file__).resolve().parents[2] / "sandbox_server"
+    runtime = SandboxRuntime().check()
     for task in load_tasks_dir(args.tasks_dir):
         image = task_image(task, args.image_registry)
-        context = write_build_context(task, args.out / _slug(task.id), sandbox_server)
+        context = write_build_context(task, args.out / _slug(task.id), runtime)
         print(f"docker build -t {image} {context} && docker push {image}")
 
 

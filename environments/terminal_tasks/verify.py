@@ -112,9 +112,10 @@ __hermes_strays() {
 __hermes_stop_strays() {
   local -; set +eux
   local i s
-  # Only as a slot's uid inside the sandbox's own pid namespace (whose init is bubblewrap): run
-  # anywhere else (as root on a host) this would kill processes that are not the tests'.
-  [ "$UID" != 0 ] && [ "$(cat /proc/1/comm 2>/dev/null)" = bwrap ] || return 0
+  # Only inside the sandbox's own pid namespace (whose init is bubblewrap), as a slot's uid or as
+  # the container's root of a verifier command (its namespace holds the tests' processes only):
+  # run anywhere else (as root on a host) this would kill processes that are not the tests'.
+  [ "$(cat /proc/1/comm 2>/dev/null)" = bwrap ] || return 0
   for i in {1..50}; do
     s=$(__hermes_strays)
     [ -z "$s" ] && return 0

@@ -1,4 +1,4 @@
-"""Shared fixtures of tests on a real container engine (Docker here; Podman's compatible API too).
+"""Shared fixtures of tests on a real container engine (Docker; Podman's compatible API started per session).
 
 `docker_engine` skips a test only when no engine answers. Each test gets its own `docker_test_id`;
 every container it makes carries `hermes-rl.test=<id>` and is removed by that label afterwards, so
@@ -12,7 +12,17 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.docker_engine import ENGINE, TEST_LABEL, SandboxImage, engine_problem, sandbox_image
+from tests.support.docker_engine import (
+    ENGINE,
+    TEST_LABEL,
+    PodmanService,
+    SandboxImage,
+    engine_problem,
+    podman_problem,
+    podman_service,
+    remove_labelled,
+    sandbox_image,
+)
 
 
 @pytest.fixture(scope="session")
@@ -31,13 +41,23 @@ def docker_sandbox_image(docker_engine, tmp_path_factory) -> SandboxImage:
 @pytest.fixture
 def docker_test_id(docker_engine) -> Iterator[str]:
     """A label value unique to this test; its containers are removed afterwards whatever happened."""
-    import docker
-
     test_id = f"docker-{uuid.uuid4().hex[:10]}"
     yield test_id
-    client = docker.DockerClient(base_url=docker_engine, version="auto", timeout=60)
-    try:
-        for c in client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={test_id}"}):
-            c.remove(force=True)
-    finally:
-        client.close()
+    remove_labelled(docker_engine, f"{TEST_LABEL}={test_id}")
+
+
+@pytest.fixture(scope="session")
+def podman_engine(tmp_path_factory) -> Iterator[PodmanService]:
+    """Podman's Docker-compatible API service, started for this session on a private socket."""
+    problem = podman_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    with podman_service(tmp_path_factory.mktemp("podman")) as service:
+        yield service
+
+
+@pytest.fixture
+def podman_test_id(podman_engine) -> Iterator[str]:
+    test_id = f"podman-{uuid.uuid4().hex[:10]}"
+    yield test_id
+    remove_labelled(podman_engine.engine, f"{TEST_LABEL}={test_id}")

@@ -19,7 +19,7 @@ from backends import make_backend
 from backends.docker import LABEL_POOL, LABEL_RUN, DockerBackendError, DockerSandboxProvider
 from environments.cli_parse import parse_invocation
 from slots.pool import SlotPool, SlotPoolConfig
-from tests.support.docker_engine import TEST_LABEL, delayed_runtime, docker_config
+from tests.support.docker_engine import TEST_LABEL, delayed_runtime, docker_config, load_into_podman
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -265,3 +265,31 @@ def test_the_cli_selects_the_docker_backend_from_flags_and_yaml(tmp_path):
     )
     backend = parse_invocation(TerminalTasksEnv, ["process", "--config", str(cfg)]).env_config.sandbox.backend
     assert (backend.kind, backend.memory_mb, backend.engine) == ("docker", 2048, "unix:///run/podman/podman.sock")
+
+
+async def test_the_same_backend_runs_a_pool_on_podmans_compatible_api(
+    docker_sandbox_image, podman_engine, podman_test_id
+):
+    await asyncio.to_thread(load_into_podman, docker_sandbox_image.image)
+    config = docker_config(
+        docker_sandbox_image, podman_test_id, engine=podman_engine.engine, ulimits=podman_engine.ulimits
+    )
+    pool = make_backend(config)
+    await pool.start()
+    try:
+        (address,) = pool.sandboxes
+        assert address.url.startswith("http://127.0.0.1:")
+        code, out = await _run(pool, "id -u; ls -a /")
+        assert code == 0 and out.splitlines()[0] != "0" and ".hermes-token" not in out, out
+        provider = pool.provider
+        assert isinstance(provider, DockerSandboxProvider)
+        client = _client(podman_engine.engine)
+        try:
+            client.api.kill(provider.container_id(address))
+        finally:
+            client.close()
+        assert await pool.check_now() == 1 and len(pool.sandboxes) == 1
+        assert (await _run(pool, "echo replaced"))[1].strip() == "replaced"
+    finally:
+        await pool.stop()
+    assert _containers(podman_engine.engine, f"{LABEL_RUN}={provider.run_id}") == []

@@ -6,12 +6,15 @@ callers pass (containers), so tests remove only their own: other runs use the sa
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import shutil
 import subprocess
 import sys
 import tarfile
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,19 @@ from backends.docker import DockerBackendConfig
 from backends.runtime import DEFAULT_RUNTIME_DIR, RUNTIME_FILES
 from slots.pool import SlotPoolConfig
 
-__all__ = ["ENGINE", "TEST_LABEL", "engine_problem", "SandboxImage", "sandbox_image", "docker_config"]
+__all__ = [
+    "ENGINE",
+    "TEST_LABEL",
+    "engine_problem",
+    "SandboxImage",
+    "sandbox_image",
+    "docker_config",
+    "PodmanService",
+    "podman_problem",
+    "podman_service",
+    "remove_labelled",
+    "load_into_podman",
+]
 
 ENGINE = "unix:///var/run/docker.sock"
 TEST_LABEL = "hermes-rl.test"
@@ -154,3 +169,80 @@ def docker_config(
         pool=pool,
         **fields,
     )
+
+
+def remove_labelled(engine: str, label: str) -> None:
+    """Remove every container on `engine` carrying `label` (key=value): a test's own, never others'."""
+    import docker
+
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
+    try:
+        for c in client.containers.list(all=True, filters={"label": label}):
+            c.remove(force=True)
+    finally:
+        client.close()
+
+
+@dataclass(frozen=True)
+class PodmanService:
+    engine: str
+    # Without CAP_SYS_RESOURCE podman cannot raise a container's rlimits to its defaults: ask for its own.
+    ulimits: dict[str, int]
+
+
+def podman_problem() -> str | None:
+    if shutil.which("podman") is None:
+        return "podman is not installed (scripts/setup.sh installs it)"
+    return None
+
+
+def _own_limits(pid: int) -> dict[str, int]:
+    wanted = {"Max open files": "nofile", "Max processes": "nproc"}
+    out: dict[str, int] = {}
+    for line in Path(f"/proc/{pid}/limits").read_text().splitlines():
+        for title, name in wanted.items():
+            if line.startswith(title):
+                hard = line[len(title) :].split()[1]
+                if hard.isdigit():
+                    out[name] = int(hard)
+    return out
+
+
+@contextlib.contextmanager
+def podman_service(scratch: Path) -> Iterator[PodmanService]:
+    """`podman system service` on a socket in `scratch`, stopped (by its own pid) on the way out."""
+    sock = scratch / "podman.sock"
+    engine = f"unix://{sock}"
+    proc = subprocess.Popen(
+        ["podman", "system", "service", "--time=0", engine],
+        stdout=subprocess.DEVNULL,
+        stderr=open(scratch / "service.log", "wb"),  # noqa: SIM115 - the child keeps it
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while engine_problem(engine) is not None:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                log = (scratch / "service.log").read_text(errors="replace")[-1000:]
+                raise RuntimeError(f"podman system service did not answer at {engine}: {log}")
+            time.sleep(0.2)
+        yield PodmanService(engine, _own_limits(proc.pid))
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def load_into_podman(image: str) -> None:
+    """Copy `image` from the Docker engine into podman's storage (no registry here)."""
+    if subprocess.run(["podman", "image", "exists", image], check=False).returncode == 0:
+        return
+    save = subprocess.Popen(["docker", "save", image], stdout=subprocess.PIPE)
+    try:
+        subprocess.run(["podman", "load", "-q"], stdin=save.stdout, check=True, stdout=subprocess.DEVNULL)
+    finally:
+        assert save.stdout is not None
+        save.stdout.close()
+        save.wait()

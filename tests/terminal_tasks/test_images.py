@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from backends.runtime import SandboxRuntime
 from backends.modal import ModalBackendConfig, modal_backend
 from backends.nomad import NomadBackendConfig, nomad_backend
 from tests.support.nomad_modal_doubles import ModalTestDouble, NomadTestDouble
@@ -32,12 +33,12 @@ def test_image_tag_follows_the_task_recipe_and_files(tmp_path):
 
 def test_build_context_is_the_task_dockerfile_plus_the_sandbox_layer(tmp_path):
     task = load_harbor_task(BUNDLED_TASKS / "harbor" / "git-recover")
-    out = write_build_context(task, tmp_path / "ctx", ROOT / "sandbox_server")
+    out = write_build_context(task, tmp_path / "ctx", SandboxRuntime().check())
     dockerfile = (out / "Dockerfile").read_text()
     assert dockerfile.startswith(task.image_recipe.rstrip("\n")) and dockerfile.endswith(SANDBOX_LAYER)
-    assert (out / "setup.sh").is_file() and (out / "hermes_sandbox_server" / "server.py").is_file()
+    assert (out / "setup.sh").is_file() and (out / "hermes_runtime" / "sandbox-server").is_file()
     endless = next(t for t in load_tasks_dir(BUNDLED_TASKS) if t.format == "endless" and t.base_image.endswith(".sif"))
-    text = (write_build_context(endless, tmp_path / "ctx2", ROOT / "sandbox_server") / "Dockerfile").read_text()
+    text = (write_build_context(endless, tmp_path / "ctx2", SandboxRuntime().check()) / "Dockerfile").read_text()
     assert text.startswith("FROM ubuntu:22.04\n")  # the local ubuntu SIF is docker://ubuntu:22.04
 
 
@@ -115,4 +116,4 @@ def test_build_contexts_cli_prints_one_build_per_task(tmp_path):
     dirs = [tmp_path / image.split("/")[-1].split(":")[0] for image in images]
     expected = [f"docker build -t {image} {d} && docker push {image}" for image, d in zip(images, dirs)]
     assert sorted(proc.stdout.splitlines()) == sorted(expected)
-    assert all((d / "Dockerfile").is_file() and (d / "hermes_sandbox_server").is_dir() for d in dirs)
+    assert all((d / "Dockerfile").is_file() and (d / "hermes_runtime").is_dir() for d in dirs)

@@ -1,0 +1,227 @@
+"""Terminal tasks in their own images on the docker backend, on the real engine.
+
+The fixtures (fixtures/tb2-images) are Terminal-Bench 2 tasks as published: task.toml, instruction.md,
+environment/Dockerfile, solution/solve.sh, tests/test.sh writing /logs/verifier/reward.txt. Their
+Dockerfiles start FROM ubuntu:22.04 / debian:bookworm (offline stand-ins made by scripts/base_images.sh)
+and apt-get install expect, screen and gnucobol; their tests grade with those tools. Their docker_image
+is not on the engine, so each runs in the image built from its Dockerfile: built once (content tag,
+reused by later sessions) by the session fixture, found by the env under the same tag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from backends.runtime import DEFAULT_RUNTIME_DIR, RUNTIME_FILES
+from environments.image_sandboxes import DockerImages, ImageRecipe, ImageSandboxes, ImageUnavailable
+from environments.sandbox_backend import SandboxToolBackendConfig
+from environments.terminal_tasks import OracleAgent, TerminalTasksEnv
+from environments.terminal_tasks.harbor import load_harbor_task
+from environments.terminal_tasks.sandboxes import task_recipe
+from slots.executor import ExecPolicy
+from slots.pool import SlotPoolConfig
+from tests.security.conftest import play
+from tests.support.cli import run_cli
+from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem
+from tests.terminal_tasks.conftest import make_env
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+
+FIXTURES = Path(__file__).parent / "fixtures" / "tb2-images"
+TASKS = ("expect-login", "screen-worker", "cobol-hello")
+REGISTRY = "hermes-rl-test-tasks"
+
+
+@pytest.fixture(scope="session")
+def engine() -> str:
+    problem = engine_problem(ENGINE)
+    if problem is not None:
+        pytest.skip(problem)
+    missing = [f for f in RUNTIME_FILES if not (DEFAULT_RUNTIME_DIR / f).is_file()]
+    if missing:
+        pytest.skip(f"sandbox runtime not built ({', '.join(missing)}): bash scripts/build_sandbox_runtime.sh")
+    return ENGINE
+
+
+@pytest.fixture(scope="session")
+def task_images(engine) -> dict[str, str]:
+    """The fixture tasks' images, built from their Dockerfiles once (content tags: a later session reuses them)."""
+
+    async def build() -> dict[str, str]:
+        images = DockerImages(engine, labels={TEST_LABEL: "terminal-task-images"})
+        try:
+            out = {}
+            for name in TASKS:
+                out[name] = await images.resolve(task_recipe(load_harbor_task(FIXTURES / name), REGISTRY))
+            return out
+        finally:
+            images.close()
+
+    return asyncio.run(build())
+
+
+@pytest.fixture
+def test_id(engine) -> Iterator[str]:
+    """A label value of this test's containers, removed afterwards whatever happened."""
+    import docker
+
+    value = f"termimg-{uuid.uuid4().hex[:10]}"
+    yield value
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
+    try:
+        for c in client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={value}"}):
+            c.remove(force=True)
+    finally:
+        client.close()
+
+
+def _backend_config(test_id: str, path: Path) -> list[str]:
+    """The docker backend as a user gives it (--config YAML), its containers labelled with this test's id."""
+    path.write_text(
+        "env:\n  sandbox:\n    backend:\n      kind: docker\n"
+        f"      engine: {ENGINE}\n      pull: never\n      labels: {{{TEST_LABEL}: {test_id}}}\n"
+        "      pool: {max_sandboxes: 1}\n"
+    )
+    return ["--config", str(path)]
+
+
+def _docker_config(test_id: str, **fields):
+    from backends.docker import DockerBackendConfig
+
+    pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
+    fields.setdefault("labels", {TEST_LABEL: test_id})
+    return DockerBackendConfig(engine=ENGINE, pull="never", pool=pool, **fields)
+
+
+@pytest.mark.parametrize("agent,accuracy", [("oracle", 1.0), ("noop", 0.0)])
+def test_tb2_tasks_installing_packages_score_in_their_own_images(task_images, test_id, tmp_path, agent, accuracy):
+    """evaluate on the docker backend: oracle 1.0 and no-op 0.0 on each task, every verdict from its own image."""
+    proc = run_cli(
+        TerminalTasksEnv,
+        "evaluate",
+        "--env.agent",
+        agent,
+        "--env.tasks_dir",
+        str(FIXTURES),
+        "--env.image_registry",
+        REGISTRY,
+        *_backend_config(test_id, tmp_path / "docker.yaml"),
+        "--env.data_dir_to_save_evals",
+        str(tmp_path / "eval"),
+        "--env.data_path_to_save_groups",
+        str(tmp_path / "g.jsonl"),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"'eval/accuracy': {accuracy}" in proc.stdout and "'eval/n': 3" in proc.stdout, proc.stdout[-2000:]
+    assert "'eval/infrastructure_failures': 0" in proc.stdout
+    samples = [json.loads(line) for p in (tmp_path / "eval").rglob("*.jsonl") for line in p.read_text().splitlines()]
+    scores = {s["item"]["id"]: s["score"] for s in samples if "item" in s}
+    assert scores == dict.fromkeys(TASKS, accuracy), samples
+
+
+async def test_an_ubuntu_2204_image_with_python_310_only_hosts_slots_and_tools_never_get_root(task_images, test_id):
+    task = load_harbor_task(FIXTURES / "expect-login")
+    sandboxes = ImageSandboxes(SandboxToolBackendConfig(backend=_docker_config(test_id)))
+    policy = ExecPolicy(verifier_as_root=True, verifier_network=False)
+    try:
+        async with sandboxes.trajectory(
+            "t", image=task_recipe(task, REGISTRY), workspace="/app", policy=policy
+        ) as executor:
+            probe = await executor.exec(
+                "python3 --version; ls /usr/bin /usr/local/bin | grep -E '^python3\\.[0-9]+$'; "
+                "command -v expect; id -u; pwd",
+                timeout=60,
+                max_output_bytes=10_000,
+            )
+            messages = await play(
+                executor, [[("terminal", {"command": "id -u", "as_root": True, "user": "root", "sudo": True})]]
+            )
+            verifier = await executor.verify_exec(
+                "id -u; tail -n +3 /proc/net/dev", timeout=60, max_output_bytes=10_000
+            )
+        (pool,) = sandboxes.pools.values()
+        images = {a.name for a in pool.sandboxes}
+    finally:
+        await sandboxes.stop()
+    lines = probe.output.split("\n")
+    assert probe.exit_code == 0 and lines[0].startswith("Python 3.10."), probe.output
+    assert lines[1:3] == ["python3.10", "/usr/bin/expect"], probe.output  # no other python: the runtime is its own
+    assert lines[3] != "0" and lines[4] == "/app", probe.output
+    assert json.loads(messages[0]["content"])["output"].strip() != "0"
+    vlines = verifier.output.strip().split("\n")
+    assert vlines[0] == "0" and [v.split(":")[0].strip() for v in vlines[1:]] == ["lo"], verifier.output
+    assert len(images) == 1
+
+
+async def test_a_present_docker_image_is_used_rather_than_rebuilt(task_images, engine):
+    import docker
+
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
+    name = f"hermes-rl-test-named/expect-login:{uuid.uuid4().hex[:8]}"
+    client.images.get(task_images["expect-login"]).tag(name)
+    images = DockerImages(engine)
+    try:
+        task = load_harbor_task(FIXTURES / "expect-login").model_copy(update={"docker_image": name})
+        recipe = task_recipe(task, "hermes-rl-test-unused-registry")
+        assert await images.resolve(recipe) == name
+        # Absent: its Dockerfile is built under the content tag instead (here already present, so reused).
+        absent = recipe.model_copy(update={"name": f"{name}-absent", "tag": task_images["expect-login"]})
+        assert await images.resolve(absent) == task_images["expect-login"]
+    finally:
+        images.close()
+        client.images.remove(name)
+        client.close()
+
+
+@pytest.mark.parametrize(
+    "dockerfile,timeout,message",
+    [
+        ("FROM debian:bookworm\nRUN echo broken-step && exit 3\n", 300.0, "building its image failed"),
+        # A fresh step each time (the engine caches a finished step, even one whose build we gave up on).
+        ("FROM debian:bookworm\nRUN sleep 20 && echo {nonce}\n", 3.0, "took longer than build_timeout_sec = 3"),
+    ],
+    ids=["fails", "times-out"],
+)
+async def test_a_build_that_fails_or_times_out_names_the_task(engine, test_id, dockerfile, timeout, message):
+    images = DockerImages(engine, labels={TEST_LABEL: test_id})
+    recipe = ImageRecipe(
+        owner="broken-task",
+        name="hermes-rl-tests/broken-task:20251127",
+        dockerfile=dockerfile.replace("{nonce}", uuid.uuid4().hex),
+        tag=f"hermes-rl-test-broken/broken-task:{uuid.uuid4().hex[:12]}",
+        build_timeout_s=timeout,
+    )
+    try:
+        with pytest.raises(ImageUnavailable) as info:
+            await images.resolve(recipe)
+    finally:
+        images.close()
+    assert str(info.value).startswith("broken-task: ") and message in str(info.value), str(info.value)
+
+
+async def test_a_task_whose_image_cannot_be_built_is_lost_to_infrastructure_not_scored(
+    engine, test_id, tmp_path, scripted_server
+):
+    task_dir = tmp_path / "tasks" / "broken-build"
+    shutil.copytree(FIXTURES / "cobol-hello", task_dir)
+    (task_dir / "environment" / "Dockerfile").write_text("FROM debian:bookworm\nRUN echo no-such-step && exit 100\n")
+    env = make_env(
+        scripted_server.base_url,
+        tmp_path,
+        backend=_docker_config(test_id),
+        tasks_dir=str(tmp_path / "tasks"),
+        image_registry=f"hermes-rl-test-broken-{test_id}",
+    )
+    async with env.runtime():
+        await env.setup()
+        rollouts = [await env.rollout(env.by_id["broken-build"], model=OracleAgent(env.by_id)) for _ in range(2)]
+    for rollout in rollouts:
+        assert rollout.infrastructure_failure and rollout.score is None
+        assert "broken-build: building its image failed" in (rollout.error or ""), rollout.error
