@@ -14,8 +14,9 @@ owns. Only the API subset Docker and Podman's compatible service both document i
   (host, pid, the pid's start time). `stop()` removes exactly this run's containers, half-started ones
   included; `start()` sweeps containers of the same pool whose owner provably is gone (same host, pid
   dead or reused), never those of another live run.
-- bubblewrap needs CAP_SYS_ADMIN and a seccomp/AppArmor profile that lets it make namespaces; no
-  `--privileged`. /tmp is a tmpfs with exec (the frozen server unpacks itself there).
+- bubblewrap needs CAP_SYS_ADMIN (and NET_ADMIN for a command's own loopback) and a seccomp/AppArmor
+  profile that lets it make namespaces; the slot watchdog needs SYS_PTRACE to see slot processes'
+  /proc entries; no `--privileged`. /tmp is a tmpfs with exec (the frozen server unpacks itself there).
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ class DockerBackendConfig(BaseModel):
     )
     cpus: float | None = Field(None, gt=0, description="CPUs per container (None: no limit)")
     memory_mb: int | None = Field(None, gt=0, description="Memory per container in MiB (None: no limit)")
+    pids_limit: int | None = Field(
+        None, gt=0, description="Processes per container, all slots together (None: the engine's default)"
+    )
     ulimits: dict[str, int] = Field(
         default_factory=dict,
         description="Container rlimits, name -> value (soft = hard), e.g. nofile; Podman without CAP_SYS_RESOURCE "
@@ -274,12 +278,16 @@ class DockerSandboxProvider:
         host_config = self.api.create_host_config(
             binds={str(Path(c.runtime_dir).resolve()): {"bind": RUNTIME_MOUNT, "mode": "ro"}},
             port_bindings={SERVER_PORT: (c.published_host, None)},
-            cap_add=["SYS_ADMIN", "NET_ADMIN"],  # namespaces; loopback up in a command's own network namespace
+            # SYS_ADMIN: bubblewrap's namespaces and mounts; NET_ADMIN: loopback up in a command's own
+            # network namespace; SYS_PTRACE: the slot watchdog reads /proc/<pid>/ns and smaps_rollup of
+            # slot processes (other uids). Commands themselves run with every capability dropped.
+            cap_add=["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"],
             security_opt=["seccomp=unconfined", "apparmor=unconfined"],
             tmpfs={"/tmp": "rw,exec,nosuid,nodev,mode=1777"},
             network_mode=c.network,
             nano_cpus=int(c.cpus * 1e9) if c.cpus else None,
             mem_limit=f"{c.memory_mb}m" if c.memory_mb else None,
+            pids_limit=c.pids_limit,
             ulimits=[docker.types.Ulimit(name=k, soft=v, hard=v) for k, v in c.ulimits.items()] or None,
         )
         self._containers[name] = name  # stop() finds it by label even if create never returns

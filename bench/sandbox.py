@@ -10,6 +10,11 @@ Prints
   under build/ or given with --old-src), run right after in a subprocess: new vs old.
 With --repeat N the new/old pair runs N times (alternated) and the summary gives min/median.
 
+With --docker (`python -m bench.sandbox --docker`, a Docker engine and build/hermes-runtime needed) it
+measures the local and the docker backend in the same run, 4 sandboxes x 8 slots each: time to a
+ready pool (start until every slot's namespace is up), exec p50 of `true` in one slot, execs/s with
+32 slots busy; and prints docker/local ratios.
+
 With --attack (`python -m bench.sandbox --attack`, from the repository root) it measures instead slot B's exec p50 while slot A runs a fork bomb, then a
 memory hog, against B's p50 on an idle server (same run). The fork bomb runs inside an outer
 pids cgroup (needs root and cgroup v1 pids), so a regression cannot take the machine down.
@@ -273,6 +278,60 @@ def summary(pairs: list[tuple[dict[str, float], dict[str, float] | None]]) -> No
         line("new vs old: 32-slot throughput, new / old", [n["slot_tput"] / o["slot_tput"] for n, o in old], "{:5.2f}x")
 
 
+async def measure_backend(backend, n_round_trips: int, per_slot: int) -> dict[str, float]:
+    """Time to a ready pool, exec p50 in one slot, and 32-slot throughput of one backend (stopped after)."""
+    t0 = time.perf_counter()
+    await backend.start()
+    try:
+        await settled(backend)
+        ready = time.perf_counter() - t0
+        slot = await backend.acquire()
+        for _ in range(5):
+            await execute(backend, slot, "true")
+        rt = [await timed(execute(backend, slot, "true")) for _ in range(n_round_trips)]
+        await backend.release(slot)
+        slots = [await backend.acquire() for _ in range(32)]
+        await settled(backend)
+
+        async def worker(s) -> None:
+            for _ in range(per_slot):
+                r = await execute(backend, s, "true")
+                assert r.exit_code == 0, r
+
+        t = time.perf_counter()
+        await asyncio.gather(*(worker(s) for s in slots))
+        tput = 32 * per_slot / (time.perf_counter() - t)
+        for s in slots:
+            await backend.release(s)
+    finally:
+        await backend.stop()
+    return {"ready_s": ready, "p50": statistics.median(rt), "p95": pct(rt, 0.95), "tput": tput}
+
+
+async def compare_docker(n_round_trips: int, per_slot: int, image: str, engine: str) -> None:
+    from backends.docker import DockerBackendConfig, docker_backend
+
+    pool = SlotPoolConfig(slots_per_sandbox=8, min_sandboxes=4, max_sandboxes=4, health_interval_s=60)
+    root = Path(tempfile.mkdtemp(prefix="bench-sandbox-docker-"))
+    local = await measure_backend(
+        local_backend(LocalBackendConfig(pool=pool, data_root=str(root))), n_round_trips, per_slot
+    )
+    docker_config = DockerBackendConfig(
+        pool=pool, image=image, engine=engine, pull="never", labels={"hermes-rl.bench": "sandbox"}
+    )
+    docker = await measure_backend(docker_backend(docker_config), n_round_trips, per_slot)
+    print(f"sandbox backends, same run: 4 sandboxes x 8 slots each (docker: {image}, runtime mounted)")
+    print(f"  {'':34s} {'local':>12s} {'docker':>12s}   docker/local")
+    rows = [
+        ("time to a ready pool", "ready_s", lambda v: f"{v:10.2f} s"),
+        (f"exec p50, 1 slot ({n_round_trips}x `true`)", "p50", ms),
+        ("exec p95, 1 slot", "p95", ms),
+        (f"32 slots busy ({32 * per_slot} execs)", "tput", lambda v: f"{v:6.1f} exec/s"),
+    ]
+    for name, key, fmt in rows:
+        print(f"  {name:34s} {fmt(local[key]):>12s} {fmt(docker[key]):>12s}   {docker[key] / local[key]:5.2f}x")
+
+
 async def attack(n: int) -> None:
     from sandbox_server.isolation import SlotLimits
     from tests.security.conftest import outer_process_limit
@@ -314,6 +373,9 @@ if __name__ == "__main__":
     ap.add_argument("--per-slot", type=int, default=10)
     ap.add_argument("--fresh-runs", type=int, default=5)
     ap.add_argument("--attack", action="store_true", help="slot B's latency under a fork bomb / memory hog in slot A")
+    ap.add_argument("--docker", action="store_true", help="the docker backend beside the local one, same run")
+    ap.add_argument("--docker-image", default="debian:bookworm", help="image the docker sandboxes run in")
+    ap.add_argument("--docker-engine", default="unix:///var/run/docker.sock", help="engine API address")
     ap.add_argument("--repeat", type=int, default=1, help="new/old pairs to run (summary: min and median)")
     ap.add_argument("--old-ref", default="22ffc7b", help="git revision of the old implementation")
     ap.add_argument("--old-src", help="a checkout of the old implementation (instead of exporting --old-ref)")
@@ -321,6 +383,8 @@ if __name__ == "__main__":
     ns = ap.parse_args()
     if ns.attack:
         asyncio.run(attack(ns.round_trips))
+    elif ns.docker:
+        asyncio.run(compare_docker(ns.round_trips, ns.per_slot, ns.docker_image, ns.docker_engine))
     else:
         src = None if ns.no_old else Path(ns.old_src) if ns.old_src else old_source(ns.old_ref)
         pairs = []

@@ -74,7 +74,11 @@ async def test_pool_runs_commands_confined_and_the_token_stays_out_of_sight(
             client.close()
         assert address.token not in json.dumps(info)  # not in argv, env, labels or mounts
         assert info["HostConfig"]["Privileged"] is False
-        assert {c.removeprefix("CAP_") for c in info["HostConfig"]["CapAdd"]} == {"SYS_ADMIN", "NET_ADMIN"}
+        assert {c.removeprefix("CAP_") for c in info["HostConfig"]["CapAdd"]} == {
+            "SYS_ADMIN",
+            "NET_ADMIN",
+            "SYS_PTRACE",
+        }
         bindings = info["HostConfig"]["PortBindings"]["8080/tcp"]
         assert [b["HostIp"] for b in bindings] == ["127.0.0.1"]
         labels = info["Config"]["Labels"]

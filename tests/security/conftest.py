@@ -3,14 +3,20 @@
 Every attack goes through the tool calls an agent can make (terminal, python, read_file,
 write_file, search_files), against real sandbox_server processes under real bubblewrap,
 or against the local workspace backend.
+
+Attacks on a slot's confinement run on each sandbox backend that hosts slots on this machine:
+`sandbox_at` is parametrized over local processes and docker containers (skipped only when no
+engine answers); tests that need a server's host-side internals (its data dir, its process) stay local.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
 import resource
+import signal
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -23,7 +29,10 @@ from backends import LocalBackendConfig, make_backend
 from environments.agent_loop import AgentLoopConfig, HermesAgentLoop
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from model_tools import get_tool_definitions
+from backends.docker import DockerSandboxProvider
 from slots.pool import SlotPool, SlotPoolConfig
+from tests.support.docker_engine import SandboxPlace, docker_config, stop_container
+from tests.support.docker_fixtures import docker_engine, docker_sandbox_image, docker_test_id  # noqa: F401 - fixtures
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tools.context import ToolContext, ToolLimits
 
@@ -63,12 +72,32 @@ async def play(
     return tool_msgs
 
 
-def sandbox_backend(tmp_path, *, slots: int = 2, sandboxes: int = 1, limits: dict | None = None, **pool) -> SlotPool:
+SANDBOX_KINDS = ("local", "docker")
+# A container's own outer limits: a regression inside must fill the container, not the machine
+# (the cgroup and rlimit tricks below only hold processes this test starts itself).
+DOCKER_OUTER = {"pids_limit": 2000, "memory_mb": 4096}
+
+
+@pytest.fixture(params=SANDBOX_KINDS)
+def sandbox_at(request, tmp_path) -> SandboxPlace:
+    if request.param == "local":
+        return SandboxPlace(tmp_path)
+    image = request.getfixturevalue("docker_sandbox_image")
+    return SandboxPlace(tmp_path, "docker", image, request.getfixturevalue("docker_test_id"))
+
+
+def sandbox_backend(
+    where: Path | SandboxPlace, *, slots: int = 2, sandboxes: int = 1, limits: dict | None = None, **pool
+) -> SlotPool:
+    place = where if isinstance(where, SandboxPlace) else SandboxPlace(where)
     config = SlotPoolConfig(
         slots_per_sandbox=slots, min_sandboxes=sandboxes, max_sandboxes=sandboxes, health_interval_s=30, **pool
     )
-    local = LocalBackendConfig(pool=config, data_root=str(tmp_path / "sb"), **({"limits": limits} if limits else {}))
-    return make_backend(local)
+    given = {"limits": limits} if limits else {}
+    if place.kind == "docker":
+        assert place.image is not None
+        return make_backend(docker_config(place.image, place.test_id, pool=config, **DOCKER_OUTER, **given))
+    return make_backend(LocalBackendConfig(pool=config, data_root=str(place.tmp_path / "sb"), **given))
 
 
 def server_data_dir(backend: SlotPool) -> Path:
@@ -77,9 +106,9 @@ def server_data_dir(backend: SlotPool) -> Path:
 
 
 @contextlib.asynccontextmanager
-async def running_sandbox(tmp_path, **kwargs: Any) -> AsyncIterator[SlotPool]:
-    """`sandbox_backend(tmp_path, **kwargs)`, started, and stopped on the way out."""
-    backend = sandbox_backend(tmp_path, **kwargs)
+async def running_sandbox(where: Path | SandboxPlace, **kwargs: Any) -> AsyncIterator[SlotPool]:
+    """`sandbox_backend(where, **kwargs)`, started, and stopped on the way out."""
+    backend = sandbox_backend(where, **kwargs)
     await backend.start()
     try:
         yield backend
@@ -88,14 +117,28 @@ async def running_sandbox(tmp_path, **kwargs: Any) -> AsyncIterator[SlotPool]:
 
 
 @pytest.fixture
-async def sandbox(tmp_path):
-    async with running_sandbox(tmp_path) as backend:
+async def sandbox(sandbox_at):
+    async with running_sandbox(sandbox_at) as backend:
         yield backend
 
 
 def server_token(backend: SlotPool) -> str:
     (sb,) = backend._sandboxes.values()
     return sb.address.token
+
+
+async def sigterm_server(backend: SlotPool) -> None:
+    """Send the (only) server SIGTERM and check it stops on it within 10 s, process or container."""
+    (sb,) = backend._sandboxes.values()
+    provider = backend.provider
+    if isinstance(provider, DockerSandboxProvider):
+        # `stop` sends SIGTERM, then SIGKILL after the timeout: exit code 137 means SIGTERM was not enough.
+        state = await asyncio.to_thread(stop_container, provider.config.engine, provider.container_id(sb.address))
+        assert not state["Running"] and state["ExitCode"] != 137, state
+        return
+    proc = provider._procs[sb.address.name].proc
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.wait_for(proc.wait(), 10)
 
 
 def all_text(msgs: list[dict[str, Any]]) -> str:

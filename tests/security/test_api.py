@@ -47,8 +47,8 @@ async def test_nul_byte_is_a_tool_error_and_the_batch_goes_on(sandbox):
     assert good_msgs[0]["result"]["output"] == "innocent\n"
 
 
-async def test_reset_kills_queued_and_running_commands(tmp_path):
-    backend = sandbox_backend(tmp_path, slots=1, reset_timeout_s=10)
+async def test_reset_kills_queued_and_running_commands(sandbox_at):
+    backend = sandbox_backend(sandbox_at, slots=1, reset_timeout_s=10)
     await backend.start()
     try:
         async with backend.trajectory("sleeper") as ex:

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
 import time
 
-from tests.security.conftest import all_text, play, server_token
+from tests.security.conftest import all_text, play, server_token, sigterm_server
 from tools.executor import LocalWorkspace
 
 CANARY = "CANARY-host-secret-5b1f"
@@ -120,10 +119,7 @@ async def test_fifo_reads_in_one_slot_do_not_freeze_the_others(sandbox, tmp_path
         assert all("error" in m["result"] for m in msgs[1:])
     # both slots were reset and came back
     assert all(s.state.value == "free" for s in sandbox.slots())
-    (sb,) = sandbox._sandboxes.values()
-    proc = sandbox.provider._procs[sb.address.name].proc
-    proc.send_signal(signal.SIGTERM)
-    await asyncio.wait_for(proc.wait(), 10)
+    await sigterm_server(sandbox)
 
 
 async def test_local_fifo_read_returns_an_error_instead_of_hanging(tmp_path):

@@ -17,9 +17,9 @@ FORK_BOMB = "bomb() { bomb | bomb & }; bomb; sleep 10; echo bomb-over"
 
 
 @pytest.mark.slow
-async def test_fork_bomb_in_one_slot_leaves_the_other_slot_working(tmp_path):
+async def test_fork_bomb_in_one_slot_leaves_the_other_slot_working(sandbox_at):
     with outer_process_limit(1500):
-        async with running_sandbox(tmp_path, limits={"max_processes": 200}) as backend:
+        async with running_sandbox(sandbox_at, limits={"max_processes": 200}) as backend:
             async with backend.trajectory("bomber") as a, backend.trajectory("innocent") as b:
                 bomb = asyncio.create_task(play(a, [[("terminal", {"command": FORK_BOMB, "timeout": 15})]]))
                 await asyncio.sleep(2)  # the bomb has filled what it can
@@ -36,7 +36,7 @@ async def test_fork_bomb_in_one_slot_leaves_the_other_slot_working(tmp_path):
             assert all(r.exit_code == 0 for r in results)
 
 
-async def test_limits_trip_at_their_configured_values(tmp_path):
+async def test_limits_trip_at_their_configured_values(sandbox_at):
     limits = {
         "max_processes": 40,
         "max_memory_bytes": 256 * MiB,
@@ -45,7 +45,7 @@ async def test_limits_trip_at_their_configured_values(tmp_path):
         "max_cpu_s": 1,
     }
     with outer_memory_limit(8 * 1024 * MiB):
-        backend = sandbox_backend(tmp_path, limits=limits)
+        backend = sandbox_backend(sandbox_at, limits=limits)
         await backend.start()
     try:
         async with backend.trajectory("hog") as ex:

@@ -91,12 +91,12 @@ async def test_tools_get_no_secrets_from_our_environment(tmp_path, monkeypatch):
     assert not [k for k, v in CANARIES.items() if v in text]
 
 
-async def test_sandbox_tools_get_no_secrets_either(tmp_path, monkeypatch):
+async def test_sandbox_tools_get_no_secrets_either(sandbox_at, monkeypatch):
     from tests.security.conftest import sandbox_backend
 
     for key, value in CANARIES.items():
         monkeypatch.setenv(key, value)
-    backend = sandbox_backend(tmp_path, slots=1)
+    backend = sandbox_backend(sandbox_at, slots=1)
     await backend.start()
     try:
         async with backend.trajectory("t") as ex:

@@ -34,9 +34,9 @@ async def test_commands_cannot_kill_or_inspect_the_exec_server(sandbox):
     assert out[2].startswith("still-here\n") and out[2].split()[-1] != "0"
 
 
-async def test_ipc_tmp_and_processes_of_a_trajectory_do_not_survive_reset(tmp_path):
+async def test_ipc_tmp_and_processes_of_a_trajectory_do_not_survive_reset(sandbox_at):
     # A message queue: shared memory does not outlive its last user at all (test_slot_resources.py).
-    backend = sandbox_backend(tmp_path, slots=1)
+    backend = sandbox_backend(sandbox_at, slots=1)
     await backend.start()
     try:
         async with backend.trajectory("first") as ex:
@@ -74,10 +74,10 @@ async def test_ipc_tmp_and_processes_of_a_trajectory_do_not_survive_reset(tmp_pa
         await backend.stop()
 
 
-async def test_orphans_are_reaped_while_the_command_runs(tmp_path):
+async def test_orphans_are_reaped_while_the_command_runs(sandbox_at):
     # 120 double-forked children in one command under a 40-process limit: each is reaped as it
     # dies, so none of them fails to start (zombies count against the limit).
-    backend = sandbox_backend(tmp_path, slots=1, limits={"max_processes": 40})
+    backend = sandbox_backend(sandbox_at, slots=1, limits={"max_processes": 40})
     await backend.start()
     try:
         async with backend.trajectory("orphans") as ex:

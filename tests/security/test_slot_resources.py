@@ -47,10 +47,10 @@ DEEP_TREE = (
 )
 
 
-async def test_sysv_shared_memory_does_not_outlive_the_command_or_exceed_the_slot_total(tmp_path):
+async def test_sysv_shared_memory_does_not_outlive_the_command_or_exceed_the_slot_total(sandbox_at):
     limits = {"slot_memory_bytes": 200 * MiB, "max_memory_bytes": 1024 * MiB}
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        async with running_sandbox(tmp_path, limits=limits) as backend:
+        async with running_sandbox(sandbox_at, limits=limits) as backend:
             # The trajectory may ask for network (a task with allow_internet), so the networked path is checked too.
             async with backend.trajectory("shm", ExecPolicy(network=True)) as ex:
                 msgs = await play(
@@ -72,11 +72,11 @@ async def test_sysv_shared_memory_does_not_outlive_the_command_or_exceed_the_slo
     assert left[-1] == "no-posix-shm", left
 
 
-async def test_many_empty_files_trip_the_workspace_file_limit(tmp_path):
+async def test_many_empty_files_trip_the_workspace_file_limit(sandbox_at):
     limits = {"workspace_bytes": 8 * MiB, "workspace_files": 1_000}
     make = "python3 -c \"import os\nos.mkdir('d')\nfor i in range(20000): open(f'd/{i}', 'w').close()\"; echo made-all"
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        async with running_sandbox(tmp_path, limits=limits) as backend:
+        async with running_sandbox(sandbox_at, limits=limits) as backend:
             async with backend.trajectory("inodes") as ex:
                 msgs = await play(
                     ex,

@@ -35,7 +35,7 @@ def du(out: str) -> int:
     [HOGS.format(HOG), HOGS.format(HIDDEN_HOG), TMP_AND_HOG],
     ids=["processes", "non-dumpable-processes", "tmp-and-process"],
 )
-async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_lives(tmp_path, command):
+async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_lives(sandbox_at, command):
     limits = {
         "max_memory_bytes": 256 * MiB,
         "slot_memory_bytes": 200 * MiB,
@@ -43,7 +43,7 @@ async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_
         "tmp_bytes": 256 * MiB,
     }
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        async with running_sandbox(tmp_path, limits=limits) as backend:
+        async with running_sandbox(sandbox_at, limits=limits) as backend:
             async with backend.trajectory("hogs") as a, backend.trajectory("neighbour") as b:
                 hogs = asyncio.create_task(
                     play(
@@ -71,7 +71,7 @@ async def test_many_processes_over_the_slot_total_are_killed_and_the_other_slot_
     assert enforced["watchdog"]["running"] is True
 
 
-async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(tmp_path):
+async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(sandbox_at, tmp_path):
     limits = {"workspace_bytes": 64 * MiB}
     # Links whose text names a host path: the server's walk and trim must neither count nor remove what they point at.
     host = tmp_path / "host"
@@ -81,7 +81,7 @@ async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(tm
     links = f"ln -s {host} hostdir && ln -s {host}/big.bin hostfile && echo linked"
     fill = "for i in $(seq 40); do dd if=/dev/zero of=junk$i bs=1M count=8 status=none || break; done; echo wrote-all"
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        async with running_sandbox(tmp_path, limits=limits) as backend:
+        async with running_sandbox(sandbox_at, limits=limits) as backend:
             async with backend.trajectory("filler") as ex:
                 msgs = await play(
                     ex,
@@ -104,10 +104,10 @@ async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(tm
     assert (host / "big.bin").stat().st_blocks * 512 == 100 * MiB
 
 
-async def test_write_file_and_patch_past_the_disk_quota_are_refused(tmp_path):
+async def test_write_file_and_patch_past_the_disk_quota_are_refused(sandbox_at):
     limits = {"workspace_bytes": 1 * MiB}  # small: the scripted model server takes requests up to 1 MiB
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        async with running_sandbox(tmp_path, limits=limits) as backend:
+        async with running_sandbox(sandbox_at, limits=limits) as backend:
             async with backend.trajectory("writer") as ex:
                 msgs = await play(
                     ex,

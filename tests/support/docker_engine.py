@@ -11,7 +11,6 @@ import hashlib
 import io
 import shutil
 import subprocess
-import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from backends.docker import DockerBackendConfig
-from backends.runtime import DEFAULT_RUNTIME_DIR, RUNTIME_FILES
+from backends.runtime import RuntimeMissing, SandboxRuntime
 from slots.pool import SlotPoolConfig
 
 __all__ = [
@@ -28,12 +27,14 @@ __all__ = [
     "TEST_LABEL",
     "engine_problem",
     "SandboxImage",
+    "SandboxPlace",
     "sandbox_image",
     "docker_config",
     "PodmanService",
     "podman_problem",
     "podman_service",
     "remove_labelled",
+    "stop_container",
     "load_into_podman",
 ]
 
@@ -42,29 +43,12 @@ TEST_LABEL = "hermes-rl.test"
 REPO = Path(__file__).resolve().parents[2]
 BASE_IMAGE = "debian:bookworm"  # made offline by scripts/base_images.sh
 
-# Until the frozen runtime is built, the server runs on the image's python3 with the packages
-# sandbox_server needs copied from this venv (bookworm's own pydantic is 1.x).
-INTERIM_DOCKERFILE = f"""FROM {BASE_IMAGE}
-RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 bubblewrap \\
-    && rm -rf /var/lib/apt/lists/*
+# The image the tests' slots run in: the tests' commands use python3 (the python tool) and procps
+# (pgrep), which a task's image would bring. Nothing of the sandbox is in it: the runtime is mounted.
+TEST_IMAGE_DOCKERFILE = f"""FROM {BASE_IMAGE}
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+    python3 procps && rm -rf /var/lib/apt/lists/*
 """
-INTERIM_PACKAGES = (
-    "aiohttp",
-    "aiohappyeyeballs",
-    "aiosignal",
-    "attrs",
-    "attr",
-    "frozenlist",
-    "multidict",
-    "propcache",
-    "yarl",
-    "idna",
-    "pydantic",
-    "pydantic_core",
-    "annotated_types",
-    "typing_inspection",
-    "typing_extensions.py",
-)
 
 
 def engine_problem(engine: str = ENGINE) -> str | None:
@@ -108,41 +92,36 @@ def _build(client: Any, dockerfile: str, name: str) -> str:
     return tag
 
 
-def _interim_runtime(dest: Path) -> Path:
-    """A directory meeting the runtime's contract (RUNTIME_FILES) whose server runs on the image's python3."""
-    py = dest / "py"
-    py.mkdir(parents=True)
-    site = Path(next(p for p in sys.path if p.endswith("site-packages")))
-    for name in INTERIM_PACKAGES:
-        src = site / name
-        (shutil.copytree if src.is_dir() else shutil.copy2)(src, py / name)
-    spawn = REPO / "sandbox_server" / "hermes-spawn"
-    if not spawn.exists():
-        subprocess.run(["bash", str(REPO / "sandbox_server" / "build_spawn_helper.sh"), str(spawn)], check=True)
-    shutil.copytree(REPO / "sandbox_server", py / "sandbox_server", ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy2(spawn, dest / "hermes-spawn")
-    (dest / "sandbox-server").write_text(
-        '#!/bin/sh\nPYTHONPATH=/opt/hermes/py PYTHONUNBUFFERED=1 exec python3 -m sandbox_server "$@"\n'
-    )
-    (dest / "bwrap").write_text('#!/bin/sh\nexec /usr/bin/bwrap "$@"\n')
-    for f in ("sandbox-server", "bwrap"):
-        (dest / f).chmod(0o755)
-    return dest
-
-
-def sandbox_image(scratch: Path) -> SandboxImage:
-    """The image and runtime the docker backend's tests run: the built runtime in debian:bookworm if
-    scripts/build_sandbox_runtime.sh has made it, else the interim one (python3 + bubblewrap image)."""
+def sandbox_image() -> SandboxImage:
+    """The image the docker backend's tests run and the runtime it mounts (built here if missing)."""
     import docker
 
-    if all((DEFAULT_RUNTIME_DIR / f).is_file() for f in RUNTIME_FILES):
-        return SandboxImage(BASE_IMAGE, DEFAULT_RUNTIME_DIR)
+    runtime = SandboxRuntime()
+    try:
+        runtime.check()
+    except RuntimeMissing:
+        subprocess.run(["bash", str(REPO / "scripts" / "build_sandbox_runtime.sh"), str(runtime.dir)], check=True)
+        runtime.check()
     client = docker.DockerClient(base_url=ENGINE, version="auto", timeout=600)
     try:
-        image = _build(client, INTERIM_DOCKERFILE, "hermes-rl-test/interim-sandbox")
+        image = _build(client, TEST_IMAGE_DOCKERFILE, "hermes-rl-test/slot-image")
     finally:
         client.close()
-    return SandboxImage(image, _interim_runtime(scratch / "runtime"))
+    return SandboxImage(image, runtime.dir)
+
+
+@dataclass(frozen=True)
+class SandboxPlace:
+    """Where a test's sandbox runs: local processes with data under `tmp_path`, or docker containers.
+
+    Defined here, not in a conftest: test modules import conftests under a second name, and
+    `sandbox_backend` tells the kinds apart by this class.
+    """
+
+    tmp_path: Path
+    kind: str = "local"
+    image: SandboxImage | None = None
+    test_id: str = ""
 
 
 def delayed_runtime(runtime_dir: Path, dest: Path, delay_s: float) -> Path:
@@ -179,6 +158,18 @@ def remove_labelled(engine: str, label: str) -> None:
     try:
         for c in client.containers.list(all=True, filters={"label": label}):
             c.remove(force=True)
+    finally:
+        client.close()
+
+
+def stop_container(engine: str, cid: str, timeout_s: int = 10) -> dict[str, Any]:
+    """`docker stop` (SIGTERM, SIGKILL after `timeout_s`); returns the container's State afterwards."""
+    import docker
+
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
+    try:
+        client.api.stop(cid, timeout=timeout_s)
+        return client.api.inspect_container(cid)["State"]
     finally:
         client.close()
 
