@@ -17,8 +17,6 @@ from __future__ import annotations
 import ast
 import json
 import textwrap
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,7 +29,7 @@ from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.swe_smith.env import OracleAgent, SweSmithOracleEnv, SweSmithOracleEnvConfig
 from slots.pool import SlotPoolConfig
 from tests.support.cli import run_cli
-from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, sandbox_image
+from tests.support.docker_engine import ENGINE, TEST_LABEL, sandbox_image
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
 from tests.swe_smith.conftest import publish
 
@@ -87,11 +85,10 @@ conda() {
 conda activate base
 """
 
-# bubblewrap: only for the interim sandbox runtime (tests/support/docker_engine.py) until the frozen one is built.
 DOCKERFILE = """\
 FROM debian:bookworm
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
-      git python3 python3-pytest python3-venv bubblewrap && rm -rf /var/lib/apt/lists/*
+      git python3 python3-pytest python3-venv && rm -rf /var/lib/apt/lists/*
 COPY activate /opt/miniconda3/bin/activate
 COPY repo /testbed
 COPY unitconv.py /tmp/deps/unitconv.py
@@ -111,11 +108,8 @@ RUN python3 -m venv --system-site-packages --without-pip /opt/miniconda3/envs/te
 
 
 @pytest.fixture(scope="session")
-def swe_smith_image(tmp_path_factory) -> tuple[str, Path]:
+def swe_smith_image(docker_engine, tmp_path_factory) -> tuple[str, Path]:
     """(the SWE-smith-shaped image's tag, the sandbox runtime dir): built once, reused by its content tag."""
-    problem = engine_problem(ENGINE)
-    if problem is not None:
-        pytest.skip(problem)
     import docker
 
     ctx = tmp_path_factory.mktemp("swe-smith-image")
@@ -134,22 +128,7 @@ def swe_smith_image(tmp_path_factory) -> tuple[str, Path]:
             client.images.build(path=str(ctx), tag=tag, rm=True, labels={TEST_LABEL: "swe-smith-image"})
     finally:
         client.close()
-    return tag, sandbox_image(tmp_path_factory.mktemp("docker-runtime")).runtime_dir
-
-
-@pytest.fixture
-def test_id() -> Iterator[str]:
-    """Labels this test's containers; they are removed afterwards whatever happened."""
-    value = f"sweimg-{uuid.uuid4().hex[:10]}"
-    yield value
-    import docker
-
-    client = docker.DockerClient(base_url=ENGINE, version="auto", timeout=60)
-    try:
-        for c in client.containers.list(all=True, filters={"label": f"{TEST_LABEL}={value}"}):
-            c.remove(force=True)
-    finally:
-        client.close()
+    return tag, sandbox_image().runtime_dir
 
 
 @pytest.fixture
@@ -179,7 +158,7 @@ def instance(tmp_path, swe_smith_image) -> dict:
     return {"row": row, "mirrors": mirrors, "runtime_dir": swe_smith_image[1], "image": swe_smith_image[0]}
 
 
-def backend_yaml(instance: dict, test_id: str) -> str:
+def backend_yaml(instance: dict, docker_test_id: str) -> str:
     return textwrap.dedent(
         f"""\
         env:
@@ -191,16 +170,16 @@ def backend_yaml(instance: dict, test_id: str) -> str:
               image: {instance["image"]}
               pull: never
               runtime_dir: {instance["runtime_dir"]}
-              labels: {{"{TEST_LABEL}": "{test_id}"}}
+              labels: {{"{TEST_LABEL}": "{docker_test_id}"}}
               pool: {{slots_per_sandbox: 2, min_sandboxes: 1, max_sandboxes: 1, health_interval_s: 30}}
         """
     )
 
 
 @pytest.mark.slow
-def test_oracle_scores_1_and_noop_0_in_the_instances_image(tmp_path, instance, test_id):
+def test_oracle_scores_1_and_noop_0_in_the_instances_image(tmp_path, instance, docker_test_id):
     config = tmp_path / "docker.yaml"
-    config.write_text(backend_yaml(instance, test_id))
+    config.write_text(backend_yaml(instance, docker_test_id))
 
     def evaluate(agent: str):
         proc = run_cli(
@@ -263,14 +242,14 @@ echo 'import sys' > "$site/zz_force.pth" && echo ENV-WRITABLE || echo ENV-READ-O
 
 
 @pytest.mark.slow
-async def test_a_noop_that_tampers_with_the_runner_in_testbed_scores_0(tmp_path, instance, test_id):
+async def test_a_noop_that_tampers_with_the_runner_in_testbed_scores_0(tmp_path, instance, docker_test_id):
     pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
     backend = DockerBackendConfig(
         engine=ENGINE,
         image=instance["image"],
         pull="never",
         runtime_dir=str(instance["runtime_dir"]),
-        labels={TEST_LABEL: test_id},
+        labels={TEST_LABEL: docker_test_id},
         pool=pool,
     )
     config = SweSmithOracleEnvConfig(
