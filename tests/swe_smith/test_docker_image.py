@@ -23,6 +23,7 @@ import pytest
 from atroposlib.envs.base import APIServerConfig
 
 from backends.docker import DockerBackendConfig
+from environments.hermes_base_env import HermesEnvError
 from environments.image_sandboxes import content_tag
 from environments.models.base import ModelTurn
 from environments.sandbox_backend import SandboxToolBackendConfig
@@ -292,7 +293,21 @@ async def test_a_noop_that_tampers_with_the_runner_in_testbed_scores_0(tmp_path,
     assert fixed.score == 1.0, list(env.verdicts.values())[-1]
 
 
+def test_verifying_in_the_agents_slot_is_refused_on_images():
+    backend = DockerBackendConfig(image="debian:bookworm", pull="never")
+    config = SweSmithOracleEnvConfig(
+        tokenizer_name="embedded",
+        use_wandb=False,
+        tool_backend="sandbox",
+        sandbox=SandboxToolBackendConfig(backend=backend),
+        verify_in="same_slot",
+    )
+    with pytest.raises(HermesEnvError, match="same_slot cannot verify in the instance's image"):
+        SweSmithOracleEnv(config, [APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", api_key="x")])
+
+
 def test_the_probe_parses_as_python_39():
-    """The probe runs in the image's own Python (SWE-smith's images have 3.9 to 3.12)."""
+    """The probe runs in the image's own Python: SWE-smith's images have 3.10 to 3.12 (its constants'
+    "python" specs); the 3.9 grammar leaves a margin. The e2e tests above load it on bookworm's 3.11 and pytest 7.2."""
     source = (Path(__file__).resolve().parents[2] / "environments" / "verifier_probe.py").read_text()
     ast.parse(source, feature_version=(3, 9))
