@@ -22,6 +22,7 @@ owns. Only the API subset Docker and Podman's compatible service both document i
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import io
 import logging
 import os
@@ -60,6 +61,7 @@ LABEL_POOL = "hermes-rl.pool"
 LABEL_HOST = "hermes-rl.owner-host"
 LABEL_PID = "hermes-rl.owner-pid"
 LABEL_PID_START = "hermes-rl.owner-start"
+LABEL_PIDNS = "hermes-rl.owner-pidns"  # boot id and pid namespace: where the owner pid means something
 SERVER_PORT = 8080
 TOKEN_FILE = "/.hermes-token"  # in the container's root: slots see /opt, /etc, /usr..., never "/"
 DATA_DIR = "/var/lib/hermes-sandbox"
@@ -129,16 +131,29 @@ def _pid_start(pid: int) -> str | None:
     return stat.rsplit(")", 1)[1].split()[19]
 
 
-def owner_gone(labels: dict[str, str], hostname: str) -> bool:
-    """True only when the run that made a container provably no longer exists (same host, pid dead or reused)."""
-    if labels.get(LABEL_HOST) != hostname:
-        return False  # another machine's run: nothing here can tell whether it lives
+def pid_namespace() -> str:
+    """This boot and this pid namespace: a pid is only comparable between processes that share both."""
+    try:
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return ""
+
+
+def owner_gone(labels: dict[str, str], hostname: str, pidns: str) -> bool:
+    """True only when the run that made a container provably no longer exists: same host, boot and pid
+    namespace, and the owner pid is dead or now another process (its start time differs)."""
+    if not pidns or labels.get(LABEL_HOST) != hostname or labels.get(LABEL_PIDNS) != pidns:
+        return False  # another machine, boot or container: nothing here can tell whether it lives
     try:
         pid = int(labels.get(LABEL_PID, ""))
     except ValueError:
         return False
     start = _pid_start(pid)
-    return start is None or start != labels.get(LABEL_PID_START)
+    if start is None:
+        return True
+    recorded = labels.get(LABEL_PID_START, "")
+    return bool(recorded) and start != recorded
 
 
 def _token_archive(token: str) -> bytes:
@@ -156,6 +171,8 @@ class DockerSandboxProvider:
         self.config = config
         self.run_id = uuid.uuid4().hex[:12]
         self._hostname = socket.gethostname()
+        self._pidns = pid_namespace()
+        self._pending: set[concurrent.futures.Future] = set()  # engine calls still running in a thread
         self._executor: ThreadPoolExecutor | None = None
         self._client: docker.DockerClient | None = None
         self._containers: dict[str, str] = {}  # sandbox name -> container id
@@ -164,7 +181,12 @@ class DockerSandboxProvider:
     # -- engine calls, off the event loop ---------------------------------------------------
     async def _call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         assert self._executor is not None, "start() first"
-        return await asyncio.get_running_loop().run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+        # A cancelled await does not stop the thread: a create may still land after it, so stop()
+        # waits for what is pending before it lists this run's containers.
+        future = self._executor.submit(fn, *args, **kwargs)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        return await asyncio.wrap_future(future)
 
     @property
     def api(self) -> Any:
@@ -180,6 +202,7 @@ class DockerSandboxProvider:
             LABEL_HOST: self._hostname,
             LABEL_PID: str(pid),
             LABEL_PID_START: _pid_start(pid) or "",
+            LABEL_PIDNS: self._pidns,
         }
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -241,7 +264,7 @@ class DockerSandboxProvider:
         found = await self._call(
             self.api.containers, all=True, filters={"label": f"{LABEL_POOL}={self.config.pool_name}"}
         )
-        gone = [c["Id"] for c in found if owner_gone(c.get("Labels") or {}, self._hostname)]
+        gone = [c["Id"] for c in found if owner_gone(c.get("Labels") or {}, self._hostname, self._pidns)]
         for cid in gone:
             await self._remove(cid)
         if gone:
@@ -310,13 +333,20 @@ class DockerSandboxProvider:
             await self._call(self.api.start, created["Id"])
             port = await self._published_port(created["Id"])
         except BaseException as exc:
-            await asyncio.shield(self._remove(self._containers.pop(name)))
+            await asyncio.shield(self._remove_when_landed(name))
             if isinstance(exc, docker.errors.APIError):
                 raise DockerBackendError(
                     f"could not start a sandbox container from {c.image}: {exc.explanation or exc}"
                 ) from None
             raise
         return SandboxAddress(name, f"http://{c.published_host}:{port}", token)
+
+    async def _remove_when_landed(self, name: str) -> None:
+        """Remove a container whose launch failed or was cancelled, once its create (if any) has landed."""
+        self._containers.pop(name, None)
+        if self._pending:
+            await asyncio.wait([asyncio.wrap_future(f) for f in list(self._pending)])
+        await self._remove(name)
 
     async def _published_port(self, cid: str) -> int:
         info = await self._call(self.api.inspect_container, cid)
@@ -384,7 +414,10 @@ class DockerSandboxProvider:
                 self._executor = None
             return
         try:
-            # By label, not by what we tracked: a create whose answer never came back is found too.
+            # By label, not by what we tracked: a create whose answer never came back is found too,
+            # once the calls still running in threads have landed.
+            if self._pending:
+                await asyncio.wait([asyncio.wrap_future(f) for f in list(self._pending)])
             mine = await self._call(self.api.containers, all=True, filters={"label": f"{LABEL_RUN}={self.run_id}"})
             await asyncio.gather(*(self._remove(c["Id"]) for c in mine))
             self._containers.clear()

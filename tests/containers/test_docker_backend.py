@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -16,8 +17,17 @@ import docker
 import pytest
 
 from backends import make_backend
-from backends.docker import LABEL_POOL, LABEL_RUN, DockerBackendError, DockerSandboxProvider
+from backends.docker import (
+    LABEL_POOL,
+    LABEL_RUN,
+    DockerBackendConfig,
+    DockerBackendError,
+    DockerSandboxProvider,
+    owner_gone,
+    pid_namespace,
+)
 from environments.cli_parse import parse_invocation
+from slots.client import SandboxAddress, SandboxClient
 from slots.pool import SlotPool, SlotPoolConfig
 from tests.support.docker_engine import TEST_LABEL, delayed_runtime, docker_config, load_into_podman
 
@@ -161,20 +171,21 @@ async def test_two_concurrent_runs_with_default_names_keep_their_sandboxes(
         await a.stop()
 
 
-def test_containers_of_a_killed_run_are_swept_at_the_next_start(
+def test_another_live_process_keeps_its_sandboxes_and_a_killed_ones_are_swept(
     docker_engine, docker_sandbox_image, docker_test_id, tmp_path
 ):
     config = docker_config(docker_sandbox_image, docker_test_id, pool_name=f"sweep-{docker_test_id}")
-    # A run that is SIGKILLed with its sandboxes up: nothing of it gets to clean up.
+    # Another run in its own process, same pool name, later SIGKILLed: nothing of it gets to clean up.
     child = textwrap.dedent(
         """
-        import asyncio, sys, time
+        import asyncio, json, sys
         from backends import make_backend
         from backends.docker import DockerBackendConfig
         async def main():
             pool = make_backend(DockerBackendConfig.model_validate_json(sys.argv[1]))
             await pool.start()
-            print(pool.provider.run_id, flush=True)
+            (a,) = pool.sandboxes
+            print(json.dumps([pool.provider.run_id, a.name, a.url, a.token]), flush=True)
             await asyncio.sleep(600)
         asyncio.run(main())
         """
@@ -187,18 +198,30 @@ def test_containers_of_a_killed_run_are_swept_at_the_next_start(
     )
     try:
         assert proc.stdout is not None
-        dead_run = proc.stdout.readline().strip()
-        assert dead_run, "the child run did not start its pool"
+        other_run, *address = json.loads(proc.stdout.readline())
+        other = SandboxAddress(*address)
+
+        async def beside_it() -> None:
+            pool = make_backend(config)
+            await pool.start()  # its sweep must leave the live run's sandbox alone
+            try:
+                assert len(pool.sandboxes) == 1
+            finally:
+                await pool.stop()
+            async with aiohttp.ClientSession() as http:  # still there and answering after our stop
+                assert (await SandboxClient(other, http).health())["slots"]
+
+        asyncio.run(beside_it())
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    assert len(_containers(docker_engine, f"{LABEL_RUN}={dead_run}")) == 1
+    assert len(_containers(docker_engine, f"{LABEL_RUN}={other_run}")) == 1
 
     async def next_run() -> None:
         pool = make_backend(config)
         await pool.start()
         try:
-            assert _containers(docker_engine, f"{LABEL_RUN}={dead_run}") == []
+            assert _containers(docker_engine, f"{LABEL_RUN}={other_run}") == []
             assert len(pool.sandboxes) == 1
         finally:
             await pool.stop()
@@ -224,7 +247,8 @@ async def test_stop_leaves_no_container_of_the_run_even_half_started(
     await asyncio.sleep(0.2)
     scale.cancel()
     await asyncio.gather(scale, return_exceptions=True)
-    assert len(_containers(docker_engine, f"{LABEL_RUN}={provider.run_id}")) >= 2
+    # the cancelled launch removed what it had created once its create landed: the pool's two remain
+    assert len(_containers(docker_engine, f"{LABEL_RUN}={provider.run_id}")) == 2
     await pool.stop()
     assert _containers(docker_engine, f"{LABEL_RUN}={provider.run_id}") == []
 
@@ -240,6 +264,45 @@ async def test_a_missing_image_with_pull_never_is_one_line_naming_it(
     message = str(err.value)
     assert "\n" not in message and image in message and "pull is never" in message
     assert _containers(docker_engine, f"{TEST_LABEL}={docker_test_id}") == []
+
+
+async def test_an_image_that_cannot_be_pulled_is_one_line_naming_it(
+    docker_engine, docker_sandbox_image, docker_test_id
+):
+    # A registry on a closed local port: the pull fails at once, with no network beyond 127.0.0.1.
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    image = f"127.0.0.1:{port}/hermes-rl-test/absent:v1"
+    config = docker_config(docker_sandbox_image, docker_test_id).model_copy(update={"image": image, "pull": "missing"})
+    with pytest.raises(DockerBackendError) as err:
+        await make_backend(config).start()
+    message = str(err.value)
+    assert "\n" not in message and image in message and "could not be pulled" in message
+
+
+async def test_no_engine_at_the_address_is_one_line_naming_it(docker_sandbox_image, tmp_path):
+    engine = f"unix://{tmp_path}/no-engine.sock"
+    config = docker_config(docker_sandbox_image, "none", engine=engine)
+    with pytest.raises(DockerBackendError) as err:
+        await make_backend(config).start()
+    message = str(err.value)
+    assert "\n" not in message and engine in message and "no container engine answers" in message
+
+
+def test_only_a_provably_dead_owner_is_swept():
+    me = os.getpid()
+    host, pidns = socket.gethostname(), pid_namespace()
+    mine = DockerSandboxProvider(DockerBackendConfig()).labels()
+    assert not owner_gone(mine, host, pidns)  # a live run (this process)
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = {**mine, "hermes-rl.owner-pid": str(dead.pid)}
+    assert owner_gone(gone, host, pidns)
+    assert not owner_gone(gone, "another-host", pidns)  # another machine: cannot tell
+    assert not owner_gone({**gone, "hermes-rl.owner-pidns": "other-boot:1"}, host, pidns)  # another container
+    reused = {**mine, "hermes-rl.owner-start": "1"}  # this pid, but a different process started it
+    assert owner_gone(reused, host, pidns) and str(me) == mine["hermes-rl.owner-pid"]
 
 
 def test_the_cli_selects_the_docker_backend_from_flags_and_yaml(tmp_path):
