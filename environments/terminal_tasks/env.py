@@ -70,9 +70,13 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     workspace_path: str = Field(
         "/workspace",
         description="Nomad/Modal: where the task image's sandbox shows a slot's workspace (sandbox_server "
-        "--workspace-mount); the local backend mounts it at the task's own working directory instead",
+        "--workspace-mount); the local and docker backends mount it at the task's own working directory instead",
     )
-    image_registry: str = Field("hermes-rl-tasks", description="Registry prefix of the task images Nomad/Modal run")
+    image_registry: str = Field(
+        "hermes-rl-tasks",
+        description="Registry prefix of the task images Nomad/Modal run, and of the images the docker backend "
+        "builds from tasks' Dockerfiles (content tags)",
+    )
     setup_timeout_s: float = Field(300.0, gt=0, description="Building a task's initial state in its slot")
     bootstrap_tests_with_sandbox_pytest: bool = Field(
         False,
@@ -82,7 +86,7 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     task_network: Literal["auto", "allow", "forbid"] = Field(
         "auto",
         description="Whether a task's allow_internet (Harbor's default: true) gives its commands network: allow | "
-        "forbid | auto = allow where network is the container's own (Nomad/Modal), forbid on the local backend, "
+        "forbid | auto = allow where network is the container's own (docker/Nomad/Modal), forbid on the local backend, "
         "where it is this machine's, loopback included (run-api, the model server)",
     )
     check_initial_state: bool = Field(
