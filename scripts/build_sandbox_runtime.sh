@@ -20,11 +20,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:-build/hermes-runtime}
-PY=${RUNTIME_PYTHON:-/usr/bin/python3.11}
+PY=/usr/bin/python3.11  # Debian's: relocatable (libpython linked in, no RUNPATH)
 BWRAP=$(command -v bwrap || true)
 [ -x "$PY" ] || { echo "[runtime] $PY missing: apt-get install python3.11 python3.11-venv" >&2; exit 2; }
 [ -n "$BWRAP" ] || { echo "[runtime] bwrap missing: apt-get install bubblewrap" >&2; exit 2; }
 command -v cc >/dev/null || { echo "[runtime] cc missing: apt-get install gcc libc6-dev" >&2; exit 2; }
+
+mkdir -p "$(dirname "$OUT")"
+exec 9>"$OUT.lock"
+flock 9  # one build at a time (a test session's fixture, setup.sh)
 
 # The inputs: this script, sandbox_server's sources and requirements, the interpreter and bwrap.
 hash=$(
@@ -63,7 +67,11 @@ tar -C "$stdlib" -c \
 mkdir -p "$dest/lib-dynload"
 for so in "$dynload"/*.so; do
   case $(basename "$so") in
-    _test* | _xx* | xxlimited* | _ctypes_test* | _curses* | readline* | _dbm* | nis* | ossaudiodev* | _tkinter* | _sqlite3* | _gdbm*) ;;
+    # Never imported by the server: tests, terminals, databases, audio, CJK codecs, compressors other
+    # than zlib, TLS (it serves plain HTTP; hashlib falls back to its built-in hashes).
+    _test* | _xx* | xxlimited* | _ctypes_test* | _curses* | readline* | _dbm* | _gdbm* | nis* | ossaudiodev* \
+      | _tkinter* | _sqlite3* | _codecs_* | _multibytecodec* | audioop* | _bz2* | _lzma* | _crypt* | _ssl* \
+      | _hashlib* | _uuid*) ;;
     *) cp "$so" "$dest/lib-dynload/" ;;
   esac
 done
@@ -71,6 +79,7 @@ cp "$PY" "$stage/python/bin/python3"
 "$VENV/bin/pip" install -q --disable-pip-version-check --no-compile --target "$dest" -r sandbox_server/requirements.txt \
   2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2 || true)
 rm -rf "$dest"/bin
+find "$dest" -type f \( -name '*.c' -o -name '*.pyx' -o -name '*.pxd' -o -name '*.h' -o -name '*.pyi' \) -delete
 mkdir -p "$dest/sandbox_server"
 cp sandbox_server/*.py "$dest/sandbox_server/"
 # Bytecode that never checks its source's time: a read-only runtime could not rewrite stale .pyc,
@@ -106,8 +115,10 @@ EOF
 "$stage/sandbox-server" --help >/dev/null
 "$stage/bwrap" --version >/dev/null
 chmod -R a+rX,go-w "$stage"
-rm -rf "$OUT"
-mkdir -p "$(dirname "$OUT")"
+# The previous build moves aside rather than away: containers started on it have it bind-mounted
+# and keep working until the next build.
+rm -rf "$OUT.prev"
+[ -e "$OUT" ] && mv "$OUT" "$OUT.prev"
 mv "$stage" "$OUT"
 trap - EXIT
 echo "[runtime] built $OUT in $(($(date +%s) - start)) s ($(du -sh "$OUT" | cut -f1))"
