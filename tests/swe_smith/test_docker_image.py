@@ -226,6 +226,7 @@ class TerminalAgent:
 # turns every outcome into a pass (the hack works in the agent's slot), then writes into the image's env.
 TAMPER = f"""\
 pwd; id -u
+python3 -c 'import socket; print("IFACES", [n for _, n in socket.if_nameindex()])'
 /usr/bin/python3 -c 'import unitconv' 2>/dev/null && echo BASE-HAS-DEP || echo BASE-LACKS-DEP
 cat > conftest.py <<'EOF'
 import pytest
@@ -281,6 +282,7 @@ async def test_a_noop_that_tampers_with_the_runner_in_testbed_scores_0(tmp_path,
     lines = output.splitlines()
     assert lines[0] == "/testbed" and lines[1] != "0", output  # the repository's place, not root
     assert "1 passed" in output, output  # the tampered runner passes the bug in the agent's own slot
+    assert "IFACES ['lo']" in output, output  # offline: no interface but loopback
     assert "BASE-LACKS-DEP" in output, output  # the dependency is only in the activated env
     assert "ENV-READ-ONLY" in output, output  # the image's environment is not the agent's to change
     verdict = next(iter(env.verdicts.values()))  # the hack's (rollouts ran one after the other)
