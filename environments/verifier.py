@@ -298,8 +298,12 @@ class TestVerifier:
         test_command: str,
         must_pass: Sequence[str] = (),
         setup_command: str | None = None,
+        dest: str | None = None,
     ) -> Verdict:
         """Score `patch` (the agent's diff against the checkout `prepare` builds) by running `test_command`.
+
+        `dest`: where `prepare` builds the checkout, relative to the workspace (default: a new directory);
+        "." is the workspace itself, for images whose environment expects the repository there (a fresh slot).
 
         `must_pass`: test names that must each really pass (PASSED, or an expected failure the tests
         declare), as pytest or unittest report them to the probe; empty: the command's exit status decides.
@@ -309,12 +313,16 @@ class TestVerifier:
         flags = screen_diff(kept) + [
             f"{f.path}: pytest plugin code (dropped)" for f in files if f.reason == "pytest plugin code"
         ]
-        dest = f".verify-{uuid.uuid4().hex[:8]}"
+        dest = dest or f".verify-{uuid.uuid4().hex[:8]}"
         await prepare(executor, dest)
         if kept:
-            await executor.write_file(f"{dest}.patch", kept.encode())
+            # Beside the checkout, or (at the workspace root) in it until applied.
+            patch_file = ".hermes-verify.patch" if dest == "." else f"{dest}.patch"
+            await executor.write_file(patch_file, kept.encode())
+            quoted = shlex.quote(patch_file)
             applied = await executor.exec(
-                f"cd {shlex.quote(dest)} && {GIT_SAFE} apply --whitespace=nowarn ../{dest}.patch",
+                f'cd {shlex.quote(dest)} && {GIT_SAFE} apply --whitespace=nowarn "$OLDPWD"/{quoted}; '
+                f'rc=$?; rm -f "$OLDPWD"/{quoted}; exit $rc',
                 timeout=120,
                 max_output_bytes=20_000,
             )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import site
 import sys
 import sysconfig
 import time
@@ -38,8 +39,12 @@ os.close(_CONFIG["fd"])
 _CHANGED: frozenset[str] = frozenset(_CONFIG["changed"])
 _ROOT = os.getcwd()
 _STARTED = time.time()
+# The interpreter's own files: its stdlib and every site-packages it has, the system ones too (a venv with
+# system site-packages, Debian's dist-packages where apt's python3-pytest lives).
 _SYSTEM_DIRS = tuple(
-    os.path.realpath(sysconfig.get_paths()[k]) + os.sep for k in ("stdlib", "platstdlib", "purelib", "platlib")
+    os.path.realpath(d) + os.sep
+    for d in [sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")]
+    + list(site.getsitepackages())
 )
 _WATCHED = ("_pytest", "pytest", "pluggy", "unittest")
 # Bound now (as are sha256, hmac.new and json.dumps above): later replacements of the standard library's
@@ -275,9 +280,11 @@ if __name__ != "__main__":
             for item in session.items:  # markers as the tests and their conftest files set them
                 declared_xfail[item.nodeid] = item.get_closest_marker("xfail") is not None
 
-        @pytest.hookimpl(wrapper=True)
+        # Old-style wrappers (`hookwrapper`): the new style (`wrapper`) needs pytest >= 8 / pluggy >= 1.2, and
+        # the probe runs on whatever pytest the instance's image has (bookworm's is 7.2, SWE-smith pins older).
+        @pytest.hookimpl(hookwrapper=True)
         def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Any:
-            report_ = yield
+            yield  # observes only: the report is pytest's
             excinfo = call.excinfo
             if excinfo is not None and excinfo.errisinstance(pytest.xfail.Exception):
                 # The frame that called pytest.xfail(): a test may, the code under test may not.
@@ -293,17 +300,12 @@ if __name__ != "__main__":
                     declared_xfail[item.nodeid] = False
                 elif not declared_xfail.get(item.nodeid):
                     declared_xfail[item.nodeid] = True
-            return report_
 
-        @pytest.hookimpl(wrapper=True)
+        @pytest.hookimpl(hookwrapper=True)
         def pytest_runtest_call(item: pytest.Item) -> Any:
-            try:
-                result = yield
-            except BaseException as exc:
-                raised[item.nodeid] = type(exc).__name__
-                raise
-            raised[item.nodeid] = None
-            return result
+            outcome = yield
+            exc = outcome.excinfo  # (type, value, traceback) of what the body raised, or None
+            raised[item.nodeid] = exc[0].__name__ if exc else None
 
         def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             guard[0]()

@@ -9,7 +9,8 @@ Instances have SWE-smith's published shape: `repo` = `swesmith/<owner>__<name>.<
 `{mirror_base}/{repo}.git` (a URL, or a local directory of bare repositories); a branch named after
 `instance_id` holds "Bug Patch" (the `patch`, never applied again) and then "Remove F2P Tests" (the
 FAIL_TO_PASS test files deleted), its head being the row's `base_commit`. `image_name` is the instance's
-environment (without it: --env.deps, environments/swe_smith/deps.py); the test command comes from
+environment: on docker its rows run there, the repository at /testbed (without it: --env.deps,
+environments/swe_smith/deps.py); the test command comes from
 SWE-smith's repository profile (environments/data/swe_smith/profiles.json, generated from SWE-smith's
 package by scripts/swe_smith_profiles.py), else pytest. Unusable rows are skipped with counted reasons.
 docs/swe_smith.md tells the whole story.
@@ -36,18 +37,22 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Mapping
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field
 
+from backends.docker import DockerBackendConfig
 from environments.agent_loop import AgentResult
 from environments.check_agents import NoOpAgent, OneCallOracle
+from environments.image_sandboxes import ImageSandboxes
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from environments.models.base import ChatModel
 from environments.swe_smith.deps import DEFAULT_INSTALL, PreparedRepoEnv, RepoEnvConfig, RepoEnvError, prepare_repo_env
 from environments.swe_smith.instances import (
     DEFAULT_TEST_CMD,
+    IMAGE_ENV_PREFIX,
     OFFLINE_DATA,
     SweSmithInstance,
     build_test_command,
@@ -80,12 +85,27 @@ SYSTEM_PROMPT = (
 )
 
 
-# Run in the verifier's checkout once the agent's diff is applied: the test files from the "Bug Patch"
-# commit (see `SnapshotStore.snapshot`) replace whatever is there. No archive (nothing to restore): nothing happens.
-RESTORE_TESTS = (
-    'tests="../.$(basename "$PWD").tests.tar"\n'
-    'if [ -f "$tests" ]; then tar -xf "$tests" || echo "hermes-rl: restoring the test files failed"; fi'
-)
+# Where SWE-smith's images keep the repository (SWE-bench's DOCKER_WORKDIR), their editable install
+# pointing there: on the docker backend the slot's workspace is mounted here and the checkout fills it.
+TESTBED = "/testbed"
+
+
+def _aux(dest: str, what: str) -> str:
+    """Workspace-relative path of a file travelling with the checkout at `dest`: beside it, or inside it
+    (removed once used) when the checkout is the workspace itself."""
+    return f".hermes-{what}" if dest == "." else f".{dest}.{what}"
+
+
+def restore_tests(dest: str | None) -> str:
+    """Run in the verifier's checkout once the agent's diff is applied: the test files from the "Bug Patch"
+    commit (see `SnapshotStore.snapshot`) replace whatever is there. No archive (nothing to restore): nothing
+    happens. `dest` None: the verifier's own directory beside the archive."""
+    tests = shlex.quote(_aux(dest, "tests.tar")) if dest == "." else '"../.$(basename "$PWD").tests.tar"'
+    return (
+        f"tests={tests}\n"
+        'if [ -f "$tests" ]; then tar -xf "$tests" || echo "hermes-rl: restoring the test files failed"; '
+        'rm -f "$tests"; fi'
+    )
 
 
 def _failing_tests(item: SweSmithInstance, mode: str) -> str:
@@ -145,9 +165,9 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
     )
     image_policy: Literal["auto", "skip", "base"] = Field(
         "auto",
-        description="Instances naming an image: auto = run them on nomad/modal, and on the local backends when "
-        "--env.deps.mode venv provides their dependencies, else skip them; skip; base = run them on the base "
-        "environment (you installed their dependencies)",
+        description="Instances naming an image: auto = run them in that image on docker (repository at /testbed), "
+        "on nomad/modal, and on the local backends when --env.deps.mode venv provides their dependencies, else "
+        "skip them; skip; base = run them on the base environment (you installed their dependencies)",
     )
     agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
     prompt_tests: Literal["files", "ids", "none"] = Field(
@@ -165,7 +185,8 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
     pytest_plugin_autoload: bool = Field(
         False,
         description="Let pytest load every installed plugin (the sandbox interpreter's); the offline repos need none "
-        "and skipping them saves seconds per run; turn on for repositories whose tests rely on plugins",
+        "and skipping them saves seconds per run; turn on for repositories whose tests rely on plugins (in the "
+        "instance's own image they always load: that environment is the repository's)",
     )
     verify_in: Literal["fresh_slot", "same_slot"] = Field(
         "fresh_slot", description="Where the tests run: a fresh slot (default), or a new directory of the agent's slot"
@@ -186,6 +207,11 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         cache = Path(config.cache_dir) if config.cache_dir else default_cache()
         self._env_dir = Path(config.deps.dir) if config.deps.dir else cache / "envs"
         super().__init__(_with_env_dir_visible(config, self._env_dir), *args, **kwargs)
+        if self._image_pools() and config.verify_in == "same_slot":
+            raise HermesEnvError(
+                "--env.verify_in same_slot cannot verify in the instance's image: the repository must be at "
+                f"{TESTBED}, where the agent's is; use --env.verify_in fresh_slot"
+            )
         self._cache = cache
         self._envs: dict[str, PreparedRepoEnv] = {}
         self._snapshots = SnapshotStore(cache, config.setup_timeout_s)
@@ -213,7 +239,38 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         """Whether slots run the instance's own image (its test command then activates the image's env)."""
         cfg: SweSmithOracleEnvConfig = self.config
         auto = cfg.image_policy == "auto" and cfg.tool_backend == "sandbox"
-        return auto and cfg.sandbox.backend.kind in ("nomad", "modal")
+        return auto and cfg.sandbox.backend.kind in ("nomad", "modal", "docker")
+
+    def _image_pools(self) -> bool:
+        """Whether each row runs in a slot pool of its own `image_name`, its repository at /testbed (docker).
+
+        Nomad and Modal still run the backend's one image: their adapters mount no workspace at /testbed.
+        """
+        return self._on_images() and self.config.sandbox.backend.kind == "docker"
+
+    def _repo_dir(self, item: SweSmithInstance) -> str:
+        """The repository, relative to the slot's workspace: the workspace itself in an image (/testbed)."""
+        return "." if self._image_pools() else item.name
+
+    def make_tool_backend(self) -> ImageSandboxes | None:
+        # A pool per image on docker; otherwise the runtime's pool over --env.sandbox.
+        return ImageSandboxes(self.config.sandbox) if self._image_pools() else None
+
+    def _slot(self, item: SweSmithInstance, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:
+        """A slot for the item: of its image's pool on docker (the backend's image when it names none)."""
+        backend = self.agent_runtime.tool_backend
+        if backend is None:
+            raise RuntimeError("rollout() outside the env's runtime; use process/serve/evaluate or `env.runtime()`")
+        if isinstance(backend, ImageSandboxes):
+            # The published image as named (the backend's pull policy fetches it), the slot's workspace where
+            # the image keeps the repository (its editable install points there).
+            docker = backend.config.backend
+            assert isinstance(docker, DockerBackendConfig)  # image pools run on docker only (_image_pools)
+            return backend.trajectory(task_id, image=item.image_name or docker.image, workspace=TESTBED)
+        return backend.trajectory(task_id)
+
+    def open_workspace(self, item: SweSmithInstance, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:
+        return self._slot(item, task_id)
 
     async def items(self) -> list[SweSmithInstance]:
         cfg: SweSmithOracleEnvConfig = self.config
@@ -241,7 +298,7 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
             file=sys.stderr,
         )
         images = collections.Counter(i.image_name for i in instances if i.image_name)
-        if images and cfg.image_policy != "base":
+        if images and cfg.image_policy != "base" and not self._image_pools():
             # The sandbox layer runs one image per backend today; a pool per image is its part to add.
             print(
                 f"[hermes-rl] SWE-smith: {len(instances)} instances name {len(images)} images (e.g. "
@@ -299,18 +356,30 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         return NoOpAgent if self.config.agent == "noop" else None
 
     def format_prompt(self, item: SweSmithInstance) -> str:
+        where = (
+            f"Repository path: {TESTBED}\n(your working directory)"
+            if self._image_pools()
+            else f"Repository path: {item.name}\n(relative to your working directory)"
+        )
         return (
             f"{item.problem_statement}\n\n"
             f"Instance: {item.instance_id}\n"
-            f"Repository path: {item.name}\n"
-            f"(relative to your working directory)"
+            f"{where}"
             + _failing_tests(item, self.config.prompt_tests)
             + (
                 f"\nPython with the repository's dependencies (run it in the repository path): {env.interpreter()}"
                 if (env := self._envs.get(item.repo))
                 else ""
             )
+            + self._activation(item)
         )
+
+    def _activation(self, item: SweSmithInstance) -> str:
+        """The prompt's line on the image's environment: how the test command activates it."""
+        if not (item.image_name and self._image_pools()):
+            return ""
+        activate = IMAGE_ENV_PREFIX.match(profile_for(item.repo, self.extra_profiles).get("test_cmd") or "")
+        return f"\nThe repository's environment: {activate.group(0).strip().rstrip(';')}" if activate else ""
 
     # -- the starting tree: a host-side bare mirror, a one-commit snapshot bundle per instance --
 
@@ -319,14 +388,14 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
     ) -> None:
         """The instance's starting tree at `dest` in a workspace, from the uploaded snapshot bundle.
 
-        `with_tests` (the verifier's checkout): also leave the test files to restore at `.{dest}.tests.tar`
-        beside it, for `RESTORE_TESTS` to unpack once the agent's diff is applied.
+        `with_tests` (the verifier's checkout): also leave the test files to restore beside it (`_aux`), for
+        `restore_tests` to unpack once the agent's diff is applied. `dest` "." is the workspace itself.
         """
         start = await self._snapshots.snapshot(item, self.mirror_base)
-        name = f".{dest}.bundle"
+        name = _aux(dest, "bundle")
         await executor.write_file(name, await asyncio.to_thread(start.bundle.read_bytes))
         if with_tests and start.tests is not None:
-            await executor.write_file(f".{dest}.tests.tar", await asyncio.to_thread(start.tests.read_bytes))
+            await executor.write_file(_aux(dest, "tests.tar"), await asyncio.to_thread(start.tests.read_bytes))
         script = f"""set -e
 {GIT_SAFE} init -q {shlex.quote(dest)}
 cd {shlex.quote(dest)}
@@ -341,7 +410,7 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
             )
 
     async def setup_trajectory_workspace(self, item: SweSmithInstance, ctx: ToolContext) -> None:
-        await self._checkout(item, ctx.executor, item.name)
+        await self._checkout(item, ctx.executor, self._repo_dir(item))
 
     # -- the reward ---------------------------------------------------------------------------------
 
@@ -349,7 +418,7 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
         snap = (await self._snapshots.snapshot(item, self.mirror_base)).commit
         broken: str | None = None
         try:
-            patch = await capture_diff(ctx.executor, item.name, snap)
+            patch = await capture_diff(ctx.executor, self._repo_dir(item), snap)
         except ValueError as exc:  # the agent broke its own repository: no fix to score
             patch, broken = "", str(exc)
 
@@ -366,11 +435,8 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
         if self.config.verify_in == "same_slot":
             return await verify(ctx.executor)
 
-        backend = self.agent_runtime.tool_backend
-        assert backend is not None  # compute_reward runs inside the runtime
-
         async def in_fresh_slot() -> float:
-            async with backend.trajectory(f"{ctx.task_id}-verify") as executor:
+            async with self._slot(item, f"{ctx.task_id}-verify") as executor:
                 return await verify(executor)
 
         return in_fresh_slot  # run by the base env once the agent's slot is released
@@ -379,21 +445,20 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
         cfg: SweSmithOracleEnvConfig = self.config
         profile = profile_for(item.repo, self.extra_profiles)
         python = self._python(item, executor)
-        command = build_test_command(
-            item,
-            profile,
-            python=python,
-            on_image=bool(item.image_name) and self._on_images(),
-        )
-        if not cfg.pytest_plugin_autoload:
+        on_image = bool(item.image_name) and self._on_images()
+        command = build_test_command(item, profile, python=python, on_image=on_image)
+        if not cfg.pytest_plugin_autoload and not on_image:
             command = f"export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1\n{command}"
+        # In an image the checkout is the workspace (/testbed): a fresh slot of the image's pool.
+        dest = "." if self._image_pools() else None
         return await self._verifier.verify(
             executor,
             prepare=lambda ex, dest: self._checkout(item, ex, dest, with_tests=True),
             patch=patch,
             test_command=command,
             must_pass=item.FAIL_TO_PASS + item.PASS_TO_PASS,
-            setup_command="\n".join(filter(None, [RESTORE_TESTS, cfg.install_command])),
+            setup_command="\n".join(filter(None, [restore_tests(dest), cfg.install_command])),
+            dest=dest,
         )
 
     async def _write_pred(self, item: SweSmithInstance, verdict: Verdict, patch: str) -> None:

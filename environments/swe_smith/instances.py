@@ -26,6 +26,7 @@ from environments.verifier import runs_pytest
 
 __all__ = [
     "DEFAULT_TEST_CMD",
+    "IMAGE_ENV_PREFIX",
     "OFFLINE_DATA",
     "SweSmithInstance",
     "build_test_command",
@@ -42,7 +43,7 @@ PROFILES = OFFLINE_DATA / "profiles.json"
 HUB_DATASET = "SWE-bench/SWE-smith"
 DEFAULT_TEST_CMD = "pytest --disable-warnings --color=no --tb=no --verbose"  # SWE-smith's PythonProfile
 # The published Python test commands start by activating the image's conda env; on our base there is none.
-_IMAGE_ENV_PREFIX = re.compile(r"^\s*source /opt/miniconda3/bin/activate;\s*conda activate \w+;\s*")
+IMAGE_ENV_PREFIX = re.compile(r"^\s*source /opt/miniconda3/bin/activate;\s*conda activate \w+;\s*")
 
 
 class SweSmithInstance(BaseModel):
@@ -231,7 +232,7 @@ def build_test_command(inst: SweSmithInstance, profile: Mapping[str, Any], *, py
     command = profile.get("test_cmd") or DEFAULT_TEST_CMD
     pytest = runs_pytest(command)  # decided before `python` (a path that may contain "pytest") goes in
     if not on_image:
-        command = _IMAGE_ENV_PREFIX.sub("", command)
+        command = IMAGE_ENV_PREFIX.sub("", command)
         command = re.sub(
             r"(^|[;&|]\s*)(pytest|python3?)(?=\s|$)",
             lambda m: m.group(1) + (f"{python} -m pytest" if m.group(2) == "pytest" else python),

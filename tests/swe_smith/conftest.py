@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.docker_fixtures import docker_engine, docker_test_id  # noqa: F401  (test_docker_*.py)
+
 ROOT = Path(__file__).resolve().parents[2]
 GIT_ENV = {
     "PATH": os.environ["PATH"],
