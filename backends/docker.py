@@ -10,13 +10,13 @@ owns. Only the API subset Docker and Podman's compatible service both document i
   never in argv, the environment or `docker inspect`.
 - The server's port is published on 127.0.0.1 (a port the engine picks, read back from the port map);
   bridge addresses are never used.
-- Every container carries `hermes-rl.run` (fresh per provider), `hermes-rl.pool` and its owner
-  (host, pid, the pid's start time). `stop()` removes exactly this run's containers, half-started ones
+- Every container carries the run's labels (backends/runs.py: `hermes_rl_run`, fresh per provider, and
+  its owner's host, boot and pid namespace, pid and start time) and `hermes-rl.pool`. `stop()` removes exactly this run's containers, half-started ones
   included; `start()` sweeps containers of the same pool whose owner provably is gone (same host, pid
   dead or reused), never those of another live run.
 - bubblewrap needs CAP_SYS_ADMIN (and NET_ADMIN for a command's own loopback) and a seccomp/AppArmor
   profile that lets it make namespaces; the slot watchdog needs SYS_PTRACE to see slot processes'
-  /proc entries; no `--privileged`. /tmp is a tmpfs with exec (the frozen server unpacks itself there).
+  /proc entries; no `--privileged`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,7 @@ import asyncio
 import concurrent.futures
 import io
 import logging
-import os
 import secrets
-import socket
 import tarfile
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -37,6 +35,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+from backends.runs import RUN_LABEL, RunOwner, owner_gone
 from backends.runtime import DEFAULT_RUNTIME_DIR, RUNTIME_MOUNT, SandboxRuntime
 from sandbox_server.isolation import SlotLimits
 from slots.client import SandboxAddress
@@ -56,12 +55,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-LABEL_RUN = "hermes-rl.run"
+LABEL_RUN = RUN_LABEL  # with the owner's host, boot, pid namespace, pid and start time (backends/runs.py)
 LABEL_POOL = "hermes-rl.pool"
-LABEL_HOST = "hermes-rl.owner-host"
-LABEL_PID = "hermes-rl.owner-pid"
-LABEL_PID_START = "hermes-rl.owner-start"
-LABEL_PIDNS = "hermes-rl.owner-pidns"  # boot id and pid namespace: where the owner pid means something
 SERVER_PORT = 8080
 TOKEN_FILE = "/.hermes-token"  # in the container's root: slots see /opt, /etc, /usr..., never "/"
 DATA_DIR = "/var/lib/hermes-sandbox"
@@ -122,40 +117,6 @@ class DockerBackendError(RuntimeError):
     """The engine refused, or the image or runtime is missing: one line saying what to do."""
 
 
-def _pid_start(pid: int) -> str | None:
-    """The start time of `pid` in clock ticks since boot (tells a reused pid from the original), or None."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def pid_namespace() -> str:
-    """This boot and this pid namespace: a pid is only comparable between processes that share both."""
-    try:
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-        return f"{boot}:{os.stat('/proc/self/ns/pid').st_ino}"
-    except OSError:
-        return ""
-
-
-def owner_gone(labels: dict[str, str], hostname: str, pidns: str) -> bool:
-    """True only when the run that made a container provably no longer exists: same host, boot and pid
-    namespace, and the owner pid is dead or now another process (its start time differs)."""
-    if not pidns or labels.get(LABEL_HOST) != hostname or labels.get(LABEL_PIDNS) != pidns:
-        return False  # another machine, boot or container: nothing here can tell whether it lives
-    try:
-        pid = int(labels.get(LABEL_PID, ""))
-    except ValueError:
-        return False
-    start = _pid_start(pid)
-    if start is None:
-        return True
-    recorded = labels.get(LABEL_PID_START, "")
-    return bool(recorded) and start != recorded
-
-
 def _one_line(text: object) -> str:
     return " ".join(str(text).split())
 
@@ -173,9 +134,8 @@ def _token_archive(token: str) -> bytes:
 class DockerSandboxProvider:
     def __init__(self, config: DockerBackendConfig) -> None:
         self.config = config
-        self.run_id = uuid.uuid4().hex[:12]
-        self._hostname = socket.gethostname()
-        self._pidns = pid_namespace()
+        self.owner = RunOwner.current(uuid.uuid4().hex[:12])
+        self.run_id = self.owner.run_id
         self._pending: set[concurrent.futures.Future] = set()  # engine calls still running in a thread
         self._executor: ThreadPoolExecutor | None = None
         self._client: docker.DockerClient | None = None
@@ -198,15 +158,10 @@ class DockerSandboxProvider:
         return self._client.api
 
     def labels(self) -> dict[str, str]:
-        pid = os.getpid()
         return {
             **self.config.labels,
-            LABEL_RUN: self.run_id,
+            **self.owner.labels(),
             LABEL_POOL: self.config.pool_name,
-            LABEL_HOST: self._hostname,
-            LABEL_PID: str(pid),
-            LABEL_PID_START: _pid_start(pid) or "",
-            LABEL_PIDNS: self._pidns,
         }
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -268,7 +223,7 @@ class DockerSandboxProvider:
         found = await self._call(
             self.api.containers, all=True, filters={"label": f"{LABEL_POOL}={self.config.pool_name}"}
         )
-        gone = [c["Id"] for c in found if owner_gone(c.get("Labels") or {}, self._hostname, self._pidns)]
+        gone = [c["Id"] for c in found if owner_gone(c.get("Labels") or {}, self.owner.host, self.owner.pidns)]
         for cid in gone:
             await self._remove(cid)
         if gone:

@@ -7,7 +7,7 @@ run id is this run's (a restart of a crashed run with the same `run_id`) or when
 provably gone: started on this host, boot and pid namespace (where its pid means something) by a
 process that no longer runs (no process with that pid and start time). A sandbox of a process
 elsewhere is never swept (that run may be alive; Modal's `timeout` or an operator ends it).
-backends/docker.py applies the same rule to its container labels.
+backends/docker.py labels its containers the same way.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["RUN_LABEL", "RunOwner", "owner_gone", "pid_namespace"]
+__all__ = ["RUN_LABEL", "PID_LABEL", "PIDNS_LABEL", "STARTED_LABEL", "RunOwner", "owner_gone", "pid_namespace"]
 
 RUN_LABEL = "hermes_rl_run"
 HOST_LABEL = "hermes_rl_host"

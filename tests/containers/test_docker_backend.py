@@ -23,9 +23,8 @@ from backends.docker import (
     DockerBackendConfig,
     DockerBackendError,
     DockerSandboxProvider,
-    owner_gone,
-    pid_namespace,
 )
+from backends.runs import PID_LABEL, PIDNS_LABEL, STARTED_LABEL, owner_gone, pid_namespace
 from environments.cli_parse import parse_invocation
 from slots.client import SandboxAddress, SandboxClient
 from slots.pool import SlotPool, SlotPoolConfig
@@ -301,12 +300,12 @@ def test_only_a_provably_dead_owner_is_swept():
     assert not owner_gone(mine, host, pidns)  # a live run (this process)
     dead = subprocess.Popen(["true"])
     dead.wait()
-    gone = {**mine, "hermes-rl.owner-pid": str(dead.pid)}
+    gone = {**mine, PID_LABEL: str(dead.pid)}
     assert owner_gone(gone, host, pidns)
     assert not owner_gone(gone, "another-host", pidns)  # another machine: cannot tell
-    assert not owner_gone({**gone, "hermes-rl.owner-pidns": "other-boot:1"}, host, pidns)  # another container
-    reused = {**mine, "hermes-rl.owner-start": "1"}  # this pid, but a different process started it
-    assert owner_gone(reused, host, pidns) and str(me) == mine["hermes-rl.owner-pid"]
+    assert not owner_gone({**gone, PIDNS_LABEL: "other-boot:1"}, host, pidns)  # another container
+    reused = {**mine, STARTED_LABEL: "1"}  # this pid, but a different process started it
+    assert owner_gone(reused, host, pidns) and str(me) == mine[PID_LABEL]
 
 
 def test_the_cli_selects_the_docker_backend_from_flags_and_yaml(tmp_path):
