@@ -112,9 +112,9 @@ async def test_a_harbor_task_with_its_dockerfile_requests_its_image(
             await env.setup()
             task = env.by_id["fix-script"]
             assert task.image_recipe.startswith("FROM ubuntu:22.04")
-            rollout = await env.rollout(task, model=OracleAgent(env.by_id, "/workspace"))
-            other = await env.rollout(env.by_id["parse-log"], model=OracleAgent(env.by_id, "/workspace"))
-            endless = await env.rollout(env.by_id["task_000001_b2d4f6a8"], model=OracleAgent(env.by_id, "/workspace"))
+            rollout = await env.rollout(task, model=OracleAgent(env.by_id))
+            other = await env.rollout(env.by_id["parse-log"], model=OracleAgent(env.by_id))
+            endless = await env.rollout(env.by_id["task_000001_b2d4f6a8"], model=OracleAgent(env.by_id))
     finally:
         await on.double.close()
     assert [(r.error, r.score) for r in (rollout, other, endless)] == [(None, 1.0)] * 3
