@@ -119,7 +119,7 @@ class DockerBackendConfig(BaseModel):
 
     @property
     def in_containers(self) -> bool:
-        """Each sandbox is a container of its own image (backends.in_containers)."""
+        """Each sandbox is a container of its own image (`in_containers`: backends/__init__.py)."""
         return True
 
 

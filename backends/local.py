@@ -28,7 +28,7 @@ class LocalBackendConfig(BaseModel):
 
     @property
     def in_containers(self) -> bool:
-        """Processes on this machine: no image of their own, root would be this machine's (backends.in_containers)."""
+        """Processes on this machine: no image of their own, root would be this machine's (`in_containers`: backends/__init__.py)."""
         return False
 
     extra_ro_paths: list[str] = Field(

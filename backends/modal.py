@@ -7,7 +7,7 @@ pool and the owning run (backends/runs.py), so a start removes only this run's l
 those of runs provably gone, never a concurrent run's; a creation rate limit, a cap on
 sandboxes starting at once, idle timeout and lifetime. The image is the project's Dockerfile,
 built by Modal (`Image.from_dockerfile`), unless a registry image is named; either holds the
-sandbox runtime under /opt/hermes (backends/runtime.py).
+sandbox runtime under /opt/hermes (backends/runtime.py), or `runtime_dir` adds it to the registry image.
 
 Modal's semantics the provider lives with: `tunnels()` returns once the container runs, before
 sandbox_server listens; a TCP readiness probe (`Probe.with_tcp`, `wait_until_ready`) says when
@@ -111,7 +111,7 @@ class ModalBackendConfig(BaseModel):
 
     @property
     def in_containers(self) -> bool:
-        """Each sandbox is a container of its own image (backends.in_containers)."""
+        """Each sandbox is a container of its own image (`in_containers`: backends/__init__.py)."""
         return True
 
 
@@ -347,6 +347,8 @@ class ModalSandboxProvider:
         )
 
     async def start(self) -> None:
+        if self.config.runtime_dir is not None:
+            SandboxRuntime(Path(self.config.runtime_dir)).check()  # one line saying how to build it
         self._app_id = await self.api.lookup_app(self.config.app_name)
         await self._remove_orphans()
 

@@ -116,7 +116,7 @@ class NomadBackendConfig(BaseModel):
 
     @property
     def in_containers(self) -> bool:
-        """docker/singularity: a container of its own image; raw_exec runs on the node itself (backends.in_containers)."""
+        """docker/singularity: a container of its own image; raw_exec runs on the node itself (`in_containers`: backends/__init__.py)."""
         return self.driver != "raw_exec"
 
 
