@@ -3,6 +3,12 @@
 Each backend is a `SandboxProvider`; `make_backend(config)` picks it from the config's `kind`
 and returns a `SlotPool` (slots/pool.py) over it. Nomad is spoken
 over its HTTP API (httpx); the Docker and Modal SDKs are imported only when chosen (extras `docker`, `modal`).
+
+Every config answers `in_containers`: whether each sandbox is a container of an image of its own
+(docker, Nomad's docker/singularity drivers, Modal) rather than processes on a machine (local, Nomad
+raw_exec). It alone decides what follows from that: one pool per item image with the workspace where
+the item expects it (environments/image_sandboxes.py), and servers that accept a verifier's root
+commands (`--allow-root-commands`: root there is the container's).
 """
 
 from __future__ import annotations

@@ -112,6 +112,11 @@ class DockerBackendConfig(BaseModel):
     request_timeout_s: float = Field(60.0, gt=0, description="Timeout of one engine API call")
     pull_timeout_s: float = Field(1800.0, gt=0, description="Timeout of pulling the image")
 
+    @property
+    def in_containers(self) -> bool:
+        """Each sandbox is a container of its own image (`in_containers`: backends/__init__.py)."""
+        return True
+
 
 class DockerBackendError(RuntimeError):
     """The engine refused, or the image or runtime is missing: one line saying what to do."""

@@ -25,6 +25,12 @@ class LocalBackendConfig(BaseModel):
     data_root: str | None = Field(None, description="Where the servers keep workspaces (default: a temp dir)")
     python: str | None = Field(None, description="Interpreter that runs sandbox_server (default: this one)")
     bwrap: str = "bwrap"
+
+    @property
+    def in_containers(self) -> bool:
+        """Processes on this machine: no image of their own, root would be this machine's (`in_containers`: backends/__init__.py)."""
+        return False
+
     extra_ro_paths: list[str] = Field(
         default_factory=list, description="Host paths slots see read-only at the same place (e.g. prepared envs)"
     )

@@ -7,7 +7,7 @@ pool and the owning run (backends/runs.py), so a start removes only this run's l
 those of runs provably gone, never a concurrent run's; a creation rate limit, a cap on
 sandboxes starting at once, idle timeout and lifetime. The image is the project's Dockerfile,
 built by Modal (`Image.from_dockerfile`), unless a registry image is named; either holds the
-sandbox runtime under /opt/hermes (backends/runtime.py).
+sandbox runtime under /opt/hermes (backends/runtime.py), or `runtime_dir` adds it to the registry image.
 
 Modal's semantics the provider lives with: `tunnels()` returns once the container runs, before
 sandbox_server listens; a TCP readiness probe (`Probe.with_tcp`, `wait_until_ready`) says when
@@ -39,7 +39,7 @@ import aiohttp
 from pydantic import BaseModel, Field
 
 from backends.runs import RunOwner
-from backends.runtime import SandboxRuntime
+from backends.runtime import RUNTIME_MOUNT, SandboxRuntime
 from sandbox_server.isolation import SlotLimits
 from slots.client import SandboxAddress, SandboxClient
 from slots.pool import SlotPool, SlotPoolConfig
@@ -75,8 +75,18 @@ class ModalBackendConfig(BaseModel):
         None, description="Names and tags this run's sandboxes; None: a fresh id. Set it to restart a crashed run"
     )
     limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
+    workspace_mount: str = Field(
+        "/workspace", description="Where a slot's workspace appears inside the sandbox (e.g. /testbed, /app)"
+    )
     image: str | None = Field(
-        None, description="A registry image built from our Dockerfile; None: Modal builds `dockerfile`"
+        None,
+        description="A registry image with the sandbox runtime under /opt/hermes (built from our Dockerfile, or any "
+        "image when `runtime_dir` is set); None: Modal builds `dockerfile`",
+    )
+    runtime_dir: str | None = Field(
+        None,
+        description="Local sandbox runtime (scripts/build_sandbox_runtime.sh) Modal adds to `image` at /opt/hermes "
+        "(Image.add_local_dir): any registry image then hosts slots, e.g. SWE-smith's published ones",
     )
     dockerfile: str = Field(str(DOCKERFILE), description="Built with Image.from_dockerfile (context: its directory)")
     runtime: Literal["gvisor", "vm"] | None = Field(
@@ -99,6 +109,11 @@ class ModalBackendConfig(BaseModel):
     max_starting: int = Field(4, ge=1, description="Sandboxes starting at the same time")
     startup_timeout_s: float = Field(300.0, gt=0)
 
+    @property
+    def in_containers(self) -> bool:
+        """Each sandbox is a container of its own image (`in_containers`: backends/__init__.py)."""
+        return True
+
 
 @dataclass(frozen=True)
 class ModalSandboxSpec:
@@ -117,6 +132,7 @@ class ModalSandboxSpec:
     tags: dict[str, str] = field(default_factory=dict)
     runtime: str | None = None
     readiness_tcp_port: int | None = None  # `readiness_probe=Probe.with_tcp(port)`
+    runtime_dir: str | None = None  # added to `image` at RUNTIME_MOUNT (`Image.add_local_dir(..., copy=True)`)
 
 
 class ModalIsolationError(RuntimeError):
@@ -174,7 +190,7 @@ class ModalSDKAdapter:
         self._modal = sdk
         self._apps: dict[str, Any] = {}
         self._sandboxes: dict[str, Any] = {}
-        self._images: dict[str, Any] = {}
+        self._images: dict[tuple[str, str | None], Any] = {}
 
     @staticmethod
     def create_kwargs(spec: ModalSandboxSpec) -> dict[str, Any]:
@@ -198,9 +214,13 @@ class ModalSDKAdapter:
         return {"readiness_probe": self._modal.Probe.with_tcp(spec.readiness_tcp_port)}
 
     def _image(self, spec: ModalSandboxSpec) -> Any:
-        key = spec.image or spec.dockerfile
+        key = (spec.image or spec.dockerfile, spec.runtime_dir)
         if key not in self._images:
-            if spec.image:
+            if spec.image and spec.runtime_dir:  # any image: the runtime is a layer of its own
+                self._images[key] = self._modal.Image.from_registry(spec.image).add_local_dir(
+                    spec.runtime_dir, RUNTIME_MOUNT, copy=True
+                )
+            elif spec.image:
                 self._images[key] = self._modal.Image.from_registry(spec.image)
             else:  # Modal builds our Dockerfile once and caches the layers
                 context = str(Path(spec.dockerfile).parent)
@@ -306,6 +326,9 @@ class ModalSandboxProvider:
                     slots=self.config.pool.slots_per_sandbox,
                     data_dir="/var/lib/hermes-sandbox",
                     limits=self.config.limits,
+                    workspace_mount=self.config.workspace_mount,
+                    # A task's verifier as the image's root, as Harbor runs test.sh: root there is the container's.
+                    extra=["--allow-root-commands"],
                 )
             ),
             name=name,
@@ -320,9 +343,12 @@ class ModalSandboxProvider:
             tags=self.tags,
             runtime=self.runtime,
             readiness_tcp_port=SERVER_PORT,
+            runtime_dir=self.config.runtime_dir if self.config.image else None,
         )
 
     async def start(self) -> None:
+        if self.config.runtime_dir is not None:
+            SandboxRuntime(Path(self.config.runtime_dir)).check()  # one line saying how to build it
         self._app_id = await self.api.lookup_app(self.config.app_name)
         await self._remove_orphans()
 

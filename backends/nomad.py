@@ -97,6 +97,9 @@ class NomadBackendConfig(BaseModel):
     cpu_mhz: int = Field(2000, gt=0)
     memory_mb: int = Field(4096, gt=0)
     limits: SlotLimits = Field(default_factory=SlotLimits, description="Per-slot limits the servers enforce")
+    workspace_mount: str = Field(
+        "/workspace", description="Where a slot's workspace appears inside the sandbox (e.g. /testbed, /app)"
+    )
     startup_timeout_s: float = Field(300.0, gt=0)
     poll_interval_s: float = Field(1.0, gt=0)
     request_timeout_s: float = Field(30.0, gt=0)
@@ -110,6 +113,11 @@ class NomadBackendConfig(BaseModel):
                 "every start (a locally built one fails); tag it, e.g. with a content hash or commit"
             )
         return image
+
+    @property
+    def in_containers(self) -> bool:
+        """docker/singularity: a container of its own image; raw_exec runs on the node itself (`in_containers`: backends/__init__.py)."""
+        return self.driver != "raw_exec"
 
 
 def require_image(config: NomadBackendConfig) -> None:
@@ -127,7 +135,13 @@ def build_job_spec(config: NomadBackendConfig, *, job_id: str, token: str, meta:
     data_dir = "${NOMAD_TASK_DIR}/sandbox"
     require_image(config)
     runtime = SandboxRuntime.server_argv(
-        port=port, slots=config.pool.slots_per_sandbox, data_dir=data_dir, limits=config.limits
+        port=port,
+        slots=config.pool.slots_per_sandbox,
+        data_dir=data_dir,
+        limits=config.limits,
+        workspace_mount=config.workspace_mount,
+        # A task's verifier as the image's root, as Harbor runs test.sh: root there is the container's.
+        extra=["--allow-root-commands"],
     )
     if config.driver == "docker":
         task_config: dict[str, Any] = {
@@ -145,6 +159,7 @@ def build_job_spec(config: NomadBackendConfig, *, job_id: str, token: str, meta:
     else:  # raw_exec: the node's own python with sandbox_server installed
         args = ["-m", "sandbox_server", "--host", "0.0.0.0", "--port", port]
         args += ["--slots", str(config.pool.slots_per_sandbox), "--data-dir", data_dir, *config.limits.cli_args()]
+        args += ["--workspace-mount", config.workspace_mount]  # never --allow-root-commands: root is the node's
         task_config = {"command": config.python, "args": args}
     return {
         "ID": job_id,

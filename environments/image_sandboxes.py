@@ -28,9 +28,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 
-from backends import BackendConfig, LocalBackendConfig, make_backend
+from backends import BackendConfig, make_backend
 from environments.sandbox_backend import SandboxToolBackendConfig
 from slots.executor import ExecPolicy, SlotExecutor
 from slots.pool import SlotPool
@@ -245,7 +245,7 @@ class ImageSandboxes:
 
     @property
     def per_image(self) -> bool:
-        return not isinstance(self.config.backend, LocalBackendConfig)
+        return self.config.backend.in_containers
 
     @property
     def builds_images(self) -> bool:
@@ -270,7 +270,8 @@ class ImageSandboxes:
         for name in ("job_id", "pool_name", "name_prefix"):  # Nomad jobs, Modal tags, docker names: one set per pool
             if name in type(backend).model_fields:
                 update[name] = f"{getattr(backend, name)}-{suffix}"
-        return backend.model_copy(update=update)
+        # Validated, not copied: the backend's own checks apply to the item's image (Nomad refuses unpinned tags).
+        return type(backend).model_validate({**backend.model_dump(), **update})
 
     async def image_for(self, recipe: ImageRecipe | str) -> str:
         """The image a pool for `recipe` is created with on this backend."""
@@ -289,7 +290,11 @@ class ImageSandboxes:
             if pool is None:
                 backend = self.config.resolved_backend()
                 if image is not None:
-                    config = self._config_for(image, workspace)
+                    try:
+                        config = self._config_for(image, workspace)
+                    except ValidationError as exc:
+                        why = exc.errors()[0]["msg"].removeprefix("Value error, ")
+                        raise ImageUnavailable(f"image {image} on the {backend.kind} backend: {why}") from None
                 else:
                     config = backend.model_copy(update={"workspace_mount": workspace})
                 pool = self.factory(config)
@@ -307,8 +312,8 @@ class ImageSandboxes:
     ) -> AsyncIterator[SlotExecutor]:
         """A slot of the pool for `image` (container backends) or with its workspace at `workspace` (local).
 
-        `workspace` on a container backend: where the slot's workspace appears, if the backend lets a pool
-        choose (docker); `policy`: the item's network and environment for every command of the trajectory.
+        `workspace` on a container backend: where the slot's workspace appears (the pool's servers'
+        `--workspace-mount`); `policy`: the item's network and environment for every command of the trajectory.
         """
         if self.per_image and image is None:
             raise ValueError(f"an item on the {self.config.backend.kind} backend needs its image")

@@ -9,7 +9,7 @@ Instances have SWE-smith's published shape: `repo` = `swesmith/<owner>__<name>.<
 `{mirror_base}/{repo}.git` (a URL, or a local directory of bare repositories); a branch named after
 `instance_id` holds "Bug Patch" (the `patch`, never applied again) and then "Remove F2P Tests" (the
 FAIL_TO_PASS test files deleted), its head being the row's `base_commit`. `image_name` is the instance's
-environment: on docker its rows run there, the repository at /testbed (without it: --env.deps,
+environment: on a container backend (docker, Nomad, Modal) its rows run there, the repository at /testbed (without it: --env.deps,
 environments/swe_smith/deps.py); the test command comes from
 SWE-smith's repository profile (environments/data/swe_smith/profiles.json, generated from SWE-smith's
 package by scripts/swe_smith_profiles.py), else pytest. Unusable rows are skipped with counted reasons.
@@ -43,7 +43,6 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from backends.docker import DockerBackendConfig
 from environments.agent_loop import AgentResult
 from environments.check_agents import NoOpAgent, OneCallOracle
 from environments.image_sandboxes import ImageSandboxes
@@ -86,7 +85,7 @@ SYSTEM_PROMPT = (
 
 
 # Where SWE-smith's images keep the repository (SWE-bench's DOCKER_WORKDIR), their editable install
-# pointing there: on the docker backend the slot's workspace is mounted here and the checkout fills it.
+# pointing there: on a container backend the slot's workspace is mounted here and the checkout fills it.
 TESTBED = "/testbed"
 
 
@@ -165,8 +164,8 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
     )
     image_policy: Literal["auto", "skip", "base"] = Field(
         "auto",
-        description="Instances naming an image: auto = run them in that image on docker (repository at /testbed), "
-        "on nomad/modal, and on the local backends when --env.deps.mode venv provides their dependencies, else "
+        description="Instances naming an image: auto = run them in that image on docker, nomad and modal (repository "
+        "at /testbed), and on the local backends when --env.deps.mode venv provides their dependencies, else "
         "skip them; skip; base = run them on the base environment (you installed their dependencies)",
     )
     agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
@@ -239,34 +238,35 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         """Whether slots run the instance's own image (its test command then activates the image's env)."""
         cfg: SweSmithOracleEnvConfig = self.config
         auto = cfg.image_policy == "auto" and cfg.tool_backend == "sandbox"
-        return auto and cfg.sandbox.backend.kind in ("nomad", "modal", "docker")
+        return auto and cfg.sandbox.backend.in_containers
 
     def _image_pools(self) -> bool:
-        """Whether each row runs in a slot pool of its own `image_name`, its repository at /testbed (docker).
-
-        Nomad and Modal still run the backend's one image: their adapters mount no workspace at /testbed.
-        """
-        return self._on_images() and self.config.sandbox.backend.kind == "docker"
+        """Whether each row runs in a slot pool of its own `image_name`, its repository at /testbed."""
+        return self._on_images()
 
     def _repo_dir(self, item: SweSmithInstance) -> str:
         """The repository, relative to the slot's workspace: the workspace itself in an image (/testbed)."""
         return "." if self._image_pools() else item.name
 
     def make_tool_backend(self) -> ImageSandboxes | None:
-        # A pool per image on docker; otherwise the runtime's pool over --env.sandbox.
+        # A pool per image on a container backend; otherwise the runtime's pool over --env.sandbox.
         return ImageSandboxes(self.config.sandbox) if self._image_pools() else None
 
     def _slot(self, item: SweSmithInstance, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:
-        """A slot for the item: of its image's pool on docker (the backend's image when it names none)."""
+        """A slot for the item: of its image's pool on a container backend (the backend's image when it names none)."""
         backend = self.agent_runtime.tool_backend
         if backend is None:
             raise RuntimeError("rollout() outside the env's runtime; use process/serve/evaluate or `env.runtime()`")
         if isinstance(backend, ImageSandboxes):
             # The published image as named (the backend's pull policy fetches it), the slot's workspace where
             # the image keeps the repository (its editable install points there).
-            docker = backend.config.backend
-            assert isinstance(docker, DockerBackendConfig)  # image pools run on docker only (_image_pools)
-            return backend.trajectory(task_id, image=item.image_name or docker.image, workspace=TESTBED)
+            image = item.image_name or getattr(backend.config.backend, "image", None)
+            if image is None:
+                raise HermesEnvError(
+                    f"{item.instance_id} names no image_name and the {backend.config.backend.kind} backend no image; "
+                    "set env.sandbox.backend.image"
+                )
+            return backend.trajectory(task_id, image=image, workspace=TESTBED)
         return backend.trajectory(task_id)
 
     def open_workspace(self, item: SweSmithInstance, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:

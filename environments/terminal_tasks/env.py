@@ -67,11 +67,6 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     split: str = Field("train", description="Split of --env.dataset")
     limit: int | None = Field(None, ge=1, description="Use at most this many tasks")
     agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
-    workspace_path: str = Field(
-        "/workspace",
-        description="Nomad/Modal: where the task image's sandbox shows a slot's workspace (sandbox_server "
-        "--workspace-mount); the local and docker backends mount it at the task's own working directory instead",
-    )
     image_registry: str = Field(
         "hermes-rl-tasks",
         description="Registry prefix of the task images Nomad/Modal run, and of the images the docker backend "
@@ -207,21 +202,21 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     def exec_policy(self, item: TerminalTask) -> ExecPolicy:
         """The task's network and image environment, for every command of its trajectory (agent and verifier)."""
         paths = PathMap.for_task(item, self.workspace_for(item))
-        on_docker = self.config.sandbox.backend.kind == "docker"
+        in_containers = self._sandboxes_per_image()
         return ExecPolicy(
             network=item.allow_internet and self._task_network(),
             env={k: paths(v) for k, v in item.environment.items()},
             # As Harbor runs tests/test.sh: as the image's root, with network unless allow_internet = false. Only
-            # the docker backend starts its servers with --allow-root-commands (root there is the container's).
-            verifier_network=item.allow_internet if on_docker else None,
-            verifier_as_root=on_docker and item.format == "harbor",
+            # container backends start their servers with --allow-root-commands (root there is the container's).
+            verifier_network=item.allow_internet if in_containers else None,
+            verifier_as_root=in_containers and item.format == "harbor",
         )
 
     async def eval_items(self) -> list[TerminalTask]:
         return self.tasks  # evaluate runs every loaded task once
 
     def _sandboxes_per_image(self) -> bool:
-        return self.config.sandbox.backend.kind != "local"
+        return self.config.sandbox.backend.in_containers
 
     def item_loop_config(self, item: TerminalTask, loop: AgentLoopConfig) -> AgentLoopConfig:
         # Harbor's `[agent] timeout_sec` caps the trajectory; a shorter --env.agent_time_budget_s still wins,
@@ -233,17 +228,13 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         return loop.model_copy(update={"time_budget_s": item.agent_timeout_s})
 
     def workspace_for(self, item: TerminalTask) -> str:
-        """Where the task's workspace is: its own working directory (local, docker), else --env.workspace_path."""
-        return item.workdir_root if self._workspace_at_task_dir() else self.config.workspace_path
-
-    def _workspace_at_task_dir(self) -> bool:
-        """Whether each pool may mount its slots' workspaces where the task expects them (/app, /home/user)."""
-        return "workspace_mount" in type(self.config.sandbox.backend).model_fields
+        """Where the task's workspace is: its own working directory (/app, /home/user), where every backend's
+        pool mounts its slots' workspaces (`workspace_mount`)."""
+        return item.workdir_root
 
     def scripted_agent(self) -> Callable[[], ChatModel] | None:
         if self.config.agent == "oracle":
-            workspace = None if self._workspace_at_task_dir() else self.config.workspace_path
-            return lambda: OracleAgent(self.by_id, workspace)
+            return lambda: OracleAgent(self.by_id)
         return NoOpAgent if self.config.agent == "noop" else None
 
     def make_tool_backend(self) -> ImageSandboxes:

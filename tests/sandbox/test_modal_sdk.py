@@ -134,10 +134,9 @@ def adapter_calls(runtime: str | None) -> list[dict[str, Any]]:
 
     async def drive() -> None:
         app_id = await adapter.lookup_app("hermes-rl-sandboxes")
-        for image in (None, "reg.example/hermes:1"):
-            provider = ModalSandboxProvider(
-                ModalBackendConfig(image=image, idle_timeout_s=60, runtime=runtime), adapter
-            )
+        for image, runtime_dir in ((None, None), ("reg.example/hermes:1", None), ("reg.example/any:1", "/rt")):
+            config = ModalBackendConfig(image=image, runtime_dir=runtime_dir, idle_timeout_s=60, runtime=runtime)
+            provider = ModalSandboxProvider(config, adapter)
             provider.runtime = runtime
             sandbox_id = await adapter.create_sandbox(app_id, provider.spec("default-0"))
             assert await adapter.tunnel_url(sandbox_id, 8080, 30.0) == "https://x.modal.host"
@@ -203,6 +202,7 @@ def test_every_adapter_call_binds_to_the_real_sdk(venv: str) -> None:
         "App.lookup",
         "Image.from_dockerfile",
         "Image.from_registry",
+        "Image.add_local_dir",
         "Secret.from_dict",
         "Sandbox.create",
         "Sandbox.tunnels",

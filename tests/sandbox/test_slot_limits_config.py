@@ -25,3 +25,23 @@ def test_nomad_jobs_carry_the_configured_limits():
     assert task["command"] == "/opt/hermes/sandbox-server"  # the runtime's frozen server: the same CLI
     _, server = _parse([a.replace("${NOMAD_PORT_http}", "1") for a in task["args"]])
     assert server.limits == config.limits
+
+
+def test_container_backends_servers_take_the_workspace_mount_and_root_verifiers_raw_exec_never():
+    """Nomad (docker driver) and Modal servers start as the docker backend's do: the pool's workspace mount and
+    --allow-root-commands (root is the container's); Nomad's raw_exec runs on the node, so never the latter."""
+    from backends.modal import ModalBackendConfig, ModalSandboxProvider
+
+    nomad = NomadBackendConfig(image="reg/img:1", workspace_mount="/testbed")
+    task = build_job_spec(nomad, job_id="p-0", token="t", meta={})["TaskGroups"][0]["Tasks"][0]["Config"]
+    _, server = _parse([a.replace("${NOMAD_PORT_http}", "1") for a in task["args"]])
+    assert (server.workspace_mount, server.allow_root_commands, nomad.in_containers) == ("/testbed", True, True)
+
+    modal = ModalSandboxProvider(ModalBackendConfig(workspace_mount="/app"), api=None)  # type: ignore[arg-type]
+    _, server = _parse(list(modal.spec("s-0").args[1:]))
+    assert (server.workspace_mount, server.allow_root_commands) == ("/app", True)
+
+    raw = NomadBackendConfig(driver="raw_exec", workspace_mount="/app")
+    task = build_job_spec(raw, job_id="p-0", token="t", meta={})["TaskGroups"][0]["Tasks"][0]["Config"]
+    _, server = _parse([a.replace("${NOMAD_PORT_http}", "1") for a in task["args"][2:]])
+    assert (server.workspace_mount, server.allow_root_commands, raw.in_containers) == ("/app", False, False)

@@ -37,6 +37,7 @@ import docker
 
 from backends.modal import ModalSandboxSpec
 from backends.nomad import CAP_ADD, SECURITY_OPT, unpinned_image
+from tests.support.sandbox_image import with_runtime_layer
 
 __all__ = ["NomadTestDouble", "ModalTestDouble", "check_job_spec", "MODAL_SANDBOX_CREATE_PARAMS", "TEST_LABEL"]
 
@@ -589,7 +590,8 @@ class ModalTestDouble:
     """`ModalAPI` whose sandboxes are docker containers of the sandbox's image.
 
     `images` maps what Modal would pull (`Image.from_registry(ref)`: the ref) or build
-    (`Image.from_dockerfile(path)`: "dockerfile:<path>") to a local image. With
+    (`Image.from_dockerfile(path)`: "dockerfile:<path>") to a local image; a spec's `runtime_dir`
+    becomes the sandbox layer on top of it (what `add_local_dir(..., copy=True)` builds). With
     `gvisor_netns_broken`, sandboxes on the default (gVisor) runtime get a bubblewrap that fails
     to unshare the network the way it does under gVisor; `runtime="vm"` ones get the real one.
     """
@@ -628,6 +630,8 @@ class ModalTestDouble:
             raise FileNotFoundError(f"Image.from_dockerfile: {spec.dockerfile} does not exist")
         ref = spec.image or f"dockerfile:{spec.dockerfile}"
         image = await self.engine.resolve(ref, pull=True)  # Modal never sees this machine's images
+        if spec.runtime_dir is not None:  # Image.add_local_dir(runtime, /opt/hermes, copy=True): a layer on top
+            image = await self.engine.call(with_runtime_layer, self.engine.client, image, Path(spec.runtime_dir))
         self.calls.append(("create_sandbox", {"app_id": app_id, **kwargs, "args": spec.args, "image": ref}))
         sb = _ModalSandbox(f"sb-{uuid.uuid4().hex[:12]}", app_id, spec, _Box(port=_free_port()), time.monotonic())
         self.sandboxes[sb.id] = sb

@@ -16,7 +16,14 @@ from pathlib import Path
 
 from backends.runtime import DEFAULT_RUNTIME_DIR, RuntimeMissing, SandboxRuntime
 
-__all__ = ["SANDBOX_IMAGE_REPO", "sandbox_image", "slow_start_image", "task_standin_image", "IMAGE_LABEL"]
+__all__ = [
+    "SANDBOX_IMAGE_REPO",
+    "sandbox_image",
+    "slow_start_image",
+    "task_standin_image",
+    "with_runtime_layer",
+    "IMAGE_LABEL",
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 SANDBOX_IMAGE_REPO = "hermes-rl-test-sandbox"
@@ -86,6 +93,28 @@ def task_standin_image(client, base: str) -> str:
             "--no-install-recommends python3 python3-pytest && rm -rf /var/lib/apt/lists/*\n",
             tag,
         )
+    return tag
+
+
+def with_runtime_layer(client, base: str, runtime_dir: Path) -> str:
+    """`base` plus the sandbox layer (environments/terminal_tasks/sandboxes.py SANDBOX_LAYER, the runtime at
+    /opt/hermes): what a user pushes for Nomad and what Modal builds from a registry image plus the runtime.
+    Tagged by the base image's id and the runtime's manifest, so later sessions reuse it."""
+    from environments.terminal_tasks.sandboxes import SANDBOX_LAYER  # noqa: PLC0415 - the layer as written
+
+    base_id = client.images.get(base).id
+    digest = hashlib.sha256(base_id.encode() + (runtime_dir / "manifest.json").read_bytes()).hexdigest()[:16]
+    tag = f"hermes-rl-test/with-runtime:{digest}"
+    if not _has(client, tag):
+        dockerfile = f"FROM {base}\n{SANDBOX_LAYER}"
+        data = io.BytesIO()
+        with tarfile.open(fileobj=data, mode="w") as tar:
+            tar.add(runtime_dir, arcname="hermes_runtime")
+            info = tarfile.TarInfo("Dockerfile")
+            info.size = len(dockerfile.encode())
+            tar.addfile(info, io.BytesIO(dockerfile.encode()))
+        data.seek(0)
+        client.images.build(fileobj=data, custom_context=True, tag=tag, labels={IMAGE_LABEL: "1"}, rm=True)
     return tag
 
 

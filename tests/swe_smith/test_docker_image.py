@@ -27,7 +27,7 @@ from environments.hermes_base_env import HermesEnvError
 from environments.image_sandboxes import content_tag
 from environments.models.base import ModelTurn
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.swe_smith.env import OracleAgent, SweSmithOracleEnv, SweSmithOracleEnvConfig
+from environments.swe_smith.env import NoOpAgent, OracleAgent, SweSmithOracleEnv, SweSmithOracleEnvConfig
 from slots.pool import SlotPoolConfig
 from tests.support.cli import run_cli
 from tests.support.docker_engine import ENGINE, TEST_LABEL, sandbox_image
@@ -313,3 +313,59 @@ def test_the_probe_parses_as_python_39():
     "python" specs); the 3.9 grammar leaves a margin. The e2e tests above load it on bookworm's 3.11 and pytest 7.2."""
     source = (Path(__file__).resolve().parents[2] / "environments" / "verifier_probe.py").read_text()
     ast.parse(source, feature_version=(3, 9))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+async def test_oracle_scores_1_and_noop_0_in_the_instances_image_on_modal(tmp_path, instance, project_sandbox_image):
+    """On the Modal double the row runs in its `image_name` as the registry has it (SWE-smith's published image,
+    no runtime in it) with the runtime layered on as Modal builds it, the repository at /testbed."""
+    from backends.modal import DOCKERFILE, ModalBackendConfig, modal_backend  # noqa: PLC0415
+    from environments.image_sandboxes import ImageSandboxes  # noqa: PLC0415
+    from tests.support.nomad_modal_doubles import ModalTestDouble  # noqa: PLC0415
+
+    registry = {instance["image"]: instance["image"], f"dockerfile:{DOCKERFILE}": project_sandbox_image}
+    double = ModalTestDouble(tmp_path / "modal", images=registry)
+
+    def on_modal(config):
+        return modal_backend(config, double)
+
+    class OnModal(SweSmithOracleEnv):
+        def make_tool_backend(self):
+            if super().make_tool_backend() is None:  # one pool over the backend's image
+                return on_modal(self.config.sandbox.resolved_backend())
+            return ImageSandboxes(self.config.sandbox, factory=on_modal)
+
+    pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
+    backend = ModalBackendConfig(
+        pool=pool, create_rate_per_s=50, startup_timeout_s=120, runtime_dir=str(instance["runtime_dir"])
+    )
+    config = SweSmithOracleEnvConfig(
+        tokenizer_name="embedded",
+        use_wandb=False,
+        group_size=1,
+        total_steps=1,
+        tool_backend="sandbox",
+        sandbox=SandboxToolBackendConfig(backend=backend),
+        dataset=str(tmp_path / "instances.jsonl"),
+        mirror_base=str(instance["mirrors"]),
+        profiles=str(tmp_path / "profiles.json"),
+        cache_dir=str(tmp_path / "cache"),
+        data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
+        ensure_scores_are_not_same=False,
+    )
+    try:
+        async with ScriptedOpenAIServer([]) as server:
+            env = OnModal(config, [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="x")])
+            async with env.runtime():
+                await env.setup()
+                item = env.instances[0]
+                fixed = await env.rollout(item, model=OracleAgent(env.by_id))
+                noop = await env.rollout(item, model=NoOpAgent())
+    finally:
+        await double.close()
+    assert (fixed.error, fixed.score) == (None, 1.0), list(env.verdicts.values())
+    assert (noop.error, noop.score) == (None, 0.0), list(env.verdicts.values())
+    created = [c for name, c in double.calls if name == "create_sandbox"]
+    assert created and {c["image"] for c in created} == {instance["image"]}  # the instance's image, no other
+    assert all("/testbed" in c["args"] for c in created)

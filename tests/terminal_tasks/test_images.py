@@ -21,6 +21,8 @@ from environments.image_sandboxes import ImageSandboxes
 from environments.terminal_tasks.sandboxes import SANDBOX_LAYER, task_image, write_build_context
 from slots.pool import SlotPoolConfig
 from tests.terminal_tasks.conftest import make_env
+from tests.terminal_tasks.test_docker_tasks import FIXTURES as TB2_FIXTURES, TASKS as TB2_TASKS
+from tests.terminal_tasks.test_docker_tasks import engine, task_images  # noqa: F401  (session fixtures)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -110,9 +112,9 @@ async def test_a_harbor_task_with_its_dockerfile_requests_its_image(
             await env.setup()
             task = env.by_id["fix-script"]
             assert task.image_recipe.startswith("FROM ubuntu:22.04")
-            rollout = await env.rollout(task, model=OracleAgent(env.by_id, "/workspace"))
-            other = await env.rollout(env.by_id["parse-log"], model=OracleAgent(env.by_id, "/workspace"))
-            endless = await env.rollout(env.by_id["task_000001_b2d4f6a8"], model=OracleAgent(env.by_id, "/workspace"))
+            rollout = await env.rollout(task, model=OracleAgent(env.by_id))
+            other = await env.rollout(env.by_id["parse-log"], model=OracleAgent(env.by_id))
+            endless = await env.rollout(env.by_id["task_000001_b2d4f6a8"], model=OracleAgent(env.by_id))
     finally:
         await on.double.close()
     assert [(r.error, r.score) for r in (rollout, other, endless)] == [(None, 1.0)] * 3
@@ -136,3 +138,69 @@ def test_build_contexts_cli_prints_one_build_per_task(tmp_path):
     expected = [f"docker build -t {image} {d} && docker push {image}" for image, d in zip(images, dirs)]
     assert sorted(proc.stdout.splitlines()) == sorted(expected)
     assert all((d / "Dockerfile").is_file() and (d / "hermes_runtime").is_dir() for d in dirs)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("agent,expected", [("oracle", 1.0), ("noop", 0.0)])
+async def test_tb2_tasks_score_in_their_own_images_on_nomad_with_the_verifier_as_root(
+    task_images,  # noqa: F811  (the session fixture imported above)
+    scripted_server,
+    tmp_path,
+    agent,
+    expected,
+):
+    """TB2-shaped tasks on the Nomad double, each in its own image plus the sandbox layer (what a user pushes):
+    the verifier runs as the image's root with network (allow_internet's default), as Harbor runs test.sh."""
+    import docker  # noqa: PLC0415 - only these tests need the engine
+
+    from tests.support.sandbox_image import with_runtime_layer  # noqa: PLC0415
+
+    registry = "reg.example/tb2"
+    tasks = {name: load_harbor_task(TB2_FIXTURES / name) for name in TB2_TASKS}
+    client = docker.from_env()
+    try:
+        runtime = SandboxRuntime().check()
+        # The stand-in registry holds each task's image tag as pushed: its own image plus the sandbox layer.
+        images = {
+            task_image(t, registry): with_runtime_layer(client, task_images[n], runtime) for n, t in tasks.items()
+        }
+    finally:
+        client.close()
+    double = NomadTestDouble(tmp_path / "nomad", images=images)
+
+    class OnNomad(TerminalTasksEnv):
+        def make_tool_backend(self) -> ImageSandboxes:
+            return ImageSandboxes(self.config.sandbox, factory=lambda c: nomad_backend(c, double))
+
+    pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, acquire_timeout_s=120)
+    backend = NomadBackendConfig(pool=pool, driver="docker", poll_interval_s=0.05, startup_timeout_s=120)
+    env = make_env(
+        scripted_server.base_url,
+        tmp_path,
+        backend=backend,
+        env_cls=OnNomad,
+        image_registry=registry,
+        tasks_dir=str(TB2_FIXTURES),
+        agent=agent,
+    )
+    try:
+        async with env.runtime():
+            await env.setup()
+            scores = {}
+            for name in TB2_TASKS:
+                rollout = await env.rollout(env.by_id[name], model=env.scripted_agent()())
+                scores[name] = (rollout.error, rollout.score)
+            item = env.by_id["expect-login"]
+            async with env.open_workspace(item, "probe") as executor:
+                probe = await executor.verify_exec(
+                    "id -u; pwd; tail -n +3 /proc/net/dev | cut -d: -f1", timeout=60, max_output_bytes=10_000
+                )
+    finally:
+        await double.close()
+    assert scores == dict.fromkeys(TB2_TASKS, (None, expected))
+    lines = probe.output.split()
+    assert lines[:2] == ["0", "/app"] and len(lines) > 3, probe.output  # root, at the task's WORKDIR, with network
+    requested = [job["TaskGroups"][0]["Tasks"][0]["Config"] for call, job in double.calls if call == "register_job"]
+    assert {c["image"] for c in requested} == set(images)  # one pool per task image
+    assert all("--allow-root-commands" in c["args"] for c in requested)
