@@ -143,6 +143,7 @@ __hermes_clean() {
 }
 __hermes_void() { rm -rf -- "$__hermes_dir/reward.txt" "$__hermes_dir/reward.json"; exit 97; }
 __hermes_final() {
+  local rc=$?
   local -; set +eux
   [ "$BASHPID" = "$$" ] || return 0
   [ -n "$__hermes_wrote" ] && __hermes_record
@@ -151,6 +152,9 @@ __hermes_final() {
   # The tests' own files, as packed: code the tests ran may have edited a grader run after it.
   [ -z "$__hermes_manifest" ] || sha256sum --quiet --status -c <<<"$__hermes_manifest" || __hermes_void
   [ -n "$__hermes_named" ] && __hermes_clean
+  # Above 128 means "killed by a signal" to the verifying script (a shell the tests SIGKILLed never ran
+  # this): a test.sh whose own last status is that high ends with 125 instead.
+  [ "$rc" -gt 128 ] && exit 125
   return 0
 }
 __hermes_keep_exit_trap() {
@@ -346,6 +350,9 @@ base64 -d | tar -xzf - -C {q(vdir)} || exit 91
 cd {q(workdir)} 2>/dev/null || cd {q(workspace)}
 env -i PATH="$PATH" {env_words} {run} > {q(vdir)}/logs/verifier/test-stdout.txt 2>&1
 rc=$?
+# test.sh's shell died by a signal (its tested programs run as its uid and may SIGKILL it): its guard
+# never ran, so a reward file they wrote is still there. No reward.
+[ {int(task.format == "harbor")} = 1 ] && [ $rc -gt 128 ] && rc={GUARD_FAILED}
 # Whatever the tested code left running dies before the verdict is read (only inside the
 # sandbox's own pid namespace, whose init is bubblewrap: there `kill -1` reaches nothing else).
 [ "$(cat /proc/1/comm 2>/dev/null)" = bwrap ] && kill -KILL -1 2>/dev/null
@@ -357,6 +364,7 @@ for f in reward.txt reward.json; do
 done
 echo "{nonce} log $(tail -c 4000 {q(vdir)}/logs/verifier/test-stdout.txt | base64 -w0)"
 rm -rf {q(vdir)}
+exit 0
 """
     return script, pack(files), nonce
 
@@ -370,7 +378,11 @@ class Verdict:
     log: str = ""
 
 
-def parse_verdict(task: TerminalTask, output: str, nonce: str) -> Verdict:
+def parse_verdict(task: TerminalTask, output: str, nonce: str, exit_code: int | None = 0) -> Verdict:
+    """`exit_code`: the verifying script's own; only a script that ran to its end (0) prints the verdict
+    last, so any other status (killed, timed out) scores 0 whatever lines its output holds."""
+    if exit_code != 0:
+        return Verdict(0.0, f"the verifying script did not finish (exit status {exit_code})", None, {}, output[-2000:])
     fields: dict[str, str] = {}
     # Only the last block counts: anything printed before the final "rc" line is not the verifier's.
     lines = output.splitlines()

@@ -25,7 +25,7 @@ KILLER = (
 TEST_SH = "#!/bin/bash\nbash /app/prog.sh\necho 0 > /logs/verifier/reward.txt\n"
 
 
-def guard_killer_task(tasks_dir: Path, name: str = "guard-killer") -> str:
+def guard_killer_task(tasks_dir: Path, name: str = "guard-killer", solution: str = KILLER) -> str:
     task = tasks_dir / name
     for d in ("environment", "solution", "tests"):
         (task / d).mkdir(parents=True, exist_ok=True)
@@ -36,7 +36,7 @@ def guard_killer_task(tasks_dir: Path, name: str = "guard-killer") -> str:
     (task / "instruction.md").write_text("Write /app/prog.sh.\n")
     (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm\n\nWORKDIR /app\n")
     (task / "tests" / "test.sh").write_text(TEST_SH)
-    (task / "solution" / "solve.sh").write_text(KILLER)
+    (task / "solution" / "solve.sh").write_text(solution)
     return name
 
 
