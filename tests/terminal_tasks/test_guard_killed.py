@@ -25,7 +25,9 @@ KILLER = (
 TEST_SH = "#!/bin/bash\nbash /app/prog.sh\necho 0 > /logs/verifier/reward.txt\n"
 
 
-def guard_killer_task(tasks_dir: Path, name: str = "guard-killer", solution: str = KILLER) -> str:
+def guard_killer_task(
+    tasks_dir: Path, name: str = "guard-killer", solution: str = KILLER, dockerfile_extra: str = ""
+) -> str:
     task = tasks_dir / name
     for d in ("environment", "solution", "tests"):
         (task / d).mkdir(parents=True, exist_ok=True)
@@ -34,7 +36,7 @@ def guard_killer_task(tasks_dir: Path, name: str = "guard-killer", solution: str
         "[agent]\ntimeout_sec = 120.0\n\n[environment]\nbuild_timeout_sec = 300.0\n"
     )
     (task / "instruction.md").write_text("Write /app/prog.sh.\n")
-    (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm\n\nWORKDIR /app\n")
+    (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm\n\nWORKDIR /app\n" + dockerfile_extra)
     (task / "tests" / "test.sh").write_text(TEST_SH)
     (task / "solution" / "solve.sh").write_text(solution)
     return name
