@@ -1,6 +1,6 @@
 """A small reference GRPO trainer: registers with Atropos run-api, pulls `/batch`, takes steps.
 
-    run-api --port 8000 &                        # atroposlib's rollout API
+    run-api --host 127.0.0.1 --port 8000 &       # atroposlib's rollout API (its default host is 0.0.0.0)
     python -m training.grpo --api_url http://127.0.0.1:8000 --model embedded --out runs/grpo --steps 1 &
     python -m environments.gsm8k_agent_env serve --env.rollout_server_url http://127.0.0.1:8000
 

@@ -276,7 +276,7 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             run = await ctx.executor.exec(
                 script, timeout=item.verifier_timeout_s, max_output_bytes=50_000, stdin=payload
             )
-            verdict = parse_verdict(item, run.output, nonce)
+            verdict = parse_verdict(item, run.output, nonce, run.exit_code)
             if verdict.reward != 1.0:
                 raise RuntimeError(
                     f"{item.id}: the built initial state fails test_initial_state.py: {verdict.log[-1500:]}"
@@ -287,7 +287,7 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         run = await self._verifier_exec(ctx)(
             script, timeout=item.verifier_timeout_s + 30, max_output_bytes=200_000, stdin=payload
         )
-        verdict = parse_verdict(item, run.output, nonce)
+        verdict = parse_verdict(item, run.output, nonce, run.exit_code)
         logger.info("task %s: reward %.3f (%s)", item.id, verdict.reward, verdict.reason)
         return verdict.reward
 

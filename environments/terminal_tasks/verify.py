@@ -19,6 +19,8 @@ exits, every process the tests left outside test.sh's own process tree is killed
 reward file test.sh's own reward commands did not write is discarded (the reward directory
 is put back if it was made read-only or swapped for a link). Git in the verifier reads no
 system/global config and runs no fsmonitor, hook, pager or editor the repository configures.
+The verifier's own steps and the guard run their programs from the system PATH only (the image's PATH may
+name a workspace directory); a test.sh shell killed by a signal, whose guard never ran, scores 0.
 Nothing of this reaches the programs under test as an import-path change: the pytest that
 test.sh starts with `python3 -m pytest` leaves the working directory off sys.path through a
 shell function, not PYTHONSAFEPATH (which every program the tests run would inherit).
@@ -78,10 +80,11 @@ __hermes_dir=@REWARD_DIR@
 __hermes_manifest=@MANIFEST@
 __hermes_chain=(@CHAIN@)
 __hermes_pytest=@PYTEST_BOOT@
+__hermes_sys=@SYS_PATH@
 declare -A __hermes_trusted=()
 __hermes_wrote= __hermes_trapped=
 __hermes_named=  # test.sh has a command naming a reward file (else its grader writes it unseen)
-__hermes_stat() { stat -c '%i:%s:%z' -- "$1" 2>/dev/null; }
+__hermes_stat() { local PATH=$__hermes_sys; stat -c '%i:%s:%z' -- "$1" 2>/dev/null; }
 __hermes_record() {
   local f
   for f in reward.txt reward.json; do __hermes_trusted[$f]=$(__hermes_stat "$__hermes_dir/$f"); done
@@ -111,6 +114,7 @@ __hermes_strays() {
 }
 __hermes_stop_strays() {
   local -; set +eux
+  local PATH=$__hermes_sys
   local i s
   # Only inside the sandbox's own pid namespace (whose init is bubblewrap), as a slot's uid or as
   # the container's root of a verifier command (its namespace holds the tests' processes only):
@@ -126,6 +130,7 @@ __hermes_stop_strays() {
 __hermes_clean() {
   # Keep only reward files test.sh's own reward commands left; put the directories back.
   local -; set +eux
+  local PATH=$__hermes_sys
   local d f
   chmod u+rwx -- "${__hermes_chain[0]}" 2>/dev/null
   for d in "${__hermes_chain[@]:1}"; do
@@ -141,9 +146,11 @@ __hermes_clean() {
   done
   return 0
 }
-__hermes_void() { rm -rf -- "$__hermes_dir/reward.txt" "$__hermes_dir/reward.json"; exit 97; }
+__hermes_void() { local PATH=$__hermes_sys; rm -rf -- "$__hermes_dir/reward.txt" "$__hermes_dir/reward.json"; exit 97; }
 __hermes_final() {
+  local rc=$?
   local -; set +eux
+  local PATH=$__hermes_sys
   [ "$BASHPID" = "$$" ] || return 0
   [ -n "$__hermes_wrote" ] && __hermes_record
   __hermes_wrote=
@@ -151,6 +158,9 @@ __hermes_final() {
   # The tests' own files, as packed: code the tests ran may have edited a grader run after it.
   [ -z "$__hermes_manifest" ] || sha256sum --quiet --status -c <<<"$__hermes_manifest" || __hermes_void
   [ -n "$__hermes_named" ] && __hermes_clean
+  # Above 128 means "killed by a signal" to the verifying script (a shell the tests SIGKILLed never ran
+  # this): a test.sh whose own last status is that high ends with 125 instead.
+  [ "$rc" -gt 128 ] && exit 125
   return 0
 }
 __hermes_keep_exit_trap() {
@@ -164,6 +174,7 @@ __hermes_keep_exit_trap() {
 }
 __hermes_guard() {
   local -; set +eux
+  local PATH=$__hermes_sys
   [ "$BASHPID" = "$$" ] || return 0
   case ${FUNCNAME[1]-} in __hermes_*|python|python3) return 0 ;; esac  # inside our own wrappers
   if [ -n "$__hermes_wrote" ]; then __hermes_record; __hermes_wrote=; fi
@@ -193,6 +204,9 @@ __hermes_keep_exit_trap
 exit $__hermes_rc
 """
 GUARD_FAILED = 97
+# Where the verifier's own steps (and the guard's) find their programs: never the image's PATH, which may
+# name a directory of the workspace (a task's venv or tools under /app) the agent could plant programs in.
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 def pack(files: dict[str, tuple[bytes, int]]) -> str:
@@ -312,6 +326,7 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
             )
             .replace("@PYTEST_BOOT@", shlex.quote(_PYTEST_BOOT))
             .replace("@MANIFEST@", shlex.quote(_manifest(files, vdir)))
+            .replace("@SYS_PATH@", SYSTEM_PATH)
         )
         run = f"bash -c {shlex.quote(guard)} {vdir}/tests/test.sh"
     else:
@@ -340,12 +355,16 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
     env_words = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     workdir = paths(task.workdir)
     q = shlex.quote
-    script = f"""chmod u+rwx {q(workspace)} 2>/dev/null
+    script = f"""image_path="$PATH" PATH={SYSTEM_PATH}
+chmod u+rwx {q(workspace)} 2>/dev/null
 rm -rf {q(vdir)} && mkdir -p {q(vdir)}/logs/verifier {q(vdir)}/logs/agent {q(vdir)}/home || exit 90
 base64 -d | tar -xzf - -C {q(vdir)} || exit 91
 cd {q(workdir)} 2>/dev/null || cd {q(workspace)}
-env -i PATH="$PATH" {env_words} {run} > {q(vdir)}/logs/verifier/test-stdout.txt 2>&1
+env -i PATH="$image_path" {env_words} {run} > {q(vdir)}/logs/verifier/test-stdout.txt 2>&1
 rc=$?
+# test.sh's shell died by a signal (its tested programs run as its uid and may SIGKILL it): its guard
+# never ran, so a reward file they wrote is still there. No reward.
+[ {int(task.format == "harbor")} = 1 ] && [ $rc -gt 128 ] && rc={GUARD_FAILED}
 # Whatever the tested code left running dies before the verdict is read (only inside the
 # sandbox's own pid namespace, whose init is bubblewrap: there `kill -1` reaches nothing else).
 [ "$(cat /proc/1/comm 2>/dev/null)" = bwrap ] && kill -KILL -1 2>/dev/null
@@ -357,6 +376,7 @@ for f in reward.txt reward.json; do
 done
 echo "{nonce} log $(tail -c 4000 {q(vdir)}/logs/verifier/test-stdout.txt | base64 -w0)"
 rm -rf {q(vdir)}
+exit 0
 """
     return script, pack(files), nonce
 
@@ -370,7 +390,11 @@ class Verdict:
     log: str = ""
 
 
-def parse_verdict(task: TerminalTask, output: str, nonce: str) -> Verdict:
+def parse_verdict(task: TerminalTask, output: str, nonce: str, exit_code: int | None = 0) -> Verdict:
+    """`exit_code`: the verifying script's own; only a script that ran to its end (0) prints the verdict
+    last, so any other status (killed, timed out) scores 0 whatever lines its output holds."""
+    if exit_code != 0:
+        return Verdict(0.0, f"the verifying script did not finish (exit status {exit_code})", None, {}, output[-2000:])
     fields: dict[str, str] = {}
     # Only the last block counts: anything printed before the final "rc" line is not the verifier's.
     lines = output.splitlines()

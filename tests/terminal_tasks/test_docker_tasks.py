@@ -30,6 +30,7 @@ from tests.security.conftest import play
 from tests.support.cli import run_cli
 from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, sandbox_image
 from tests.terminal_tasks.conftest import make_env
+from tests.terminal_tasks.test_guard_killed import guard_killer_task
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -284,4 +285,56 @@ async def test_a_root_verifier_still_stops_what_the_tested_code_leaves_writing_t
     async with env.runtime():
         await env.setup()
         rollout = await env.rollout(env.by_id["root-reward-writer"], model=OracleAgent(env.by_id))
+    assert rollout.error is None and rollout.score == 0.0, (rollout.error, rollout.score)
+
+
+async def test_a_root_verifier_scores_zero_when_the_tested_program_kills_the_guarded_shell(
+    engine, test_id, tmp_path, scripted_server
+):
+    """As root in the container: the tested program writes reward 1 and SIGKILLs test.sh's shell (no trap runs)."""
+    name = guard_killer_task(tmp_path / "tasks")
+    env = make_env(
+        scripted_server.base_url,
+        tmp_path,
+        backend=_docker_config(test_id),
+        tasks_dir=str(tmp_path / "tasks"),
+        image_registry="hermes-rl-test-root-guard",
+    )
+    async with env.runtime():
+        await env.setup()
+        rollout = await env.rollout(env.by_id[name], model=OracleAgent(env.by_id))
+    assert rollout.error is None and rollout.score == 0.0, (rollout.error, rollout.score)
+
+
+# The image puts a directory of the workspace on PATH (a task's own venv or tools under /app), so the agent
+# can plant programs there. Its `tar` swaps the pristine test.sh the verifier unpacks for one writing reward 1,
+# its `sha256sum` says the tests' files are unchanged. Only test.sh's own commands may see the image's PATH.
+PATH_PLANTER = (
+    "#!/bin/bash\nmkdir -p /app/bin\ncat > /app/bin/tar <<'EOF'\n#!/bin/bash\n/bin/tar \"$@\"; rc=$?\n"
+    'while [ $# -gt 0 ]; do [ "$1" = -C ] && d=$2; shift; done\n'
+    'if [ -f "$d/tests/test.sh" ]; then printf \'#!/bin/bash\\necho 1 > %s/logs/verifier/reward.txt\\n\' "$d"'
+    ' > "$d/tests/test.sh"; fi\nexit $rc\nEOF\n'
+    "printf '#!/bin/bash\\nexit 0\\n' > /app/bin/sha256sum\nchmod +x /app/bin/tar /app/bin/sha256sum\n"
+)
+
+
+async def test_programs_the_agent_plants_on_the_images_path_do_not_run_the_verifiers_own_steps(
+    engine, test_id, tmp_path, scripted_server
+):
+    name = guard_killer_task(
+        tmp_path / "tasks",
+        "path-planter",
+        solution=PATH_PLANTER,
+        dockerfile_extra="ENV PATH=/app/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
+    )
+    env = make_env(
+        scripted_server.base_url,
+        tmp_path,
+        backend=_docker_config(test_id),
+        tasks_dir=str(tmp_path / "tasks"),
+        image_registry="hermes-rl-test-root-guard",
+    )
+    async with env.runtime():
+        await env.setup()
+        rollout = await env.rollout(env.by_id[name], model=OracleAgent(env.by_id))
     assert rollout.error is None and rollout.score == 0.0, (rollout.error, rollout.score)
