@@ -8,7 +8,7 @@ no files and need no sandbox. `kind` is the benchmark's tool type (read / write 
 writes change the database.
 
 Domains are registered by name (`DOMAINS`: name -> module, imported on first use); a domain
-module exposes `DOMAIN`. Adding airline or telecom is one module and one line here.
+module exposes `DOMAIN`. Adding telecom is one module and one line here.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 __all__ = ["DOMAINS", "Domain", "DomainTool", "db_hash", "get_domain"]
 
-DOMAINS = {"retail": "environments.tau.retail"}
+DOMAINS = {"airline": "environments.tau.airline", "retail": "environments.tau.retail"}
 
 
 @dataclass(frozen=True)

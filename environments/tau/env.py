@@ -9,7 +9,7 @@ Each item is one task of the domain's tasks.json. The agent gets the domain's po
 system prompt and the domain's tools (pure functions on the episode's own copy of the database,
 run in-process: no model code runs, so no sandbox is needed); a user simulator on its own model
 plays the task's customer (environments/tau/user_sim.py). The reward is the benchmark's
-evaluation of the conversation (environments/tau/scoring.py). Implemented domain: retail.
+evaluation of the conversation (environments/tau/scoring.py). Implemented domains: retail, airline.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ class TauEnvConfig(HermesAgentEnvConfig):
     data_dir: str | None = Field(
         None, description="tau2-bench's data/tau2 directory (domains/<domain>/...); None: the bundled offline sample"
     )
-    domain: str = Field("retail", description="The τ²-bench domain (implemented: retail)")
+    domain: str = Field("retail", description="The τ²-bench domain (implemented: retail, airline)")
     task_split: str | None = Field(None, description="A split of split_tasks.json (train/test/base); None: every task")
     user_model: UserModelConfig = Field(default_factory=UserModelConfig, description="The user simulator's model")
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="The NL-assertion judge (off by default)")

@@ -289,10 +289,11 @@ def test_evaluate_runs_every_task_and_reports_db_match(tokenizer_dir: str, tmp_p
 async def test_config_errors_say_what_to_pass(tokenizer_dir: str) -> None:
     async with ScriptedOpenAIServer([]) as agent_server:
         with pytest.raises(
-            HermesEnvError, match=r"--env.domain: unknown τ²-bench domain 'airline'; implemented: \['retail'\]"
+            HermesEnvError,
+            match=r"--env.domain: unknown τ²-bench domain 'telecom'; implemented: \['airline', 'retail'\]",
         ):
             TauEnv(
-                TauEnvConfig(tokenizer_name=tokenizer_dir, use_wandb=False, domain="airline"), [_server(agent_server)]
+                TauEnvConfig(tokenizer_name=tokenizer_dir, use_wandb=False, domain="telecom"), [_server(agent_server)]
             )
         # The user simulator defaults to the embedded server, which only runs when the agent uses it.
         env = TauEnv(

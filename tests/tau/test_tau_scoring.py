@@ -14,40 +14,19 @@ import pytest
 from environments.tau.domain import get_domain
 from environments.tau.scoring import gold_db, score_episode
 from environments.tau.tasks import BUNDLED_DATA_DIR, Task, load_domain_data
+from tests.tau import scripts
+from tests.tau.scripts import gold_steps
 
 PUBLISHED = json.loads((Path(__file__).parent / "published_retail_task0.json").read_text())
 RETAIL = get_domain("retail")
 
 
 def play(db: dict[str, Any], steps: list[tuple[str, Any]]) -> list[dict[str, Any]]:
-    """Messages of an agent that runs each ("call", (name, args)) on `db` and says each ("say", text)."""
-    messages: list[dict[str, Any]] = [{"role": "user", "content": "hi, I need help with an order"}]
-    for n, (kind, what) in enumerate(steps):
-        if kind == "say":
-            messages.append({"role": "assistant", "content": what})
-            messages.append({"role": "user", "content": "ok"})
-            continue
-        name, args = what
-        try:
-            result = json.dumps(RETAIL.call(db, name, args))
-        except ValueError as exc:
-            result = json.dumps({"error": str(exc)})
-        call = {"id": f"c{n}", "type": "function", "function": {"name": name, "arguments": json.dumps(args)}}
-        messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
-        messages.append({"role": "tool", "tool_call_id": f"c{n}", "name": name, "content": result})
-    return messages
-
-
-def gold_steps(task: Task) -> list[tuple[str, Any]]:
-    assert task.evaluation_criteria is not None and task.evaluation_criteria.actions is not None
-    return [("call", (a.name, a.arguments)) for a in task.evaluation_criteria.actions]
+    return scripts.play(RETAIL, db, steps)
 
 
 def run(task: Task, base: dict[str, Any], steps: list[tuple[str, Any]], ended: str = "user_stop"):
-    db = RETAIL.load_db(copy.deepcopy(base))
-    start = copy.deepcopy(db)
-    messages = play(db, steps)
-    return score_episode(task, RETAIL, start, db, messages, ended=ended)
+    return scripts.run(RETAIL, task, base, steps, ended)
 
 
 @pytest.fixture(scope="module")
