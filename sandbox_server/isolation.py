@@ -177,6 +177,22 @@ class IsolationStatus:
     prlimit: str | None = None
 
 
+def _probe_binds() -> list[str]:
+    """The system directories a probe command needs, read-only, as a slot sees them.
+
+    Not `--ro-bind / /`: that drags in every mount of the host (a container engine's overlay
+    mounts under /var/lib/docker come and go, and one that cannot be remounted read-only at that
+    moment failed the whole probe).
+    """
+    args: list[str] = []
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            args += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            args += ["--ro-bind", d, d]
+    return args + ["--dev", "/dev", "--proc", "/proc"]
+
+
 async def probe_bwrap(bwrap: str) -> IsolationStatus:
     """Run a trivial command the way slots run theirs; report why it failed if it did."""
     path = shutil.which(bwrap)
@@ -197,13 +213,7 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
         "--unshare-net",
         *_SWITCH_CAPS,
         "--die-with-parent",
-        "--ro-bind",
-        "/",
-        "/",
-        "--dev",
-        "/dev",
-        "--proc",
-        "/proc",
+        *_probe_binds(),
         setpriv,
         "--reuid",
         "65534",
@@ -257,7 +267,7 @@ async def probe_spawn_helper(helper: Path = SPAWN_HELPER) -> str | None:
 async def probe_ipc_limits(bwrap: str, sysctls: dict[str, str]) -> str | None:
     """None if a new IPC namespace here takes `sysctls` from root inside it (as each slot's does); else why not."""
     writes = " && ".join(f"echo {v} > /proc/sys/kernel/{k}" for k, v in sysctls.items())
-    argv = [bwrap, *_NAMESPACES, "--unshare-net", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+    argv = [bwrap, *_NAMESPACES, "--unshare-net", *_probe_binds()]
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, "/bin/sh", "-c", writes, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE
