@@ -29,6 +29,7 @@ __all__ = [
     "SandboxImage",
     "SandboxPlace",
     "sandbox_image",
+    "verifier_image",
     "docker_config",
     "PodmanService",
     "podman_problem",
@@ -49,6 +50,14 @@ BASE_IMAGE = "debian:bookworm"  # made offline by scripts/base_images.sh
 TEST_IMAGE_DOCKERFILE = f"""FROM {BASE_IMAGE}
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
     python3 procps && rm -rf /var/lib/apt/lists/*
+"""
+
+
+# The image the verifier's tests run in (tests/security/test_reward_*.py on docker): a repository's
+# checkout and tests need git, python3 (also as `python`, as in SWE-smith's images) and pytest.
+VERIFIER_IMAGE_DOCKERFILE = f"""FROM {BASE_IMAGE}
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+    git python3 python-is-python3 python3-pytest procps && rm -rf /var/lib/apt/lists/*
 """
 
 
@@ -107,6 +116,18 @@ def sandbox_image() -> SandboxImage:
     finally:
         client.close()
     return SandboxImage(image, runtime.dir)
+
+
+def verifier_image(slot_image: SandboxImage) -> SandboxImage:
+    """`slot_image`'s runtime in an image with git, python3 and pytest (built once, reused by its tag)."""
+    import docker
+
+    client = docker.DockerClient(base_url=ENGINE, version="auto", timeout=600)
+    try:
+        image = _build(client, VERIFIER_IMAGE_DOCKERFILE, "hermes-rl-test/verifier-image")
+    finally:
+        client.close()
+    return SandboxImage(image, slot_image.runtime_dir)
 
 
 @dataclass(frozen=True)
