@@ -31,7 +31,13 @@ from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from model_tools import get_tool_definitions
 from backends.docker import DATA_DIR, DockerSandboxProvider
 from slots.pool import SlotPool, SlotPoolConfig
-from tests.support.docker_engine import SandboxPlace, container_listdir, docker_config, stop_container
+from tests.support.docker_engine import (
+    SandboxPlace,
+    container_exec,
+    container_listdir,
+    docker_config,
+    stop_container,
+)
 from tests.support.docker_fixtures import (  # noqa: F401 - fixtures
     docker_engine,
     docker_sandbox_image,
@@ -149,6 +155,20 @@ async def server_listdir(backend: SlotPool, rel: str) -> list[str]:
         cid = provider.container_id(sb.address)
         return await asyncio.to_thread(container_listdir, provider.config.engine, cid, f"{DATA_DIR}/{rel}")
     return os.listdir(server_data_dir(backend) / rel)
+
+
+async def server_makedirs(backend: SlotPool, rel: str) -> None:
+    """Make `rel` (and its parents) in the (only) server's data directory, on this machine or in its container."""
+    provider = backend.provider
+    if isinstance(provider, DockerSandboxProvider):
+        (sb,) = backend._sandboxes.values()
+        cid = provider.container_id(sb.address)
+        code, out = await asyncio.to_thread(
+            container_exec, provider.config.engine, cid, ["mkdir", "-p", f"{DATA_DIR}/{rel}"]
+        )
+        assert code == 0, out
+        return
+    os.makedirs(server_data_dir(backend) / rel, exist_ok=True)
 
 
 def server_token(backend: SlotPool) -> str:

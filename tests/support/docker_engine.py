@@ -36,6 +36,7 @@ __all__ = [
     "podman_service",
     "remove_labelled",
     "stop_container",
+    "container_exec",
     "container_listdir",
     "load_into_podman",
 ]
@@ -194,17 +195,22 @@ def stop_container(engine: str, cid: str, timeout_s: int = 10) -> dict[str, Any]
         client.close()
 
 
-def container_listdir(engine: str, cid: str, path: str) -> list[str]:
-    """The entries of `path` inside a running container (`ls -A` there)."""
+def container_exec(engine: str, cid: str, argv: list[str]) -> tuple[int, str]:
+    """Run `argv` as root inside a running container: (exit code, output)."""
     import docker
 
     client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
     try:
-        exec_id = client.api.exec_create(cid, ["ls", "-A", path])["Id"]
+        exec_id = client.api.exec_create(cid, argv)["Id"]
         out = client.api.exec_start(exec_id).decode()
-        code = client.api.exec_inspect(exec_id)["ExitCode"]
+        return client.api.exec_inspect(exec_id)["ExitCode"], out
     finally:
         client.close()
+
+
+def container_listdir(engine: str, cid: str, path: str) -> list[str]:
+    """The entries of `path` inside a running container (`ls -A` there)."""
+    code, out = container_exec(engine, cid, ["ls", "-A", path])
     if code != 0:
         raise FileNotFoundError(f"ls -A {path} in container {cid[:12]} failed ({code}): {out.strip()}")
     return out.split()
