@@ -10,12 +10,14 @@ splits shared pages fairly, to confirm) plus what the slot's /tmp tmpfs holds, a
 Disk: a slot's usage is the allocated blocks of everything in its workspace (hard links once),
 and its entries (inodes: files, directories, links). Walks are iterative and enter at most
 `max_path_depth` directories deep (sandbox_server/tree.py); deeper directories are a breach.
-Walking a large workspace is the cost, so after a command (each watchdog tick while the slot
-has processes, and when a command ends) a walk happens only if the filesystem as a whole grew
-by more than the slot's room (bytes or inodes) since its last walk, or that walk is over MAX_WALK_AGE_S old (or
-20x its own duration). The gap, stated: space freed elsewhere on the filesystem meanwhile can
-hide a slot's growth until that age; so can a file deleted while a command keeps it open (until
-the command ends; RLIMIT_FSIZE bounds each). write_file is exact: it walks when a command ran
+After a command (each watchdog tick while the slot has processes, and when a command ends) the
+workspace is walked whenever its last walk was cheap (under CHEAP_WALK_S: a SWE-sized repository,
+so small workspaces are always exact). A larger one is walked only if the filesystem as a whole grew
+by more than the slot's room (bytes or inodes) since its last walk, or shrank (space freed elsewhere,
+by other slots, containers or image layers, would hide the slot's growth), or that walk is over
+MAX_WALK_AGE_S old (or 20x its own duration). The gap, stated, for large workspaces only: frees
+elsewhere offset by others' growth meanwhile can still hide a slot's growth until that age; so can
+a file deleted while a command keeps it open (until the command ends; RLIMIT_FSIZE bounds each). write_file is exact: it walks when a command ran
 since the last walk or the write might not fit, and refuses before writing. Over
 `workspace_bytes` the slot's processes are killed and the largest files written since the
 command began are removed until the workspace is under quota again; the call fails naming them.
@@ -46,6 +48,9 @@ MiB = 1024 * 1024
 # Even when the filesystem did not grow, rewalk an active slot this often: space another slot or
 # process freed meanwhile can hide a slot's growth from the filesystem-wide figure.
 MAX_WALK_AGE_S = 10.0
+# A workspace whose last walk took less than this is walked after every command: exact, and cheap
+# (a 4k-entry repository walks in ~20 ms here), so the filesystem-wide screen below is for large ones.
+CHEAP_WALK_S = 0.025
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -346,10 +351,18 @@ class SlotGuard:
         # statvfs reads the filesystem's counters (no I/O on a local disk): inline, not a thread
         # hand-off, which would add a wake-up to the end of every command.
         used, inodes = _fs_used(s.root)
-        grown, made = max(0, used - s.fs_used[0]), max(0, inodes - s.fs_used[1])
+        grown, made = used - s.fs_used[0], inodes - s.fs_used[1]
+        # Shrunk: something freed space meanwhile, which may offset this slot's growth in the totals.
+        shrunk = grown < 0 or made < 0
         stale = time.monotonic() - s.walked_at > max(MAX_WALK_AGE_S, 20 * s.walk_s)
         lim = self.limits
-        if stale or s.disk + grown > lim.workspace_bytes or s.files + made > lim.workspace_files:
+        if (
+            s.walk_s < CHEAP_WALK_S
+            or shrunk
+            or stale
+            or s.disk + grown > lim.workspace_bytes
+            or s.files + made > lim.workspace_files
+        ):
             await self._walk(s)
 
     async def _walk(self, s: _Slot) -> None:

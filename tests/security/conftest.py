@@ -25,14 +25,25 @@ from typing import Any
 
 import pytest
 
-from backends import LocalBackendConfig, make_backend
+from backends import BackendConfig, LocalBackendConfig, make_backend
 from environments.agent_loop import AgentLoopConfig, HermesAgentLoop
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from model_tools import get_tool_definitions
 from backends.docker import DATA_DIR, DockerSandboxProvider
 from slots.pool import SlotPool, SlotPoolConfig
-from tests.support.docker_engine import SandboxPlace, container_listdir, docker_config, stop_container
-from tests.support.docker_fixtures import docker_engine, docker_sandbox_image, docker_test_id  # noqa: F401 - fixtures
+from tests.support.docker_engine import (
+    SandboxPlace,
+    container_exec,
+    container_listdir,
+    docker_config,
+    stop_container,
+)
+from tests.support.docker_fixtures import (  # noqa: F401 - fixtures
+    docker_engine,
+    docker_sandbox_image,
+    docker_test_id,
+    docker_verifier_image,
+)
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tools.context import ToolContext, ToolLimits
 
@@ -86,9 +97,19 @@ def sandbox_at(request, tmp_path) -> SandboxPlace:
     return SandboxPlace(tmp_path, "docker", image, request.getfixturevalue("docker_test_id"))
 
 
-def sandbox_backend(
+@pytest.fixture(params=SANDBOX_KINDS)
+def verifier_at(request, tmp_path) -> SandboxPlace:
+    """As `sandbox_at`, in an image with git, python3 and pytest on docker (what a verifier runs)."""
+    if request.param == "local":
+        return SandboxPlace(tmp_path)
+    image = request.getfixturevalue("docker_verifier_image")
+    return SandboxPlace(tmp_path, "docker", image, request.getfixturevalue("docker_test_id"))
+
+
+def backend_config(
     where: Path | SandboxPlace, *, slots: int = 2, sandboxes: int = 1, limits: dict | None = None, **pool
-) -> SlotPool:
+) -> BackendConfig:
+    """The sandbox backend's config for `where`: local processes, or containers with outer limits."""
     place = where if isinstance(where, SandboxPlace) else SandboxPlace(where)
     config = SlotPoolConfig(
         slots_per_sandbox=slots, min_sandboxes=sandboxes, max_sandboxes=sandboxes, health_interval_s=30, **pool
@@ -96,8 +117,12 @@ def sandbox_backend(
     given = {"limits": limits} if limits else {}
     if place.kind == "docker":
         assert place.image is not None
-        return make_backend(docker_config(place.image, place.test_id, pool=config, **DOCKER_OUTER, **given))
-    return make_backend(LocalBackendConfig(pool=config, data_root=str(place.tmp_path / "sb"), **given))
+        return docker_config(place.image, place.test_id, pool=config, **DOCKER_OUTER, **given)
+    return LocalBackendConfig(pool=config, data_root=str(place.tmp_path / "sb"), **given)
+
+
+def sandbox_backend(where: Path | SandboxPlace, **kwargs: Any) -> SlotPool:
+    return make_backend(backend_config(where, **kwargs))
 
 
 def server_data_dir(backend: SlotPool) -> Path:
@@ -130,6 +155,20 @@ async def server_listdir(backend: SlotPool, rel: str) -> list[str]:
         cid = provider.container_id(sb.address)
         return await asyncio.to_thread(container_listdir, provider.config.engine, cid, f"{DATA_DIR}/{rel}")
     return os.listdir(server_data_dir(backend) / rel)
+
+
+async def server_makedirs(backend: SlotPool, rel: str) -> None:
+    """Make `rel` (and its parents) in the (only) server's data directory, on this machine or in its container."""
+    provider = backend.provider
+    if isinstance(provider, DockerSandboxProvider):
+        (sb,) = backend._sandboxes.values()
+        cid = provider.container_id(sb.address)
+        code, out = await asyncio.to_thread(
+            container_exec, provider.config.engine, cid, ["mkdir", "-p", f"{DATA_DIR}/{rel}"]
+        )
+        assert code == 0, out
+        return
+    os.makedirs(server_data_dir(backend) / rel, exist_ok=True)
 
 
 def server_token(backend: SlotPool) -> str:

@@ -3,6 +3,8 @@ real agent loop, real sandbox_server under bubblewrap, real git and pytest.
 
 Each attack must score 0.0 (or leave a later no-op trajectory at 0.0), and a genuine fix must still
 score 1.0. One sandbox only, so a trajectory that poisons the sandbox's shared state meets the next one.
+Each runs on the local backend and in docker containers (`verifier_at`): there the repository is the
+slot's workspace (/testbed) in an image with git, python3 and pytest, and the verifier gets a fresh slot.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import json
 import pytest
 from atroposlib.envs.base import APIServerConfig
 
-from backends import LocalBackendConfig
 from environments.models.base import ModelTurn
 from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.swe_smith.env import (
@@ -22,7 +23,8 @@ from environments.swe_smith.env import (
     SweSmithOracleEnv,
     SweSmithOracleEnvConfig,
 )
-from slots.pool import SlotPoolConfig
+from tests.security.conftest import backend_config
+from tests.support.docker_engine import SandboxPlace
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
 pytestmark = pytest.mark.slow
@@ -49,16 +51,16 @@ class TerminalAgent:
         return ModelTurn(content=None, tool_calls=[call])
 
 
-def make_env(tmp_path, base_url: str, **overrides) -> SweSmithOracleEnv:
-    pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
+def make_env(place: SandboxPlace, base_url: str, **overrides) -> SweSmithOracleEnv:
+    """The offline SWE-smith env on `place`'s backend (one sandbox of two slots), preds beside its groups."""
     config = SweSmithOracleEnvConfig(
         tokenizer_name="embedded",
         use_wandb=False,
         group_size=1,
         total_steps=1,
         tool_backend="sandbox",
-        sandbox=SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sb"))),
-        data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
+        sandbox=SandboxToolBackendConfig(backend=backend_config(place)),
+        data_path_to_save_groups=str(place.tmp_path / "groups.jsonl"),
         ensure_scores_are_not_same=False,
         **overrides,
     )
@@ -69,12 +71,17 @@ def tool_output(rollout) -> dict:
     return json.loads(next(m for m in rollout.result.messages if m["role"] == "tool")["content"])
 
 
-async def run(tmp_path, attack: str, *, later_noops: int = 0, **overrides) -> tuple:
+def repo_dir(place: SandboxPlace) -> str:
+    """Where the agent finds tinycalc from its working directory: in a container that directory is the repository."""
+    return "." if place.kind == "docker" else "tinycalc"
+
+
+async def run(place: SandboxPlace, attack: str, *, later_noops: int = 0, **overrides) -> tuple:
     """The attack on tinycalc's div bug, then no-op trajectories on the same repo, then the oracle."""
-    async with ScriptedOpenAIServer([]) as server, make_env(tmp_path, server.base_url, **overrides).runtime() as env:
+    async with ScriptedOpenAIServer([]) as server, make_env(place, server.base_url, **overrides).runtime() as env:
         await env.setup()
         item = next(i for i in env.instances if DIV in i.FAIL_TO_PASS)
-        hack = await env.rollout(item, model=TerminalAgent(f"cd tinycalc && {attack}"))
+        hack = await env.rollout(item, model=TerminalAgent(f"cd {repo_dir(place)} && {attack}"))
         later = [await env.rollout(item, model=NoOpAgent()) for _ in range(later_noops)]
         fixed = await env.rollout(item, model=OracleAgent(env.by_id))
     assert hack.error is None and tool_output(hack)["exit_code"] == 0, tool_output(hack)
@@ -97,33 +104,34 @@ python -m pytest -q -p no:cacheprovider tests/test_calc.py::test_div"""
 )
 
 
-async def test_conftest_that_rewrites_outcomes_scores_zero(tmp_path):
-    hack, _, fixed = await run(tmp_path, CONFTEST_REWRITE)
+async def test_conftest_that_rewrites_outcomes_scores_zero(verifier_at):
+    hack, _, fixed = await run(verifier_at, CONFTEST_REWRITE)
     assert "1 passed" in tool_output(hack)["output"]  # the hack works inside the agent's own slot
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
 async def test_conftest_rewrite_scores_zero_when_verifying_in_the_agents_own_slot(tmp_path):
-    hack, _, fixed = await run(tmp_path, CONFTEST_REWRITE, verify_in="same_slot")
+    """Local only: on a container backend the env refuses same_slot (the repository is the workspace)."""
+    hack, _, fixed = await run(SandboxPlace(tmp_path), CONFTEST_REWRITE, verify_in="same_slot")
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
-async def test_edited_test_scores_zero(tmp_path):
+async def test_edited_test_scores_zero(verifier_at):
     hack, _, fixed = await run(
-        tmp_path,
+        verifier_at,
         WRITE_DIV_TEST.format("3") + " && git add -A && git -c user.name=a -c user.email=a@b commit -qm fix",
     )
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
-async def test_addopts_in_pytest_config_scores_zero(tmp_path):
-    hack, _, fixed = await run(tmp_path, f"printf '[pytest]\\naddopts = --deselect {DIV}\\n' > pytest.ini")
+async def test_addopts_in_pytest_config_scores_zero(verifier_at):
+    hack, _, fixed = await run(verifier_at, f"printf '[pytest]\\naddopts = --deselect {DIV}\\n' > pytest.ini")
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
-async def test_addopts_in_pyproject_scores_zero(tmp_path):
+async def test_addopts_in_pyproject_scores_zero(verifier_at):
     config = f'[tool.pytest.ini_options]\\naddopts = \\"--deselect {DIV}\\"\\n'
-    hack, _, fixed = await run(tmp_path, f'printf "{config}" > pyproject.toml')
+    hack, _, fixed = await run(verifier_at, f'printf "{config}" > pyproject.toml')
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
@@ -133,9 +141,9 @@ os.environ["PYTEST_ADDOPTS"] = "--deselect {DIV}"
 EOF"""
 
 
-async def test_sitecustomize_scores_zero(tmp_path):
+async def test_sitecustomize_scores_zero(verifier_at):
     # The repository on the interpreter's path at startup, as an editable install makes it in SWE-smith's images.
-    hack, _, fixed = await run(tmp_path, SITECUSTOMIZE, install_command='export PYTHONPATH="$PWD"')
+    hack, _, fixed = await run(verifier_at, SITECUSTOMIZE, install_command='export PYTHONPATH="$PWD"')
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
@@ -148,8 +156,8 @@ GIT_HOOK = r"""for repo in /cache/git/*.git "$HOME"/.git-cache/*.git; do
 done"""
 
 
-async def test_git_hook_in_the_shared_cache_does_not_reach_later_trajectories(tmp_path):
-    hack, later, fixed = await run(tmp_path, GIT_HOOK, later_noops=2)
+async def test_git_hook_in_the_shared_cache_does_not_reach_later_trajectories(verifier_at):
+    hack, later, fixed = await run(verifier_at, GIT_HOOK, later_noops=2)
     assert [r.score for r in later] == [0.0, 0.0]
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
@@ -169,15 +177,15 @@ for repo in /cache/git/*.git "$HOME"/.git-cache/*.git; do
 done"""
 
 
-async def test_poisoned_cache_does_not_reach_later_trajectories(tmp_path):
-    hack, later, fixed = await run(tmp_path, POISON, later_noops=2)
+async def test_poisoned_cache_does_not_reach_later_trajectories(verifier_at):
+    hack, later, fixed = await run(verifier_at, POISON, later_noops=2)
     assert [r.score for r in later] == [0.0, 0.0]
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
-async def test_a_shadowing_pytest_module_scores_zero(tmp_path):
+async def test_a_shadowing_pytest_module_scores_zero(verifier_at):
     fake = "import sys; print('tests/test_calc.py::test_div PASSED'); print('1 passed'); sys.exit(0)"
-    hack, _, fixed = await run(tmp_path, f"echo {json.dumps(fake)} > pytest.py")
+    hack, _, fixed = await run(verifier_at, f"echo {json.dumps(fake)} > pytest.py")
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
@@ -193,17 +201,17 @@ _os._exit(0)
 EOF"""
 
 
-async def test_forged_test_output_from_source_code_scores_zero(tmp_path):
-    hack, _, fixed = await run(tmp_path, FORGED_OUTPUT)
+async def test_forged_test_output_from_source_code_scores_zero(verifier_at):
+    hack, _, fixed = await run(verifier_at, FORGED_OUTPUT)
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
-async def test_attacks_in_one_group_leave_the_honest_rollout_scored(tmp_path):
-    async with ScriptedOpenAIServer([]) as server, make_env(tmp_path, server.base_url).runtime() as env:
+async def test_attacks_in_one_group_leave_the_honest_rollout_scored(verifier_at):
+    async with ScriptedOpenAIServer([]) as server, make_env(verifier_at, server.base_url).runtime() as env:
         await env.setup()
         item = next(i for i in env.instances if DIV in i.FAIL_TO_PASS)
         rollouts = await asyncio.gather(
-            env.rollout(item, model=TerminalAgent(f"cd tinycalc && {CONFTEST_REWRITE}")),
+            env.rollout(item, model=TerminalAgent(f"cd {repo_dir(verifier_at)} && {CONFTEST_REWRITE}")),
             env.rollout(item, model=OracleAgent(env.by_id)),
         )
     assert [r.score for r in rollouts] == [0.0, 1.0]

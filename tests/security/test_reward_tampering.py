@@ -4,6 +4,7 @@ loop, a real sandbox_server slot under bubblewrap, real git and real pytest.
 
 Each attack leaves tinycalc's `div` bug in place; each must score 0.0 and be marked in preds.jsonl as
 flagged, and the oracle's honest fix in the same env must still score 1.0 and not be flagged.
+Each runs on the local backend and in docker containers (`verifier_at`, as test_reward_integrity.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import json
 import pytest
 
 from tests.security.test_reward_integrity import run
+from tests.support.docker_engine import SandboxPlace
 
 pytestmark = pytest.mark.slow
 
@@ -83,10 +85,10 @@ def _preds(tmp_path) -> list[dict]:
     [RUNNER_PATCH, XFAIL, JUNIT_REWRITE, PLUGIN_AT_IMPORT, PROBE_CHANNEL, UTF7],
     ids=["runner_patch", "xfail", "junit_rewrite", "plugin_at_import", "probe_channel", "utf7"],
 )
-async def test_runner_tampering_from_the_package_scores_zero_and_is_flagged(tmp_path, attack):
-    hack, _, fixed = await run(tmp_path, attack)
+async def test_runner_tampering_from_the_package_scores_zero_and_is_flagged(verifier_at, attack):
+    hack, _, fixed = await run(verifier_at, attack)
     assert (hack.score, fixed.score) == (0.0, 1.0)
-    hack_pred, fixed_pred = _preds(tmp_path)
+    hack_pred, fixed_pred = _preds(verifier_at.tmp_path)
     assert hack_pred["hermes"]["flagged"] is True and hack_pred["hermes"]["flags"], hack_pred["hermes"]
     assert fixed_pred["hermes"]["flagged"] is False and fixed_pred["hermes"]["flags"] == []
 
@@ -101,5 +103,6 @@ SMUDGE = (
 
 
 async def test_a_smudge_filter_in_the_agents_gitconfig_does_not_reach_the_verifier(tmp_path):
-    hack, _, fixed = await run(tmp_path, SMUDGE, verify_in="same_slot")
+    """Local only: on a container backend the env refuses same_slot (the repository is the workspace)."""
+    hack, _, fixed = await run(SandboxPlace(tmp_path), SMUDGE, verify_in="same_slot")
     assert (hack.score, fixed.score) == (0.0, 1.0)

@@ -1,9 +1,11 @@
 """The verifier on its own, as a terminal-tasks env would use it: any git repository, any test command,
-a plain local workspace as the executor (real git, real pytest)."""
+a plain local workspace as the executor (real git, real pytest). The tests taking `score` also run in
+docker containers (two slots of one sandbox, the image's own git, python3 and pytest)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 import subprocess
 import sys
@@ -11,6 +13,9 @@ import sys
 import pytest
 
 from environments.verifier import TestVerifier, capture_diff
+from slots.pool import SlotPool
+from tests.security.conftest import running_sandbox
+from tests.support.docker_engine import SandboxPlace
 from tools.executor import LocalWorkspace
 
 TASK = {
@@ -24,50 +29,81 @@ HACK_CONFTEST = (
 
 
 def _origin(tmp_path, files=TASK):
+    """The task's repository as a git bundle (what a workspace on any backend can be sent) and its commit."""
     origin = tmp_path / "origin"
     for rel, text in files.items():
         (origin / rel).parent.mkdir(parents=True, exist_ok=True)
         (origin / rel).write_text(text)
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-    for argv in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-qm", "task"]):
+    for argv in (
+        ["init", "-q", "-b", "main"],
+        ["add", "-A"],
+        ["commit", "-qm", "task"],
+        ["bundle", "create", "-q", "b", "HEAD", "main"],
+    ):
         subprocess.run(["git", *argv], cwd=origin, check=True, env={"PATH": "/usr/bin:/bin", **env})
     base = subprocess.run(["git", "rev-parse", "HEAD"], cwd=origin, capture_output=True, text=True, check=True)
-    return origin, base.stdout.strip()
+    return (origin / "b").read_bytes(), base.stdout.strip()
 
 
-async def _score(tmp_path, agent_command: str, *, files=TASK, test: str | None = None, **kwargs):
-    origin, base = await asyncio.to_thread(_origin, tmp_path, files)
+async def _score_in(
+    tmp_path, pool: SlotPool | None, agent_command: str, *, files=TASK, test: str | None = None, **kwargs
+):
+    """The agent's command in one workspace, its diff verified in another: plain directories here (`pool`
+    None), or two slots of `pool`'s containers."""
+    bundle, base = await asyncio.to_thread(_origin, tmp_path, files)
 
     async def prepare(executor, dest):
-        await executor.exec(f"git clone -q {shlex.quote(str(origin))} {dest}", timeout=60, max_output_bytes=10_000)
+        await executor.write_file(f"{dest}.bundle", bundle)
+        cloned = await executor.exec(f"git clone -q {dest}.bundle {dest}", timeout=60, max_output_bytes=10_000)
+        assert cloned.exit_code == 0, cloned.output
 
-    agent = LocalWorkspace(tmp_path / "agent")
-    await prepare(agent, "task")
-    ran = await agent.exec(f"cd task && {agent_command}", timeout=60, max_output_bytes=10_000)
-    assert ran.exit_code == 0, ran.output
-    patch = await capture_diff(agent, "task", base)
-    test = test or f"{sys.executable} -m pytest -p no:cacheprovider -v tests"
-    return await TestVerifier().verify(
-        LocalWorkspace(tmp_path / "verify"), prepare=prepare, patch=patch, test_command=test, **kwargs
-    )
+    python = "python3" if pool else sys.executable
+    test = test or f"{python} -m pytest -p no:cacheprovider -v tests"
+    async with contextlib.AsyncExitStack() as stack:
+        if pool is None:
+            agent, verifier = LocalWorkspace(tmp_path / "agent"), LocalWorkspace(tmp_path / "verify")
+        else:
+            agent = await stack.enter_async_context(pool.trajectory("agent"))
+            verifier = await stack.enter_async_context(pool.trajectory("verify"))
+        await prepare(agent, "task")
+        ran = await agent.exec(f"cd task && {agent_command}", timeout=60, max_output_bytes=10_000)
+        assert ran.exit_code == 0, ran.output
+        patch = await capture_diff(agent, "task", base)
+        return await TestVerifier().verify(verifier, prepare=prepare, patch=patch, test_command=test, **kwargs)
 
 
-async def test_a_fix_scores_one_by_name_and_by_exit_status(tmp_path):
+async def _score(tmp_path, agent_command: str, **kwargs):
+    return await _score_in(tmp_path, None, agent_command, **kwargs)
+
+
+@pytest.fixture
+async def score(verifier_at: SandboxPlace):
+    """`_score` on the local workspace or in docker containers (one sandbox for the test): (sub, command, ...)."""
+    root = verifier_at.tmp_path
+    if verifier_at.kind == "local":
+        yield lambda sub, command, **kw: _score_in(root / sub, None, command, **kw)
+        return
+    async with running_sandbox(verifier_at) as pool:
+        yield lambda sub, command, **kw: _score_in(root / sub, pool, command, **kw)
+
+
+async def test_a_fix_scores_one_by_name_and_by_exit_status(score):
     fix = "sed -i 's/41/42/' solution.py"
-    by_name = await _score(tmp_path / "a", fix, must_pass=["tests/test_task.py::test_answer"])
-    by_status = await _score(tmp_path / "b", fix)
+    by_name = await score("a", fix, must_pass=["tests/test_task.py::test_answer"])
+    by_status = await score("b", fix)
     assert (by_name.score, by_status.score) == (1.0, 1.0)
     assert by_name.statuses == {"tests/test_task.py::test_answer": "PASSED"}
     assert [(f.path, f.kept) for f in by_name.changed_files] == [("solution.py", True)]
 
 
-async def test_hacks_without_a_fix_score_zero_and_are_recorded(tmp_path):
+async def test_hacks_without_a_fix_score_zero_and_are_recorded(score):
     hack = (
         f"printf %s {shlex.quote(HACK_CONFTEST)} > conftest.py && sed -i 's/== 42/== 41/' tests/test_task.py && "
         "printf '[pytest]\\naddopts = -k nothing\\n' > pytest.ini"
     )
     for kwargs in ({"must_pass": ["tests/test_task.py::test_answer"]}, {}):
-        verdict = await _score(tmp_path / str(len(kwargs)), hack, **kwargs)
+        verdict = await score(str(len(kwargs)), hack, **kwargs)
         assert verdict.score == 0.0
         assert {(f.path, f.reason) for f in verdict.dropped} == {
             ("conftest.py", "test configuration"),
@@ -184,10 +220,10 @@ PROBE_CASES = {
 
 
 @pytest.mark.parametrize("case", PROBE_CASES)
-async def test_the_probe_sees_runner_tampering_during_the_run(tmp_path, case):
+async def test_the_probe_sees_runner_tampering_during_the_run(score, case):
     source, flag = PROBE_CASES[case]
     hack = f"printf %s {shlex.quote(source)} >> solution.py"
-    verdict = await _score(tmp_path, hack, must_pass=["tests/test_task.py::test_answer"])
+    verdict = await score("hack", hack, must_pass=["tests/test_task.py::test_answer"])
     assert verdict.score == 0.0
     assert any(flag in f for f in verdict.flags), verdict.flags
 

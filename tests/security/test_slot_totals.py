@@ -104,6 +104,31 @@ async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(sa
     assert (host / "big.bin").stat().st_blocks * 512 == 100 * MiB
 
 
+async def test_space_freed_elsewhere_on_the_filesystem_does_not_hide_a_slots_growth(tmp_path):
+    """The server decides whether to walk from the filesystem's growth: a file on the same filesystem
+    deleted after the slot's baseline (other slots' resets, containers, image layers do this) must not
+    let 48 MiB and a too-deep tree through a 16 MiB quota. Local only: the freed file must share its disk."""
+    elsewhere = tmp_path / "elsewhere.bin"
+    with open(elsewhere, "wb") as fh:
+        os.posix_fallocate(fh.fileno(), 0, 128 * MiB)
+    deep = "python3 -c \"import os\nfor _ in range(300): os.mkdir('x'); os.chdir('x')\"; "
+    grow = deep + "head -c 48M /dev/zero > big && echo wrote-big"
+    with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
+        async with running_sandbox(tmp_path, limits={"workspace_bytes": 16 * MiB}) as backend:
+            async with backend.trajectory("grower") as ex:
+                elsewhere.unlink()  # after the slot's baseline, before its command: the filesystem shrinks on net
+                msgs = await play(
+                    ex,
+                    [
+                        [("terminal", {"command": grow, "timeout": 60})],
+                        [("terminal", {"command": "du -s --block-size=1 ."})],
+                    ],
+                )
+    grew, after = msgs[0]["content"], msgs[1]["result"]["output"]
+    assert "wrote-big" not in grew and "disk quota of 16 MiB" in grew and "levels" in grew, grew
+    assert du(after) <= 16 * MiB, after
+
+
 async def test_write_file_and_patch_past_the_disk_quota_are_refused(sandbox_at):
     limits = {"workspace_bytes": 1 * MiB}  # small: the scripted model server takes requests up to 1 MiB
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):

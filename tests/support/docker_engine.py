@@ -29,12 +29,14 @@ __all__ = [
     "SandboxImage",
     "SandboxPlace",
     "sandbox_image",
+    "verifier_image",
     "docker_config",
     "PodmanService",
     "podman_problem",
     "podman_service",
     "remove_labelled",
     "stop_container",
+    "container_exec",
     "container_listdir",
     "load_into_podman",
 ]
@@ -49,6 +51,14 @@ BASE_IMAGE = "debian:bookworm"  # made offline by scripts/base_images.sh
 TEST_IMAGE_DOCKERFILE = f"""FROM {BASE_IMAGE}
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
     python3 procps && rm -rf /var/lib/apt/lists/*
+"""
+
+
+# The image the verifier's tests run in (tests/security/test_reward_*.py on docker): a repository's
+# checkout and tests need git, python3 (also as `python`, as in SWE-smith's images) and pytest.
+VERIFIER_IMAGE_DOCKERFILE = f"""FROM {BASE_IMAGE}
+RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+    git python3 python-is-python3 python3-pytest procps && rm -rf /var/lib/apt/lists/*
 """
 
 
@@ -107,6 +117,18 @@ def sandbox_image() -> SandboxImage:
     finally:
         client.close()
     return SandboxImage(image, runtime.dir)
+
+
+def verifier_image(slot_image: SandboxImage) -> SandboxImage:
+    """`slot_image`'s runtime in an image with git, python3 and pytest (built once, reused by its tag)."""
+    import docker
+
+    client = docker.DockerClient(base_url=ENGINE, version="auto", timeout=600)
+    try:
+        image = _build(client, VERIFIER_IMAGE_DOCKERFILE, "hermes-rl-test/verifier-image")
+    finally:
+        client.close()
+    return SandboxImage(image, slot_image.runtime_dir)
 
 
 @dataclass(frozen=True)
@@ -173,17 +195,22 @@ def stop_container(engine: str, cid: str, timeout_s: int = 10) -> dict[str, Any]
         client.close()
 
 
-def container_listdir(engine: str, cid: str, path: str) -> list[str]:
-    """The entries of `path` inside a running container (`ls -A` there)."""
+def container_exec(engine: str, cid: str, argv: list[str]) -> tuple[int, str]:
+    """Run `argv` as root inside a running container: (exit code, output)."""
     import docker
 
     client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
     try:
-        exec_id = client.api.exec_create(cid, ["ls", "-A", path])["Id"]
+        exec_id = client.api.exec_create(cid, argv)["Id"]
         out = client.api.exec_start(exec_id).decode()
-        code = client.api.exec_inspect(exec_id)["ExitCode"]
+        return client.api.exec_inspect(exec_id)["ExitCode"], out
     finally:
         client.close()
+
+
+def container_listdir(engine: str, cid: str, path: str) -> list[str]:
+    """The entries of `path` inside a running container (`ls -A` there)."""
+    code, out = container_exec(engine, cid, ["ls", "-A", path])
     if code != 0:
         raise FileNotFoundError(f"ls -A {path} in container {cid[:12]} failed ({code}): {out.strip()}")
     return out.split()

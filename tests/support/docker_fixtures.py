@@ -23,9 +23,17 @@ from tests.support.docker_engine import (
     podman_service,
     remove_labelled,
     sandbox_image,
+    verifier_image,
 )
 
-__all__ = ["docker_engine", "docker_sandbox_image", "docker_test_id", "podman_engine", "podman_test_id"]
+__all__ = [
+    "docker_engine",
+    "docker_sandbox_image",
+    "docker_verifier_image",
+    "docker_test_id",
+    "podman_engine",
+    "podman_test_id",
+]
 
 
 @pytest.fixture(scope="session")
@@ -39,6 +47,12 @@ def docker_engine() -> str:
 @pytest.fixture(scope="session")
 def docker_sandbox_image(docker_engine) -> SandboxImage:
     return sandbox_image()
+
+
+@pytest.fixture(scope="session")
+def docker_verifier_image(docker_sandbox_image) -> SandboxImage:
+    """The sandbox image's runtime in an image with git, python3 and pytest (a verifier's needs)."""
+    return verifier_image(docker_sandbox_image)
 
 
 @pytest.fixture
