@@ -252,29 +252,42 @@ async def test_a_task_whose_image_cannot_be_built_is_lost_to_infrastructure_not_
         assert "broken-build: building its image failed" in (rollout.error or ""), rollout.error
 
 
+# What the agent's program leaves behind when the tests run it as root: a loop rewriting reward.txt = 1,
+# or a process that waits for test.sh's shell to end ($PPID: test.sh runs in the guard's shell) and then
+# writes reward.txt = 1 once, in the moment between the guard's last check and the verdict's read-out.
+ROOT_STRAYS = {
+    "root-reward-writer": '( while :; do echo 1 > "$d/reward.txt" 2>/dev/null; done ) &\n',
+    "root-reward-after-exit": (
+        "g=$PPID\n"
+        '( while s=; read -r _ _ s _ < "/proc/$g/stat" 2>/dev/null && [ "$s" != Z ]; do :; done\n'
+        '  echo 1 > "$d/reward.txt"; sleep 30 ) >/dev/null 2>&1 &\n'
+    ),
+}
+
+
 async def test_a_root_verifier_still_stops_what_the_tested_code_leaves_writing_the_reward(
     engine, test_id, tmp_path, scripted_server
 ):
-    """The tests run the agent's program as root; it leaves a loop rewriting reward.txt = 1. The guard kills it."""
-    task = tmp_path / "tasks" / "root-reward-writer"
-    for d in ("environment", "solution", "tests"):
-        (task / d).mkdir(parents=True)
-    (task / "task.toml").write_text(
-        'version = "1.0"\n\n[metadata]\nauthor_name = "hermes-rl"\n\n[verifier]\ntimeout_sec = 120.0\n\n'
-        "[agent]\ntimeout_sec = 120.0\n\n[environment]\nbuild_timeout_sec = 300.0\n"
-    )
-    (task / "instruction.md").write_text("Write /app/prog.sh.\n")
-    (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm\n\nWORKDIR /app\n")
-    (task / "tests" / "test.sh").write_text(
-        "#!/bin/bash\nbash /app/prog.sh\necho 0 > /logs/verifier/reward.txt\nsleep 1\n"
-    )
-    # The hostile agent's work (played by the oracle): a program that outlives the test writing reward 1.
-    (task / "solution" / "solve.sh").write_text(
-        "#!/bin/bash\ncat > /app/prog.sh <<'EOF'\n"
-        "d=$(ls -d /tmp/hermes-verify-*/logs/verifier | head -1)\n"
-        '( while :; do echo 1 > "$d/reward.txt" 2>/dev/null; done ) &\n'
-        "disown\nEOF\n"
-    )
+    """The tests run the agent's program as root; it leaves a process writing reward.txt = 1. The guard kills it."""
+    for name, stray in ROOT_STRAYS.items():
+        task = tmp_path / "tasks" / name
+        for d in ("environment", "solution", "tests"):
+            (task / d).mkdir(parents=True)
+        (task / "task.toml").write_text(
+            'version = "1.0"\n\n[metadata]\nauthor_name = "hermes-rl"\n\n[verifier]\ntimeout_sec = 120.0\n\n'
+            "[agent]\ntimeout_sec = 120.0\n\n[environment]\nbuild_timeout_sec = 300.0\n"
+        )
+        (task / "instruction.md").write_text("Write /app/prog.sh.\n")
+        (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm\n\nWORKDIR /app\n")
+        (task / "tests" / "test.sh").write_text(
+            "#!/bin/bash\nbash /app/prog.sh\necho 0 > /logs/verifier/reward.txt\nsleep 1\n"
+        )
+        # The hostile agent's work (played by the oracle): a program that outlives the test writing reward 1.
+        (task / "solution" / "solve.sh").write_text(
+            "#!/bin/bash\ncat > /app/prog.sh <<'EOF'\n"
+            "d=$(ls -d /tmp/hermes-verify-*/logs/verifier | head -1)\n"
+            f"{stray}disown\nEOF\n"
+        )
     env = make_env(
         scripted_server.base_url,
         tmp_path,
@@ -284,8 +297,10 @@ async def test_a_root_verifier_still_stops_what_the_tested_code_leaves_writing_t
     )
     async with env.runtime():
         await env.setup()
-        rollout = await env.rollout(env.by_id["root-reward-writer"], model=OracleAgent(env.by_id))
-    assert rollout.error is None and rollout.score == 0.0, (rollout.error, rollout.score)
+        # One at a time: the loop of one must not take the CPU the other's stray needs to be on time.
+        rollouts = [await env.rollout(env.by_id[name], model=OracleAgent(env.by_id)) for name in ROOT_STRAYS]
+    results = {name: (r.error, r.score) for name, r in zip(ROOT_STRAYS, rollouts)}
+    assert results == {name: (None, 0.0) for name in ROOT_STRAYS}, results
 
 
 async def test_a_root_verifier_scores_zero_when_the_tested_program_kills_the_guarded_shell(
