@@ -71,6 +71,16 @@ GIT_ENV = {
     **{f"GIT_CONFIG_VALUE_{i}": v for i, v in enumerate(GIT_PINNED.values())},
 }
 
+# Whether pid 1 is bubblewrap, i.e. this runs in the sandbox's own pid namespace: bwrap run as it
+# is, or by the sandbox runtime's own loader (`LOADER --library-path LIB .../bwrap`, the container
+# backends), whose /proc/1/comm is the loader's name. A builtin read: no fork per check.
+_PID1_IS_BWRAP = r"""__hermes_pid1_is_bwrap() {
+  local a=()
+  mapfile -d '' -n 4 a < /proc/1/cmdline 2>/dev/null
+  [ "${a[0]##*/}" = bwrap ] || { [ "${a[1]-}" = --library-path ] && [ "${a[3]##*/}" = bwrap ]; }
+}
+"""
+
 # Runs test.sh ($0) in this shell with a DEBUG trap (see the module docstring). Each guard
 # function starts with `local -; set +eux`: test.sh's own set -e/-u/-x must not apply inside it.
 # Exit status 97: processes the tests left could not all be stopped (a fork race), or the tests'
@@ -82,6 +92,7 @@ __hermes_chain=(@CHAIN@)
 __hermes_pytest=@PYTEST_BOOT@
 __hermes_sys=@SYS_PATH@
 declare -A __hermes_trusted=()
+@PID1_IS_BWRAP@
 __hermes_wrote= __hermes_trapped=
 __hermes_named=  # test.sh has a command naming a reward file (else its grader writes it unseen)
 __hermes_stat() { local PATH=$__hermes_sys; stat -c '%i:%s:%z' -- "$1" 2>/dev/null; }
@@ -119,7 +130,7 @@ __hermes_stop_strays() {
   # Only inside the sandbox's own pid namespace (whose init is bubblewrap), as a slot's uid or as
   # the container's root of a verifier command (its namespace holds the tests' processes only):
   # run anywhere else (as root on a host) this would kill processes that are not the tests'.
-  [ "$(cat /proc/1/comm 2>/dev/null)" = bwrap ] || return 0
+  __hermes_pid1_is_bwrap || return 0
   for i in {1..50}; do
     s=$(__hermes_strays)
     [ -z "$s" ] && return 0
@@ -327,6 +338,7 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
             .replace("@PYTEST_BOOT@", shlex.quote(_PYTEST_BOOT))
             .replace("@MANIFEST@", shlex.quote(_manifest(files, vdir)))
             .replace("@SYS_PATH@", SYSTEM_PATH)
+            .replace("@PID1_IS_BWRAP@", _PID1_IS_BWRAP)
         )
         run = f"bash -c {shlex.quote(guard)} {vdir}/tests/test.sh"
     else:
@@ -355,7 +367,7 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
     env_words = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     workdir = paths(task.workdir)
     q = shlex.quote
-    script = f"""image_path="$PATH" PATH={SYSTEM_PATH}
+    script = f"""{_PID1_IS_BWRAP}image_path="$PATH" PATH={SYSTEM_PATH}
 chmod u+rwx {q(workspace)} 2>/dev/null
 rm -rf {q(vdir)} && mkdir -p {q(vdir)}/logs/verifier {q(vdir)}/logs/agent {q(vdir)}/home || exit 90
 base64 -d | tar -xzf - -C {q(vdir)} || exit 91
@@ -367,7 +379,7 @@ rc=$?
 [ {int(task.format == "harbor")} = 1 ] && [ $rc -gt 128 ] && rc={GUARD_FAILED}
 # Whatever the tested code left running dies before the verdict is read (only inside the
 # sandbox's own pid namespace, whose init is bubblewrap: there `kill -1` reaches nothing else).
-[ "$(cat /proc/1/comm 2>/dev/null)" = bwrap ] && kill -KILL -1 2>/dev/null
+__hermes_pid1_is_bwrap && kill -KILL -1 2>/dev/null
 echo "{nonce} rc $rc"
 [ $rc = {GUARD_FAILED} ] && echo "{nonce} guard failed"
 for f in reward.txt reward.json; do
