@@ -255,12 +255,18 @@ async def test_a_task_whose_image_cannot_be_built_is_lost_to_infrastructure_not_
 # What the agent's program leaves behind when the tests run it as root: a loop rewriting reward.txt = 1,
 # or a process that waits for test.sh's shell to end ($PPID: test.sh runs in the guard's shell) and then
 # writes reward.txt = 1 once, in the moment between the guard's last check and the verdict's read-out.
-ROOT_STRAYS = {
-    "root-reward-writer": '( while :; do echo 1 > "$d/reward.txt" 2>/dev/null; done ) &\n',
-    "root-reward-after-exit": (
-        "g=$PPID\n"
-        '( while s=; read -r _ _ s _ < "/proc/$g/stat" 2>/dev/null && [ "$s" != Z ]; do :; done\n'
-        '  echo 1 > "$d/reward.txt"; sleep 30 ) >/dev/null 2>&1 &\n'
+# Or the program itself, when the tests start it in the background (as tests of a server do) and end
+# without stopping it: it keeps rewriting reward.txt = 1 in place (`1<>`: never empty, made if missing).
+WAIT_THEN_WRITE = (
+    'g=$PPID; while s=; read -r _ _ s _ < "/proc/$g/stat" 2>/dev/null && [ "$s" != Z ]; do :; done\n'
+    'echo 1 1<>"$d/reward.txt"; sleep 30\n'
+)
+ROOT_STRAYS = {  # name: (how test.sh runs /app/prog.sh, prog.sh after it finds the reward directory $d)
+    "root-reward-writer": ("bash /app/prog.sh", '( while :; do echo 1 > "$d/reward.txt" 2>/dev/null; done ) &\n'),
+    "root-reward-after-exit": ("bash /app/prog.sh", f"( {WAIT_THEN_WRITE} ) >/dev/null 2>&1 &\n"),
+    "root-server-writer": (
+        "bash /app/prog.sh >/dev/null 2>&1 &\nsleep 0.5",
+        'w() { while :; do echo 1 1<>"$d/reward.txt"; done; }; w & w\n',  # two: one is on a CPU
     ),
 }
 
@@ -269,7 +275,7 @@ async def test_a_root_verifier_still_stops_what_the_tested_code_leaves_writing_t
     engine, test_id, tmp_path, scripted_server
 ):
     """The tests run the agent's program as root; it leaves a process writing reward.txt = 1. The guard kills it."""
-    for name, stray in ROOT_STRAYS.items():
+    for name, (run, stray) in ROOT_STRAYS.items():
         task = tmp_path / "tasks" / name
         for d in ("environment", "solution", "tests"):
             (task / d).mkdir(parents=True)
@@ -279,9 +285,7 @@ async def test_a_root_verifier_still_stops_what_the_tested_code_leaves_writing_t
         )
         (task / "instruction.md").write_text("Write /app/prog.sh.\n")
         (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm\n\nWORKDIR /app\n")
-        (task / "tests" / "test.sh").write_text(
-            "#!/bin/bash\nbash /app/prog.sh\necho 0 > /logs/verifier/reward.txt\nsleep 1\n"
-        )
+        (task / "tests" / "test.sh").write_text(f"#!/bin/bash\n{run}\necho 0 > /logs/verifier/reward.txt\nsleep 1\n")
         # The hostile agent's work (played by the oracle): a program that outlives the test writing reward 1.
         (task / "solution" / "solve.sh").write_text(
             "#!/bin/bash\ncat > /app/prog.sh <<'EOF'\n"
