@@ -102,10 +102,12 @@ __hermes_record() {
 }
 __hermes_strays() {
   # Processes of this uid outside test.sh's process tree (by uid, not /proc ownership, which a
-  # non-dumpable process hands to root): whatever the tested code left running.
+  # non-dumpable process hands to root): whatever the tested code left running. With `all` (test.sh
+  # has ended): test.sh's own background jobs too, every process but this shell's ancestors.
   local -; set +eux
   local -A up=() mine=()
-  local p k v st pp uid x
+  local p k v st pp uid x top=$$
+  [ "${1-}" = all ] && top=
   for p in /proc/[0-9]*; do
     st= pp= uid=
     while read -r k v _; do
@@ -118,7 +120,7 @@ __hermes_strays() {
   for p in "${!up[@]}"; do
     [ -n "${mine[$p]}" ] && continue
     x=$p
-    while [ -n "$x" ] && [ "$x" != "$$" ]; do x=${up[$x]}; done
+    while [ -n "$x" ] && [ "$x" != "$top" ]; do x=${up[$x]}; done
     [ -z "$x" ] && echo "$p"
   done
   return 0
@@ -132,7 +134,7 @@ __hermes_stop_strays() {
   # run anywhere else (as root on a host) this would kill processes that are not the tests'.
   __hermes_pid1_is_bwrap || return 0
   for i in {1..50}; do
-    s=$(__hermes_strays)
+    s=$(__hermes_strays "$@")
     [ -z "$s" ] && return 0
     kill -KILL $s 2>/dev/null
   done
@@ -165,7 +167,8 @@ __hermes_final() {
   [ "$BASHPID" = "$$" ] || return 0
   [ -n "$__hermes_wrote" ] && __hermes_record
   __hermes_wrote=
-  __hermes_stop_strays || __hermes_void
+  # A server test.sh started and left running would otherwise write after the clean-up below.
+  __hermes_stop_strays all || __hermes_void
   # The tests' own files, as packed: code the tests ran may have edited a grader run after it.
   [ -z "$__hermes_manifest" ] || sha256sum --quiet --status -c <<<"$__hermes_manifest" || __hermes_void
   [ -n "$__hermes_named" ] && __hermes_clean
