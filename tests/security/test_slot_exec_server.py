@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 from tests.security.conftest import play, sandbox_backend
 
 
@@ -87,3 +89,36 @@ async def test_orphans_are_reaped_while_the_command_runs(sandbox_at):
         assert msgs[0]["result"]["output"] == "done\n"
     finally:
         await backend.stop()
+
+
+async def test_a_slot_in_one_container_cannot_use_up_the_process_limit_of_a_slot_in_another(
+    docker_sandbox_image, docker_test_id, tmp_path
+):
+    # RLIMIT_NPROC counts a uid's processes across the whole machine: slots of two containers that
+    # got the same uid would share one process budget, so one trajectory could starve another.
+    from tests.support.docker_engine import SandboxPlace
+
+    place = SandboxPlace(tmp_path, "docker", docker_sandbox_image, docker_test_id)
+    a = sandbox_backend(place, slots=1, limits={"max_processes": 40})
+    b = sandbox_backend(place, slots=1, limits={"max_processes": 40})
+    await a.start()
+    await b.start()
+    try:
+        async with a.trajectory("hog") as ex_a, b.trajectory("victim") as ex_b:
+            hog = asyncio.create_task(
+                ex_a.exec(
+                    "for i in $(seq 30); do sleep 20 & done; sleep 1; echo held; wait",
+                    timeout=60,
+                    max_output_bytes=1000,
+                )
+            )
+            await asyncio.sleep(3)  # the hog's 30 sleepers are running
+            victim = await ex_b.exec(
+                "for i in $(seq 20); do sleep 1 & done; wait; echo victim-ok", timeout=60, max_output_bytes=1000
+            )
+            hog.cancel()
+        uids = {(await s.client(s.slots()[0]).health())["enforced"]["uid"] for s in (a, b)}
+    finally:
+        await asyncio.gather(a.stop(), b.stop())
+    assert victim.output.endswith("victim-ok\n") and "errno" not in victim.output, victim.output
+    assert len(uids) == 2, uids  # each container's slots have uids of their own
