@@ -17,6 +17,7 @@ setpriv/prlimit (Debian, Ubuntu and their derivatives have them).
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +26,10 @@ from sandbox_server.isolation import SlotLimits
 __all__ = ["RUNTIME_MOUNT", "RUNTIME_FILES", "DEFAULT_RUNTIME_DIR", "SandboxRuntime", "RuntimeMissing"]
 
 RUNTIME_MOUNT = "/opt/hermes"
+# Random per-container slot uid bases: above the local backend's pid-derived ones (< 2**28), and
+# below the overflow uid range.
+UID_BASE_MIN = 2**28
+UID_BASE_SLOTS = (2**31 - 2**28) // 256
 RUNTIME_FILES = ("sandbox-server", "bwrap", "hermes-spawn")
 DEFAULT_RUNTIME_DIR = Path(__file__).resolve().parents[1] / "build" / "hermes-runtime"
 
@@ -62,6 +67,11 @@ class SandboxRuntime:
         """The command that starts the frozen sandbox_server inside a container."""
         argv = [f"{mount}/sandbox-server", "--host", "0.0.0.0", "--port", str(port), "--slots", str(slots)]
         argv += ["--data-dir", data_dir, "--bwrap", f"{mount}/bwrap", "--workspace-mount", workspace_mount]
+        if limits.uid_base is None:
+            # The server's pid (its default uid base) is the same small number in every container,
+            # but a uid's process count (RLIMIT_NPROC) is machine-wide: slots of two containers
+            # with one uid would share one budget. A random base per server keeps them apart.
+            limits = limits.model_copy(update={"uid_base": UID_BASE_MIN + secrets.randbelow(UID_BASE_SLOTS) * 256})
         argv += limits.cli_args()
         if token_file is not None:
             argv += ["--token-file", token_file]
