@@ -24,7 +24,11 @@ def test_nomad_jobs_carry_the_configured_limits():
     task = build_job_spec(config, job_id="p-0", token="t", meta={})["TaskGroups"][0]["Tasks"][0]["Config"]
     assert task["command"] == "/opt/hermes/sandbox-server"  # the runtime's frozen server: the same CLI
     _, server = _parse([a.replace("${NOMAD_PORT_http}", "1") for a in task["args"]])
-    assert server.limits == config.limits
+    assert server.limits.model_copy(update={"uid_base": None}) == config.limits
+    # Each server its own slot uids: a uid's process count is machine-wide (backends/runtime.py).
+    other = build_job_spec(config, job_id="p-1", token="t", meta={})["TaskGroups"][0]["Tasks"][0]["Config"]
+    _, second = _parse([a.replace("${NOMAD_PORT_http}", "1") for a in other["args"]])
+    assert None is not server.limits.uid_base != second.limits.uid_base
 
 
 def test_container_backends_servers_take_the_workspace_mount_and_root_verifiers_raw_exec_never():
