@@ -428,16 +428,8 @@ _PAYMENTS = {
 }
 
 
-def _params(props: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
-
-
-def _tool(fn: Any, kind: Any, description: str, props: dict[str, Any]) -> DomainTool:
-    return DomainTool(fn.__name__, kind, description, _params(props), fn)
-
-
 _TOOLS = [
-    _tool(
+    DomainTool.of(
         book_reservation,
         "write",
         "Book a reservation. The payments must add up to the exact total: cabin price per passenger per flight, "
@@ -456,77 +448,77 @@ _TOOLS = [
             "insurance": {"type": "string", "enum": list(INSURANCE)},
         },
     ),
-    _tool(
+    DomainTool.of(
         calculate,
         "generic",
         "Evaluate an arithmetic expression (+ - * / and parentheses); result to 2 decimals.",
         {"expression": _S},
     ),
-    _tool(
+    DomainTool.of(
         cancel_reservation,
         "write",
         "Cancel a whole reservation; every payment is refunded to its method. Needs explicit confirmation.",
         {"reservation_id": _RES},
     ),
-    _tool(
+    DomainTool.of(
         get_reservation_details,
         "read",
         "A reservation's flights, passengers, payments and bags.",
         {"reservation_id": _RES},
     ),
-    _tool(
+    DomainTool.of(
         get_user_details,
         "read",
         "A user's profile: name, address, membership, payment methods, saved passengers, reservations.",
         {"user_id": _USER},
     ),
-    _tool(
+    DomainTool.of(
         get_flight_status,
         "read",
         "The status of a flight on a date (available, on time, delayed, flying, landed, cancelled).",
         {"flight_number": _S, "date": _DATE},
     ),
-    _tool(list_all_airports, "read", "IATA codes and cities of every airport served.", {}),
-    _tool(
+    DomainTool.of(list_all_airports, "read", "IATA codes and cities of every airport served.", {}),
+    DomainTool.of(
         search_direct_flight,
         "read",
         "Bookable direct flights between two airports on a date, with seats and prices per cabin.",
         {"origin": _AIRPORT, "destination": _AIRPORT, "date": _DATE},
     ),
-    _tool(
+    DomainTool.of(
         search_onestop_flight,
         "read",
         "Bookable pairs of connecting flights between two airports departing on a date.",
         {"origin": _AIRPORT, "destination": _AIRPORT, "date": _DATE},
     ),
-    _tool(
+    DomainTool.of(
         send_certificate,
         "write",
         "Add a travel certificate of `amount` dollars to a user's payment methods. Only as the policy allows.",
         {"user_id": _USER, "amount": _INT},
     ),
-    _tool(
+    DomainTool.of(
         transfer_to_human_agents,
         "generic",
         "Hand the user to a human agent with a summary; only when the request is outside policy and tools, or "
         "the user asks for a human.",
         {"summary": _S},
     ),
-    _tool(
+    DomainTool.of(
         update_reservation_baggages,
         "write",
         "Set a reservation's total and non-free bag counts; 50 per added non-free bag is charged to payment_id "
         "(not a certificate). Needs explicit confirmation.",
         {"reservation_id": _RES, "total_baggages": _INT, "nonfree_baggages": _INT, "payment_id": _PAY_ID},
     ),
-    _tool(
+    DomainTool.of(
         update_reservation_flights,
         "write",
         "Replace a reservation's flights (list EVERY segment of the new itinerary, changed or not) and cabin; the "
         "price difference is charged or refunded to payment_id (not a certificate). Needs explicit confirmation.",
         {"reservation_id": _RES, "cabin": _CABIN, "flights": _FLIGHTS, "payment_id": _PAY_ID},
     ),
-    _tool(
+    DomainTool.of(
         update_reservation_passengers,
         "write",
         "Replace a reservation's passenger details (same number of passengers). Needs explicit confirmation.",

@@ -33,6 +33,12 @@ class DomainTool:
     parameters: dict[str, Any]  # JSON schema of the arguments object
     fn: Callable[..., Any]
 
+    @classmethod
+    def of(cls, fn: Callable[..., Any], kind: Any, description: str, props: dict[str, Any]) -> DomainTool:
+        """A tool named after `fn` whose arguments are exactly `props`, all required."""
+        params = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
+        return cls(fn.__name__, kind, description, params, fn)
+
 
 @dataclass(frozen=True)
 class Domain:

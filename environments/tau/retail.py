@@ -312,87 +312,81 @@ _PAYMENT = {"type": "string", "description": "A payment method id of the user, e
 _ADDRESS = {k: _S for k in ("address1", "address2", "city", "state", "country", "zip")}
 
 
-def _params(props: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
-
-
-def _tool(fn: Any, kind: Any, description: str, props: dict[str, Any]) -> DomainTool:
-    return DomainTool(fn.__name__, kind, description, _params(props), fn)
-
-
 _TOOLS = [
-    _tool(
+    DomainTool.of(
         calculate,
         "generic",
         "Evaluate an arithmetic expression (+ - * / and parentheses); result to 2 decimals.",
         {"expression": _S},
     ),
-    _tool(
+    DomainTool.of(
         cancel_pending_order,
         "write",
         "Cancel a pending order; reason is 'no longer needed' or 'ordered by mistake'. Gift card payments are "
         "refunded at once, others in 5-7 business days. Needs the user's explicit confirmation first.",
         {"order_id": _ORDER_ID, "reason": {"type": "string", "enum": list(CANCEL_REASONS)}},
     ),
-    _tool(
+    DomainTool.of(
         exchange_delivered_order_items,
         "write",
         "Exchange items of a delivered order for other available variants of the same products (once per "
         "order); the payment method pays or receives the price difference. Needs explicit confirmation.",
         {"order_id": _ORDER_ID, "item_ids": _IDS, "new_item_ids": _IDS, "payment_method_id": _PAYMENT},
     ),
-    _tool(
+    DomainTool.of(
         find_user_id_by_name_zip,
         "read",
         "Find a user id by first name, last name and zip code.",
         {"first_name": _S, "last_name": _S, "zip": _S},
     ),
-    _tool(find_user_id_by_email, "read", "Find a user id by email address.", {"email": _S}),
-    _tool(get_order_details, "read", "Status, items, address and payments of an order.", {"order_id": _ORDER_ID}),
-    _tool(
+    DomainTool.of(find_user_id_by_email, "read", "Find a user id by email address.", {"email": _S}),
+    DomainTool.of(
+        get_order_details, "read", "Status, items, address and payments of an order.", {"order_id": _ORDER_ID}
+    ),
+    DomainTool.of(
         get_product_details,
         "read",
         "A product and all its variants (item ids, options, availability, price).",
         {"product_id": _S},
     ),
-    _tool(get_item_details, "read", "One variant (item) by its item id.", {"item_id": _S}),
-    _tool(
+    DomainTool.of(get_item_details, "read", "One variant (item) by its item id.", {"item_id": _S}),
+    DomainTool.of(
         get_user_details, "read", "A user's profile: name, address, email, payment methods, orders.", {"user_id": _S}
     ),
-    _tool(list_all_product_types, "read", "Names and product ids of every product type in the store.", {}),
-    _tool(
+    DomainTool.of(list_all_product_types, "read", "Names and product ids of every product type in the store.", {}),
+    DomainTool.of(
         modify_pending_order_address,
         "write",
         "Change the shipping address of a pending order. Needs explicit confirmation.",
         {"order_id": _ORDER_ID, **_ADDRESS},
     ),
-    _tool(
+    DomainTool.of(
         modify_pending_order_items,
         "write",
         "Change items of a pending order to other available variants of the same products (once per order); "
         "the payment method pays or receives the difference. Needs explicit confirmation.",
         {"order_id": _ORDER_ID, "item_ids": _IDS, "new_item_ids": _IDS, "payment_method_id": _PAYMENT},
     ),
-    _tool(
+    DomainTool.of(
         modify_pending_order_payment,
         "write",
         "Pay a pending order with another of the user's payment methods. Needs explicit confirmation.",
         {"order_id": _ORDER_ID, "payment_method_id": _PAYMENT},
     ),
-    _tool(
+    DomainTool.of(
         modify_user_address,
         "write",
         "Change a user's default address. Needs explicit confirmation.",
         {"user_id": _S, **_ADDRESS},
     ),
-    _tool(
+    DomainTool.of(
         return_delivered_order_items,
         "write",
         "Request the return of items of a delivered order; the refund goes to the original payment method or "
         "a gift card. Needs explicit confirmation.",
         {"order_id": _ORDER_ID, "item_ids": _IDS, "payment_method_id": _PAYMENT},
     ),
-    _tool(
+    DomainTool.of(
         transfer_to_human_agents,
         "generic",
         "Hand the user to a human agent with a summary; only when the request is outside policy and tools, or "
