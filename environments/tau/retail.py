@@ -152,17 +152,35 @@ def cancel_pending_order(db: Db, order_id: str, reason: str) -> dict[str, Any]:
     return order
 
 
+def _priced_swap(
+    db: Db,
+    order: dict[str, Any],
+    item_ids: list[str],
+    new_item_ids: list[str],
+    payment_method_id: str,
+    what: str,
+    *,
+    distinct: bool = False,
+) -> tuple[float, dict[str, Any]]:
+    """The price difference of swapping items of `order`, and the payment method that pays it (checked in
+    the benchmark's order; `distinct`: each new item must differ from the one it replaces)."""
+    _check_items_in_order(order, item_ids)
+    if distinct and any(old == new for old, new in zip(item_ids, new_item_ids)):
+        raise ValueError("The new item id should be different from the old item id")
+    diff = _price_difference(db, order, item_ids, new_item_ids)
+    method = _payment_method(db, order["user_id"], payment_method_id)
+    if _is_gift_card(method) and method["balance"] < diff:
+        raise ValueError(f"Insufficient gift card balance to pay for {what}")
+    return diff, method
+
+
 def exchange_delivered_order_items(
     db: Db, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> dict[str, Any]:
     order = _order(db, order_id)
     if order["status"] != "delivered":
         raise ValueError("Non-delivered order cannot be exchanged")
-    _check_items_in_order(order, item_ids)
-    diff = _price_difference(db, order, item_ids, new_item_ids)
-    method = _payment_method(db, order["user_id"], payment_method_id)
-    if _is_gift_card(method) and method["balance"] < diff:
-        raise ValueError("Insufficient gift card balance to pay for the price difference")
+    diff, _ = _priced_swap(db, order, item_ids, new_item_ids, payment_method_id, "the price difference")
     order["status"] = "exchange requested"
     order["exchange_items"] = sorted(item_ids)
     order["exchange_new_items"] = sorted(new_item_ids)
@@ -229,13 +247,7 @@ def modify_pending_order_items(
     order = _order(db, order_id)
     if order["status"] != "pending":
         raise ValueError("Non-pending order cannot be modified")
-    _check_items_in_order(order, item_ids)
-    if any(old == new for old, new in zip(item_ids, new_item_ids)):
-        raise ValueError("The new item id should be different from the old item id")
-    diff = _price_difference(db, order, item_ids, new_item_ids)
-    method = _payment_method(db, order["user_id"], payment_method_id)
-    if _is_gift_card(method) and method["balance"] < diff:
-        raise ValueError("Insufficient gift card balance to pay for the new item")
+    diff, method = _priced_swap(db, order, item_ids, new_item_ids, payment_method_id, "the new item", distinct=True)
     order["payment_history"].append(
         {
             "transaction_type": "payment" if diff > 0 else "refund",
