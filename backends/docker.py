@@ -252,16 +252,7 @@ class DockerSandboxProvider:
         name = f"hermes-{self.config.pool_name}-{self.run_id}-{self._seq}"
         token = secrets.token_urlsafe(24)
         c = self.config
-        argv = SandboxRuntime.server_argv(
-            port=SERVER_PORT,
-            slots=c.pool.slots_per_sandbox,
-            data_dir=DATA_DIR,
-            limits=c.limits,
-            workspace_mount=c.workspace_mount,
-            token_file=TOKEN_FILE,
-            # A task's verifier may run as root: the container's root, in the command's own namespaces.
-            extra=["--allow-root-commands"],
-        )
+        argv = SandboxRuntime.container_server_argv(c, port=SERVER_PORT, data_dir=DATA_DIR, token_file=TOKEN_FILE)
         host_config = self.api.create_host_config(
             binds={str(Path(c.runtime_dir).resolve()): {"bind": RUNTIME_MOUNT, "mode": "ro"}},
             port_bindings={SERVER_PORT: (c.published_host, None)},

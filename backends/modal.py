@@ -321,15 +321,7 @@ class ModalSandboxProvider:
     def spec(self, name: str) -> ModalSandboxSpec:
         return ModalSandboxSpec(
             args=tuple(
-                SandboxRuntime.server_argv(
-                    port=SERVER_PORT,
-                    slots=self.config.pool.slots_per_sandbox,
-                    data_dir="/var/lib/hermes-sandbox",
-                    limits=self.config.limits,
-                    workspace_mount=self.config.workspace_mount,
-                    # A task's verifier as the image's root, as Harbor runs test.sh: root there is the container's.
-                    extra=["--allow-root-commands"],
-                )
+                SandboxRuntime.container_server_argv(self.config, port=SERVER_PORT, data_dir="/var/lib/hermes-sandbox")
             ),
             name=name,
             image=self.config.image,

@@ -134,15 +134,7 @@ def build_job_spec(config: NomadBackendConfig, *, job_id: str, token: str, meta:
     port = f"${{NOMAD_PORT_{PORT_LABEL}}}"
     data_dir = "${NOMAD_TASK_DIR}/sandbox"
     require_image(config)
-    runtime = SandboxRuntime.server_argv(
-        port=port,
-        slots=config.pool.slots_per_sandbox,
-        data_dir=data_dir,
-        limits=config.limits,
-        workspace_mount=config.workspace_mount,
-        # A task's verifier as the image's root, as Harbor runs test.sh: root there is the container's.
-        extra=["--allow-root-commands"],
-    )
+    runtime = SandboxRuntime.container_server_argv(config, port=port, data_dir=data_dir)
     if config.driver == "docker":
         task_config: dict[str, Any] = {
             "image": config.image,
