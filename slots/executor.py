@@ -167,15 +167,9 @@ class SlotExecutor:
         """`network` None: the trajectory's policy; a caller may ask for less, never for more."""
         if network and not self.policy.network:
             raise PermissionError("this trajectory's policy gives its commands no network; the env decides that")
-        call: dict[str, Any] = {
-            "slot": self.slot.index,
-            "op": "exec",
-            "command": self.policy.prefix() + command,
-            "timeout": timeout,
-            "max_output_bytes": max_output_bytes,
-            "stdin": stdin,
-            "network": self.policy.network if network is None else network,
-        }
+        call = self._exec_call(
+            command, timeout, max_output_bytes, stdin, self.policy.network if network is None else network
+        )
         if self._interrupt is not None:
             # A command sent after an abandoned one runs once that one is gone, never behind it.
             await asyncio.wait([self._interrupt])
@@ -189,15 +183,16 @@ class SlotExecutor:
                 self._interrupt.add_done_callback(_log_failure)
             raise
 
-    async def verify_exec(
-        self, command: str, *, timeout: float, max_output_bytes: int, stdin: str | None = None
-    ) -> ExecResult:
-        """A command of the env's verifier, as the policy says the verifier runs (its network, root or not).
-
-        The agent's tools call `exec` only; nothing they are given reaches this (tests/terminal_tasks/
-        test_docker_root_verifier.py plays a policy that asks every tool for root).
-        """
-        network = self.policy.network if self.policy.verifier_network is None else self.policy.verifier_network
+    def _exec_call(
+        self,
+        command: str,
+        timeout: float,
+        max_output_bytes: int,
+        stdin: str | None,
+        network: bool,
+        *,
+        as_root: bool = False,
+    ) -> dict[str, Any]:
         call: dict[str, Any] = {
             "slot": self.slot.index,
             "op": "exec",
@@ -207,8 +202,20 @@ class SlotExecutor:
             "stdin": stdin,
             "network": network,
         }
-        if self.policy.verifier_as_root:
+        if as_root:
             call["as_root"] = True
+        return call
+
+    async def verify_exec(
+        self, command: str, *, timeout: float, max_output_bytes: int, stdin: str | None = None
+    ) -> ExecResult:
+        """A command of the env's verifier, as the policy says the verifier runs (its network, root or not).
+
+        The agent's tools call `exec` only; nothing they are given reaches this (tests/terminal_tasks/
+        test_docker_root_verifier.py plays a policy that asks every tool for root).
+        """
+        network = self.policy.network if self.policy.verifier_network is None else self.policy.verifier_network
+        call = self._exec_call(command, timeout, max_output_bytes, stdin, network, as_root=self.policy.verifier_as_root)
         if self._interrupt is not None:
             await asyncio.wait([self._interrupt])
         return exec_result(await self._batcher.call(call, timeout=timeout))
