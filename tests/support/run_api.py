@@ -80,3 +80,19 @@ def register_trainer(
         timeout=10,
     )
     assert reg.status_code == 200 and "uuid" in reg.json(), reg.text
+
+
+def wait_for_batch(
+    api_url: str, env: subprocess.Popen[bytes], log: Path, *, timeout_s: float = 600, exit_ok: bool = True
+) -> list[dict]:
+    """Poll run-api's `/batch` the way a trainer does until a batch comes; fail with the env's log tail
+    if the env dies first (or exits at all, unless `exit_ok`: a finished `serve` exits 0) or time runs out."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = env.poll() is None or (exit_ok and env.returncode == 0)
+        assert alive, log.read_text()[-3000:]
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        batch = httpx.get(api_url + "/batch", timeout=10).json().get("batch")
+        if batch is not None:
+            return batch
+        time.sleep(1)

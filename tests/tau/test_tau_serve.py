@@ -6,15 +6,13 @@ from __future__ import annotations
 
 import itertools
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
-from tests.support.run_api import register_trainer, start_process, start_run_api, stop_process
+from tests.support.run_api import wait_for_batch, register_trainer, start_process, start_run_api, stop_process
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
 from tests.tau.scripts import OPENING, call, scripted_user
 
@@ -71,14 +69,7 @@ def test_serve_hands_a_trainer_a_scored_group(tmp_path: Path) -> None:
                 ],
                 tmp_path / "env.log",
             )
-            batch = None
-            deadline = time.monotonic() + 600
-            while batch is None:
-                assert env.poll() is None or env.returncode == 0, (tmp_path / "env.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, (tmp_path / "env.log").read_text()[-3000:]
-                batch = httpx.get(api_url + "/batch", timeout=10).json().get("batch")
-                if batch is None:
-                    time.sleep(1)
+            batch = wait_for_batch(api_url, env, tmp_path / "env.log")
     finally:
         if env is not None:
             stop_process(env)

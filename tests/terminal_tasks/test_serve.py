@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import sys
-import time
 
-import httpx
 import pytest
 
-from tests.support.run_api import register_trainer, start_process, start_run_api, stop_process
+from tests.support.run_api import wait_for_batch, register_trainer, start_process, start_run_api, stop_process
 
 
 @pytest.mark.slow
@@ -40,14 +38,7 @@ def test_serve_with_the_oracle_feeds_run_api(tmp_path):
             ],
             tmp_path / "env.log",
         )
-        batch = None
-        deadline = time.monotonic() + 600
-        while batch is None:
-            assert env.poll() is None, (tmp_path / "env.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (tmp_path / "env.log").read_text()[-3000:]
-            batch = httpx.get(api_url + "/batch", timeout=10).json().get("batch")
-            if batch is None:
-                time.sleep(1)
+        batch = wait_for_batch(api_url, env, tmp_path / "env.log", exit_ok=False)
     finally:
         if env is not None:
             stop_process(env)

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from tests.support.embedded import embedded_model_flags, small_group_flags
-from tests.support.run_api import register_trainer, start_process, start_run_api, stop_process
+from tests.support.run_api import wait_for_batch, register_trainer, start_process, start_run_api, stop_process
 
 from .test_phase2_env import TOOL_CALL_GRAMMAR, trained_spans
 
@@ -118,14 +118,7 @@ def test_serve_feeds_run_api_and_a_trainer_pulls_exact_token_groups(embedded_llm
             ],
             tmp_path / "env.log",
         )
-        batch = None
-        deadline = time.monotonic() + 600
-        while batch is None:
-            assert env.poll() is None, (tmp_path / "env.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (tmp_path / "env.log").read_text()[-3000:]
-            batch = httpx.get(api_url + "/batch", timeout=10).json().get("batch")
-            if batch is None:
-                time.sleep(1)
+        batch = wait_for_batch(api_url, env, tmp_path / "env.log", exit_ok=False)
     finally:
         if env is not None:
             stop_process(env)

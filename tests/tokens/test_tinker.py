@@ -5,9 +5,7 @@ so both faces of tinker-atropos are played by `TinkerAtroposDouble` (tests/suppo
 from __future__ import annotations
 
 import sys
-import time
 
-import httpx
 import pytest
 import yaml
 
@@ -16,7 +14,14 @@ from environments.gsm8k_agent_env import GSM8kAgentEnv
 from tests.support.cli import run_cli
 from tests.support.tinker_atropos_double import tinker_datums
 
-from tests.support.run_api import free_port, register_trainer, start_process, start_run_api, stop_process
+from tests.support.run_api import (
+    wait_for_batch,
+    free_port,
+    register_trainer,
+    start_process,
+    start_run_api,
+    stop_process,
+)
 
 from .test_serve import check_trainer_view
 
@@ -127,13 +132,7 @@ def test_serve_into_run_api_with_the_tinker_double_end_to_end(embedded_llm, tmp_
             [sys.executable, "-m", "environments.gsm8k_agent_env", "serve", "--config", str(config)],
             tmp_path / "env.log",
         )
-        deadline = time.monotonic() + 1800
-        while batch is None:
-            assert env.poll() is None or env.returncode == 0, (tmp_path / "env.log").read_text()[-3000:]
-            assert time.monotonic() < deadline, (tmp_path / "env.log").read_text()[-3000:]
-            batch = httpx.get(api_url + "/batch", timeout=10).json().get("batch")
-            if batch is None:
-                time.sleep(2)
+        batch = wait_for_batch(api_url, env, tmp_path / "env.log", timeout_s=1800)
         log = (tmp_path / "env.log").read_text()
     finally:
         for proc in (env, double, api):
