@@ -13,8 +13,7 @@ import json
 
 import pytest
 
-from tests.security.test_reward_integrity import run
-from tests.support.docker_engine import SandboxPlace
+from tests.security.test_reward_integrity import in_the_agents_slot, run, tool_output
 
 pytestmark = pytest.mark.slow
 
@@ -100,9 +99,17 @@ SMUDGE = (
     "git config --global init.templateDir ~/.tmpl && "
     "git config --global filter.h.smudge \"sed 's/== 3.5/== 3/'\" && git config --global filter.h.clean cat"
 )
+# The filter is live in the agent's slot: plain git's fresh clone of a repository gets the weakened test.
+SMUDGE_LIVE = (
+    ' && d="$(mktemp -d)" && git init -q "$d/o" && mkdir "$d/o/tests" && echo "assert x == 3.5" > "$d/o/tests/test_calc.py"'
+    ' && git -C "$d/o" add -A && git -C "$d/o" -c user.name=a -c user.email=a@b commit -qm t'
+    ' && git clone -q "$d/o" "$d/c" && cat "$d/c/tests/test_calc.py"'
+)
 
 
-async def test_a_smudge_filter_in_the_agents_gitconfig_does_not_reach_the_verifier(tmp_path):
-    """Local only: on a container backend the env refuses same_slot (the repository is the workspace)."""
-    hack, _, fixed = await run(SandboxPlace(tmp_path), SMUDGE, verify_in="same_slot")
+@pytest.mark.parametrize("verify_in", ["same_slot", "fresh_slot"])
+async def test_a_smudge_filter_in_the_agents_gitconfig_does_not_reach_the_verifier(verifier_at, verify_in):
+    where = in_the_agents_slot(verifier_at) if verify_in == "same_slot" else {}
+    hack, _, fixed = await run(verifier_at, SMUDGE + SMUDGE_LIVE, **where)
+    assert tool_output(hack)["output"].splitlines()[-1] == "assert x == 3", tool_output(hack)
     assert (hack.score, fixed.score) == (0.0, 1.0)
