@@ -37,6 +37,7 @@ __all__ = [
     "GIT_SAFE",
     "ChangedFile",
     "TestVerifier",
+    "TestRun",
     "TestVerifierConfig",
     "Verdict",
     "capture_diff",
@@ -209,6 +210,18 @@ class Verdict:
         return [f for f in self.changed_files if not f.kept]
 
 
+@dataclass(frozen=True)
+class TestRun:
+    """A test command's run as the verifier makes it (`TestVerifier.run_tests`)."""
+
+    __test__ = False  # not a pytest class
+    exit_code: int | None
+    timed_out: bool
+    output: str
+    log: str  # probed: the probe's records, then the tail of the run's own output; else the whole output
+    report: str  # probed pytest: its JUnit XML report ("" otherwise)
+
+
 # Builds the pristine repository at `dest` (relative to the executor's workspace).
 PrepareCheckout = Callable[[ToolExecutor, str], Awaitable[None]]
 
@@ -330,14 +343,57 @@ class TestVerifier:
                 return Verdict(
                     0.0, {}, files, applied.output[-2000:], "the agent's diff does not apply to a clean checkout", flags
                 )
-        pytest_run = runs_pytest(test_command)
-        unittest_run = not pytest_run and _UNITTEST.search(test_command) is not None
-        probed = bool(must_pass) and (pytest_run or unittest_run)
+        runner = _runner(test_command)
+        probed = bool(must_pass) and runner is not None
+        changed = [f.path for f in files if f.kept]
+        run = await self.run_tests(
+            executor, dest=dest, test_command=test_command, changed=changed, probe=probed, setup_command=setup_command
+        )
+        if not must_pass:  # no named tests (a task's own test script): its exit status decides
+            passed = run.exit_code == 0 and not flags
+            return Verdict(
+                1.0 if passed else 0.0, {}, files, run.output[-3000:], "timed out" if run.timed_out else None, flags
+            )
+        if not probed:
+            statuses = parse_test_statuses(run.output)
+            decisive = {t: statuses.get(t, "MISSING") for t in must_pass}
+            error = "named tests are verified only under pytest or unittest: this runner's output is printed by the code under test"
+            return Verdict(0.0, decisive, files, run.output[-3000:], error, flags)
+        statuses, run_flags, ended = read_probe(run.log)
+        flags += run_flags
+        decisive = {t: statuses.get(t, "MISSING") for t in must_pass}
+        if runner == "pytest":
+            junit = parse_junit_statuses(run.report)
+            for test, status in decisive.items():
+                if junit.get(test) in ("PASSED", "XPASS") and status not in ("PASSED", "XPASS"):
+                    flags.append(
+                        f"the JUnit report says {test} passed, the probe saw {status}: the report was rewritten"
+                    )
+        passed = all(s in ("PASSED", "XFAIL") for s in decisive.values()) and ended and not run.timed_out and not flags
+        ending = None if ended else "the test process ended without reporting its end"
+        return Verdict(
+            1.0 if passed else 0.0, decisive, files, run.log[-3000:], "timed out" if run.timed_out else ending, flags
+        )
+
+    async def run_tests(
+        self,
+        executor: ToolExecutor,
+        *,
+        dest: str,
+        test_command: str,
+        changed: Sequence[str] = (),
+        probe: bool = True,
+        setup_command: str | None = None,
+    ) -> TestRun:
+        """Run `test_command` in the checkout at `dest` as `verify` does, with the probe loaded when `probe` and
+        the command runs pytest or unittest (`changed`: the files the agent changed, which the probe distrusts).
+
+        The probe and its config live in this command's private temp dir (the sandbox gives each command its own
+        /tmp), so nothing the agent left running in the slot can reach them before they load.
+        """
+        runner = _runner(test_command) if probe else None
         nonce = uuid.uuid4().hex
         module = f"hermes_probe_{nonce[:12]}"
-        config = json.dumps({"fd": _PROBE_FD, "changed": sorted(f.path for f in files if f.kept)})
-        # The probe and its config live in this command's private temp dir (the sandbox gives each command
-        # its own /tmp), so nothing the agent left running in the slot can reach them before they load.
         script = [
             f"cd {shlex.quote(dest)}",
             "unset PYTEST_ADDOPTS PYTEST_PLUGINS PYTHONPATH PYTHONSTARTUP PYTHONHOME",
@@ -345,19 +401,20 @@ class TestVerifier:
             'run="$(mktemp -d)"',
             'mkdir "$run/home" && export HOME="$run/home"',  # not the agent's workspace
         ]
-        if probed:
+        if runner:
+            config = json.dumps({"fd": _PROBE_FD, "changed": sorted(changed)})
             script += [
                 f"cat > \"$run/{module}.py\" <<'HERMES_PROBE_{nonce}'\n{_PROBE_SOURCE.read_text()}HERMES_PROBE_{nonce}",
                 f"printf '%s' {shlex.quote(config)} > \"$run/{module}.json\"",
             ]
         if setup_command:
             script.append(setup_command)
-        if not probed:
+        if not runner:
             script.append(test_command)
         else:
             # A PYTHONPATH assigned in the command itself (a prepared venv's source root) would hide the probe.
             command = _INLINE_PYTHONPATH.sub(lambda m: f'{m.group(1)}PYTHONPATH="$run":', test_command)
-            if pytest_run:
+            if runner == "pytest":
                 command = f'{command} -p {module} --junitxml="$run/{nonce}.xml" -o junit_family=xunit1'
             else:
                 command = _UNITTEST.sub(lambda m: f"{m.group(1)}{module} unittest", command)
@@ -374,32 +431,15 @@ class TestVerifier:
         run = await executor.exec(
             "\n".join(script) + "\n", timeout=self.config.timeout_s, max_output_bytes=self.config.max_output_bytes
         )
-        if not must_pass:  # no named tests (a task's own test script): its exit status decides
-            passed = run.exit_code == 0 and not flags
-            return Verdict(
-                1.0 if passed else 0.0, {}, files, run.output[-3000:], "timed out" if run.timed_out else None, flags
-            )
-        if not probed:
-            statuses = parse_test_statuses(run.output)
-            decisive = {t: statuses.get(t, "MISSING") for t in must_pass}
-            error = "named tests are verified only under pytest or unittest: this runner's output is printed by the code under test"
-            return Verdict(0.0, decisive, files, run.output[-3000:], error, flags)
-        log, _, report = run.output.partition(f"\n{nonce}\n")
-        statuses, run_flags, ended = read_probe(log)
-        flags += run_flags
-        decisive = {t: statuses.get(t, "MISSING") for t in must_pass}
-        if pytest_run:
-            junit = parse_junit_statuses(report)
-            for test, status in decisive.items():
-                if junit.get(test) in ("PASSED", "XPASS") and status not in ("PASSED", "XPASS"):
-                    flags.append(
-                        f"the JUnit report says {test} passed, the probe saw {status}: the report was rewritten"
-                    )
-        passed = all(s in ("PASSED", "XFAIL") for s in decisive.values()) and ended and not run.timed_out and not flags
-        ending = None if ended else "the test process ended without reporting its end"
-        return Verdict(
-            1.0 if passed else 0.0, decisive, files, log[-3000:], "timed out" if run.timed_out else ending, flags
-        )
+        log, _, report = run.output.partition(f"\n{nonce}\n") if runner else (run.output, "", "")
+        return TestRun(run.exit_code, run.timed_out, run.output, log, report)
+
+
+def _runner(test_command: str) -> str | None:
+    """The runner the probe can be loaded into that `test_command` runs: "pytest", "unittest" or None."""
+    if runs_pytest(test_command):
+        return "pytest"
+    return "unittest" if _UNITTEST.search(test_command) else None
 
 
 def runs_pytest(command: str) -> bool:

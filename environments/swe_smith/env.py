@@ -195,6 +195,12 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
     test_timeout_s: float = Field(300.0, gt=0, description="Running the instance's tests")
 
 
+def _on_images(cfg: SweSmithOracleEnvConfig) -> bool:
+    """Whether slots run the instance's own image (its test command then activates the image's env)."""
+    auto = cfg.image_policy == "auto" and cfg.tool_backend == "sandbox"
+    return auto and cfg.sandbox.backend.in_containers
+
+
 class SweSmithOracleEnv(HermesAgentBaseEnv):
     name = "swe_smith_oracle"
     env_config_cls = SweSmithOracleEnvConfig
@@ -203,14 +209,15 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
 
     def __init__(self, config: SweSmithOracleEnvConfig, *args: Any, **kwargs: Any) -> None:
         check_dataset(config.dataset)
-        cache = Path(config.cache_dir) if config.cache_dir else default_cache()
-        self._env_dir = Path(config.deps.dir) if config.deps.dir else cache / "envs"
-        super().__init__(_with_env_dir_visible(config, self._env_dir), *args, **kwargs)
-        if self._image_pools() and config.verify_in == "same_slot":
+        # Before the base class opens the groups file: a refused command leaves nothing behind.
+        if _on_images(config) and config.verify_in == "same_slot":
             raise HermesEnvError(
                 "--env.verify_in same_slot cannot verify in the instance's image: the repository must be at "
                 f"{TESTBED}, where the agent's is; use --env.verify_in fresh_slot"
             )
+        cache = Path(config.cache_dir) if config.cache_dir else default_cache()
+        self._env_dir = Path(config.deps.dir) if config.deps.dir else cache / "envs"
+        super().__init__(_with_env_dir_visible(config, self._env_dir), *args, **kwargs)
         self._cache = cache
         self._envs: dict[str, PreparedRepoEnv] = {}
         self._snapshots = SnapshotStore(cache, config.setup_timeout_s)
@@ -236,9 +243,7 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
 
     def _on_images(self) -> bool:
         """Whether slots run the instance's own image (its test command then activates the image's env)."""
-        cfg: SweSmithOracleEnvConfig = self.config
-        auto = cfg.image_policy == "auto" and cfg.tool_backend == "sandbox"
-        return auto and cfg.sandbox.backend.in_containers
+        return _on_images(self.config)
 
     def _image_pools(self) -> bool:
         """Whether each row runs in a slot pool of its own `image_name`, its repository at /testbed."""

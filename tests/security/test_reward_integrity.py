@@ -4,7 +4,8 @@ real agent loop, real sandbox_server under bubblewrap, real git and pytest.
 Each attack must score 0.0 (or leave a later no-op trajectory at 0.0), and a genuine fix must still
 score 1.0. One sandbox only, so a trajectory that poisons the sandbox's shared state meets the next one.
 Each runs on the local backend and in docker containers (`verifier_at`): there the repository is the
-slot's workspace (/testbed) in an image with git, python3 and pytest, and the verifier gets a fresh slot.
+slot's workspace (/testbed) in an image with git, python3 and pytest, and the verifier gets a fresh slot
+(or, verifying in the agent's own slot, the slots run that image with the repository in a directory).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 import json
 
 import pytest
+import yaml
 from atroposlib.envs.base import APIServerConfig
 
 from environments.models.base import ModelTurn
@@ -25,6 +27,7 @@ from environments.swe_smith.env import (
 )
 from tests.security.conftest import backend_config
 from tests.support.docker_engine import SandboxPlace
+from tests.support.cli import run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
 pytestmark = pytest.mark.slow
@@ -71,9 +74,17 @@ def tool_output(rollout) -> dict:
     return json.loads(next(m for m in rollout.result.messages if m["role"] == "tool")["content"])
 
 
-def repo_dir(place: SandboxPlace) -> str:
-    """Where the agent finds tinycalc from its working directory: in a container that directory is the repository."""
-    return "." if place.kind == "docker" else "tinycalc"
+def repo_dir(place: SandboxPlace, image_policy: str = "auto") -> str:
+    """Where the agent finds tinycalc from its working directory: in a container of the instance's image
+    (image_policy auto) that directory is the repository."""
+    return "." if place.kind == "docker" and image_policy == "auto" else "tinycalc"
+
+
+def in_the_agents_slot(place: SandboxPlace) -> dict:
+    """The env's settings that verify in the agent's own slot on `place`. In the instance's image the env refuses
+    that (the repository is the workspace: test_verifying_in_the_agents_slot_is_refused_in_the_instances_image),
+    so on docker the slots run the backend's image with the repository in a directory, as locally."""
+    return {"verify_in": "same_slot", **({"image_policy": "base"} if place.kind == "docker" else {})}
 
 
 async def run(place: SandboxPlace, attack: str, *, later_noops: int = 0, **overrides) -> tuple:
@@ -81,7 +92,8 @@ async def run(place: SandboxPlace, attack: str, *, later_noops: int = 0, **overr
     async with ScriptedOpenAIServer([]) as server, make_env(place, server.base_url, **overrides).runtime() as env:
         await env.setup()
         item = next(i for i in env.instances if DIV in i.FAIL_TO_PASS)
-        hack = await env.rollout(item, model=TerminalAgent(f"cd {repo_dir(place)} && {attack}"))
+        where = repo_dir(place, overrides.get("image_policy", "auto"))
+        hack = await env.rollout(item, model=TerminalAgent(f"cd {where} && {attack}"))
         later = [await env.rollout(item, model=NoOpAgent()) for _ in range(later_noops)]
         fixed = await env.rollout(item, model=OracleAgent(env.by_id))
     assert hack.error is None and tool_output(hack)["exit_code"] == 0, tool_output(hack)
@@ -110,10 +122,34 @@ async def test_conftest_that_rewrites_outcomes_scores_zero(verifier_at):
     assert (hack.score, fixed.score) == (0.0, 1.0)
 
 
-async def test_conftest_rewrite_scores_zero_when_verifying_in_the_agents_own_slot(tmp_path):
-    """Local only: on a container backend the env refuses same_slot (the repository is the workspace)."""
-    hack, _, fixed = await run(SandboxPlace(tmp_path), CONFTEST_REWRITE, verify_in="same_slot")
+async def test_conftest_rewrite_scores_zero_when_verifying_in_the_agents_own_slot(verifier_at):
+    hack, _, fixed = await run(verifier_at, CONFTEST_REWRITE, **in_the_agents_slot(verifier_at))
+    assert "1 passed" in tool_output(hack)["output"]  # the hack works inside the slot the tests then run in
     assert (hack.score, fixed.score) == (0.0, 1.0)
+
+
+def test_verifying_in_the_agents_slot_is_refused_in_the_instances_image(
+    tmp_path, docker_verifier_image, docker_test_id
+):
+    """On docker, slots run the instance's image with the repository as the workspace: there is no fresh directory
+    for the tests beside the agent's, so the command refuses same_slot in one line, before anything starts."""
+    place = SandboxPlace(tmp_path, "docker", docker_verifier_image, docker_test_id)
+    env = {
+        "tokenizer_name": "embedded",
+        "use_wandb": False,
+        "total_steps": 1,
+        "verify_in": "same_slot",
+        "sandbox": {"backend": backend_config(place).model_dump(mode="json")},
+        "data_path_to_save_groups": str(tmp_path / "groups.jsonl"),
+    }
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"env": env}))
+    proc = run_cli(SweSmithOracleEnv, "process", "--config", str(tmp_path / "config.yaml"))
+    lines = [line for line in proc.stderr.splitlines() if line.strip() and "PyTorch was not found" not in line]
+    assert proc.returncode == 2 and lines == [
+        "error: --env.verify_in same_slot cannot verify in the instance's image: the repository must be at "
+        "/testbed, where the agent's is; use --env.verify_in fresh_slot"
+    ], proc.stderr
+    assert not (tmp_path / "groups.jsonl").exists() and not (tmp_path / "preds.jsonl").exists()
 
 
 async def test_edited_test_scores_zero(verifier_at):

@@ -3,24 +3,28 @@ changed, imported while real pytest collects) finds the probe's objects in memor
 failing test count as passed. Each attempt must leave the test failed or the run flagged.
 
 The screen flags every route used here (gc walking, frames, closures); these tests show the probe does
-not depend on it alone. Runs the probe as the verifier does: `-p <probe>` with its config and fd 3.
+not depend on it alone. Runs the probe as the verifier does (`TestVerifier.run_tests`: `-p <probe>` with its
+config and fd 3), in a local directory with this machine's python and in a slot of a docker sandbox in the
+verifier image with its own python3 and pytest (`verifier_at`).
 """
 
 from __future__ import annotations
 
-import json
-import subprocess
+import contextlib
 import sys
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import pytest
 
-from environments.verifier import _PROBE_SOURCE, read_probe
+from environments.verifier import TestVerifier, read_probe
+from tests.security.conftest import running_sandbox
+from tests.support.docker_engine import SandboxPlace
+from tools.executor import LocalWorkspace, ToolExecutor
 
 FIND = (
     "import gc\n\n"
-    "_probe = next(m for m in gc.get_objects() if type(m).__name__ == 'module' and m.__name__ == 'hermes_probe_t')\n"
-    "_hooks = [f for f in gc.get_objects() if type(f).__name__ == 'function' and f.__module__ == 'hermes_probe_t']\n"
+    "_probe = next(m for m in gc.get_objects() if type(m).__name__ == 'module' and m.__name__.startswith('hermes_probe_'))\n"
+    "_hooks = [f for f in gc.get_objects() if type(f).__name__ == 'function' and (f.__module__ or '').startswith('hermes_probe_')]\n"
     "_chan = next((o for o in gc.get_objects() if type(o).__name__ == '_Channel'), None)\n"
 )
 FORGE = (
@@ -53,41 +57,45 @@ ATTACKS = {
 }
 
 
-def _run(tmp_path: Path, attack: str) -> tuple[dict[str, str], list[str], bool]:
-    repo = tmp_path / "repo"
-    (repo / "pkg").mkdir(parents=True)
-    (repo / "tests").mkdir()
-    (repo / "tests" / "test_pkg.py").write_text("import pkg\n\n\ndef test_div():\n    assert pkg.div(7, 2) == 3.5\n")
-    run = tmp_path / "run"
-    run.mkdir()
-    (run / "hermes_probe_t.py").write_text(_PROBE_SOURCE.read_text())
-    (run / "hermes_probe_t.json").write_text(json.dumps({"fd": 3, "changed": ["pkg/__init__.py"]}))
-    # written before the run starts, as the verifier's checkout is (the probe trusts nothing newer)
-    (repo / "pkg" / "__init__.py").write_text("def div(a, b):\n    return a // b\n\n\n" + attack)
-    # as the verifier's script: fd 3 is the probe's pipe (here our stdout), the run's own output goes to a log
-    command = (
-        f'exec 3>&1 >"{run}/log" 2>&1; exec {sys.executable} -m pytest -q -p hermes_probe_t -p no:cacheprovider tests'
-    )
-    proc = subprocess.run(
-        ["bash", "-c", command],
-        cwd=repo,
-        env={"PYTHONPATH": str(run), "PATH": "/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    records = proc.stdout
-    assert "@hermes-verdict " in records, (run / "log").read_text()
-    return read_probe(records)
+ARMED = "\nopen('attack-armed', 'w').close()\n"  # the attack's code ran to its end (written in the checkout)
+PYTEST = "-m pytest -q -p no:cacheprovider tests"
 
 
-def test_the_failing_test_is_reported_failed_without_an_attack(tmp_path):
-    statuses, flags, ended = _run(tmp_path, "")
+@contextlib.asynccontextmanager
+async def _workspace(place: SandboxPlace) -> AsyncIterator[tuple[ToolExecutor, str]]:
+    """A workspace to verify in and its python: a plain local directory, or a slot of a docker sandbox in the
+    verifier image (the image's python3 and pytest)."""
+    if place.kind == "local":
+        yield LocalWorkspace(place.tmp_path / "ws"), sys.executable
+        return
+    async with running_sandbox(place, slots=1) as pool, pool.trajectory("probe") as executor:
+        yield executor, "python3"
+
+
+async def _run(place: SandboxPlace, attack: str) -> tuple[dict[str, str], list[str], bool]:
+    async with _workspace(place) as (executor, python):
+        await executor.write_file(
+            "repo/tests/test_pkg.py", b"import pkg\n\n\ndef test_div():\n    assert pkg.div(7, 2) == 3.5\n"
+        )
+        # written before the run starts, as the verifier's checkout is (the probe trusts nothing newer)
+        source = "def div(a, b):\n    return a // b\n\n\n" + attack + ARMED
+        await executor.write_file("repo/pkg/__init__.py", source.encode())
+        # as the verifier runs the tests: `-p <probe>` with its config, fd 3 its pipe, the run's output to a log
+        run = await TestVerifier().run_tests(
+            executor, dest="repo", test_command=f"{python} {PYTEST}", changed=["pkg/__init__.py"]
+        )
+        armed = await executor.exec("test -e repo/attack-armed", timeout=30, max_output_bytes=1000)
+    assert "@hermes-verdict " in run.log and armed.exit_code == 0, run.log[-3000:]
+    return read_probe(run.log)
+
+
+async def test_the_failing_test_is_reported_failed_without_an_attack(verifier_at):
+    statuses, flags, ended = await _run(verifier_at, "")
     assert (statuses, flags, ended) == ({"tests/test_pkg.py::test_div": "FAILED"}, [], True)
 
 
 @pytest.mark.parametrize("name", list(ATTACKS))
-def test_code_under_test_cannot_forge_through_the_probes_objects(tmp_path, name):
-    statuses, flags, ended = _run(tmp_path, ATTACKS[name])
+async def test_code_under_test_cannot_forge_through_the_probes_objects(verifier_at, name):
+    statuses, flags, ended = await _run(verifier_at, ATTACKS[name])
     won = statuses == {"tests/test_pkg.py::test_div": "PASSED"} and not flags and ended
     assert not won, (statuses, flags)

@@ -1,6 +1,6 @@
 """The verifier on its own, as a terminal-tasks env would use it: any git repository, any test command,
-a plain local workspace as the executor (real git, real pytest). The tests taking `score` also run in
-docker containers (two slots of one sandbox, the image's own git, python3 and pytest)."""
+a plain local workspace as the executor (real git, real pytest). Each test also runs in docker containers
+(`score` over `verifier_at`: two slots of one sandbox, the verifier image's own git, python3 and pytest)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,9 @@ import contextlib
 import shlex
 import subprocess
 import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -16,7 +19,7 @@ from environments.verifier import TestVerifier, capture_diff
 from slots.pool import SlotPool
 from tests.security.conftest import running_sandbox
 from tests.support.docker_engine import SandboxPlace
-from tools.executor import LocalWorkspace
+from tools.executor import LocalWorkspace, ToolExecutor
 
 TASK = {
     "solution.py": "def answer():\n    return 41\n",
@@ -47,10 +50,10 @@ def _origin(tmp_path, files=TASK):
 
 
 async def _score_in(
-    tmp_path, pool: SlotPool | None, agent_command: str, *, files=TASK, test: str | None = None, **kwargs
+    tmp_path, pool: SlotPool | None, agent_command: str, *, python: str, files=TASK, test: str | None = None, **kwargs
 ):
     """The agent's command in one workspace, its diff verified in another: plain directories here (`pool`
-    None), or two slots of `pool`'s containers."""
+    None), or two slots of `pool`'s containers; `python` runs the tests there."""
     bundle, base = await asyncio.to_thread(_origin, tmp_path, files)
 
     async def prepare(executor, dest):
@@ -58,7 +61,6 @@ async def _score_in(
         cloned = await executor.exec(f"git clone -q {dest}.bundle {dest}", timeout=60, max_output_bytes=10_000)
         assert cloned.exit_code == 0, cloned.output
 
-    python = "python3" if pool else sys.executable
     test = test or f"{python} -m pytest -p no:cacheprovider -v tests"
     async with contextlib.AsyncExitStack() as stack:
         if pool is None:
@@ -73,19 +75,36 @@ async def _score_in(
         return await TestVerifier().verify(verifier, prepare=prepare, patch=patch, test_command=test, **kwargs)
 
 
-async def _score(tmp_path, agent_command: str, **kwargs):
-    return await _score_in(tmp_path, None, agent_command, **kwargs)
+@dataclass(frozen=True)
+class Scorer:
+    """Scores an agent's command on the local workspace (`pool` None) or in docker containers (one sandbox for
+    the test): `await score(sub, command, ...)`, each call under its own `sub` directory of `root`."""
+
+    root: Path
+    pool: SlotPool | None
+    python: str  # the tests' interpreter there
+
+    async def __call__(self, sub: str, agent_command: str, **kwargs):
+        return await _score_in(self.root / sub, self.pool, agent_command, python=self.python, **kwargs)
+
+    @contextlib.asynccontextmanager
+    async def workspace(self, name: str) -> AsyncIterator[ToolExecutor]:
+        """A workspace of its own: a new local directory, or a slot of the sandbox."""
+        if self.pool is None:
+            yield LocalWorkspace(self.root / name)
+            return
+        async with self.pool.trajectory(name) as executor:
+            yield executor
 
 
 @pytest.fixture
 async def score(verifier_at: SandboxPlace):
-    """`_score` on the local workspace or in docker containers (one sandbox for the test): (sub, command, ...)."""
     root = verifier_at.tmp_path
     if verifier_at.kind == "local":
-        yield lambda sub, command, **kw: _score_in(root / sub, None, command, **kw)
+        yield Scorer(root, None, sys.executable)
         return
     async with running_sandbox(verifier_at) as pool:
-        yield lambda sub, command, **kw: _score_in(root / sub, pool, command, **kw)
+        yield Scorer(root, pool, "python3")
 
 
 async def test_a_fix_scores_one_by_name_and_by_exit_status(score):
@@ -112,15 +131,16 @@ async def test_hacks_without_a_fix_score_zero_and_are_recorded(score):
         }
 
 
-async def test_a_diff_that_does_not_apply_scores_zero(tmp_path):
-    verdict = await _score(tmp_path, "sed -i 's/41/42/' solution.py", must_pass=["tests/test_task.py::test_answer"])
+async def test_a_diff_that_does_not_apply_scores_zero(score):
+    verdict = await score("fix", "sed -i 's/41/42/' solution.py", must_pass=["tests/test_task.py::test_answer"])
     assert verdict.score == 1.0
-    broken = await TestVerifier().verify(
-        LocalWorkspace(tmp_path / "v2"),
-        prepare=lambda ex, dest: ex.exec(f"mkdir {dest}", timeout=10, max_output_bytes=100),
-        patch="diff --git a/solution.py b/solution.py\n--- a/solution.py\n+++ b/solution.py\n@@ -1 +1 @@\n-x\n+y\n",
-        test_command="true",
-    )
+    async with score.workspace("v2") as executor:
+        broken = await TestVerifier().verify(
+            executor,
+            prepare=lambda ex, dest: ex.exec(f"mkdir {dest}", timeout=10, max_output_bytes=100),
+            patch="diff --git a/solution.py b/solution.py\n--- a/solution.py\n+++ b/solution.py\n@@ -1 +1 @@\n-x\n+y\n",
+            test_command="true",
+        )
     assert broken.score == 0.0 and broken.error == "the agent's diff does not apply to a clean checkout"
 
 
@@ -140,23 +160,23 @@ FORGED_OK = (
 )
 
 
-async def test_a_unittest_runner_is_not_scored_from_what_the_code_prints(tmp_path):
-    unittest = f"{sys.executable} -m unittest -v tests.test_task"
+async def test_a_unittest_runner_is_not_scored_from_what_the_code_prints(score):
+    unittest = f"{score.python} -m unittest -v tests.test_task"
     kwargs = {"files": UNITTEST_TASK, "test": unittest, "must_pass": [UNITTEST_NAME]}
-    hack = await _score(tmp_path / "hack", FORGED_OK, **kwargs)
+    hack = await score("hack", FORGED_OK, **kwargs)
     assert "... ok" in hack.output_tail or hack.flags  # the forged line was printed, or the source was flagged
-    fixed = await _score(tmp_path / "fix", "sed -i 's/41/42/' solution.py", **kwargs)
+    fixed = await score("fix", "sed -i 's/41/42/' solution.py", **kwargs)
     assert (hack.score, fixed.score) == (0.0, 1.0)
     assert fixed.statuses == {UNITTEST_NAME: "PASSED"}
 
 
-async def test_an_expected_failure_counts_only_where_the_original_tests_declare_it(tmp_path):
+async def test_an_expected_failure_counts_only_where_the_original_tests_declare_it(score):
     files = {
         **TASK,
         "tests/test_known.py": "import pytest\n\n\n@pytest.mark.xfail(reason='known')\ndef test_known():\n    assert False\n",
     }
     must = ["tests/test_task.py::test_answer", "tests/test_known.py::test_known"]
-    fixed = await _score(tmp_path, "sed -i 's/41/42/' solution.py", files=files, must_pass=must)
+    fixed = await score("fix", "sed -i 's/41/42/' solution.py", files=files, must_pass=must)
     assert fixed.score == 1.0 and fixed.statuses == dict(zip(must, ["PASSED", "XFAIL"]))
 
 
@@ -228,19 +248,19 @@ async def test_the_probe_sees_runner_tampering_during_the_run(score, case):
     assert any(flag in f for f in verdict.flags), verdict.flags
 
 
-async def test_named_tests_under_another_runner_are_not_scored_from_its_output(tmp_path):
+async def test_named_tests_under_another_runner_are_not_scored_from_its_output(score):
     # What a `go test -v` run prints; under go the code under test prints into the same stream.
     printed = "printf -- '--- PASS: TestAnswer (0.00s)\\n'"
-    verdict = await _score(tmp_path, "sed -i 's/41/42/' solution.py", test=printed, must_pass=["TestAnswer"])
+    verdict = await score("fix", "sed -i 's/41/42/' solution.py", test=printed, must_pass=["TestAnswer"])
     assert verdict.score == 0.0 and verdict.statuses == {"TestAnswer": "PASSED"}
     assert verdict.error is not None and "only under pytest or unittest" in verdict.error
 
 
-async def test_a_pythonpath_set_in_the_test_command_still_loads_the_probe(tmp_path):
+async def test_a_pythonpath_set_in_the_test_command_still_loads_the_probe(score):
     # A prepared venv's command names the source root inline (`PYTHONPATH=<root> python -m pytest ...`).
-    test = f"PYTHONPATH=. {sys.executable} -m pytest -p no:cacheprovider -v tests"
+    test = f"PYTHONPATH=. {score.python} -m pytest -p no:cacheprovider -v tests"
     must = ["tests/test_task.py::test_answer"]
-    fixed = await _score(tmp_path / "fix", "sed -i 's/41/42/' solution.py", test=test, must_pass=must)
+    fixed = await score("fix", "sed -i 's/41/42/' solution.py", test=test, must_pass=must)
     assert fixed.score == 1.0 and fixed.statuses == {must[0]: "PASSED"}, (fixed.error, fixed.output_tail)
-    unfixed = await _score(tmp_path / "noop", "true", test=test, must_pass=must)
+    unfixed = await score("noop", "true", test=test, must_pass=must)
     assert unfixed.score == 0.0 and unfixed.statuses == {must[0]: "FAILED"}
