@@ -109,6 +109,25 @@ def _docker_config(test_id: str, **fields):
     return DockerBackendConfig(engine=ENGINE, pull="never", pool=pool, **fields)
 
 
+async def _oracle_on_docker(scripted_server, tmp_path, test_id, names: list[str]) -> dict[str, tuple]:
+    """{task: (error, score)} of the oracle (the hostile agent's work) on each task under tmp_path/tasks,
+    in docker, one at a time: one task's loop must not take the CPU another's stray needs to be on time."""
+    env = make_env(
+        scripted_server.base_url,
+        tmp_path,
+        backend=_docker_config(test_id),
+        tasks_dir=str(tmp_path / "tasks"),
+        image_registry="hermes-rl-test-root-guard",
+    )
+    results = {}
+    async with env.runtime():
+        await env.setup()
+        for name in names:
+            rollout = await env.rollout(env.by_id[name], model=OracleAgent(env.by_id))
+            results[name] = (rollout.error, rollout.score)
+    return results
+
+
 @pytest.mark.parametrize("agent,accuracy", [("oracle", 1.0), ("noop", 0.0)])
 def test_tb2_tasks_installing_packages_score_in_their_own_images(task_images, test_id, tmp_path, agent, accuracy):
     """evaluate on the docker backend: oracle 1.0 and no-op 0.0 on each task, every verdict from its own image."""
@@ -292,18 +311,7 @@ async def test_a_root_verifier_still_stops_what_the_tested_code_leaves_writing_t
             "d=$(ls -d /tmp/hermes-verify-*/logs/verifier | head -1)\n"
             f"{stray}disown\nEOF\n"
         )
-    env = make_env(
-        scripted_server.base_url,
-        tmp_path,
-        backend=_docker_config(test_id),
-        tasks_dir=str(tmp_path / "tasks"),
-        image_registry="hermes-rl-test-root-guard",
-    )
-    async with env.runtime():
-        await env.setup()
-        # One at a time: the loop of one must not take the CPU the other's stray needs to be on time.
-        rollouts = [await env.rollout(env.by_id[name], model=OracleAgent(env.by_id)) for name in ROOT_STRAYS]
-    results = {name: (r.error, r.score) for name, r in zip(ROOT_STRAYS, rollouts)}
+    results = await _oracle_on_docker(scripted_server, tmp_path, test_id, list(ROOT_STRAYS))
     assert results == {name: (None, 0.0) for name in ROOT_STRAYS}, results
 
 
@@ -312,17 +320,7 @@ async def test_a_root_verifier_scores_zero_when_the_tested_program_kills_the_gua
 ):
     """As root in the container: the tested program writes reward 1 and SIGKILLs test.sh's shell (no trap runs)."""
     name = guard_killer_task(tmp_path / "tasks")
-    env = make_env(
-        scripted_server.base_url,
-        tmp_path,
-        backend=_docker_config(test_id),
-        tasks_dir=str(tmp_path / "tasks"),
-        image_registry="hermes-rl-test-root-guard",
-    )
-    async with env.runtime():
-        await env.setup()
-        rollout = await env.rollout(env.by_id[name], model=OracleAgent(env.by_id))
-    assert rollout.error is None and rollout.score == 0.0, (rollout.error, rollout.score)
+    assert await _oracle_on_docker(scripted_server, tmp_path, test_id, [name]) == {name: (None, 0.0)}
 
 
 # The image puts a directory of the workspace on PATH (a task's own venv or tools under /app), so the agent
@@ -346,14 +344,4 @@ async def test_programs_the_agent_plants_on_the_images_path_do_not_run_the_verif
         solution=PATH_PLANTER,
         dockerfile_extra="ENV PATH=/app/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
     )
-    env = make_env(
-        scripted_server.base_url,
-        tmp_path,
-        backend=_docker_config(test_id),
-        tasks_dir=str(tmp_path / "tasks"),
-        image_registry="hermes-rl-test-root-guard",
-    )
-    async with env.runtime():
-        await env.setup()
-        rollout = await env.rollout(env.by_id[name], model=OracleAgent(env.by_id))
-    assert rollout.error is None and rollout.score == 0.0, (rollout.error, rollout.score)
+    assert await _oracle_on_docker(scripted_server, tmp_path, test_id, [name]) == {name: (None, 0.0)}
