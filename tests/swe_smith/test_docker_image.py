@@ -177,6 +177,24 @@ def backend_yaml(instance: dict, docker_test_id: str) -> str:
     )
 
 
+def _oracle_config(tmp_path: Path, instance: dict, backend) -> SweSmithOracleEnvConfig:
+    """The oracle env on `instance`'s local data, one group of one, its slots on `backend`."""
+    return SweSmithOracleEnvConfig(
+        tokenizer_name="embedded",
+        use_wandb=False,
+        group_size=1,
+        total_steps=1,
+        tool_backend="sandbox",
+        sandbox=SandboxToolBackendConfig(backend=backend),
+        dataset=str(tmp_path / "instances.jsonl"),
+        mirror_base=str(instance["mirrors"]),
+        profiles=str(tmp_path / "profiles.json"),
+        cache_dir=str(tmp_path / "cache"),
+        data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
+        ensure_scores_are_not_same=False,
+    )
+
+
 @pytest.mark.slow
 def test_oracle_scores_1_and_noop_0_in_the_instances_image(tmp_path, instance, docker_test_id):
     config = tmp_path / "docker.yaml"
@@ -254,20 +272,7 @@ async def test_a_noop_that_tampers_with_the_runner_in_testbed_scores_0(tmp_path,
         labels={TEST_LABEL: docker_test_id},
         pool=pool,
     )
-    config = SweSmithOracleEnvConfig(
-        tokenizer_name="embedded",
-        use_wandb=False,
-        group_size=1,
-        total_steps=1,
-        tool_backend="sandbox",
-        sandbox=SandboxToolBackendConfig(backend=backend),
-        dataset=str(tmp_path / "instances.jsonl"),
-        mirror_base=str(instance["mirrors"]),
-        profiles=str(tmp_path / "profiles.json"),
-        cache_dir=str(tmp_path / "cache"),
-        data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
-        ensure_scores_are_not_same=False,
-    )
+    config = _oracle_config(tmp_path, instance, backend)
     async with ScriptedOpenAIServer([]) as server:
         env = SweSmithOracleEnv(config, [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="x")])
         async with env.runtime():
@@ -340,20 +345,7 @@ async def test_oracle_scores_1_and_noop_0_in_the_instances_image_on_modal(tmp_pa
     backend = ModalBackendConfig(
         pool=pool, create_rate_per_s=50, startup_timeout_s=120, runtime_dir=str(instance["runtime_dir"])
     )
-    config = SweSmithOracleEnvConfig(
-        tokenizer_name="embedded",
-        use_wandb=False,
-        group_size=1,
-        total_steps=1,
-        tool_backend="sandbox",
-        sandbox=SandboxToolBackendConfig(backend=backend),
-        dataset=str(tmp_path / "instances.jsonl"),
-        mirror_base=str(instance["mirrors"]),
-        profiles=str(tmp_path / "profiles.json"),
-        cache_dir=str(tmp_path / "cache"),
-        data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
-        ensure_scores_are_not_same=False,
-    )
+    config = _oracle_config(tmp_path, instance, backend)
     try:
         async with ScriptedOpenAIServer([]) as server:
             env = OnModal(config, [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="x")])
