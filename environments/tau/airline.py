@@ -26,7 +26,7 @@ import datetime
 from typing import Any
 
 from environments.tau.domain import Domain, DomainTool
-from environments.tau.retail import calculate, transfer_to_human_agents
+from environments.tau.retail import CALCULATE, TRANSFER_TO_HUMAN_AGENTS
 
 __all__ = ["DOMAIN"]
 
@@ -448,12 +448,7 @@ _TOOLS = [
             "insurance": {"type": "string", "enum": list(INSURANCE)},
         },
     ),
-    DomainTool.of(
-        calculate,
-        "generic",
-        "Evaluate an arithmetic expression (+ - * / and parentheses); result to 2 decimals.",
-        {"expression": _S},
-    ),
+    CALCULATE,
     DomainTool.of(
         cancel_reservation,
         "write",
@@ -497,13 +492,7 @@ _TOOLS = [
         "Add a travel certificate of `amount` dollars to a user's payment methods. Only as the policy allows.",
         {"user_id": _USER, "amount": _INT},
     ),
-    DomainTool.of(
-        transfer_to_human_agents,
-        "generic",
-        "Hand the user to a human agent with a summary; only when the request is outside policy and tools, or "
-        "the user asks for a human.",
-        {"summary": _S},
-    ),
+    TRANSFER_TO_HUMAN_AGENTS,
     DomainTool.of(
         update_reservation_baggages,
         "write",

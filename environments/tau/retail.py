@@ -324,13 +324,23 @@ _PAYMENT = {"type": "string", "description": "A payment method id of the user, e
 _ADDRESS = {k: _S for k in ("address1", "address2", "city", "state", "country", "zip")}
 
 
+# The two generic tools both domains have (the benchmark declares them the same way in each).
+CALCULATE = DomainTool.of(
+    calculate,
+    "generic",
+    "Evaluate an arithmetic expression (+ - * / and parentheses); result to 2 decimals.",
+    {"expression": _S},
+)
+TRANSFER_TO_HUMAN_AGENTS = DomainTool.of(
+    transfer_to_human_agents,
+    "generic",
+    "Hand the user to a human agent with a summary; only when the request is outside policy and tools, or "
+    "the user asks for a human.",
+    {"summary": _S},
+)
+
 _TOOLS = [
-    DomainTool.of(
-        calculate,
-        "generic",
-        "Evaluate an arithmetic expression (+ - * / and parentheses); result to 2 decimals.",
-        {"expression": _S},
-    ),
+    CALCULATE,
     DomainTool.of(
         cancel_pending_order,
         "write",
@@ -398,13 +408,7 @@ _TOOLS = [
         "a gift card. Needs explicit confirmation.",
         {"order_id": _ORDER_ID, "item_ids": _IDS, "payment_method_id": _PAYMENT},
     ),
-    DomainTool.of(
-        transfer_to_human_agents,
-        "generic",
-        "Hand the user to a human agent with a summary; only when the request is outside policy and tools, or "
-        "the user asks for a human.",
-        {"summary": _S},
-    ),
+    TRANSFER_TO_HUMAN_AGENTS,
 ]
 
 DOMAIN = Domain("retail", {t.name: t for t in _TOOLS}, normalise=_normalise)
