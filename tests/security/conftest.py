@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -35,6 +36,7 @@ from tests.support.docker_engine import (
     SandboxPlace,
     container_exec,
     container_listdir,
+    container_processes,
     docker_config,
     stop_container,
 )
@@ -147,28 +149,47 @@ async def sandbox(sandbox_at):
         yield backend
 
 
+def sandbox_container(backend: SlotPool) -> tuple[str, str] | None:
+    """(engine, container id) of the (only) sandbox of a docker pool; None on the local backend."""
+    provider = backend.provider
+    if not isinstance(provider, DockerSandboxProvider):
+        return None
+    (sb,) = backend._sandboxes.values()
+    return provider.config.engine, provider.container_id(sb.address)
+
+
 async def server_listdir(backend: SlotPool, rel: str) -> list[str]:
     """The entries of `rel` in the (only) server's data directory, on this machine or in its container."""
-    provider = backend.provider
-    if isinstance(provider, DockerSandboxProvider):
-        (sb,) = backend._sandboxes.values()
-        cid = provider.container_id(sb.address)
-        return await asyncio.to_thread(container_listdir, provider.config.engine, cid, f"{DATA_DIR}/{rel}")
+    where = sandbox_container(backend)
+    if where is not None:
+        return await asyncio.to_thread(container_listdir, *where, f"{DATA_DIR}/{rel}")
     return os.listdir(server_data_dir(backend) / rel)
 
 
 async def server_makedirs(backend: SlotPool, rel: str) -> None:
     """Make `rel` (and its parents) in the (only) server's data directory, on this machine or in its container."""
-    provider = backend.provider
-    if isinstance(provider, DockerSandboxProvider):
-        (sb,) = backend._sandboxes.values()
-        cid = provider.container_id(sb.address)
-        code, out = await asyncio.to_thread(
-            container_exec, provider.config.engine, cid, ["mkdir", "-p", f"{DATA_DIR}/{rel}"]
-        )
+    where = sandbox_container(backend)
+    if where is not None:
+        code, out = await asyncio.to_thread(container_exec, *where, ["mkdir", "-p", f"{DATA_DIR}/{rel}"])
         assert code == 0, out
         return
     os.makedirs(server_data_dir(backend) / rel, exist_ok=True)
+
+
+async def sandbox_processes(backend: SlotPool, text: str) -> list[str]:
+    """Command lines holding `text` among the (only) sandbox's processes: this machine's on the local
+    backend (`pgrep -af`), the container's own on docker (its `ps`: wherever its engine runs)."""
+    where = sandbox_container(backend)
+    if where is not None:
+        procs = await asyncio.to_thread(container_processes, *where)
+        return [f"{p.pid} {p.args}" for p in procs if text in p.args]
+    return host_processes(text)
+
+
+def host_processes(text: str) -> list[str]:
+    """This machine's processes whose command line holds `text` (`pgrep -af`, itself left out)."""
+    out = subprocess.run(["pgrep", "-af", text], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
 
 
 def server_token(backend: SlotPool) -> str:
