@@ -50,13 +50,21 @@ async def test_no_descendant_survives_the_command_or_its_timeout(tmp_path):
 
 async def test_no_descendant_survives_a_sandbox_command_or_its_timeout(sandbox_at):
     """Each command's leftovers die as it ends (sandbox_server/exec_server.py), not only at the slot's reset:
-    looked at while the trajectory still holds the slot, on this machine or in the container."""
+    looked at while the trajectory still holds the slot, on this machine or in the container (where the
+    escapes are first seen running, so the look would find survivors)."""
     marker = f"hermes-escape-{sandbox_at.tmp_path.name}"
     async with running_sandbox(sandbox_at, slots=1) as backend:
         async with backend.trajectory("t") as ex:
+            (_, [(_, running)]) = _escapes(marker)
+            command = asyncio.create_task(ex.exec(running["command"], timeout=20, max_output_bytes=1000))
+            deadline = time.monotonic() + 20
+            while len(seen := await sandbox_processes(backend, marker)) < 5 and time.monotonic() < deadline:
+                await asyncio.sleep(0.1)
+            command.cancel()  # the executor kills the command it no longer waits for
             msgs = await play(ex, _escapes(marker))
             survivors = await sandbox_processes(backend, marker)
-    assert msgs[0]["result"]["output"].endswith("started\n")
+    assert len(seen) >= 5, seen  # the escapes ran, where the look for survivors looks
+    assert msgs[0]["result"]["output"] == "started\n", msgs[0]
     assert msgs[1]["result"]["exit_code"] is None  # timed out
     assert survivors == []
 
