@@ -6,7 +6,9 @@ or against the local workspace backend.
 
 Attacks on a slot's confinement run on each sandbox backend that hosts slots on this machine:
 `sandbox_at` is parametrized over local processes and docker containers (skipped only when no
-engine answers); tests that need a server's host-side internals (its data dir, its process) stay local.
+engine answers). Where the look must differ (a server's data dir, its processes), helpers here look on
+this machine or in the container (`sandbox_container`). test_backend_coverage.py checks that every test
+starting a sandbox takes a place, but for a short list of one-backend tests with their reasons.
 """
 
 from __future__ import annotations
