@@ -6,7 +6,9 @@ or against the local workspace backend.
 
 Attacks on a slot's confinement run on each sandbox backend that hosts slots on this machine:
 `sandbox_at` is parametrized over local processes and docker containers (skipped only when no
-engine answers); tests that need a server's host-side internals (its data dir, its process) stay local.
+engine answers). Where the look must differ (a server's data dir, its processes), helpers here look on
+this machine or in the container (`sandbox_container`). test_backend_coverage.py checks that every test
+starting a sandbox takes a place, but for a short list of one-backend tests with their reasons.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import json
 import os
 import resource
 import signal
+import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -35,6 +38,7 @@ from tests.support.docker_engine import (
     SandboxPlace,
     container_exec,
     container_listdir,
+    container_processes,
     docker_config,
     stop_container,
 )
@@ -147,28 +151,47 @@ async def sandbox(sandbox_at):
         yield backend
 
 
+def sandbox_container(backend: SlotPool) -> tuple[str, str] | None:
+    """(engine, container id) of the (only) sandbox of a docker pool; None on the local backend."""
+    provider = backend.provider
+    if not isinstance(provider, DockerSandboxProvider):
+        return None
+    (sb,) = backend._sandboxes.values()
+    return provider.config.engine, provider.container_id(sb.address)
+
+
 async def server_listdir(backend: SlotPool, rel: str) -> list[str]:
     """The entries of `rel` in the (only) server's data directory, on this machine or in its container."""
-    provider = backend.provider
-    if isinstance(provider, DockerSandboxProvider):
-        (sb,) = backend._sandboxes.values()
-        cid = provider.container_id(sb.address)
-        return await asyncio.to_thread(container_listdir, provider.config.engine, cid, f"{DATA_DIR}/{rel}")
+    where = sandbox_container(backend)
+    if where is not None:
+        return await asyncio.to_thread(container_listdir, *where, f"{DATA_DIR}/{rel}")
     return os.listdir(server_data_dir(backend) / rel)
 
 
 async def server_makedirs(backend: SlotPool, rel: str) -> None:
     """Make `rel` (and its parents) in the (only) server's data directory, on this machine or in its container."""
-    provider = backend.provider
-    if isinstance(provider, DockerSandboxProvider):
-        (sb,) = backend._sandboxes.values()
-        cid = provider.container_id(sb.address)
-        code, out = await asyncio.to_thread(
-            container_exec, provider.config.engine, cid, ["mkdir", "-p", f"{DATA_DIR}/{rel}"]
-        )
+    where = sandbox_container(backend)
+    if where is not None:
+        code, out = await asyncio.to_thread(container_exec, *where, ["mkdir", "-p", f"{DATA_DIR}/{rel}"])
         assert code == 0, out
         return
     os.makedirs(server_data_dir(backend) / rel, exist_ok=True)
+
+
+async def sandbox_processes(backend: SlotPool, text: str) -> list[str]:
+    """Command lines holding `text` among the (only) sandbox's processes: this machine's on the local
+    backend (`pgrep -af`), the container's own on docker (its `ps`: wherever its engine runs)."""
+    where = sandbox_container(backend)
+    if where is not None:
+        procs = await asyncio.to_thread(container_processes, *where)
+        return [f"{p.pid} {p.args}" for p in procs if text in p.args]
+    return host_processes(text)
+
+
+def host_processes(text: str) -> list[str]:
+    """This machine's processes whose command line holds `text` (`pgrep -af`, itself left out)."""
+    out = subprocess.run(["pgrep", "-af", text], capture_output=True, text=True).stdout
+    return [line for line in out.splitlines() if "pgrep" not in line]
 
 
 def server_token(backend: SlotPool) -> str:

@@ -143,3 +143,32 @@ async def test_a_very_deep_tree_on_the_local_backend_is_the_models_error_not_the
     assert "bytes_written" not in msgs[0]["content"] and "levels" in msgs[0]["content"], msgs[0]["content"]
     assert "wrote-deep" in msgs[1]["content"]
     assert os.listdir(tmp_path / "ws") == []  # the deep workspace was removed at the trajectory's end
+
+
+async def test_a_very_deep_tree_within_the_depth_limit_is_the_models_error_not_the_runs(sandbox_at):
+    """The test above on a sandbox slot of each backend. A slot's tree may be as deep as its (highest)
+    depth limit: 1,020 directories, past Python's recursion limit and remove_tree's descriptor bound, are
+    written, and the slot's reset removes them: the sandbox is neither failed nor replaced."""
+    limits = {"max_path_depth": 1024}
+    deep = DEEP_TREE.replace("range(1200)", "range(1020)").replace("48M", "1M")
+    with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
+        async with running_sandbox(sandbox_at, slots=1, limits=limits) as backend:
+            async with backend.trajectory("deep") as ex:
+                msgs = await play(
+                    ex,
+                    [
+                        [("write_file", {"path": "x/" * 3000 + "f", "content": "deep"})],
+                        [("terminal", {"command": deep, "timeout": 60})],
+                        [("terminal", {"command": "find . -type d | wc -l"})],
+                    ],
+                )
+            left_after_reset = await server_listdir(backend, "slots/0")
+            stale = [n for n in await server_listdir(backend, "slots") if "stale" in n]
+            async with backend.trajectory("next") as ex:
+                again = await ex.exec("ls -A; echo ok", timeout=20, max_output_bytes=100)
+            replaced = backend.replaced
+    assert "bytes_written" not in msgs[0]["content"] and "levels" in msgs[0]["content"], msgs[0]["content"]
+    assert "wrote-deep" in msgs[1]["content"], msgs[1]["content"]
+    assert msgs[2]["result"]["output"] == "1021\n", msgs[2]  # the workspace and its 1,020 nested directories
+    assert left_after_reset == [] and stale == [] and replaced == 0
+    assert again.output == "ok\n", again

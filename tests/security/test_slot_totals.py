@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Awaitable, Callable
 
 import pytest
 
-from tests.security.conftest import outer_memory_limit, outer_process_limit, play, running_sandbox
+from backends.docker import DATA_DIR
+from tests.security.conftest import outer_memory_limit, outer_process_limit, play, running_sandbox, sandbox_container
+from tests.support.docker_engine import SandboxPlace, container_exec
 
 MiB = 1024 * 1024
 # Five processes of ~70 MiB each: every one far below the 256 MiB per-process limit, 350 MiB together.
@@ -104,19 +107,24 @@ async def test_filling_the_workspace_from_the_terminal_is_stopped_and_trimmed(sa
     assert (host / "big.bin").stat().st_blocks * 512 == 100 * MiB
 
 
-async def test_space_freed_elsewhere_on_the_filesystem_does_not_hide_a_slots_growth(tmp_path):
+async def test_space_freed_elsewhere_on_the_filesystem_does_not_hide_a_slots_growth(sandbox_at):
     """The server decides whether to walk from the filesystem's growth: a file on the same filesystem
     deleted after the slot's baseline (other slots' resets, containers, image layers do this) must not
-    let 48 MiB and a too-deep tree through a 16 MiB quota. Local only: the freed file must share its disk."""
-    elsewhere = tmp_path / "elsewhere.bin"
-    with open(elsewhere, "wb") as fh:
-        os.posix_fallocate(fh.fileno(), 0, 128 * MiB)
+    let 48 MiB and a too-deep tree through a 16 MiB quota. The freed file shares the data dir's disk:
+    beside the local backend's data root, or in the container's own filesystem (made and removed as root
+    through `docker exec`), whose data dir is on it too."""
     deep = "python3 -c \"import os\nfor _ in range(300): os.mkdir('x'); os.chdir('x')\"; "
     grow = deep + "head -c 48M /dev/zero > big && echo wrote-big"
     with outer_process_limit(1000), outer_memory_limit(8 * 1024 * MiB):
-        async with running_sandbox(tmp_path, limits={"workspace_bytes": 16 * MiB}) as backend:
+        # No watchdog tick within the command (it may catch the tree before the 48 MiB are written, and
+        # no tick may come in time anyway): the check as the command ends is the one under test.
+        limits = {"workspace_bytes": 16 * MiB, "watchdog_interval_s": 60}
+        async with running_sandbox(sandbox_at, slots=1, limits=limits) as backend:
+            free_elsewhere = await _elsewhere(sandbox_at, backend, 128 * MiB)
+            async with backend.trajectory("baseline"):
+                pass  # its reset takes the slot's baseline with the file still there
             async with backend.trajectory("grower") as ex:
-                elsewhere.unlink()  # after the slot's baseline, before its command: the filesystem shrinks on net
+                await free_elsewhere()  # after the slot's baseline, before its command: the filesystem shrinks on net
                 msgs = await play(
                     ex,
                     [
@@ -127,6 +135,30 @@ async def test_space_freed_elsewhere_on_the_filesystem_does_not_hide_a_slots_gro
     grew, after = msgs[0]["content"], msgs[1]["result"]["output"]
     assert "wrote-big" not in grew and "disk quota of 16 MiB" in grew and "levels" in grew, grew
     assert du(after) <= 16 * MiB, after
+
+
+async def _elsewhere(place: SandboxPlace, backend, size: int) -> Callable[[], Awaitable[None]]:
+    """Allocate `size` bytes on the slots' filesystem outside any workspace; returns what frees them."""
+    where = sandbox_container(backend)
+    if where is None:
+        elsewhere = place.tmp_path / "elsewhere.bin"
+        with open(elsewhere, "wb") as fh:
+            os.posix_fallocate(fh.fileno(), 0, size)
+
+        async def free() -> None:
+            elsewhere.unlink()
+
+        return free
+    path = f"{os.path.dirname(DATA_DIR)}/hermes-elsewhere.bin"
+    same_fs = f"fallocate -l {size} {path} && test $(stat -c %d {path}) = $(stat -c %d {DATA_DIR}/slots/0)"
+    code, out = await asyncio.to_thread(container_exec, *where, ["sh", "-c", same_fs])
+    assert code == 0, out
+
+    async def free_in_container() -> None:
+        code, out = await asyncio.to_thread(container_exec, *where, ["rm", path])
+        assert code == 0, out
+
+    return free_in_container
 
 
 async def test_write_file_and_patch_past_the_disk_quota_are_refused(sandbox_at):

@@ -37,7 +37,12 @@ __all__ = [
     "remove_labelled",
     "stop_container",
     "container_exec",
+    "container_spawn",
     "container_listdir",
+    "ContainerProcess",
+    "container_processes",
+    "container_state",
+    "kill_container",
     "load_into_podman",
 ]
 
@@ -206,6 +211,60 @@ def container_exec(engine: str, cid: str, argv: list[str]) -> tuple[int, str]:
         return client.api.exec_inspect(exec_id)["ExitCode"], out
     finally:
         client.close()
+
+
+def container_spawn(engine: str, cid: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+    """Start `argv` as root inside a running container and return at once (it runs on, detached)."""
+    import docker
+
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
+    try:
+        exec_id = client.api.exec_create(cid, argv, environment=env or None)["Id"]
+        client.api.exec_start(exec_id, detach=True)
+    finally:
+        client.close()
+
+
+def kill_container(engine: str, cid: str, signal: int) -> None:
+    """`docker kill --signal`: send `signal` to the container's PID 1."""
+    import docker
+
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
+    try:
+        client.api.kill(cid, signal=signal)
+    finally:
+        client.close()
+
+
+def container_state(engine: str, cid: str) -> dict[str, Any]:
+    """The container's State (`docker inspect`): Running, ExitCode, Pid..."""
+    import docker
+
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
+    try:
+        return client.api.inspect_container(cid)["State"]
+    finally:
+        client.close()
+
+
+@dataclass(frozen=True)
+class ContainerProcess:
+    pid: int  # in the container's pid namespace
+    ppid: int
+    stat: str  # ps's STAT: "Z..." is a zombie
+    args: str
+
+
+def container_processes(engine: str, cid: str) -> list[ContainerProcess]:
+    """Every process in a running container's pid namespace, as its own `ps` sees it (the image needs procps)."""
+    code, out = container_exec(engine, cid, ["ps", "-e", "-o", "pid=,ppid=,stat=,args="])
+    if code != 0:
+        raise RuntimeError(f"ps in container {cid[:12]} failed ({code}): {out.strip()}")
+    rows = []
+    for line in out.splitlines():
+        pid, ppid, stat, *args = line.split(None, 3)
+        rows.append(ContainerProcess(int(pid), int(ppid), stat, args[0] if args else ""))
+    return rows
 
 
 def container_listdir(engine: str, cid: str, path: str) -> list[str]:
