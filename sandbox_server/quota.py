@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import stat
 import time
@@ -51,6 +52,9 @@ MAX_WALK_AGE_S = 10.0
 # A workspace whose last walk took less than this is walked after every command: exact, and cheap
 # (a 4k-entry repository walks in ~20 ms here), so the filesystem-wide screen below is for large ones.
 CHEAP_WALK_S = 0.025
+# A workspace that had at most this many entries, on a filesystem that gained no more inodes than
+# that since, is walked on the event loop (tens of microseconds) instead of on a thread.
+INLINE_WALK_ENTRIES = 64
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
@@ -79,6 +83,8 @@ def disk_usage(root: str, max_depth: int, stop_above: int | None = None, stop_fi
     """
     seen: set[tuple[int, int]] = set()
     usage = Usage()
+    max_bytes = math.inf if stop_above is None else stop_above
+    max_files = math.inf if stop_files is None else stop_files
     try:
         usage.bytes = os.lstat(root).st_blocks * 512
         walker = walk(root, max_depth=max_depth, too_deep=usage.too_deep)
@@ -94,14 +100,17 @@ def disk_usage(root: str, max_depth: int, stop_above: int | None = None, stop_fi
                     seen.add((st.st_dev, st.st_ino))
                 usage.bytes += st.st_blocks * 512
                 usage.files += 1
-            if (stop_above is not None and usage.bytes > stop_above) or (
-                stop_files is not None and usage.files > stop_files
-            ):
-                walker.close()
-                break
+                if usage.files > max_files or usage.bytes > max_bytes:  # per entry: one huge directory stops too
+                    walker.close()
+                    return usage
     except OSError:
         pass
     return usage
+
+
+def _measure(root: str, max_depth: int, stop_above: int, stop_files: int) -> tuple[tuple[int, int], Usage]:
+    """The filesystem's counters, then the workspace's usage: one hand-off to a thread for both."""
+    return _fs_used(root), disk_usage(root, max_depth, stop_above, stop_files)
 
 
 def _fs_used(root: str) -> tuple[int, int]:
@@ -356,7 +365,16 @@ class SlotGuard:
         shrunk = grown < 0 or made < 0
         stale = time.monotonic() - s.walked_at > max(MAX_WALK_AGE_S, 20 * s.walk_s)
         lim = self.limits
-        if (
+        if not shrunk and s.files + made <= INLINE_WALK_ENTRIES:
+            # A handful of entries: walking them here costs less than the hand-off to a thread. A walk
+            # that finds more (others' deletions offset this slot's growth) stops and goes to the thread.
+            started = time.monotonic()
+            usage = disk_usage(s.root, lim.max_path_depth, stop_files=INLINE_WALK_ENTRIES)
+            if usage.files <= INLINE_WALK_ENTRIES:
+                self._walked(s, s.generation, started, (used, inodes), usage)
+                return
+            await self._walk(s)
+        elif (
             s.walk_s < CHEAP_WALK_S
             or shrunk
             or stale
@@ -368,10 +386,13 @@ class SlotGuard:
     async def _walk(self, s: _Slot) -> None:
         lim = self.limits
         generation, started = s.generation, time.monotonic()
-        fs_before = await self._run(_fs_used, s.root)
-        usage = await self._run(
-            disk_usage, s.root, lim.max_path_depth, 2 * lim.workspace_bytes, 2 * lim.workspace_files
+        fs_before, usage = await self._run(
+            _measure, s.root, lim.max_path_depth, 2 * lim.workspace_bytes, 2 * lim.workspace_files
         )
+        self._walked(s, generation, started, fs_before, usage)
+
+    @staticmethod
+    def _walked(s: _Slot, generation: int, started: float, fs_before: tuple[int, int], usage: Usage) -> None:
         if generation == s.generation:  # not reset meanwhile
             s.disk, s.files, s.too_deep = usage.bytes, usage.files, bool(usage.too_deep)
             s.fs_used, s.walked_at, s.walk_s = fs_before, started, time.monotonic() - started
