@@ -142,7 +142,7 @@ async def play_all(env, expected: dict[str, float], caplog) -> None:
     # stopped by SIGSTOP), not a shell that ended before its guard.
     reasons = {r.getMessage().split(": ", 1)[0].removeprefix("task "): r.getMessage() for r in caplog.records}
     for name in expected:
-        assert "(reward.txt" in reasons[name], reasons[name]
+        assert reasons[name].endswith("(reward.txt)"), reasons[name]  # and confined: nothing appended
 
 
 async def test_a_tested_program_cannot_ptrace_write_or_stop_the_guarded_shell(scripted_server, tmp_path, caplog):
