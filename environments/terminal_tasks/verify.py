@@ -230,8 +230,8 @@ GUARD_FAILED = 97
 # a Landlock domain of its own, which cannot ptrace or signal that shell. Shipped to each verifying command.
 CONFINE_LIBRARY = Path(__file__).with_name("hermes-confine.so")
 UNCONFINED = (
-    "the tested programs could ptrace test.sh's shell (no Landlock in this sandbox's kernel, "
-    f"or {CONFINE_LIBRARY.name} not built: run scripts/setup.sh)"
+    f"the tested programs could ptrace test.sh's shell ({CONFINE_LIBRARY.name} not built (run scripts/setup.sh) "
+    "or not loadable by the image's bash, or no Landlock in the sandbox's kernel)"
 )
 # Where the verifier's own steps (and the guard's) find their programs: never the image's PATH, which may
 # name a directory of the workspace (a task's venv or tools under /app) the agent could plant programs in.

@@ -167,3 +167,41 @@ async def test_a_root_verifier_cannot_be_ptraced_written_or_stopped_by_the_teste
         image_registry="hermes-rl-test-guard-ptrace",
     )
     await play_all(env, expected, caplog)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+async def test_where_the_shell_cannot_be_confined_the_guard_still_works_and_the_verdict_says_so(
+    request, tmp_path, scripted_server, caplog
+):
+    """An image whose bash is static ignores LD_PRELOAD (as a kernel without Landlock leaves programs unconfined).
+
+    The tests run as before, unconfined (fail open), and the verdict's reason says the shell was exposed.
+    """
+    labels = request.getfixturevalue("test_id")
+    static_bash = (
+        PYTHON + "RUN apt-get update && apt-get install -y bash-static \n"
+        "RUN [ -e /usr/local/bin/bash ] || ln -s /bin/bash-static /usr/local/bin/bash\n"  # replayed in the slot too
+    )
+    tasks = tmp_path / "tasks"
+    expected = {
+        program_task(tasks, "own-child-static-bash", OWN_CHILD, OWN_TEST, static_bash): 1.0,
+        program_task(tasks, "zero-static-bash", "print('done')\n", ATTACK_TEST, static_bash): 0.0,
+    }
+    env = make_env(
+        scripted_server.base_url,
+        tmp_path,
+        backend=_docker_config(labels),
+        tasks_dir=str(tasks),
+        image_registry="hermes-rl-test-guard-ptrace",
+    )
+    caplog.set_level(logging.INFO, logger="environments.terminal_tasks.env")
+    async with env.runtime():
+        await env.setup()
+        rollouts = {name: await env.rollout(env.by_id[name], model=OracleAgent(env.by_id)) for name in expected}
+    assert {n: (r.error, r.score) for n, r in rollouts.items()} == {n: (None, s) for n, s in expected.items()}
+    reasons = [r.getMessage() for r in caplog.records]
+    for name in expected:
+        assert any(
+            m.startswith(f"task {name}: ") and "(reward.txt; the tested programs could ptrace" in m for m in reasons
+        ), reasons
