@@ -7,8 +7,8 @@
    domain can only ptrace (and so open /proc/PID/mem, process_vm_writev, pidfd_getfd...) processes
    in its own domain or one nested under it, and from ABI 6 on only signal those: the tested programs
    cannot reach the shell that runs test.sh and its guard, which stays outside every domain (and can
-   still kill them). The domain denies nothing else: it handles only "make a block device", with no
-   rule, which no test needs.
+   still kill them). From ABI 6 the domain restricts nothing else; on ABI 2-5 it also refuses mount(2)
+   and making block devices (see confine()); on ABI 1 nothing is confined.
 
    The child is confined before the exec is tried, so a script bash runs in that child itself (no
    #!, execve fails with ENOEXEC) is confined too. Where Landlock is missing (old kernels, gVisor)
@@ -63,13 +63,34 @@ static long sys5(long n, long a, long b, long c, long d, long e) {
 
 extern int *__errno_location(void);
 
+#ifndef HERMES_CONFINE_ABI /* a test build may pretend the kernel has an older ABI */
+#define HERMES_CONFINE_ABI(found) (found)
+#endif
+
 static void confine(void) {
-    long abi = sys3(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION);
-    if (abi < 1) return; /* no Landlock here */
-    struct ruleset_attr attr = {LANDLOCK_ACCESS_FS_MAKE_BLOCK, 0, abi >= 6 ? LANDLOCK_SCOPE_SIGNAL : 0};
-    long fd = sys3(__NR_landlock_create_ruleset, (long)&attr, sizeof attr, 0);
+    long abi = HERMES_CONFINE_ABI(sys3(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION));
+    /* ABI 1 denies every rename or link across directories in a domain, whatever it handles: not used. */
+    if (abi < 2) return;
+    /* ABI 6 on: a domain that handles no file access, only scoping signals. Before: one that must handle some
+       file access (any domain scopes ptrace); "make a block device", with no rule, and "reparent" (renames
+       and links across directories, denied in every domain unless a rule grants it), granted on all of /.
+       Such a domain also refuses mount(2) and its kin. */
+    struct ruleset_attr attr = {0, 0, LANDLOCK_SCOPE_SIGNAL};
+    if (abi < 6) attr = (struct ruleset_attr){LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_REFER, 0, 0};
+    long fd = sys3(__NR_landlock_create_ruleset, (long)&attr, abi < 6 ? 8 : sizeof attr, 0);
     if (fd < 0) return;
-    /* Needed unless the process has CAP_SYS_ADMIN; bubblewrap has set it already anyway. */
+    if (abi < 6) {
+        struct landlock_path_beneath_attr everywhere = {LANDLOCK_ACCESS_FS_REFER, -1};
+        long root = sys3(__NR_openat, -100 /* AT_FDCWD */, (long)"/", 010000000 | 02000000 /* O_PATH|O_CLOEXEC */);
+        everywhere.parent_fd = (int)root;
+        long added = root < 0 ? -1 : sys5(__NR_landlock_add_rule, fd, LANDLOCK_RULE_PATH_BENEATH, (long)&everywhere, 0, 0);
+        if (root >= 0) sys3(__NR_close, root, 0, 0);
+        if (added < 0) { /* without it renames across directories would fail: this program runs unconfined */
+            sys3(__NR_close, fd, 0, 0);
+            return;
+        }
+    }
+    /* Needed unless the process has CAP_SYS_ADMIN; bubblewrap and hermes-spawn have set it already. */
     sys5(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
     sys3(__NR_landlock_restrict_self, fd, 0, 0);
     sys3(__NR_close, fd, 0, 0);

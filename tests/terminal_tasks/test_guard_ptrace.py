@@ -77,8 +77,15 @@ for _ in range(100):
 )
 # SIGSTOP: the shell would wait, stopped, until the verifier's command times out.
 SIGSTOP = PRELUDE + "os.kill(shell, 19)\nprint('attack: stopped the shell', flush=True)\n"
-# An honest program: it ptraces, reads the memory of and signals its own child.
-OWN_CHILD = """import ctypes, os, time
+# An honest program: it ptraces, reads the memory of and signals its own child, and renames and links a file
+# across directories (which a Landlock domain refuses unless a rule grants it).
+OWN_CHILD = """import ctypes, os, tempfile, time
+top = tempfile.mkdtemp()
+os.makedirs(top + "/a")
+os.makedirs(top + "/b")
+open(top + "/a/f", "w").close()
+os.rename(top + "/a/f", top + "/b/f")
+os.link(top + "/b/f", top + "/a/g")
 libc = ctypes.CDLL(None, use_errno=True)
 libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
 child = os.fork()
