@@ -430,7 +430,7 @@ class Verdict:
     exit_code: int | None
     metrics: dict[str, float]
     log: str = ""
-    # Harbor: whether the programs test.sh ran could not ptrace or signal its shell (None: no such shell).
+    # Harbor: whether the programs test.sh ran could not ptrace its shell (None: Endless, no such shell).
     confined: bool | None = None
 
 
