@@ -16,7 +16,7 @@ need_apt=()
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 command -v flock >/dev/null 2>&1 || need_apt+=(util-linux)  # the SWE-smith env locks its repo cache
-command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)  # sandbox_server's hermes-spawn helper
+command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)  # hermes-spawn and hermes-confine.so
 # The docker backend and its tests: a real engine, and base images made offline (scripts/base_images.sh).
 command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
@@ -36,6 +36,10 @@ fi
 # on x86-64/arm64, without libc's start-up.
 echo "[setup] building sandbox_server/hermes-spawn"
 bash sandbox_server/build_spawn_helper.sh sandbox_server/hermes-spawn
+# The terminal verifier preloads this into test.sh's shell: the programs it runs (the agent's code) start
+# in a Landlock domain that cannot ptrace or signal that shell (environments/terminal_tasks/verify.py).
+echo "[setup] building environments/terminal_tasks/hermes-confine.so"
+bash environments/terminal_tasks/build_exec_confine.sh environments/terminal_tasks/hermes-confine.so
 # What container backends put into any image: sandbox_server with its own Python, loader and
 # libraries, and bubblewrap (backends/runtime.py). Rebuilt only when its inputs change.
 bash scripts/build_sandbox_runtime.sh

@@ -21,6 +21,11 @@ is put back if it was made read-only or swapped for a link). Git in the verifier
 system/global config and runs no fsmonitor, hook, pager or editor the repository configures.
 The verifier's own steps and the guard run their programs from the system PATH only (the image's PATH may
 name a workspace directory); a test.sh shell killed by a signal, whose guard never ran, scores 0.
+Nor may they ptrace that shell (make it exit 0 before its guard runs, through ptrace, /proc/PID/mem,
+process_vm_writev...) or, from Landlock ABI 6, signal it: the shell preloads hermes-confine.so
+(exec_confine.c), whose execve starts each program it runs in a fresh Landlock domain, which reaches
+nothing outside itself. Where that does not take (no Landlock, library not built), the verdict's
+reason says so and `Verdict.confined` is False (docs/security.md).
 Nothing of this reaches the programs under test as an import-path change: the pytest that
 test.sh starts with `python3 -m pytest` leaves the working directory off sys.path through a
 shell function, not PYTHONSAFEPATH (which every program the tests run would inherit).
@@ -35,7 +40,7 @@ import json
 import secrets
 import shlex
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from environments.terminal_tasks.tasks import PathMap, TerminalTask, replay_command
@@ -86,11 +91,14 @@ _PID1_IS_BWRAP = r"""__hermes_pid1_is_bwrap() {
 # Exit status 97: processes the tests left could not all be stopped (a fork race), or the tests'
 # own files were changed while they ran; no reward.
 _GUARD = r"""
+unset LD_PRELOAD  # hermes-confine.so, loaded in this shell only: what it execs starts confined, without it
 __hermes_dir=@REWARD_DIR@
 __hermes_manifest=@MANIFEST@
 __hermes_chain=(@CHAIN@)
 __hermes_pytest=@PYTEST_BOOT@
 __hermes_sys=@SYS_PATH@
+# The library's file goes before the tests run (the tested code could rewrite the pages this shell maps).
+(PATH=$__hermes_sys; rm -f -- @CONFINE@)
 declare -A __hermes_trusted=()
 @PID1_IS_BWRAP@
 __hermes_wrote= __hermes_trapped=
@@ -218,6 +226,13 @@ __hermes_keep_exit_trap
 exit $__hermes_rc
 """
 GUARD_FAILED = 97
+# Preloaded into test.sh's shell (exec_confine.c; built by scripts/setup.sh): each program it execs starts in
+# a Landlock domain of its own, which cannot ptrace or signal that shell. Shipped to each verifying command.
+CONFINE_LIBRARY = Path(__file__).with_name("hermes-confine.so")
+UNCONFINED = (
+    f"the tested programs could ptrace test.sh's shell ({CONFINE_LIBRARY.name} not built (run scripts/setup.sh) "
+    "or not loadable by the image's bash, or no Landlock in the sandbox's kernel)"
+)
 # Where the verifier's own steps (and the guard's) find their programs: never the image's PATH, which may
 # name a directory of the workspace (a task's venv or tools under /app) the agent could plant programs in.
 SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -343,13 +358,25 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
             .replace("@SYS_PATH@", SYSTEM_PATH)
             .replace("@PID1_IS_BWRAP@", _PID1_IS_BWRAP)
         )
-        run = f"bash -c {shlex.quote(guard)} {vdir}/tests/test.sh"
+        so = shlex.quote(f"{vdir}/{CONFINE_LIBRARY.name}")
+        if CONFINE_LIBRARY.is_file():
+            files[CONFINE_LIBRARY.name] = (CONFINE_LIBRARY.read_bytes(), 0o444)
+        # Whether the programs test.sh's shell runs start confined (the library shipped and loadable, Landlock
+        # here): one run by a shell that preloads the library must fail to open that shell's memory.
+        confine = (
+            f'preload=\n[ -f {so} ] && env -i PATH="$image_path" LD_PRELOAD={so} bash -c '
+            """'unset LD_PRELOAD; ! bash -c "exec 3</proc/\\$PPID/mem" 2>/dev/null' 2>/dev/null"""
+            f" && preload=LD_PRELOAD={so}\n"
+        )
+        report = f'[ -z "$preload" ] && echo "{nonce} unconfined"\n'
+        run = f"$preload bash -c {shlex.quote(guard.replace('@CONFINE@', so))} {vdir}/tests/test.sh"
     else:
         test = task.initial_test if initial else task.final_test
         assert test is not None
         files = _mapped_files(test.parent, "tests", paths, only=test)
         ini = f"{vdir}/pytest.ini"
         run = f"python3 -c {shlex.quote(_PYTEST_BOOT)} -q {vdir}/tests/{test.name}"
+        confine = report = ""  # no guard, no shell: pytest's own status is the verdict
     files["pytest.ini"] = (_EMPTY_INI.encode(), 0o644)
     addopts = f"-p no:cacheprovider --rootdir={vdir}/tests -c {ini} --confcutdir={vdir}/tests"
     # Endless Terminals images carry Ubuntu's bare python3-pytest, so its tests need no plugin, and
@@ -375,7 +402,7 @@ chmod u+rwx {q(workspace)} 2>/dev/null
 rm -rf {q(vdir)} && mkdir -p {q(vdir)}/logs/verifier {q(vdir)}/logs/agent {q(vdir)}/home || exit 90
 base64 -d | tar -xzf - -C {q(vdir)} || exit 91
 cd {q(workdir)} 2>/dev/null || cd {q(workspace)}
-env -i PATH="$image_path" {env_words} {run} > {q(vdir)}/logs/verifier/test-stdout.txt 2>&1
+{confine}env -i PATH="$image_path" {env_words} {run} > {q(vdir)}/logs/verifier/test-stdout.txt 2>&1
 rc=$?
 # test.sh's shell died by a signal (its tested programs run as its uid and may SIGKILL it): its guard
 # never ran, so a reward file they wrote is still there. No reward.
@@ -385,7 +412,7 @@ rc=$?
 __hermes_pid1_is_bwrap && kill -KILL -1 2>/dev/null
 echo "{nonce} rc $rc"
 [ $rc = {GUARD_FAILED} ] && echo "{nonce} guard failed"
-for f in reward.txt reward.json; do
+{report}for f in reward.txt reward.json; do
   p={q(vdir)}/logs/verifier/$f
   if [ -f "$p" ] && [ ! -L "$p" ]; then echo "{nonce} $f $(head -c 65536 "$p" | base64 -w0)"; fi
 done
@@ -403,6 +430,8 @@ class Verdict:
     exit_code: int | None
     metrics: dict[str, float]
     log: str = ""
+    # Harbor: whether the programs test.sh ran could not ptrace its shell (None: Endless, no such shell).
+    confined: bool | None = None
 
 
 def parse_verdict(task: TerminalTask, output: str, nonce: str, exit_code: int | None = 0) -> Verdict:
@@ -422,13 +451,20 @@ def parse_verdict(task: TerminalTask, output: str, nonce: str, exit_code: int | 
     log = base64.b64decode(fields.get("log", "")).decode(errors="replace")
     if rc is None:
         return Verdict(0.0, "the verifier did not run", None, {}, output[-2000:])
+    if task.format == "endless":
+        # Endless Terminals: the final-state tests pass or they do not; no partial credit.
+        return Verdict(1.0 if rc == 0 else 0.0, f"pytest exit status {rc}", rc, {}, log)
+    verdict = _harbor_verdict(fields, rc, log)
+    if "unconfined" in fields:
+        return replace(verdict, reason=f"{verdict.reason}; {UNCONFINED}", confined=False)
+    return replace(verdict, confined=True)
+
+
+def _harbor_verdict(fields: dict[str, str], rc: int, log: str) -> Verdict:
     if "guard" in fields:
         return Verdict(
             0.0, "processes the tests left running could not be stopped, or the tests' files were changed", rc, {}, log
         )
-    if task.format == "endless":
-        # Endless Terminals: the final-state tests pass or they do not; no partial credit.
-        return Verdict(1.0 if rc == 0 else 0.0, f"pytest exit status {rc}", rc, {}, log)
     # Harbor reads reward.txt first and falls back to reward.json (Harbor docs, "Tests").
     if "reward.txt" in fields:
         text = base64.b64decode(fields["reward.txt"]).decode(errors="replace").strip()

@@ -1,0 +1,106 @@
+"""hermes-confine.so on this kernel, for each Landlock ABI it handles: what a program a preloading shell runs can do.
+
+The library is built as the verifier's (build_exec_confine.sh), and also told to act as on an older kernel (ABI 5:
+no signal scoping, a file-access ruleset; ABI 1: nothing). A shell preloads it, as test.sh's guarded shell does,
+and runs a probe program that tries the shell (ptrace, /proc/PID/mem, a signal) and does what honest tests do.
+The end to end attacks through the env are in test_guard_ptrace.py.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import environments.terminal_tasks.verify as verify
+
+BUILD = Path(verify.__file__).with_name("build_exec_confine.sh")
+
+# Run by the shell: what it can do to that shell (its parent), and what honest tests need.
+PROBE = r"""
+import ctypes, json, os, tempfile
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+shell, out = os.getppid(), {}
+seized = libc.ptrace(0x4206, shell, None, None) == 0  # PTRACE_SEIZE: does not stop it
+if seized:
+    libc.ptrace(17, shell, None, None)  # PTRACE_DETACH
+out["ptrace shell"] = seized
+try:
+    os.close(os.open(f"/proc/{shell}/mem", os.O_RDWR))
+    out["open shell mem"] = True
+except OSError:
+    out["open shell mem"] = False
+try:
+    os.kill(shell, 0)
+    out["signal shell"] = True
+except OSError:
+    out["signal shell"] = False
+top = tempfile.mkdtemp()
+os.makedirs(top + "/a")
+os.makedirs(top + "/b")
+open(top + "/a/f", "w").close()
+os.rename(top + "/a/f", top + "/b/f")
+os.link(top + "/b/f", top + "/a/g")
+out["rename and link across directories"] = True
+child = os.fork()
+if child == 0:
+    os.pause()
+    os._exit(0)
+out["ptrace own child"] = libc.ptrace(0x4206, child, None, None) == 0
+os.kill(child, 9)
+os.waitpid(child, 0)
+print(json.dumps(out))
+"""
+# The shell runs the probe, then a process it kills itself (the guard's kill of what the tests leave).
+SHELL = 'unset LD_PRELOAD; python3 -c "$1"; sleep 60 & p=$!; kill -KILL $p; wait $p; echo "killed $?"'
+
+
+def landlock_abi() -> int:
+    libc = ctypes.CDLL(None, use_errno=True)
+    return int(libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))  # LANDLOCK_CREATE_RULESET_VERSION
+
+
+pytestmark = [
+    pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler"),
+    pytest.mark.skipif(landlock_abi() < 6, reason="needs Landlock ABI 6 on this kernel (plays ABIs 6+, 5 and 1)"),
+]
+
+
+def probe(tmp_path: Path, *flags: str) -> tuple[dict[str, bool], str]:
+    lib = tmp_path / "hermes-confine.so"
+    subprocess.run(["bash", str(BUILD), str(lib), *flags], check=True)
+    run = subprocess.run(
+        ["bash", "-c", SHELL, "shell", PROBE],
+        env={"PATH": verify.SYSTEM_PATH, "LD_PRELOAD": str(lib)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    report, killed = run.stdout.splitlines()
+    return json.loads(report), killed
+
+
+HONEST = {"rename and link across directories": True, "ptrace own child": True}
+
+
+@pytest.mark.parametrize(
+    "flags,expected",
+    [
+        ((), {"ptrace shell": False, "open shell mem": False, "signal shell": False}),
+        (("-DHERMES_CONFINE_ABI(found)=5",), {"ptrace shell": False, "open shell mem": False, "signal shell": True}),
+        (("-DHERMES_CONFINE_ABI(found)=1",), {"ptrace shell": True, "open shell mem": True, "signal shell": True}),
+    ],
+    ids=["this-kernel", "abi-5", "abi-1-unconfined"],
+)
+def test_a_program_the_preloading_shell_runs_cannot_reach_that_shell_and_honest_work_still_runs(
+    tmp_path, flags, expected
+):
+    report, killed = probe(tmp_path, *flags)
+    assert report == {**expected, **HONEST}
+    assert killed == "killed 137"  # the shell, outside every domain, still kills what it ran
