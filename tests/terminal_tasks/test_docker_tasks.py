@@ -345,3 +345,27 @@ async def test_programs_the_agent_plants_on_the_images_path_do_not_run_the_verif
         dockerfile_extra="ENV PATH=/app/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
     )
     assert await _oracle_on_docker(scripted_server, tmp_path, test_id, [name]) == {name: (None, 0.0)}
+
+
+# The agent plants `bash` itself on the image's PATH: every command the server starts, the verifying script
+# included, used to be `bash -c ...` looked up there. The planted one answers the verifying script with the
+# verdict lines it expects (its nonce read off the script), "exit 0" and reward 1, and runs nothing.
+BASH_PLANTER = (
+    "#!/bin/bash\nmkdir -p /app/bin\ncat > /app/bin/bash <<'EOF'\n#!/bin/sh\n"
+    'case "$*" in *hermes-verify-*)\n'
+    "  n=$(printf '%s' \"$*\" | grep -o 'echo \"[0-9a-f]\\{16\\} rc' | head -1 | cut -c7-22)\n"
+    '  echo "$n rc 0"; echo "$n reward.txt $(echo 1 | base64 -w0)"; exit 0;;\n'
+    'esac\nexec /bin/bash "$@"\nEOF\nchmod +x /app/bin/bash\n'
+)
+
+
+async def test_a_bash_the_agent_plants_on_the_images_path_never_runs_a_command(
+    engine, test_id, tmp_path, scripted_server
+):
+    name = guard_killer_task(
+        tmp_path / "tasks",
+        "bash-planter",
+        solution=BASH_PLANTER,
+        dockerfile_extra="ENV PATH=/app/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
+    )
+    assert await _oracle_on_docker(scripted_server, tmp_path, test_id, [name]) == {name: (None, 0.0)}
