@@ -16,11 +16,20 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SLOT_PATH", "Runtime", "current_runtime", "image_path", "image_python"]
+__all__ = ["SLOT_PATH", "SYSTEM_PATH", "Runtime", "current_runtime", "image_path", "image_python", "system_program"]
 
 XOPTION = "hermes_runtime"
 # The PATH of every slot command, after the local backend's interpreter directory if any.
 SLOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Where the programs the server itself starts are found (bash, setpriv, prlimit): never the PATH of
+# the image or the slot, which may name a workspace directory (a task's venv or tools under /app)
+# where the agent could plant a `bash` that reads every command, the verifier's included.
+SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def system_program(name: str) -> str | None:
+    """`name`'s absolute path in the system directories (SYSTEM_PATH), or None."""
+    return shutil.which(name, path=SYSTEM_PATH)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from sandbox_server.bundle import Runtime, current_runtime
+from sandbox_server.bundle import Runtime, current_runtime, system_program
 from sandbox_server.tree import DEFAULT_MAX_DEPTH
 
 __all__ = ["IsolationStatus", "Sandboxing", "SlotLimits", "probe_bwrap", "probe_ipc_limits"]
@@ -200,7 +200,7 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
         return IsolationStatus(
             False, None, f"bubblewrap executable {bwrap!r} not found; install the 'bubblewrap' package"
         )
-    setpriv, prlimit = shutil.which("setpriv"), shutil.which("prlimit")
+    setpriv, prlimit = system_program("setpriv"), system_program("prlimit")
     if setpriv is None or prlimit is None:
         return IsolationStatus(
             False, path, "setpriv or prlimit not found; install util-linux (they set each slot's uid and limits)"

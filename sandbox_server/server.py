@@ -30,7 +30,7 @@ from pathlib import Path
 
 from aiohttp import web
 
-from sandbox_server.bundle import current_runtime, image_path, image_python
+from sandbox_server.bundle import current_runtime, image_path, image_python, system_program
 from sandbox_server.config import ServerConfig
 from sandbox_server.errors import FILE_OP_STATUS, RequestError
 from sandbox_server.fileops import FileOpError, Workspace
@@ -81,6 +81,8 @@ class SandboxServer:
             python_prefix = []
             self._path_head = image_path(os.environ.get("PATH", ""), self.runtime)
             self._python = image_python(self._path_head)
+        # By absolute path: a `bash` planted on the slot's PATH must never receive a command.
+        self._bash = system_program("bash") or "/bin/bash"
         self.cache_dir = self.data_dir / "cache" if config.cache_mount else None
         self.sandboxing = Sandboxing(
             bwrap=config.bwrap,
@@ -299,13 +301,13 @@ class SandboxServer:
                 command_file.chmod(0o644)  # readable by the slot's uid
             try:
                 if self.isolation.available:
-                    words = ["bash", COMMAND_FILE] if command_file else ["bash", "-c", command]
+                    words = [self._bash, COMMAND_FILE] if command_file else [self._bash, "-c", command]
                     argv = self.sandboxing.argv(
                         slot.root, slot.uid, words, network=network, command_file=command_file, as_root=as_root
                     )
                     env = slot_env(self._path_head, self.config.workspace_mount)
                 else:
-                    argv = ["bash", str(command_file)] if command_file else ["bash", "-c", command]
+                    argv = [self._bash, str(command_file)] if command_file else [self._bash, "-c", command]
                     env = slot_env(self._path_head, str(slot.root))
                 try:
                     async with self.guard.command(slot.id):  # the slot's totals, watched while it runs
@@ -338,7 +340,7 @@ class SandboxServer:
                 view = view[os.write(script, view) :]
             os.lseek(script, 0, os.SEEK_SET)
         spawn = functools.partial(shell.spawn, script_fd=script)
-        words = ["bash", "/dev/fd/3"] if script is not None else ["bash", "-c", command]
+        words = [self._bash, "/dev/fd/3"] if script is not None else [self._bash, "-c", command]
         try:
             return await run_command(
                 self.sandboxing.slot_user_argv(slot.uid) + words,

@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
 from environments.terminal_tasks.tasks import PathMap, TerminalTask, replay_command
+from sandbox_server.bundle import SYSTEM_PATH
 
 __all__ = ["Verdict", "pack", "setup_script", "verify_script", "parse_verdict", "solution_script"]
 
@@ -233,9 +234,8 @@ UNCONFINED = (
     f"the tested programs could ptrace test.sh's shell ({CONFINE_LIBRARY.name} not built (run scripts/setup.sh) "
     "or not loadable by the image's bash, or no Landlock in the sandbox's kernel)"
 )
-# Where the verifier's own steps (and the guard's) find their programs: never the image's PATH, which may
-# name a directory of the workspace (a task's venv or tools under /app) the agent could plant programs in.
-SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+# The verifier's own steps (and the guard's) find their programs on SYSTEM_PATH, as the sandbox server
+# finds bash: never on the image's PATH, which may name a workspace directory the agent planted programs in.
 
 
 def pack(files: dict[str, tuple[bytes, int]]) -> str:
