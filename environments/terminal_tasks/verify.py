@@ -52,9 +52,14 @@ _EMPTY_INI = "[pytest]\n"
 
 # `python -m pytest` without the working directory (a planted pytest.py) on sys.path; the flag
 # -P would do it on Python >= 3.11 only, PYTHONSAFEPATH would reach every program the tests run.
+# Then pytest makes itself non-dumpable (prctl PR_SET_DUMPABLE 0; after sys.path lost the working directory,
+# so a planted ctypes.py is not what it imports): the programs its tests run share its uid and may not
+# ptrace it or write its memory to make it exit 0 (its status is Endless Terminals' verdict, and what a
+# test.sh decides its reward on). Its own children stay dumpable (exec resets it): tests may trace those.
 _PYTEST_BOOT = (
-    "import runpy, sys; del sys.path[0]; sys.argv[0] = 'pytest'; "
-    "runpy.run_module('pytest', run_name='__main__', alter_sys=True)"
+    "import runpy, sys; del sys.path[0]\n"
+    "try:\n    import ctypes; ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)\nexcept Exception:\n    pass\n"
+    "sys.argv[0] = 'pytest'; runpy.run_module('pytest', run_name='__main__', alter_sys=True)"
 )
 
 # Git as the tests run it: no system/global config, and none of the commands a repository's own
@@ -231,7 +236,7 @@ GUARD_FAILED = 97
 # a Landlock domain of its own, which cannot ptrace or signal that shell. Shipped to each verifying command.
 CONFINE_LIBRARY = Path(__file__).with_name("hermes-confine.so")
 UNCONFINED = (
-    f"the tested programs could ptrace test.sh's shell ({CONFINE_LIBRARY.name} not built (run scripts/setup.sh) "
+    f"the tested programs could ptrace the verifier's shell ({CONFINE_LIBRARY.name} not built (run scripts/setup.sh) "
     "or not loadable by the image's bash, or no Landlock in the sandbox's kernel)"
 )
 # The verifier's own steps (and the guard's) find their programs on SYSTEM_PATH, as the sandbox server
@@ -342,6 +347,7 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
     # list or hash the working directory do not see the verifier's files.
     vdir = f"/tmp/hermes-verify-{secrets.token_hex(8)}"
     paths = PathMap.for_task(task, workspace, verify_dir=vdir)
+    so = shlex.quote(f"{vdir}/{CONFINE_LIBRARY.name}")
     if task.format == "harbor":
         assert task.tests_dir is not None
         files = _mapped_files(task.tests_dir, "tests", paths)
@@ -358,25 +364,26 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
             .replace("@SYS_PATH@", SYSTEM_PATH)
             .replace("@PID1_IS_BWRAP@", _PID1_IS_BWRAP)
         )
-        so = shlex.quote(f"{vdir}/{CONFINE_LIBRARY.name}")
-        if CONFINE_LIBRARY.is_file():
-            files[CONFINE_LIBRARY.name] = (CONFINE_LIBRARY.read_bytes(), 0o444)
-        # Whether the programs test.sh's shell runs start confined (the library shipped and loadable, Landlock
-        # here): one run by a shell that preloads the library must fail to open that shell's memory.
-        confine = (
-            f'preload=\n[ -f {so} ] && env -i PATH="$image_path" LD_PRELOAD={so} bash -c '
-            """'unset LD_PRELOAD; ! bash -c "exec 3</proc/\\$PPID/mem" 2>/dev/null' 2>/dev/null"""
-            f" && preload=LD_PRELOAD={so}\n"
-        )
-        report = f'[ -z "$preload" ] && echo "{nonce} unconfined"\n'
         run = f"$preload bash -c {shlex.quote(guard.replace('@CONFINE@', so))} {vdir}/tests/test.sh"
     else:
         test = task.initial_test if initial else task.final_test
         assert test is not None
         files = _mapped_files(test.parent, "tests", paths, only=test)
         ini = f"{vdir}/pytest.ini"
-        run = f"python3 -c {shlex.quote(_PYTEST_BOOT)} -q {vdir}/tests/{test.name}"
-        confine = report = ""  # no guard, no shell: pytest's own status is the verdict
+        # pytest's own status is the verdict: it starts confined (exec'd by a shell that preloads the library),
+        # so the programs its tests run cannot ptrace this script either; it is non-dumpable (_PYTEST_BOOT).
+        pytest_run = f"unset LD_PRELOAD; exec python3 -c {shlex.quote(_PYTEST_BOOT)} -q {vdir}/tests/{test.name}"
+        run = f"$preload bash -c {shlex.quote(pytest_run)}"
+    if CONFINE_LIBRARY.is_file():
+        files[CONFINE_LIBRARY.name] = (CONFINE_LIBRARY.read_bytes(), 0o444)
+    # Whether the programs the tests run start confined (the library shipped and loadable, Landlock here): one
+    # run by a shell that preloads the library must fail to open that shell's memory.
+    confine = (
+        f'preload=\n[ -f {so} ] && env -i PATH="$image_path" LD_PRELOAD={so} bash -c '
+        """'unset LD_PRELOAD; ! bash -c "exec 3</proc/\\$PPID/mem" 2>/dev/null' 2>/dev/null"""
+        f" && preload=LD_PRELOAD={so}\n"
+    )
+    report = f'[ -z "$preload" ] && echo "{nonce} unconfined"\n'
     files["pytest.ini"] = (_EMPTY_INI.encode(), 0o644)
     addopts = f"-p no:cacheprovider --rootdir={vdir}/tests -c {ini} --confcutdir={vdir}/tests"
     # Endless Terminals images carry Ubuntu's bare python3-pytest, so its tests need no plugin, and
@@ -430,7 +437,7 @@ class Verdict:
     exit_code: int | None
     metrics: dict[str, float]
     log: str = ""
-    # Harbor: whether the programs test.sh ran could not ptrace its shell (None: Endless, no such shell).
+    # Whether the programs the tests ran could not ptrace the verifier's processes (test.sh's shell, pytest).
     confined: bool | None = None
 
 
@@ -453,8 +460,9 @@ def parse_verdict(task: TerminalTask, output: str, nonce: str, exit_code: int | 
         return Verdict(0.0, "the verifier did not run", None, {}, output[-2000:])
     if task.format == "endless":
         # Endless Terminals: the final-state tests pass or they do not; no partial credit.
-        return Verdict(1.0 if rc == 0 else 0.0, f"pytest exit status {rc}", rc, {}, log)
-    verdict = _harbor_verdict(fields, rc, log)
+        verdict = Verdict(1.0 if rc == 0 else 0.0, f"pytest exit status {rc}", rc, {}, log)
+    else:
+        verdict = _harbor_verdict(fields, rc, log)
     if "unconfined" in fields:
         return replace(verdict, reason=f"{verdict.reason}; {UNCONFINED}", confined=False)
     return replace(verdict, confined=True)
