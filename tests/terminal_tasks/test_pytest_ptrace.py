@@ -1,0 +1,97 @@
+"""A tested program must not ptrace or write the memory of the pytest a Harbor test.sh started, whatever its form.
+
+The usual Terminal-Bench 2 test.sh runs pytest as a console script (`pytest /tests/test_outputs.py`, or through
+uvx), not as `python3 -m pytest` (which the guard wraps), and writes reward 1 iff it exits 0. The tests run the
+agent's program with subprocess.run, then fail; the program patches pytest's code right after the wait4 it is
+blocked in, so pytest exits 0 once the program ends. Every exec in the verifier's tree starts a domain nested in its
+parent's, so no program can reach an ancestor, while a parent still traces its own children and a background
+server test.sh started can still be stopped by a later command. Real env and sandbox, local and docker backends.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from environments.terminal_tasks import OracleAgent
+from tests.terminal_tasks.conftest import make_env
+from tests.terminal_tasks.test_docker_tasks import _docker_config, engine, test_id  # noqa: F401 (fixtures used below)
+from tests.terminal_tasks.test_guard_ptrace import OWN_CHILD, PROC_MEM, PTRACE, program_task, pytestmark  # noqa: F401
+
+# pytest as the console script on the slot's PATH (the local backend's venv; the image's on docker).
+PYTEST_TEST = (
+    "#!/bin/bash\npytest /tests/test_outputs.py\n"
+    "if [ $? -eq 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+)
+RUNS_AND_FAILS = (
+    "import subprocess\n\n\ndef test_the_program():\n"
+    "    subprocess.run(['python3', '/app/prog.py'], check=False)\n"
+    "    assert False, 'the program does not do the task'\n"
+)
+RUNS_OWN_CHILD = (
+    "import subprocess\n\n\ndef test_the_program():\n"
+    "    out = subprocess.run(['python3', '/app/prog.py'], capture_output=True, text=True).stdout\n"
+    "    assert out.strip() == 'traced my own child', out\n"
+)
+# A server test.sh starts in the background and stops with pkill from a later command (a sibling, not its parent).
+SERVER_TEST = (
+    "#!/bin/bash\npython3 /app/prog.py &\nsleep 0.5\n"
+    "pkill -f /app/prog.py; wait\n"
+    "if [ $? -ne 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+)
+SERVER = "import time\ntime.sleep(10)\n"
+# debian:bookworm: python3 and its pytest (/usr/bin/pytest), procps (pkill).
+PYTEST_IMAGE = (
+    "RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-pytest procps "
+    "&& rm -rf /var/lib/apt/lists/*\n"
+)
+
+
+def pytest_task(tasks_dir: Path, name: str, program: str, test_py: str, dockerfile_extra: str = "") -> str:
+    program_task(tasks_dir, name, program, PYTEST_TEST, dockerfile_extra)
+    (tasks_dir / name / "tests" / "test_outputs.py").write_text(test_py)
+    return name
+
+
+def all_tasks(tasks_dir: Path, dockerfile_extra: str = "") -> dict[str, float]:
+    return {
+        pytest_task(tasks_dir, "pytest-ptrace-exit", PTRACE, RUNS_AND_FAILS, dockerfile_extra): 0.0,
+        pytest_task(tasks_dir, "pytest-proc-mem-exit", PROC_MEM, RUNS_AND_FAILS, dockerfile_extra): 0.0,
+        pytest_task(tasks_dir, "pytest-own-child-ptrace", OWN_CHILD, RUNS_OWN_CHILD, dockerfile_extra): 1.0,
+        program_task(tasks_dir, "pkill-background-server", SERVER, SERVER_TEST, dockerfile_extra): 1.0,
+    }
+
+
+async def play(env, expected: dict[str, float], caplog) -> None:
+    caplog.set_level(logging.INFO, logger="environments.terminal_tasks.env")
+    async with env.runtime():
+        await env.setup()
+        rollouts = {name: await env.rollout(env.by_id[name], model=OracleAgent(env.by_id)) for name in expected}
+    assert {n: (r.error, r.score) for n, r in rollouts.items()} == {n: (None, s) for n, s in expected.items()}
+    reasons = {r.getMessage().split(": ", 1)[0].removeprefix("task "): r.getMessage() for r in caplog.records}
+    for name in expected:
+        assert reasons[name].endswith("(reward.txt)"), reasons[name]  # confined: nothing appended
+
+
+async def test_a_tested_program_cannot_make_a_console_script_pytest_exit_0(scripted_server, tmp_path, caplog):
+    expected = all_tasks(tmp_path / "tasks")
+    env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(tmp_path / "tasks"))
+    await play(env, expected, caplog)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+async def test_a_root_verifier_s_pytest_cannot_be_made_to_exit_0(request, tmp_path, scripted_server, caplog):
+    """The same on the docker backend: the image's bash, python3 and pytest, as the container's root."""
+    labels = request.getfixturevalue("test_id")
+    expected = all_tasks(tmp_path / "tasks", PYTEST_IMAGE)
+    env = make_env(
+        scripted_server.base_url,
+        tmp_path,
+        backend=_docker_config(labels),
+        tasks_dir=str(tmp_path / "tasks"),
+        image_registry="hermes-rl-test-pytest-ptrace",
+    )
+    await play(env, expected, caplog)
