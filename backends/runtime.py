@@ -32,7 +32,7 @@ RUNTIME_MOUNT = "/opt/hermes"
 # below the overflow uid range.
 UID_BASE_MIN = 2**28
 UID_BASE_SLOTS = (2**31 - 2**28) // 256
-RUNTIME_FILES = ("sandbox-server", "bwrap", "hermes-spawn")
+RUNTIME_FILES = ("sandbox-server", "bwrap", "hermes-spawn", "hermes-confine.so")
 DEFAULT_RUNTIME_DIR = Path(__file__).resolve().parents[1] / "build" / "hermes-runtime"
 
 

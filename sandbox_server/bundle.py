@@ -45,6 +45,10 @@ class Runtime:
     def spawn_helper(self) -> Path:
         return self.dir / "hermes-spawn"
 
+    @property
+    def confine_library(self) -> Path:
+        return self.dir / "hermes-confine.so"
+
     def python_argv(self, at: str) -> list[str]:
         """The runtime's Python, run through its own loader, with the runtime directory mounted at `at`."""
         return [f"{at}/lib/{self.loader}", "--library-path", f"{at}/lib", f"{at}/python/bin/python3"]

@@ -62,6 +62,11 @@ EXEC_SERVER_FILE = "/.hermes-exec-server.py"
 _RUNTIME = current_runtime()
 SPAWN_HELPER = _RUNTIME.spawn_helper if _RUNTIME is not None else Path(__file__).with_name("hermes-spawn")
 SPAWN_HELPER_FILE = "/.hermes-spawn"
+# The exec confinement library (exec_confine.c, built by scripts/setup.sh and into the runtime): bound read-only
+# in every command's namespace, where a verifier preloads it; read-only, so no tested program (same uid, or the
+# container's root without CAP_SYS_ADMIN) can rewrite it. Not bound if not built: the verifier reports that.
+CONFINE_LIBRARY = _RUNTIME.confine_library if _RUNTIME is not None else Path(__file__).with_name("hermes-confine.so")
+CONFINE_FILE = "/.hermes-confine.so"
 # Where a slot's exec server finds the self-contained runtime: a root-only directory (0700), so
 # the slot's commands cannot reach our Python.
 RUNTIME_PARENT = "/.hermes-runtime"
@@ -307,6 +312,7 @@ class Sandboxing:
         self.cache_mount = cache_mount
         self.limits = limits
         self.spawn_helper: str | None = None  # the host path of hermes-spawn once probed (probe_spawn_helper)
+        self.confine_library = str(CONFINE_LIBRARY) if CONFINE_LIBRARY.is_file() else None
         ro = list(SYSTEM_DIRS) + extra_ro
         self._ro: list[str] = []
         for p in ro:
@@ -381,6 +387,8 @@ class Sandboxing:
             if str(ancestor) != "/" and not any(_under(c, str(ancestor)) for c in self._ro_bound):
                 args += ["--perms", "0755", "--dir", str(ancestor)]
         args += ["--bind", str(workspace), self.workspace_mount]
+        if self.confine_library is not None:
+            args += ["--ro-bind", self.confine_library, CONFINE_FILE]
         if self.cache_dir is not None:
             # Read-only: one trajectory's writes (a git hook in a bare repo) must not reach another's.
             args += ["--ro-bind", str(self.cache_dir), self.cache_mount]

@@ -4,6 +4,7 @@
 #   sandbox-server   static launcher: the runtime's Python running `-m sandbox_server` (same CLI)
 #   bwrap            static launcher: Debian's bubblewrap with the runtime's libraries
 #   hermes-spawn     static uid-and-limits helper (sandbox_server/spawn_helper.c)
+#   hermes-confine.so  the exec confinement library bound into every slot command (sandbox_server/exec_confine.c)
 #   lib/             the dynamic loader and every library the above need (glibc included)
 #   python/          Debian's python3.11, its standard library (trimmed), aiohttp/pydantic, sandbox_server
 #   libexec/bwrap    Debian's bubblewrap
@@ -38,7 +39,7 @@ hash=$(
   } | sha256sum | cut -c1-16
 )
 if [ -f "$OUT/manifest.json" ] && grep -q "\"inputs\": \"$hash\"" "$OUT/manifest.json" \
-  && [ -x "$OUT/sandbox-server" ] && [ -x "$OUT/bwrap" ] && [ -x "$OUT/hermes-spawn" ]; then
+  && [ -x "$OUT/sandbox-server" ] && [ -x "$OUT/bwrap" ] && [ -x "$OUT/hermes-spawn" ] && [ -f "$OUT/hermes-confine.so" ]; then
   echo "[runtime] $OUT is up to date ($hash)"
   exit 0
 fi
@@ -106,6 +107,7 @@ cp -L "$loader" "$stage/lib/$loader_name"
 cc -O2 -Wall -static -DPYTHON_SERVER -DLOADER="\"$loader_name\"" -o "$stage/sandbox-server" sandbox_server/runtime_launcher.c
 cc -O2 -Wall -static -DTARGET='"libexec/bwrap"' -DLOADER="\"$loader_name\"" -o "$stage/bwrap" sandbox_server/runtime_launcher.c
 bash sandbox_server/build_spawn_helper.sh "$stage/hermes-spawn"
+bash sandbox_server/build_exec_confine.sh "$stage/hermes-confine.so"
 strip "$stage/sandbox-server" "$stage/bwrap" 2>/dev/null || true
 
 cat >"$stage/manifest.json" <<EOF

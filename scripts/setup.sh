@@ -38,8 +38,8 @@ echo "[setup] building sandbox_server/hermes-spawn"
 bash sandbox_server/build_spawn_helper.sh sandbox_server/hermes-spawn
 # The terminal verifier preloads this into test.sh's shell: the programs it runs (the agent's code) start
 # in a Landlock domain that cannot ptrace or signal that shell (environments/terminal_tasks/verify.py).
-echo "[setup] building environments/terminal_tasks/hermes-confine.so"
-bash environments/terminal_tasks/build_exec_confine.sh environments/terminal_tasks/hermes-confine.so
+echo "[setup] building sandbox_server/hermes-confine.so"
+bash sandbox_server/build_exec_confine.sh sandbox_server/hermes-confine.so
 # What container backends put into any image: sandbox_server with its own Python, loader and
 # libraries, and bubblewrap (backends/runtime.py). Rebuilt only when its inputs change.
 bash scripts/build_sandbox_runtime.sh

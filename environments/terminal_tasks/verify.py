@@ -21,11 +21,15 @@ is put back if it was made read-only or swapped for a link). Git in the verifier
 system/global config and runs no fsmonitor, hook, pager or editor the repository configures.
 The verifier's own steps and the guard run their programs from the system PATH only (the image's PATH may
 name a workspace directory); a test.sh shell killed by a signal, whose guard never ran, scores 0.
-Nor may they ptrace that shell (make it exit 0 before its guard runs, through ptrace, /proc/PID/mem,
-process_vm_writev...) or, from Landlock ABI 6, signal it: the shell preloads hermes-confine.so
-(exec_confine.c), whose execve starts each program it runs in a fresh Landlock domain, which reaches
-nothing outside itself. Where that does not take (no Landlock, library not built), the verdict's
-reason says so and `Verdict.confined` is False (docs/security.md).
+Nor may they ptrace that shell or the pytest it runs, in whatever form (make it exit 0 before its guard runs,
+through ptrace, /proc/PID/mem, process_vm_writev...): the shell starts with LD_PRELOAD naming hermes-confine.so
+(sandbox_server/exec_confine.c, bound read-only at CONFINE_FILE by the sandbox server), and keeps it, so every
+dynamically linked program below loads it; its exec functions start each program in a fresh Landlock domain nested in
+its parent's, which cannot reach any ancestor (a parent still traces its children). What a static program or libc's
+own spawns (system(), posix_spawn) exec stays in its spawner's domain, exposing that spawner only; pytest run as
+`python3 -m pytest` is also non-dumpable (_PYTEST_BOOT). Signals are not scoped: a program can stop test.sh's shell
+(the verifier then times out: 0). Where the confinement does not take (no Landlock, library not bound or not
+loadable), the verdict's reason says so and `Verdict.confined` is False (docs/security.md).
 Nothing of this reaches the programs under test as an import-path change: the pytest that
 test.sh starts with `python3 -m pytest` leaves the working directory off sys.path through a
 shell function, not PYTHONSAFEPATH (which every program the tests run would inherit).
@@ -45,6 +49,7 @@ from pathlib import Path, PurePosixPath
 
 from environments.terminal_tasks.tasks import PathMap, TerminalTask, replay_command
 from sandbox_server.bundle import SYSTEM_PATH
+from sandbox_server.isolation import CONFINE_FILE
 
 __all__ = ["Verdict", "pack", "setup_script", "verify_script", "parse_verdict", "solution_script"]
 
@@ -97,14 +102,11 @@ _PID1_IS_BWRAP = r"""__hermes_pid1_is_bwrap() {
 # Exit status 97: processes the tests left could not all be stopped (a fork race), or the tests'
 # own files were changed while they ran; no reward.
 _GUARD = r"""
-unset LD_PRELOAD  # hermes-confine.so, loaded in this shell only: what it execs starts confined, without it
 __hermes_dir=@REWARD_DIR@
 __hermes_manifest=@MANIFEST@
 __hermes_chain=(@CHAIN@)
 __hermes_pytest=@PYTEST_BOOT@
 __hermes_sys=@SYS_PATH@
-# The library's file goes before the tests run (the tested code could rewrite the pages this shell maps).
-(PATH=$__hermes_sys; rm -f -- @CONFINE@)
 declare -A __hermes_trusted=()
 @PID1_IS_BWRAP@
 __hermes_wrote= __hermes_trapped=
@@ -232,12 +234,12 @@ __hermes_keep_exit_trap
 exit $__hermes_rc
 """
 GUARD_FAILED = 97
-# Preloaded into test.sh's shell (exec_confine.c; built by scripts/setup.sh): each program it execs starts in
-# a Landlock domain of its own, which cannot ptrace or signal that shell. Shipped to each verifying command.
-CONFINE_LIBRARY = Path(__file__).with_name("hermes-confine.so")
+# Preloaded into every program of the verifier's tree (exec_confine.c; the sandbox server binds it read-only at
+# CONFINE_FILE): each program exec'd starts in a Landlock domain nested in its parent's, which cannot ptrace it.
 UNCONFINED = (
-    f"the tested programs could ptrace the verifier's shell ({CONFINE_LIBRARY.name} not built (run scripts/setup.sh) "
-    "or not loadable by the image's bash, or no Landlock in the sandbox's kernel)"
+    f"the tested programs could ptrace the verifier's shell and pytest ({CONFINE_FILE} absent: the sandbox server "
+    "has no hermes-confine.so (run scripts/setup.sh, rebuild the runtime), or the image's bash does not load it, "
+    "or no Landlock in the sandbox's kernel)"
 )
 # The verifier's own steps (and the guard's) find their programs on SYSTEM_PATH, as the sandbox server
 # finds bash: never on the image's PATH, which may name a workspace directory the agent planted programs in.
@@ -347,7 +349,7 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
     # list or hash the working directory do not see the verifier's files.
     vdir = f"/tmp/hermes-verify-{secrets.token_hex(8)}"
     paths = PathMap.for_task(task, workspace, verify_dir=vdir)
-    so = shlex.quote(f"{vdir}/{CONFINE_LIBRARY.name}")
+    so = shlex.quote(CONFINE_FILE)
     if task.format == "harbor":
         assert task.tests_dir is not None
         files = _mapped_files(task.tests_dir, "tests", paths)
@@ -364,19 +366,18 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
             .replace("@SYS_PATH@", SYSTEM_PATH)
             .replace("@PID1_IS_BWRAP@", _PID1_IS_BWRAP)
         )
-        run = f"$preload bash -c {shlex.quote(guard.replace('@CONFINE@', so))} {vdir}/tests/test.sh"
+        run = f"$preload bash -c {shlex.quote(guard)} {vdir}/tests/test.sh"
     else:
         test = task.initial_test if initial else task.final_test
         assert test is not None
         files = _mapped_files(test.parent, "tests", paths, only=test)
         ini = f"{vdir}/pytest.ini"
         # pytest's own status is the verdict: it starts confined (exec'd by a shell that preloads the library),
-        # so the programs its tests run cannot ptrace this script either; it is non-dumpable (_PYTEST_BOOT).
-        pytest_run = f"unset LD_PRELOAD; exec python3 -c {shlex.quote(_PYTEST_BOOT)} -q {vdir}/tests/{test.name}"
+        # so the programs its tests run cannot ptrace this script, nor pytest (their domains nest in its own);
+        # it is non-dumpable too (_PYTEST_BOOT), for what a static program or libc's own spawns run.
+        pytest_run = f"exec python3 -c {shlex.quote(_PYTEST_BOOT)} -q {vdir}/tests/{test.name}"
         run = f"$preload bash -c {shlex.quote(pytest_run)}"
-    if CONFINE_LIBRARY.is_file():
-        files[CONFINE_LIBRARY.name] = (CONFINE_LIBRARY.read_bytes(), 0o444)
-    # Whether the programs the tests run start confined (the library shipped and loadable, Landlock here): one
+    # Whether the programs the tests run start confined (the library bound and loadable, Landlock here): one
     # run by a shell that preloads the library must fail to open that shell's memory.
     confine = (
         f'preload=\n[ -f {so} ] && env -i PATH="$image_path" LD_PRELOAD={so} bash -c '

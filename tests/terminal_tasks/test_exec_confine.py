@@ -1,7 +1,7 @@
 """hermes-confine.so on this kernel, for each Landlock ABI it handles: what a program a preloading shell runs can do.
 
-The library is built as the verifier's (build_exec_confine.sh), and also told to act as on an older kernel (ABI 5:
-no signal scoping, a file-access ruleset; ABI 1: nothing). A shell preloads it, as test.sh's guarded shell does,
+The library is built as the sandbox server's (build_exec_confine.sh), and also told to act as on an older kernel
+(ABI 2, the oldest it confines on; ABI 1: nothing). Signals are never scoped (a test.sh pkills its own servers). A shell preloads it, as test.sh's guarded shell does,
 and runs a probe program that tries the shell (ptrace, /proc/PID/mem, a signal) and does what honest tests do.
 The end to end attacks through the env are in test_guard_ptrace.py.
 """
@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import ctypes
 import json
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
-import environments.terminal_tasks.verify as verify
+import sandbox_server.isolation as isolation
+from sandbox_server.bundle import SYSTEM_PATH
 
-BUILD = Path(verify.__file__).with_name("build_exec_confine.sh")
+BUILD = Path(isolation.__file__).with_name("build_exec_confine.sh")
 
 # Run by the shell: what it can do to that shell (its parent), and what honest tests need.
 PROBE = r"""
@@ -67,7 +69,7 @@ def landlock_abi() -> int:
 
 pytestmark = [
     pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler"),
-    pytest.mark.skipif(landlock_abi() < 6, reason="needs Landlock ABI 6 on this kernel (plays ABIs 6+, 5 and 1)"),
+    pytest.mark.skipif(landlock_abi() < 2, reason="needs Landlock ABI 2 on this kernel (plays it and ABI 1)"),
 ]
 
 
@@ -76,7 +78,7 @@ def probe(tmp_path: Path, *flags: str) -> tuple[dict[str, bool], str]:
     subprocess.run(["bash", str(BUILD), str(lib), *flags], check=True)
     run = subprocess.run(
         ["bash", "-c", SHELL, "shell", PROBE],
-        env={"PATH": verify.SYSTEM_PATH, "LD_PRELOAD": str(lib)},
+        env={"PATH": SYSTEM_PATH, "LD_PRELOAD": str(lib)},
         capture_output=True,
         text=True,
         timeout=60,
@@ -92,11 +94,11 @@ HONEST = {"rename and link across directories": True, "ptrace own child": True}
 @pytest.mark.parametrize(
     "flags,expected",
     [
-        ((), {"ptrace shell": False, "open shell mem": False, "signal shell": False}),
-        (("-DHERMES_CONFINE_ABI(found)=5",), {"ptrace shell": False, "open shell mem": False, "signal shell": True}),
+        ((), {"ptrace shell": False, "open shell mem": False, "signal shell": True}),
+        (("-DHERMES_CONFINE_ABI(found)=2",), {"ptrace shell": False, "open shell mem": False, "signal shell": True}),
         (("-DHERMES_CONFINE_ABI(found)=1",), {"ptrace shell": True, "open shell mem": True, "signal shell": True}),
     ],
-    ids=["this-kernel", "abi-5", "abi-1-unconfined"],
+    ids=["this-kernel", "abi-2", "abi-1-unconfined"],
 )
 def test_a_program_the_preloading_shell_runs_cannot_reach_that_shell_and_honest_work_still_runs(
     tmp_path, flags, expected
@@ -104,3 +106,64 @@ def test_a_program_the_preloading_shell_runs_cannot_reach_that_shell_and_honest_
     report, killed = probe(tmp_path, *flags)
     assert report == {**expected, **HONEST}
     assert killed == "killed 137"  # the shell, outside every domain, still kills what it ran
+
+
+# Run by a spawner (python3, itself run by the preloading shell): may it ptrace / open the memory of its parent (the
+# spawner, or the `sh` a script without #! runs in) and of that one's parent?
+UP = r"""
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
+def reach(pid):
+    if libc.ptrace(0x4206, pid, None, None) == 0:  # PTRACE_SEIZE
+        libc.ptrace(17, pid, None, None)
+        return True
+    try:
+        os.close(os.open(f"/proc/{pid}/mem", os.O_RDWR))
+        return True
+    except OSError:
+        return False
+parent = os.getppid()
+grand = int(open(f"/proc/{parent}/stat").read().rsplit(")", 1)[1].split()[1])
+print(json.dumps({"parent": reach(parent), "grandparent": reach(grand)}))
+"""
+SPAWNS = {
+    # CPython's _posixsubprocess: execv (env None), execve (env given); coreutils env: execvp.
+    "subprocess-execv": "subprocess.run([sys.executable, '-c', UP])",
+    "subprocess-execve": "subprocess.run([sys.executable, '-c', UP], env=dict(os.environ))",
+    "env-execvp": "subprocess.run(['env', sys.executable, '-c', UP])",
+    # A script without #!: execvp runs it with /bin/sh (ENOEXEC), whose child the probe is.
+    "execvp-script": "subprocess.run(['env', script])",
+    # libc's own spawn (internal execve): the child stays in the spawner's domain, not the shell's.
+    "posix_spawn": "os.waitpid(os.posix_spawn(sys.executable, [sys.executable, '-c', UP], os.environ), 0)",
+}
+SPAWNER = "import os, subprocess, sys\nUP, script = sys.argv[1], sys.argv[2]\n"
+
+
+@pytest.mark.parametrize(
+    "how,expected",
+    [
+        ("subprocess-execv", {"parent": False, "grandparent": False}),
+        ("subprocess-execve", {"parent": False, "grandparent": False}),
+        ("env-execvp", {"parent": False, "grandparent": False}),
+        ("execvp-script", {"parent": False, "grandparent": False}),
+        ("posix_spawn", {"parent": True, "grandparent": False}),
+    ],
+)
+def test_every_exec_below_the_preloading_shell_nests_a_domain_so_no_program_reaches_an_ancestor(
+    tmp_path, how, expected
+):
+    lib = tmp_path / "hermes-confine.so"
+    subprocess.run(["bash", str(BUILD), str(lib)], check=True)
+    script = tmp_path / "no-shebang"
+    script.write_text(f"python3 -c {shlex.quote(UP)}\n")
+    script.chmod(0o755)
+    run = subprocess.run(
+        ["bash", "-c", 'python3 -c "$1" "$2" "$3"; true', "shell", SPAWNER + SPAWNS[how], UP, str(script)],
+        env={"PATH": SYSTEM_PATH, "LD_PRELOAD": str(lib)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and run.stdout, run.stderr
+    assert json.loads(run.stdout) == expected

@@ -1,4 +1,4 @@
-"""A tested program must not ptrace, write the memory of, or stop the shell that runs test.sh under its guard.
+"""A tested program must not ptrace or write the memory of the shell that runs test.sh under its guard.
 
 Harbor's tests run the agent's programs as test.sh's own uid (the container's root on docker), and this kernel
 has no Yama. Such a program can write reward.txt = 1, then make test.sh's shell call exit_group(0): its guard
@@ -6,6 +6,7 @@ never runs (as with SIGKILL) but the shell's status is 0, so the reward file sta
 ptrace, or by writing /proc/PID/mem directly. Each attack patches the machine code right after the system call
 the shell is blocked in (waiting for the program), so the shell exits 0 as soon as the program ends. Played
 through the real env and sandbox, the hostile agent's work written by the oracle, on the local and docker backends.
+Signals are not scoped: a program that stops the shell makes the verifier time out, which scores 0 too.
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ for _ in range(100):
     time.sleep(0.05)
 """
 )
-# SIGSTOP: the shell would wait, stopped, until the verifier's command times out.
+# SIGSTOP: signals are not scoped (test.sh must be able to pkill its own background server), so the shell waits,
+# stopped, until the verifier's command times out: 0 all the same.
 SIGSTOP = PRELUDE + "os.kill(shell, 19)\nprint('attack: stopped the shell', flush=True)\n"
 # An honest program: it ptraces, reads the memory of and signals its own child, and renames and links a file
 # across directories (which a Landlock domain refuses unless a rule grants it).
@@ -104,7 +106,7 @@ os.kill(child, 9)
 os.waitpid(child, 0)
 print("traced my own child")
 """
-ATTACKS = {"ptrace-exit": PTRACE, "proc-mem-exit": PROC_MEM, "sigstop-shell": SIGSTOP}
+ATTACKS = {"ptrace-exit": PTRACE, "proc-mem-exit": PROC_MEM}
 # An honest test.sh: it runs the program, then writes the reward its check decides (the attacks: 0).
 ATTACK_TEST = "#!/bin/bash\npython3 /app/prog.py\necho 0 > /logs/verifier/reward.txt\n"
 OWN_TEST = (
@@ -116,13 +118,15 @@ OWN_TEST = (
 PYTHON = "RUN apt-get update && apt-get install -y --no-install-recommends python3 && rm -rf /var/lib/apt/lists/*\n"
 
 
-def program_task(tasks_dir: Path, name: str, program: str, test_sh: str, dockerfile_extra: str = "") -> str:
+def program_task(
+    tasks_dir: Path, name: str, program: str, test_sh: str, dockerfile_extra: str = "", timeout_s: float = 30.0
+) -> str:
     """A task whose solution (the agent's work) is /app/prog.py; the verifier's timeout is short for SIGSTOP."""
     task = tasks_dir / name
     for d in ("environment", "solution", "tests"):
         (task / d).mkdir(parents=True, exist_ok=True)
     (task / "task.toml").write_text(
-        'version = "1.0"\n\n[metadata]\nauthor_name = "hermes-rl"\n\n[verifier]\ntimeout_sec = 30.0\n\n'
+        f'version = "1.0"\n\n[metadata]\nauthor_name = "hermes-rl"\n\n[verifier]\ntimeout_sec = {timeout_s}\n\n'
         "[agent]\ntimeout_sec = 120.0\n\n[environment]\nbuild_timeout_sec = 600.0\n"
     )
     (task / "instruction.md").write_text("Write /app/prog.py.\n")
@@ -135,8 +139,12 @@ def program_task(tasks_dir: Path, name: str, program: str, test_sh: str, dockerf
 def all_tasks(tasks_dir: Path, dockerfile_extra: str = "") -> dict[str, float]:
     """{task: the score it must get}: 0 for each attack, 1 for the honest program."""
     expected = {program_task(tasks_dir, n, p, ATTACK_TEST, dockerfile_extra): 0.0 for n, p in ATTACKS.items()}
+    expected[program_task(tasks_dir, STOPPED, SIGSTOP, ATTACK_TEST, dockerfile_extra, timeout_s=5.0)] = 0.0
     expected[program_task(tasks_dir, "own-child-ptrace", OWN_CHILD, OWN_TEST, dockerfile_extra)] = 1.0
     return expected
+
+
+STOPPED = "sigstop-shell"  # its verifier times out (signals are not scoped): scored 0, not from a reward file
 
 
 async def play_all(env, expected: dict[str, float], caplog) -> None:
@@ -145,14 +153,19 @@ async def play_all(env, expected: dict[str, float], caplog) -> None:
         await env.setup()
         rollouts = {name: await env.rollout(env.by_id[name], model=OracleAgent(env.by_id)) for name in expected}
     assert {n: (r.error, r.score) for n, r in rollouts.items()} == {n: (None, s) for n, s in expected.items()}
-    # Every verdict is test.sh's own reward file, read after the guard ran to its end: not a timeout (a shell
-    # stopped by SIGSTOP), not a shell that ended before its guard.
+    # Every other verdict is test.sh's own reward file, read after the guard ran to its end: not a shell that ended
+    # before its guard.
     reasons = {r.getMessage().split(": ", 1)[0].removeprefix("task "): r.getMessage() for r in caplog.records}
     for name in expected:
-        assert reasons[name].endswith("(reward.txt)"), reasons[name]  # and confined: nothing appended
+        if name == STOPPED:
+            assert "the verifying script did not finish" in reasons[name], reasons[name]
+        else:
+            assert reasons[name].endswith("(reward.txt)"), reasons[name]  # and confined: nothing appended
 
 
-async def test_a_tested_program_cannot_ptrace_write_or_stop_the_guarded_shell(scripted_server, tmp_path, caplog):
+async def test_a_tested_program_cannot_ptrace_or_write_the_guarded_shell_and_stopping_it_scores_0(
+    scripted_server, tmp_path, caplog
+):
     expected = all_tasks(tmp_path / "tasks")
     env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(tmp_path / "tasks"))
     await play_all(env, expected, caplog)

@@ -37,8 +37,8 @@ RUNS_OWN_CHILD = (
 )
 # A server test.sh starts in the background and stops with pkill from a later command (a sibling, not its parent).
 SERVER_TEST = (
-    "#!/bin/bash\npython3 /app/prog.py &\nsleep 0.5\n"
-    "pkill -f /app/prog.py; wait\n"
+    "#!/bin/bash\npython3 /app/prog.py &\nserver=$!\nsleep 0.5\n"
+    "pkill -f /app/prog.py\nwait $server\n"
     "if [ $? -ne 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
 )
 SERVER = "import time\ntime.sleep(10)\n"

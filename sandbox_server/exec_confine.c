@@ -1,0 +1,204 @@
+/* hermes-confine.so: every program exec'd in the terminal verifier's process tree starts in a Landlock domain
+   nested in its parent's, so no process there can ptrace an ancestor that exec'd it (as Yama's ptrace_scope 1).
+
+   The sandbox server binds this library read-only at /.hermes-confine.so in every slot command's namespace, and
+   the terminal verifier starts test.sh's guarded shell (or Endless Terminals' pytest) with LD_PRELOAD naming it.
+   The variable stays set, so every dynamically linked program below loads it too. Its execve, execv, execvp,
+   execvpe, execl, execlp and execle run first (glibc's own execv/execvp/execl* call its internal execve, not the
+   exported one, so each is defined here): they put the calling process in a new Landlock domain, then make the
+   execve system call. A process in a Landlock domain can only ptrace (and so open /proc/PID/mem, use
+   process_vm_writev, pidfd_getfd...) processes in its own domain or one nested under it: a program cannot reach
+   the process that exec'd it (test.sh's shell, pytest) nor any ancestor, while a parent still traces its children.
+   The domain restricts little else: it refuses mount(2) and making block devices (see confine()); signals are not
+   scoped (a test.sh's `pkill` of a server it started in the background, from another process, must still work).
+   On Landlock ABI 1 nothing is confined.
+
+   Not confined anew: what a static program (no preloading) or libc itself (system(), posix_spawn, popen: they
+   call libc's internal execve) execs. Such a child stays in the domain of the process that spawned it, so it can
+   reach that process (and the others in its domain) but no ancestor of it; its own execs are confined again.
+   Landlock nests at most 16 domains: past that depth, a program stays in its parent's domain.
+
+   The process is confined before the exec is tried, once (per thread), so a script bash then runs in that child
+   itself (no #!, execve fails with ENOEXEC) is confined too, and a PATH search does not nest a domain per try.
+   Where Landlock is missing (old kernels, gVisor) or refused, the exec goes ahead unconfined: the verifier checks
+   for that itself (see environments/terminal_tasks/verify.py).
+
+   Built by sandbox_server/build_exec_confine.sh (scripts/setup.sh, and into the sandbox runtime): -nostdlib
+   -shared, system calls only and two libc symbols (__errno_location and environ, in glibc and musl alike,
+   unversioned), so it loads into the programs of any image on the same architecture (x86-64, arm64). */
+#include <linux/landlock.h>
+#include <linux/prctl.h>
+#include <stdarg.h>
+#include <sys/syscall.h>
+
+/* The ruleset attribute as of ABI 1 (the header's may be larger). */
+struct ruleset_attr {
+    unsigned long long handled_access_fs;
+};
+
+#if defined(__x86_64__)
+static long sys3(long n, long a, long b, long c) {
+    long ret;
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c) : "rcx", "r11", "memory");
+    return ret;
+}
+#elif defined(__aarch64__)
+static long sys3(long n, long a, long b, long c) {
+    register long x8 __asm__("x8") = n, x0 __asm__("x0") = a, x1 __asm__("x1") = b, x2 __asm__("x2") = c;
+    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2) : "memory");
+    return x0;
+}
+#else
+#error "hermes-confine: x86-64 and arm64 only"
+#endif
+
+static long sys5(long n, long a, long b, long c, long d, long e) {
+#if defined(__x86_64__)
+    long ret;
+    register long r10 __asm__("r10") = d, r8 __asm__("r8") = e;
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8) : "rcx", "r11", "memory");
+    return ret;
+#else
+    register long x8 __asm__("x8") = n, x0 __asm__("x0") = a, x1 __asm__("x1") = b, x2 __asm__("x2") = c,
+                  x3 __asm__("x3") = d, x4 __asm__("x4") = e;
+    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
+    return x0;
+#endif
+}
+
+extern int *__errno_location(void);
+extern char **environ;
+
+#ifndef HERMES_CONFINE_ABI /* a test build may pretend the kernel has an older ABI */
+#define HERMES_CONFINE_ABI(found) (found)
+#endif
+
+static long confined_tid; /* the thread that made its domain already (a failed exec retried adds none) */
+
+static void confine(void) {
+    long tid = sys3(__NR_gettid, 0, 0, 0);
+    if (tid == confined_tid) return;
+    confined_tid = tid;
+    long abi = HERMES_CONFINE_ABI(sys3(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION));
+    /* ABI 1 denies every rename or link across directories in a domain, whatever it handles: not used. */
+    if (abi < 2) return;
+    /* A domain must handle some access (any domain scopes ptrace): "make a block device", with no rule, and
+       "reparent" (renames and links across directories, denied in every domain unless a rule grants it), granted
+       on all of /. Such a domain also refuses mount(2) and its kin. Not LANDLOCK_SCOPE_SIGNAL (ABI 6): sibling
+       domains could not signal each other, and test.sh's `pkill` of its own background server would fail. */
+    struct ruleset_attr attr = {LANDLOCK_ACCESS_FS_MAKE_BLOCK | LANDLOCK_ACCESS_FS_REFER};
+    long fd = sys3(__NR_landlock_create_ruleset, (long)&attr, sizeof attr, 0);
+    if (fd < 0) return;
+    struct landlock_path_beneath_attr everywhere = {LANDLOCK_ACCESS_FS_REFER, -1};
+    long root = sys3(__NR_openat, -100 /* AT_FDCWD */, (long)"/", 010000000 | 02000000 /* O_PATH|O_CLOEXEC */);
+    everywhere.parent_fd = (int)root;
+    long added = root < 0 ? -1 : sys5(__NR_landlock_add_rule, fd, LANDLOCK_RULE_PATH_BENEATH, (long)&everywhere, 0, 0);
+    if (root >= 0) sys3(__NR_close, root, 0, 0);
+    if (added >= 0) { /* without the rule renames across directories would fail: this program runs unconfined */
+        /* Needed unless the process has CAP_SYS_ADMIN; bubblewrap and hermes-spawn have set it already. */
+        sys5(__NR_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+        sys3(__NR_landlock_restrict_self, fd, 0, 0);
+    }
+    sys3(__NR_close, fd, 0, 0);
+}
+
+static int fail(long ret) {
+    *__errno_location() = (int)-ret;
+    return -1;
+}
+
+#define EXPORT __attribute__((visibility("default")))
+
+EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+    confine();
+    return fail(sys3(__NR_execve, (long)path, (long)argv, (long)envp));
+}
+
+EXPORT int execv(const char *path, char *const argv[]) { return execve(path, argv, environ); }
+
+/* The execve system call, and on ENOEXEC (no #!, not a binary) `/bin/sh path args...` as POSIX says execvp does. */
+static long exec_or_sh(const char *path, char *const argv[], char *const envp[]) {
+    long ret = sys3(__NR_execve, (long)path, (long)argv, (long)envp);
+    if (ret != -8 /* ENOEXEC */) return ret;
+    long argc = 0, i = 1;
+    while (argv[argc]) argc++;
+    const char *sh[argc + 3];
+    sh[0] = "/bin/sh";
+    sh[1] = path;
+    for (; i < argc; i++) sh[i + 1] = argv[i];
+    sh[i + 1] = 0;
+    sys3(__NR_execve, (long)"/bin/sh", (long)sh, (long)envp);
+    return ret;
+}
+
+EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
+    if (!*file) return fail(-2 /* ENOENT */);
+    confine();
+    const char *p = file;
+    while (*p && *p != '/') p++;
+    if (*p) return fail(exec_or_sh(file, argv, envp));
+    long flen = p - file;
+    if (flen > 255) return fail(-36 /* ENAMETOOLONG */);
+    const char *path = "/bin:/usr/bin"; /* glibc's default when PATH is unset */
+    for (char **e = environ; e && *e; e++) {
+        const char *v = *e;
+        if (v[0] == 'P' && v[1] == 'A' && v[2] == 'T' && v[3] == 'H' && v[4] == '=') {
+            path = v + 5;
+            break;
+        }
+    }
+    char buf[4096 + 256];
+    long ret = -2, eacces = 0;
+    for (const char *dir = path;; dir++) {
+        const char *end = dir;
+        while (*end && *end != ':') end++;
+        long dlen = end - dir, n = 0;
+        if (dlen < 4096) {
+            for (long i = 0; i < dlen; i++) buf[n++] = dir[i];
+            if (dlen) buf[n++] = '/'; /* an empty entry: the working directory */
+            for (long i = 0; i <= flen; i++) buf[n++] = file[i];
+            ret = exec_or_sh(buf, argv, envp);
+            if (ret == -13 /* EACCES */) eacces = 1;
+            else if (ret != -2 && ret != -20 && ret != -116 && ret != -19 && ret != -110)
+                return fail(ret); /* not ENOENT, ENOTDIR, ESTALE, ENODEV, ETIMEDOUT: glibc stops there too */
+        }
+        dir = end;
+        if (!*dir) break;
+    }
+    return fail(eacces ? -13 : ret);
+}
+
+EXPORT int execvp(const char *file, char *const argv[]) { return execvpe(file, argv, environ); }
+
+/* execl, execlp, execle: the arguments (up to the null pointer) gathered into an array. */
+#define GATHER(arg0, ap, args)                                  \
+    long n_ = 1;                                                \
+    va_start(ap, arg0);                                         \
+    while (va_arg(ap, char *)) n_++;                            \
+    va_end(ap);                                                 \
+    char *args[n_ + 1];                                         \
+    args[0] = (char *)arg0;                                     \
+    va_start(ap, arg0);                                         \
+    for (long i_ = 1; i_ <= n_; i_++) args[i_] = va_arg(ap, char *);
+
+EXPORT int execl(const char *path, const char *arg0, ...) {
+    va_list ap;
+    GATHER(arg0, ap, args)
+    va_end(ap);
+    return execve(path, args, environ);
+}
+
+EXPORT int execlp(const char *file, const char *arg0, ...) {
+    va_list ap;
+    GATHER(arg0, ap, args)
+    va_end(ap);
+    return execvpe(file, args, environ);
+}
+
+EXPORT int execle(const char *path, const char *arg0, ...) {
+    va_list ap;
+    GATHER(arg0, ap, args)
+    char *const *envp = va_arg(ap, char *const *);
+    va_end(ap);
+    return execve(path, args, envp);
+}
