@@ -42,6 +42,29 @@ SERVER_TEST = (
     "if [ $? -ne 0 ]; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
 )
 SERVER = "import time\ntime.sleep(10)\n"
+# The library every program preloads: no tested program (the container's root on docker) may rewrite, replace or
+# unmount it. It prints what it could do; the test passes iff it could do none of it.
+TAMPER = """import ctypes, os
+lib, done = "/.hermes-confine.so", []
+for name, attempt in {
+    "write": lambda: os.close(os.open(lib, os.O_WRONLY)),
+    "unlink": lambda: os.unlink(lib),
+    "rename over": lambda: (open("/tmp/x", "w").close(), os.rename("/tmp/x", lib)),
+    "unmount": lambda: ctypes.CDLL(None, use_errno=True).umount2(lib.encode(), 2) == 0 or 1 / 0,
+}.items():
+    try:
+        attempt()
+        done.append(name)
+    except Exception:
+        pass
+print("did:", done)
+"""
+RUNS_TAMPER = (
+    "import os, subprocess\n\n\ndef test_the_program():\n"
+    "    assert os.path.isfile('/.hermes-confine.so')\n"
+    "    out = subprocess.run(['python3', '/app/prog.py'], capture_output=True, text=True).stdout\n"
+    "    assert out.strip() == 'did: []', out\n"
+)
 # debian:bookworm: python3 and its pytest (/usr/bin/pytest), procps (pkill).
 PYTEST_IMAGE = (
     "RUN apt-get update && apt-get install -y --no-install-recommends python3 python3-pytest procps "
@@ -61,6 +84,7 @@ def all_tasks(tasks_dir: Path, dockerfile_extra: str = "") -> dict[str, float]:
         pytest_task(tasks_dir, "pytest-proc-mem-exit", PROC_MEM, RUNS_AND_FAILS, dockerfile_extra): 0.0,
         pytest_task(tasks_dir, "pytest-own-child-ptrace", OWN_CHILD, RUNS_OWN_CHILD, dockerfile_extra): 1.0,
         program_task(tasks_dir, "pkill-background-server", SERVER, SERVER_TEST, dockerfile_extra): 1.0,
+        pytest_task(tasks_dir, "tamper-with-the-library", TAMPER, RUNS_TAMPER, dockerfile_extra): 1.0,
     }
 
 
