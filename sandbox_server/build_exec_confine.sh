@@ -8,4 +8,4 @@ out=${1:?usage: build_exec_confine.sh OUTPUT [CC-FLAG...]}
 shift
 # No loop turned into a memcpy/memset call (nothing but the two symbols named in exec_confine.c is imported).
 cc -O2 -Wall -fPIC -shared -nostdlib -ffreestanding -fno-stack-protector -fno-tree-loop-distribute-patterns \
-  -Wl,-z,now -s "$@" -o "$out" "$src"
+  -Wl,-z,now -Wl,-e,hermes_trampoline -s "$@" -o "$out" "$src"

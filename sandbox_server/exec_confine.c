@@ -6,15 +6,16 @@
    The variable stays set, so every dynamically linked program below loads it too. Its execve, execv, execvp,
    execvpe, execl, execlp and execle run first (glibc's own execv/execvp/execl* call its internal execve, not the
    exported one, so each is defined here): they put the calling process in a new Landlock domain, then make the
-   execve system call. A process in a Landlock domain can only ptrace (and so open /proc/PID/mem, use
+   execve system call. Its posix_spawn and posix_spawnp (CPython 3.13's subprocess, Rust's Command) have libc's
+   spawn this file itself, run as a program, which does the same in the child. A process in a Landlock domain can only ptrace (and so open /proc/PID/mem, use
    process_vm_writev, pidfd_getfd...) processes in its own domain or one nested under it: a program cannot reach
    the process that exec'd it (test.sh's shell, pytest) nor any ancestor, while a parent still traces its children.
    The domain restricts little else: it refuses mount(2) and making block devices (see confine()); signals are not
    scoped (a test.sh's `pkill` of a server it started in the background, from another process, must still work).
    On Landlock ABI 1 nothing is confined.
 
-   Not confined anew: what a static program (no preloading) or libc itself (system(), posix_spawn, popen: they
-   call libc's internal execve) execs. Such a child stays in the domain of the process that spawned it, so it can
+   Not confined anew: what a static program (no preloading) or libc itself (system(), popen: they call libc's
+   internal spawn) execs. Such a child stays in the domain of the process that spawned it, so it can
    reach that process (and the others in its domain) but no ancestor of it; its own execs are confined again.
    Landlock nests at most 16 domains: past that depth, a program stays in its parent's domain.
 
@@ -24,8 +25,9 @@
    for that itself (see environments/terminal_tasks/verify.py).
 
    Built by sandbox_server/build_exec_confine.sh (scripts/setup.sh, and into the sandbox runtime): -nostdlib
-   -shared, system calls only and two libc symbols (__errno_location and environ, in glibc and musl alike,
-   unversioned), so it loads into the programs of any image on the same architecture (x86-64, arm64). */
+   -shared, system calls only and three libc symbols (__errno_location, environ, dl_iterate_phdr: in glibc and musl
+   alike, unversioned), so it loads into the programs of any image on the same architecture (x86-64, arm64). */
+#include <elf.h>
 #include <linux/landlock.h>
 #include <linux/prctl.h>
 #include <stdarg.h>
@@ -68,6 +70,14 @@ static long sys5(long n, long a, long b, long c, long d, long e) {
 
 extern int *__errno_location(void);
 extern char **environ;
+/* struct dl_phdr_info's leading fields (glibc and musl alike); x86-64 and arm64 are 64-bit. */
+struct phdr_info {
+    Elf64_Addr addr;
+    const char *name;
+    const Elf64_Phdr *phdr;
+    Elf64_Half phnum;
+};
+extern int dl_iterate_phdr(int (*)(struct phdr_info *, unsigned long, void *), void *);
 
 #ifndef HERMES_CONFINE_ABI /* a test build may pretend the kernel has an older ABI */
 #define HERMES_CONFINE_ABI(found) (found)
@@ -202,3 +212,170 @@ EXPORT int execle(const char *path, const char *arg0, ...) {
     va_end(ap);
     return execve(path, args, envp);
 }
+
+/* posix_spawn, posix_spawnp: libc's (found below, past this library) start a trampoline, this very file run as a
+   program (entry: hermes_trampoline), which confines itself, then execs the program; argv [this file, path, argv...].
+   libc's spawn applies the file actions and attributes before exec'ing the trampoline, which keeps them all. The
+   exec errors libc's spawn would report (no such file, not executable) are checked first; an exec the trampoline
+   cannot make after all ends the child with status 127. */
+typedef int spawn_fn(int *, const char *, const void *, const void *, char *const[], char *const[]);
+
+struct lookup {
+    const char *name;
+    void *found, *self;
+    const char *self_path;
+};
+
+static int same(const char *a, const char *b) {
+    while (*a && *a == *b) a++, b++;
+    return *a == *b;
+}
+
+/* `name` defined in the object at `base` with dynamic section `dyn`, through its GNU or SysV hash table. */
+static void *symbol(unsigned long base, const Elf64_Dyn *dyn, const char *name) {
+    const Elf64_Sym *syms = 0;
+    const char *strs = 0;
+    const unsigned *gnu = 0, *sysv = 0;
+    for (; dyn->d_tag != DT_NULL; dyn++) {
+        unsigned long ptr = dyn->d_un.d_ptr;
+        if (dyn->d_tag != DT_SYMTAB && dyn->d_tag != DT_STRTAB && dyn->d_tag != DT_GNU_HASH && dyn->d_tag != DT_HASH)
+            continue;
+        if (ptr < base) ptr += base; /* glibc's loader relocates these in place, musl's does not */
+        if (dyn->d_tag == DT_SYMTAB) syms = (const Elf64_Sym *)ptr;
+        else if (dyn->d_tag == DT_STRTAB) strs = (const char *)ptr;
+        else if (dyn->d_tag == DT_GNU_HASH) gnu = (const unsigned *)ptr;
+        else sysv = (const unsigned *)ptr;
+    }
+    if (!syms || !strs) return 0;
+    if (gnu) {
+        unsigned h = 5381;
+        for (const unsigned char *c = (const unsigned char *)name; *c; c++) h = h * 33 + *c;
+        unsigned nbuckets = gnu[0], offset = gnu[1], bloom = gnu[2];
+        const unsigned *buckets = gnu + 4 + bloom * (sizeof(Elf64_Addr) / 4), *chain = buckets + nbuckets;
+        unsigned i = buckets[h % nbuckets];
+        if (i < offset) return 0;
+        for (;; i++) {
+            unsigned h2 = chain[i - offset];
+            const Elf64_Sym *s = syms + i;
+            if ((h | 1) == (h2 | 1) && s->st_shndx != SHN_UNDEF && s->st_value && same(strs + s->st_name, name))
+                return (void *)(base + s->st_value);
+            if (h2 & 1) return 0;
+        }
+    }
+    if (sysv) {
+        unsigned long h = 0, g;
+        for (const unsigned char *c = (const unsigned char *)name; *c; c++) {
+            h = (h << 4) + *c;
+            g = h & 0xf0000000;
+            if (g) h ^= g >> 24;
+            h &= ~g;
+        }
+        unsigned nbucket = sysv[0];
+        const unsigned *bucket = sysv + 2, *chain = bucket + nbucket;
+        for (unsigned i = bucket[h % nbucket]; i; i = chain[i]) {
+            const Elf64_Sym *s = syms + i;
+            if (s->st_shndx != SHN_UNDEF && s->st_value && same(strs + s->st_name, name)) return (void *)(base + s->st_value);
+        }
+    }
+    return 0;
+}
+
+static int visit(struct phdr_info *info, unsigned long size, void *data) {
+    (void)size;
+    struct lookup *l = data;
+    const Elf64_Dyn *dyn = 0;
+    int mine = 0;
+    for (int i = 0; i < info->phnum; i++) {
+        const Elf64_Phdr *ph = info->phdr + i;
+        unsigned long start = info->addr + ph->p_vaddr;
+        if (ph->p_type == PT_DYNAMIC) dyn = (const Elf64_Dyn *)start;
+        if (ph->p_type == PT_LOAD && (unsigned long)l->self >= start && (unsigned long)l->self < start + ph->p_memsz)
+            mine = 1;
+    }
+    if (mine) {
+        l->self_path = info->name;
+        return 0;
+    }
+    if (!l->found && dyn) l->found = symbol(info->addr, dyn, l->name);
+    return 0;
+}
+
+static long access_x(const char *path) { return sys3(__NR_faccessat, -100 /* AT_FDCWD */, (long)path, 1 /* X_OK */); }
+
+static int spawn(const char *name, int *pid, const char *path, const void *fa, const void *attr, char *const argv[],
+                 char *const envp[]) {
+    struct lookup l = {name, 0, (void *)spawn, 0};
+    dl_iterate_phdr(visit, &l);
+    spawn_fn *real = (spawn_fn *)l.found;
+    if (!real) return 38; /* ENOSYS: no libc below this library defines it */
+    /* This library as a program needs its own absolute path (LD_PRELOAD names it so); else spawn as libc does. */
+    if (!l.self_path || l.self_path[0] != '/' || access_x(l.self_path) < 0) return real(pid, path, fa, attr, argv, envp);
+    long ret = access_x(path);
+    if (ret < 0) return (int)-ret;
+    long argc = 0;
+    while (argv[argc]) argc++;
+    char *args[argc + 3];
+    args[0] = (char *)l.self_path;
+    args[1] = (char *)path;
+    for (long i = 0; i <= argc; i++) args[i + 2] = argv[i];
+    return real(pid, l.self_path, fa, attr, args, envp);
+}
+
+EXPORT int posix_spawn(int *pid, const char *path, const void *fa, const void *attr, char *const argv[],
+                       char *const envp[]) {
+    return spawn("posix_spawn", pid, path, fa, attr, argv, envp);
+}
+
+EXPORT int posix_spawnp(int *pid, const char *file, const void *fa, const void *attr, char *const argv[],
+                        char *const envp[]) {
+    const char *p = file;
+    while (*p && *p != '/') p++;
+    if (*p || !*file) return spawn("posix_spawn", pid, file, fa, attr, argv, envp);
+    long flen = p - file;
+    if (flen > 255) return 36; /* ENAMETOOLONG */
+    const char *path = "/bin:/usr/bin";
+    for (char **e = environ; e && *e; e++) {
+        const char *v = *e;
+        if (v[0] == 'P' && v[1] == 'A' && v[2] == 'T' && v[3] == 'H' && v[4] == '=') {
+            path = v + 5;
+            break;
+        }
+    }
+    char buf[4096 + 256];
+    long eacces = 0;
+    for (const char *dir = path;; dir++) {
+        const char *end = dir;
+        while (*end && *end != ':') end++;
+        long dlen = end - dir, n = 0;
+        if (dlen < 4096) {
+            for (long i = 0; i < dlen; i++) buf[n++] = dir[i];
+            if (dlen) buf[n++] = '/';
+            for (long i = 0; i <= flen; i++) buf[n++] = file[i];
+            long ret = access_x(buf);
+            if (ret == 0) return spawn("posix_spawn", pid, buf, fa, attr, argv, envp);
+            if (ret == -13) eacces = 1;
+        }
+        dir = end;
+        if (!*dir) break;
+    }
+    return eacces ? 13 : 2;
+}
+
+/* Run as a program (posix_spawn's trampoline): no loader, no relocations; system calls only. */
+__attribute__((used)) static void trampoline(long *sp) {
+    long argc = sp[0];
+    char **argv = (char **)(sp + 1), **envp = argv + argc + 1;
+    if (argc >= 2) {
+        confine();
+        sys3(__NR_execve, (long)argv[1], (long)(argv + 2), (long)envp);
+    }
+    sys3(__NR_exit_group, 127, 0, 0);
+}
+
+#if defined(__x86_64__)
+__asm__(".globl hermes_trampoline\n.hidden hermes_trampoline\n.type hermes_trampoline,@function\nhermes_trampoline:\n"
+        "  mov %rsp, %rdi\n  and $-16, %rsp\n  call trampoline\n  hlt\n");
+#else
+__asm__(".globl hermes_trampoline\n.hidden hermes_trampoline\n.type hermes_trampoline,%function\nhermes_trampoline:\n"
+        "  mov x0, sp\n  bl trampoline\n  brk #0\n");
+#endif

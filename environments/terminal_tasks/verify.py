@@ -24,9 +24,9 @@ name a workspace directory); a test.sh shell killed by a signal, whose guard nev
 Nor may they ptrace that shell or the pytest it runs, in whatever form (make it exit 0 before its guard runs,
 through ptrace, /proc/PID/mem, process_vm_writev...): the shell starts with LD_PRELOAD naming hermes-confine.so
 (sandbox_server/exec_confine.c, bound read-only at CONFINE_FILE by the sandbox server), and keeps it, so every
-dynamically linked program below loads it; its exec functions start each program in a fresh Landlock domain nested in
-its parent's, which cannot reach any ancestor (a parent still traces its children). What a static program or libc's
-own spawns (system(), posix_spawn) exec stays in its spawner's domain, exposing that spawner only; pytest run as
+dynamically linked program below loads it; its exec and posix_spawn functions start each program in a fresh Landlock
+domain nested in its parent's, which cannot reach any ancestor (a parent still traces its children). What a static
+program or libc's own spawns (system(), popen()) exec stays in its spawner's domain, exposing that spawner only; pytest run as
 `python3 -m pytest` is also non-dumpable (_PYTEST_BOOT). Signals are not scoped: a program can stop test.sh's shell
 (the verifier then times out: 0). Where the confinement does not take (no Landlock, library not bound or not
 loadable), the verdict's reason says so and `Verdict.confined` is False (docs/security.md).

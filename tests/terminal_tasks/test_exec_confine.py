@@ -134,10 +134,14 @@ SPAWNS = {
     "env-execvp": "subprocess.run(['env', sys.executable, '-c', UP])",
     # A script without #!: execvp runs it with /bin/sh (ENOEXEC), whose child the probe is.
     "execvp-script": "subprocess.run(['env', script])",
-    # libc's own spawn (internal execve): the child stays in the spawner's domain, not the shell's.
+    # posix_spawn (CPython 3.13's subprocess with a path, Rust's Command) starts the library as a trampoline.
     "posix_spawn": "os.waitpid(os.posix_spawn(sys.executable, [sys.executable, '-c', UP], os.environ), 0)",
+    "posix_spawnp": "os.waitpid(os.posix_spawnp('python3', ['python3', '-c', UP], os.environ), 0)",
+    # libc's own spawns (its internal execve): the shell system() starts stays in the spawner's domain, but what
+    # that shell execs is confined again, away from both.
+    "system": "os.system(f'python3 -c {shlex.quote(UP)}; true')",
 }
-SPAWNER = "import os, subprocess, sys\nUP, script = sys.argv[1], sys.argv[2]\n"
+SPAWNER = "import os, shlex, subprocess, sys\nUP, script = sys.argv[1], sys.argv[2]\n"
 
 
 @pytest.mark.parametrize(
@@ -147,7 +151,9 @@ SPAWNER = "import os, subprocess, sys\nUP, script = sys.argv[1], sys.argv[2]\n"
         ("subprocess-execve", {"parent": False, "grandparent": False}),
         ("env-execvp", {"parent": False, "grandparent": False}),
         ("execvp-script", {"parent": False, "grandparent": False}),
-        ("posix_spawn", {"parent": True, "grandparent": False}),
+        ("posix_spawn", {"parent": False, "grandparent": False}),
+        ("posix_spawnp", {"parent": False, "grandparent": False}),
+        ("system", {"parent": False, "grandparent": False}),
     ],
 )
 def test_every_exec_below_the_preloading_shell_nests_a_domain_so_no_program_reaches_an_ancestor(

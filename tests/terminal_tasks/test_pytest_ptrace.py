@@ -30,6 +30,12 @@ RUNS_AND_FAILS = (
     "    subprocess.run(['python3', '/app/prog.py'], check=False)\n"
     "    assert False, 'the program does not do the task'\n"
 )
+# posix_spawn, as CPython 3.13's subprocess does for a path (and Rust's Command, uv's too).
+SPAWNS_AND_FAILS = (
+    "import os, sys\n\n\ndef test_the_program():\n"
+    "    os.waitpid(os.posix_spawn(sys.executable, [sys.executable, '/app/prog.py'], os.environ), 0)\n"
+    "    assert False, 'the program does not do the task'\n"
+)
 RUNS_OWN_CHILD = (
     "import subprocess\n\n\ndef test_the_program():\n"
     "    out = subprocess.run(['python3', '/app/prog.py'], capture_output=True, text=True).stdout\n"
@@ -82,6 +88,7 @@ def all_tasks(tasks_dir: Path, dockerfile_extra: str = "") -> dict[str, float]:
     return {
         pytest_task(tasks_dir, "pytest-ptrace-exit", PTRACE, RUNS_AND_FAILS, dockerfile_extra): 0.0,
         pytest_task(tasks_dir, "pytest-proc-mem-exit", PROC_MEM, RUNS_AND_FAILS, dockerfile_extra): 0.0,
+        pytest_task(tasks_dir, "pytest-posix-spawn-ptrace-exit", PTRACE, SPAWNS_AND_FAILS, dockerfile_extra): 0.0,
         pytest_task(tasks_dir, "pytest-own-child-ptrace", OWN_CHILD, RUNS_OWN_CHILD, dockerfile_extra): 1.0,
         program_task(tasks_dir, "pkill-background-server", SERVER, SERVER_TEST, dockerfile_extra): 1.0,
         pytest_task(tasks_dir, "tamper-with-the-library", TAMPER, RUNS_TAMPER, dockerfile_extra): 1.0,
