@@ -70,6 +70,15 @@ static long sys5(long n, long a, long b, long c, long d, long e) {
 
 extern int *__errno_location(void);
 extern char **environ;
+
+/* PATH from the environment, as the exec*p functions search it; glibc's default when it is unset. */
+static const char *search_path(void) {
+    for (char **e = environ; e && *e; e++) {
+        const char *v = *e;
+        if (v[0] == 'P' && v[1] == 'A' && v[2] == 'T' && v[3] == 'H' && v[4] == '=') return v + 5;
+    }
+    return "/bin:/usr/bin";
+}
 /* struct dl_phdr_info's leading fields (glibc and musl alike); x86-64 and arm64 are 64-bit. */
 struct phdr_info {
     Elf64_Addr addr;
@@ -149,14 +158,7 @@ EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
     if (*p) return fail(exec_or_sh(file, argv, envp));
     long flen = p - file;
     if (flen > 255) return fail(-36 /* ENAMETOOLONG */);
-    const char *path = "/bin:/usr/bin"; /* glibc's default when PATH is unset */
-    for (char **e = environ; e && *e; e++) {
-        const char *v = *e;
-        if (v[0] == 'P' && v[1] == 'A' && v[2] == 'T' && v[3] == 'H' && v[4] == '=') {
-            path = v + 5;
-            break;
-        }
-    }
+    const char *path = search_path();
     char buf[4096 + 256];
     long ret = -2, eacces = 0;
     for (const char *dir = path;; dir++) {
@@ -333,14 +335,7 @@ EXPORT int posix_spawnp(int *pid, const char *file, const void *fa, const void *
     if (*p || !*file) return spawn("posix_spawn", pid, file, fa, attr, argv, envp);
     long flen = p - file;
     if (flen > 255) return 36; /* ENAMETOOLONG */
-    const char *path = "/bin:/usr/bin";
-    for (char **e = environ; e && *e; e++) {
-        const char *v = *e;
-        if (v[0] == 'P' && v[1] == 'A' && v[2] == 'T' && v[3] == 'H' && v[4] == '=') {
-            path = v + 5;
-            break;
-        }
-    }
+    const char *path = search_path();
     char buf[4096 + 256];
     long eacces = 0;
     for (const char *dir = path;; dir++) {
