@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import fcntl
 import functools
 import hmac
 import logging
@@ -333,11 +334,15 @@ class SandboxServer:
     ) -> ExecResult:
         script = None
         if len(raw) > SHELL_ARGV_BYTES:
-            # Long: bash reads it from a memory file handed over as fd 3 (the request stays small).
-            script = os.memfd_create("hermes-command", os.MFD_CLOEXEC)
+            # Long: bash reads it from a memory file handed over as fd 3 (the request stays small). Sealed
+            # against writes: bash reads a script as it runs, and every program it starts inherits fd 3 (one
+            # could rewrite what the verifying script does after the tests: a forged verdict).
+            script = os.memfd_create("hermes-command", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
             view = memoryview(raw)
             while view:
                 view = view[os.write(script, view) :]
+            seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
+            fcntl.fcntl(script, fcntl.F_ADD_SEALS, seals)
             os.lseek(script, 0, os.SEEK_SET)
         spawn = functools.partial(shell.spawn, script_fd=script)
         words = [self._bash, "/dev/fd/3"] if script is not None else [self._bash, "-c", command]
