@@ -11,8 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from environments.terminal_tasks import OracleAgent
 from tests.terminal_tasks.conftest import make_env
+from tests.terminal_tasks.test_docker_tasks import _oracle_on_docker, engine, test_id  # noqa: F401 (fixtures used below)
 from tests.terminal_tasks.test_guard_ptrace import program_task, pytestmark  # noqa: F401
 
 # Writes a forged verdict over the script's remainder (after the line that runs test.sh) through fd 3.
@@ -46,3 +49,30 @@ async def test_a_tested_program_cannot_rewrite_the_verifying_script(scripted_ser
         await env.setup()
         rollout = await env.rollout(env.by_id[name], model=OracleAgent(env.by_id))
     assert (rollout.error, rollout.score) == (None, 0.5)
+
+
+# The agent plants `bash` on an image PATH that names a workspace directory. The server starts every command with
+# the system's bash; the verifying script then ran test.sh's guarded shell as `env -i PATH="$image_path" ... bash`,
+# which env looks up on that PATH: the planted bash, as the guard shell itself, wrote reward 1 and exited 0.
+GUARD_SHELL_PLANTER = (
+    "#!/bin/bash\nmkdir -p /app/bin\ncat > /app/bin/bash <<'EOF'\n#!/bin/sh\n"
+    'case "$*" in *__hermes_guard*) echo 1 > "${3%/tests/test.sh}/logs/verifier/reward.txt"; exit 0;; esac\n'
+    'exec /bin/bash "$@"\nEOF\nchmod +x /app/bin/bash\n'
+)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+async def test_a_bash_planted_on_the_images_path_is_not_the_guarded_shell(request, tmp_path, scripted_server):
+    labels = request.getfixturevalue("test_id")
+    tasks = tmp_path / "tasks"
+    name = program_task(
+        tasks,
+        "guard-shell-planter",
+        "",
+        "#!/bin/bash\necho 0.5 > /logs/verifier/reward.txt\n",
+        "ENV PATH=/app/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n",
+    )
+    (tasks / name / "solution" / "solve.sh").write_text(GUARD_SHELL_PLANTER)
+    # test.sh itself ran (0.5), under the system's bash
+    assert await _oracle_on_docker(scripted_server, tmp_path, labels, [name]) == {name: (None, 0.5)}
