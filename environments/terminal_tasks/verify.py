@@ -366,7 +366,7 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
             .replace("@SYS_PATH@", SYSTEM_PATH)
             .replace("@PID1_IS_BWRAP@", _PID1_IS_BWRAP)
         )
-        run = f"$preload bash -c {shlex.quote(guard)} {vdir}/tests/test.sh"
+        run = f'$preload "$sys_bash" -c {shlex.quote(guard)} {vdir}/tests/test.sh'
     else:
         test = task.initial_test if initial else task.final_test
         assert test is not None
@@ -376,11 +376,11 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
         # so the programs its tests run cannot ptrace this script, nor pytest (their domains nest in its own);
         # it is non-dumpable too (_PYTEST_BOOT), for what a static program or libc's own spawns run.
         pytest_run = f"exec python3 -c {shlex.quote(_PYTEST_BOOT)} -q {vdir}/tests/{test.name}"
-        run = f"$preload bash -c {shlex.quote(pytest_run)}"
+        run = f'$preload "$sys_bash" -c {shlex.quote(pytest_run)}'
     # Whether the programs the tests run start confined (the library bound and loadable, Landlock here): one
     # run by a shell that preloads the library must fail to open that shell's memory.
     confine = (
-        f'preload=\n[ -f {so} ] && env -i PATH="$image_path" LD_PRELOAD={so} bash -c '
+        f'preload=\n[ -f {so} ] && env -i PATH={SYSTEM_PATH} LD_PRELOAD={so} "$sys_bash" -c '
         """'unset LD_PRELOAD; ! bash -c "exec 3</proc/\\$PPID/mem" 2>/dev/null' 2>/dev/null"""
         f" && preload=LD_PRELOAD={so}\n"
     )
@@ -405,7 +405,10 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
     env_words = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     workdir = paths(task.workdir)
     q = shlex.quote
+    # The shell that runs test.sh (or pytest) is the system's bash by absolute path: env would look `bash` up on
+    # the image's PATH, where a workspace directory may hold one the agent planted (it would be the guard itself).
     script = f"""{_PID1_IS_BWRAP}image_path="$PATH" PATH={SYSTEM_PATH}
+sys_bash=$(type -P bash) || exit 92
 chmod u+rwx {q(workspace)} 2>/dev/null
 rm -rf {q(vdir)} && mkdir -p {q(vdir)}/logs/verifier {q(vdir)}/logs/agent {q(vdir)}/home || exit 90
 base64 -d | tar -xzf - -C {q(vdir)} || exit 91

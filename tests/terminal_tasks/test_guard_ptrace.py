@@ -201,7 +201,9 @@ async def test_where_the_shell_cannot_be_confined_the_guard_still_works_and_the_
     labels = request.getfixturevalue("test_id")
     static_bash = (
         PYTHON + "RUN apt-get update && apt-get install -y bash-static \n"
-        "RUN [ -e /usr/local/bin/bash ] || ln -s /bin/bash-static /usr/local/bin/bash\n"  # replayed in the slot too
+        # The system's bash itself (the verifier runs test.sh with it, never one on the image's PATH); the check
+        # keeps the step a no-op where it is replayed in a slot (read-only /usr).
+        "RUN cmp -s /bin/bash-static /usr/bin/bash || cp /bin/bash-static /usr/bin/bash\n"
     )
     tasks = tmp_path / "tasks"
     expected = {
