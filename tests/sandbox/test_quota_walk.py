@@ -48,3 +48,18 @@ async def test_growth_hidden_by_deletions_elsewhere_is_still_counted(tmp_path: P
         assert len(os.listdir(workspace)) <= INLINE_WALK_ENTRIES * 2  # the newest entries went
     finally:
         await guard.stop()
+
+
+def test_a_walk_with_an_entry_stop_stops_inside_a_directory_of_hard_links(tmp_path: Path) -> None:
+    """The walk after a command runs on the event loop for a workspace of a handful of files; hard links make no
+    new files (each file is counted once), so a stop on files never came: 300k links (8 MB) held the server's
+    event loop ~0.8 s after every command. The inline walk stops on the names it visits."""
+    (tmp_path / "target").touch()
+    links = tmp_path / "links"
+    links.mkdir()
+    for i in range(2000):
+        os.link(tmp_path / "target", links / f"l{i}")
+    full = disk_usage(str(tmp_path), 64)
+    assert (full.files, full.entries) == (2, 2002)
+    stopped = disk_usage(str(tmp_path), 64, stop_entries=INLINE_WALK_ENTRIES)
+    assert stopped.entries == INLINE_WALK_ENTRIES + 1
