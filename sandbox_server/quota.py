@@ -73,13 +73,21 @@ class Usage:
     bytes: int = 0
     files: int = 0
     too_deep: list[str] = field(default_factory=list)
+    entries: int = 0  # names visited, each hard link too
 
 
-def disk_usage(root: str, max_depth: int, stop_above: int | None = None, stop_files: int | None = None) -> Usage:
+def disk_usage(
+    root: str,
+    max_depth: int,
+    stop_above: int | None = None,
+    stop_files: int | None = None,
+    stop_entries: int | None = None,
+) -> Usage:
     """Bytes allocated under `root` (st_blocks) and its entries (hard links once, links not followed).
 
     Directories deeper than `max_depth` are not entered but named in `too_deep`. The walk stops
-    early past `stop_above` bytes or `stop_files` entries.
+    early past `stop_above` bytes or `stop_files` entries, or past `stop_entries` names visited (hard
+    links too: they make no new entries, so only this bounds the walk's own work).
     """
     seen: set[tuple[int, int]] = set()
     usage = Usage()
@@ -87,9 +95,14 @@ def disk_usage(root: str, max_depth: int, stop_above: int | None = None, stop_fi
     max_files = math.inf if stop_files is None else stop_files
     try:
         usage.bytes = os.lstat(root).st_blocks * 512
-        walker = walk(root, max_depth=max_depth, too_deep=usage.too_deep)
+        listed = None if stop_entries is None else stop_entries + 1
+        walker = walk(root, max_depth=max_depth, too_deep=usage.too_deep, max_listed=listed)
         for d in walker:
             for name in d.dirs + d.files:
+                usage.entries += 1
+                if stop_entries is not None and usage.entries > stop_entries:
+                    walker.close()
+                    return usage
                 try:
                     st = os.lstat(name, dir_fd=d.fd)
                 except OSError:
@@ -369,8 +382,8 @@ class SlotGuard:
             # A handful of entries: walking them here costs less than the hand-off to a thread. A walk
             # that finds more (others' deletions offset this slot's growth) stops and goes to the thread.
             started = time.monotonic()
-            usage = disk_usage(s.root, lim.max_path_depth, stop_files=INLINE_WALK_ENTRIES)
-            if usage.files <= INLINE_WALK_ENTRIES:
+            usage = disk_usage(s.root, lim.max_path_depth, stop_entries=INLINE_WALK_ENTRIES)
+            if usage.entries <= INLINE_WALK_ENTRIES:
                 self._walked(s, s.generation, started, (used, inodes), usage)
                 return
             await self._walk(s)

@@ -37,11 +37,13 @@ class Dir:
     files: list[str] = field(default_factory=list)  # everything that is not a directory (links included)
 
 
-def _entries(fd: int) -> tuple[list[str], list[str]]:
+def _entries(fd: int, limit: int | None = None) -> tuple[list[str], list[str]]:
     dirs: list[str] = []
     files: list[str] = []
     with os.scandir(fd) as it:
-        for entry in it:
+        for n, entry in enumerate(it):
+            if limit is not None and n >= limit:
+                break
             try:
                 is_dir = entry.is_dir(follow_symlinks=False)
             except OSError:
@@ -51,12 +53,18 @@ def _entries(fd: int) -> tuple[list[str], list[str]]:
 
 
 def walk(
-    top: str, *, max_depth: int, dir_fd: int | None = None, too_deep: list[str] | None = None
+    top: str,
+    *,
+    max_depth: int,
+    dir_fd: int | None = None,
+    too_deep: list[str] | None = None,
+    max_listed: int | None = None,
 ) -> Generator[Dir, None, None]:
     """Every directory under `top` (itself first), depth first, never following links.
 
     Directories deeper than `max_depth` are not entered; their paths go to `too_deep`. A
-    directory that vanishes or cannot be opened meanwhile is skipped.
+    directory that vanishes or cannot be opened meanwhile is skipped. `max_listed`: at most that
+    many names of each directory are listed (a caller that stops there need not read a huge one).
     """
     fd = os.open(top, DIR_FLAGS, dir_fd=dir_fd)
     stack: list[tuple[Dir, list[str]]] = []  # directories entered, each with the subdirectories still to visit
@@ -64,7 +72,7 @@ def walk(
         current: Dir | None = Dir("", fd, 0)
         while current is not None:
             try:
-                current.dirs, current.files = _entries(current.fd)
+                current.dirs, current.files = _entries(current.fd, max_listed)
             except OSError:
                 current.dirs, current.files = [], []
             todo: list[str] = []
