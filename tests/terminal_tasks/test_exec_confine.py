@@ -173,3 +173,42 @@ def test_every_exec_below_the_preloading_shell_nests_a_domain_so_no_program_reac
     )
     assert run.returncode == 0 and run.stdout, run.stderr
     assert json.loads(run.stdout) == expected
+
+
+# posix_spawn with a relative path and a chdir file action (glibc's posix_spawn_file_actions_addchdir_np, as Rust's
+# Command with current_dir uses): the path is the child's, after the chdir, never the spawner's.
+SPAWN_IN_DIR = r"""
+#define _GNU_SOURCE
+#include <spawn.h>
+#include <stdio.h>
+#include <sys/wait.h>
+extern char **environ;
+int main(int argc, char **argv) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addchdir_np(&fa, argv[1]);
+    char *args[] = {"./prog", 0};
+    pid_t pid;
+    int st = 0, rc = posix_spawn(&pid, "./prog", &fa, 0, args, environ);
+    if (rc == 0) waitpid(pid, &st, 0);
+    printf("spawn %d, status %d\n", rc, WEXITSTATUS(st));
+    return 0;
+}
+"""
+
+
+def test_a_relative_program_spawned_after_a_chdir_file_action_runs_as_without_the_library(tmp_path):
+    lib, spawner, work = tmp_path / "hermes-confine.so", tmp_path / "spawner", tmp_path / "work"
+    subprocess.run(["bash", str(BUILD), str(lib)], check=True)
+    (tmp_path / "spawner.c").write_text(SPAWN_IN_DIR)
+    subprocess.run(["cc", "-o", str(spawner), str(tmp_path / "spawner.c")], check=True)
+    work.mkdir()
+    (work / "prog").write_text("#!/bin/sh\necho ran in $(pwd)\n")
+    (work / "prog").chmod(0o755)
+
+    def run(env: dict[str, str]) -> str:
+        return subprocess.run([str(spawner), str(work)], env=env, capture_output=True, text=True, check=True).stdout
+
+    plain = run({"PATH": SYSTEM_PATH})
+    assert plain == f"ran in {work}\nspawn 0, status 0\n"
+    assert run({"PATH": SYSTEM_PATH, "LD_PRELOAD": str(lib)}) == plain
