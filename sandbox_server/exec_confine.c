@@ -312,7 +312,9 @@ static int spawn(const char *name, int *pid, const char *path, const void *fa, c
     if (!real) return 38; /* ENOSYS: no libc below this library defines it */
     /* This library as a program needs its own absolute path (LD_PRELOAD names it so); else spawn as libc does. */
     if (!l.self_path || l.self_path[0] != '/' || access_x(l.self_path) < 0) return real(pid, path, fa, attr, argv, envp);
-    long ret = access_x(path);
+    /* A relative path is the child's, after the file actions' chdir (Rust's Command with current_dir): not checked
+       here; an exec that fails there ends the child with 127. */
+    long ret = path[0] == '/' ? access_x(path) : 0;
     if (ret < 0) return (int)-ret;
     long argc = 0;
     while (argv[argc]) argc++;
