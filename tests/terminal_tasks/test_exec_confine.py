@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -212,3 +213,36 @@ def test_a_relative_program_spawned_after_a_chdir_file_action_runs_as_without_th
     plain = run({"PATH": SYSTEM_PATH})
     assert plain == f"ran in {work}\nspawn 0, status 0\n"
     assert run({"PATH": SYSTEM_PATH, "LD_PRELOAD": str(lib)}) == plain
+
+
+# CPython's subprocess runs the child with vfork: the library's execve runs in the spawner's memory. What it
+# recorded there as "confined already" (that child's thread id) must not spare a later child that gets the same
+# id (a tested program can cycle its pid namespace's ids back to its own in seconds: pid_max is 32768 here). Root
+# sets ns_last_pid in a pid namespace of its own to play that cycle.
+REUSE = r"""
+import json, subprocess, sys
+def spawn():
+    return json.loads(subprocess.run([sys.executable, "-c", sys.argv[1]], capture_output=True, text=True).stdout)
+first = spawn()
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+    f.write(str(first["pid"] - 1))
+second = spawn()
+print(json.dumps({"same id": first["pid"] == second["pid"], "reach parent": first["parent"] or second["parent"]}))
+"""
+REACH_PARENT = UP.replace('"grandparent": reach(grand)', '"pid": os.getpid()')
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None, reason="needs root and unshare")
+def test_a_child_that_gets_the_thread_id_of_an_earlier_vfork_child_is_confined_too(tmp_path):
+    lib = tmp_path / "hermes-confine.so"
+    subprocess.run(["bash", str(BUILD), str(lib)], check=True)
+    run = subprocess.run(
+        ["unshare", "--pid", "--fork", "--mount-proc", "bash", "-c", 'python3 -c "$1" "$2"; true', "shell"]
+        + [REUSE, REACH_PARENT],
+        env={"PATH": SYSTEM_PATH, "LD_PRELOAD": str(lib)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0 and run.stdout, run.stderr
+    assert json.loads(run.stdout) == {"same id": True, "reach parent": False}
