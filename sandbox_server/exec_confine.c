@@ -19,8 +19,9 @@
    reach that process (and the others in its domain) but no ancestor of it; its own execs are confined again.
    Landlock nests at most 16 domains: past that depth, a program stays in its parent's domain.
 
-   The process is confined before the exec is tried, once (per thread), so a script bash then runs in that child
-   itself (no #!, execve fails with ENOEXEC) is confined too, and a PATH search does not nest a domain per try.
+   The process is confined before the exec is tried, so a script bash then runs in that child itself (no #!,
+   execve fails with ENOEXEC) is confined too; a path that is not executable is refused first, with no domain made,
+   so a PATH search (the exec*p functions here, or CPython's own) nests one domain, not one per try.
    Where Landlock is missing (old kernels, gVisor) or refused, the exec goes ahead unconfined: the verifier checks
    for that itself (see environments/terminal_tasks/verify.py).
 
@@ -92,12 +93,10 @@ extern int dl_iterate_phdr(int (*)(struct phdr_info *, unsigned long, void *), v
 #define HERMES_CONFINE_ABI(found) (found)
 #endif
 
-static long confined_tid; /* the thread that made its domain already (a failed exec retried adds none) */
-
+/* No "confined already" mark in memory: CPython's subprocess execs from a vfork child, which shares the spawner's
+   memory, and a later child given the same thread id would skip its domain (the ids cycle). A path that cannot be
+   exec'd is refused before any domain is made instead (see exec_checked), so a PATH search nests one. */
 static void confine(void) {
-    long tid = sys3(__NR_gettid, 0, 0, 0);
-    if (tid == confined_tid) return;
-    confined_tid = tid;
     long abi = HERMES_CONFINE_ABI(sys3(__NR_landlock_create_ruleset, 0, 0, LANDLOCK_CREATE_RULESET_VERSION));
     /* ABI 1 denies every rename or link across directories in a domain, whatever it handles: not used. */
     if (abi < 2) return;
@@ -121,6 +120,8 @@ static void confine(void) {
     sys3(__NR_close, fd, 0, 0);
 }
 
+static long access_x(const char *path) { return sys3(__NR_faccessat, -100 /* AT_FDCWD */, (long)path, 1 /* X_OK */); }
+
 static int fail(long ret) {
     *__errno_location() = (int)-ret;
     return -1;
@@ -129,6 +130,9 @@ static int fail(long ret) {
 #define EXPORT __attribute__((visibility("default")))
 
 EXPORT int execve(const char *path, char *const argv[], char *const envp[]) {
+    /* Not executable: its error, and no exec tried (a file made executable meanwhile must not run unconfined). */
+    long ok = access_x(path);
+    if (ok < 0) return fail(ok);
     confine();
     return fail(sys3(__NR_execve, (long)path, (long)argv, (long)envp));
 }
@@ -152,15 +156,19 @@ static long exec_or_sh(const char *path, char *const argv[], char *const envp[])
 
 EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
     if (!*file) return fail(-2 /* ENOENT */);
-    confine();
     const char *p = file;
     while (*p && *p != '/') p++;
-    if (*p) return fail(exec_or_sh(file, argv, envp));
+    if (*p) {
+        long ok = access_x(file);
+        if (ok < 0) return fail(ok);
+        confine();
+        return fail(exec_or_sh(file, argv, envp));
+    }
     long flen = p - file;
     if (flen > 255) return fail(-36 /* ENAMETOOLONG */);
     const char *path = search_path();
     char buf[4096 + 256];
-    long ret = -2, eacces = 0;
+    long ret = -2, eacces = 0, confined = 0;
     for (const char *dir = path;; dir++) {
         const char *end = dir;
         while (*end && *end != ':') end++;
@@ -169,7 +177,9 @@ EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
             for (long i = 0; i < dlen; i++) buf[n++] = dir[i];
             if (dlen) buf[n++] = '/'; /* an empty entry: the working directory */
             for (long i = 0; i <= flen; i++) buf[n++] = file[i];
-            ret = exec_or_sh(buf, argv, envp);
+            ret = access_x(buf); /* tried only if executable, confined once */
+            if (ret == 0 && !confined) confine(), confined = 1;
+            if (ret == 0) ret = exec_or_sh(buf, argv, envp);
             if (ret == -13 /* EACCES */) eacces = 1;
             else if (ret != -2 && ret != -20 && ret != -116 && ret != -19 && ret != -110)
                 return fail(ret); /* not ENOENT, ENOTDIR, ESTALE, ENODEV, ETIMEDOUT: glibc stops there too */
@@ -301,8 +311,6 @@ static int visit(struct phdr_info *info, unsigned long size, void *data) {
     if (!l->found && dyn) l->found = symbol(info->addr, dyn, l->name);
     return 0;
 }
-
-static long access_x(const char *path) { return sys3(__NR_faccessat, -100 /* AT_FDCWD */, (long)path, 1 /* X_OK */); }
 
 static int spawn(const char *name, int *pid, const char *path, const void *fa, const void *attr, char *const argv[],
                  char *const envp[]) {
