@@ -334,11 +334,12 @@ class SandboxServer:
     ) -> ExecResult:
         script = None
         if len(raw) > SHELL_ARGV_BYTES:
-            # Long: bash reads it from a memory file handed over as fd 3 (the request stays small). Sealed
-            # against writes: bash reads a script as it runs, and every program it starts inherits fd 3 (one
-            # could rewrite what the verifying script does after the tests: a forged verdict).
+            # Long: bash reads it from a memory file handed over as fd 3 (the request stays small). bash reads a
+            # script as it runs, from its own descriptor: the script first closes fd 3, which every program it
+            # starts would inherit (one rewrote what the verifying script does after the tests, a forged
+            # verdict, or read its nonce), on the first line (line numbers unchanged); and it is sealed.
             script = os.memfd_create("hermes-command", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
-            view = memoryview(raw)
+            view = memoryview(b"exec 3<&-; " + raw)
             while view:
                 view = view[os.write(script, view) :]
             seals = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
