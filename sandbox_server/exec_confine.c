@@ -73,6 +73,14 @@ extern int *__errno_location(void);
 extern char **environ;
 
 /* PATH from the environment, as the exec*p functions search it; glibc's default when it is unset. */
+/* buf = DIR/FILE (FILE's NUL included); an empty DIR (a PATH entry "") is the working directory: FILE alone. */
+static void join(char *buf, const char *dir, long dlen, const char *file, long flen) {
+    long n = 0;
+    for (long i = 0; i < dlen; i++) buf[n++] = dir[i];
+    if (dlen) buf[n++] = '/';
+    for (long i = 0; i <= flen; i++) buf[n++] = file[i];
+}
+
 static const char *search_path(void) {
     for (char **e = environ; e && *e; e++) {
         const char *v = *e;
@@ -172,11 +180,9 @@ EXPORT int execvpe(const char *file, char *const argv[], char *const envp[]) {
     for (const char *dir = path;; dir++) {
         const char *end = dir;
         while (*end && *end != ':') end++;
-        long dlen = end - dir, n = 0;
+        long dlen = end - dir;
         if (dlen < 4096) {
-            for (long i = 0; i < dlen; i++) buf[n++] = dir[i];
-            if (dlen) buf[n++] = '/'; /* an empty entry: the working directory */
-            for (long i = 0; i <= flen; i++) buf[n++] = file[i];
+            join(buf, dir, dlen, file, flen);
             ret = access_x(buf); /* tried only if executable, confined once */
             if (ret == 0 && !confined) confine(), confined = 1;
             if (ret == 0) ret = exec_or_sh(buf, argv, envp);
@@ -351,11 +357,9 @@ EXPORT int posix_spawnp(int *pid, const char *file, const void *fa, const void *
     for (const char *dir = path;; dir++) {
         const char *end = dir;
         while (*end && *end != ':') end++;
-        long dlen = end - dir, n = 0;
+        long dlen = end - dir;
         if (dlen < 4096) {
-            for (long i = 0; i < dlen; i++) buf[n++] = dir[i];
-            if (dlen) buf[n++] = '/';
-            for (long i = 0; i <= flen; i++) buf[n++] = file[i];
+            join(buf, dir, dlen, file, flen);
             long ret = access_x(buf);
             if (ret == 0) return spawn("posix_spawn", pid, buf, fa, attr, argv, envp);
             if (ret == -13) eacces = 1;

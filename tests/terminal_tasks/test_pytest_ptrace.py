@@ -10,15 +10,20 @@ server test.sh started can still be stopped by a later command. Real env and san
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
 
-from environments.terminal_tasks import OracleAgent
 from tests.terminal_tasks.conftest import make_env
 from tests.terminal_tasks.test_docker_tasks import _docker_config, engine, test_id  # noqa: F401 (fixtures used below)
-from tests.terminal_tasks.test_guard_ptrace import OWN_CHILD, PROC_MEM, PTRACE, program_task, pytestmark  # noqa: F401
+from tests.terminal_tasks.test_guard_ptrace import (  # noqa: F401 (pytestmark: the same skip)
+    OWN_CHILD,
+    PROC_MEM,
+    PTRACE,
+    play_all,
+    program_task,
+    pytestmark,
+)
 
 # pytest as the console script on the slot's PATH (the local backend's venv; the image's on docker).
 PYTEST_TEST = (
@@ -95,21 +100,10 @@ def all_tasks(tasks_dir: Path, dockerfile_extra: str = "") -> dict[str, float]:
     }
 
 
-async def play(env, expected: dict[str, float], caplog) -> None:
-    caplog.set_level(logging.INFO, logger="environments.terminal_tasks.env")
-    async with env.runtime():
-        await env.setup()
-        rollouts = {name: await env.rollout(env.by_id[name], model=OracleAgent(env.by_id)) for name in expected}
-    assert {n: (r.error, r.score) for n, r in rollouts.items()} == {n: (None, s) for n, s in expected.items()}
-    reasons = {r.getMessage().split(": ", 1)[0].removeprefix("task "): r.getMessage() for r in caplog.records}
-    for name in expected:
-        assert reasons[name].endswith("(reward.txt)"), reasons[name]  # confined: nothing appended
-
-
 async def test_a_tested_program_cannot_make_a_console_script_pytest_exit_0(scripted_server, tmp_path, caplog):
     expected = all_tasks(tmp_path / "tasks")
     env = make_env(scripted_server.base_url, tmp_path, tasks_dir=str(tmp_path / "tasks"))
-    await play(env, expected, caplog)
+    await play_all(env, expected, caplog)
 
 
 @pytest.mark.slow
@@ -125,4 +119,4 @@ async def test_a_root_verifier_s_pytest_cannot_be_made_to_exit_0(request, tmp_pa
         tasks_dir=str(tmp_path / "tasks"),
         image_registry="hermes-rl-test-pytest-ptrace",
     )
-    await play(env, expected, caplog)
+    await play_all(env, expected, caplog)
