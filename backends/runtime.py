@@ -7,6 +7,7 @@ image (no Python, package, loader or libc of it; nothing installed into it):
                      runtime's own Python, loader and libraries (python/, lib/)
     bwrap            static launcher of bubblewrap (libexec/bwrap) on the same loader and libraries
     hermes-spawn     the uid-and-limits helper, static
+    hermes-confine.so  the verifier's exec-confining preload library (no libc), bound read-only into slot commands
 
 It is mounted read-only at `RUNTIME_MOUNT` (docker backend) or copied there by an image layer
 (Nomad, Modal: the project Dockerfile, terminal tasks' SANDBOX_LAYER). Nothing is unpacked or
