@@ -168,9 +168,13 @@ class _ProcessOutput:
         with self._lock:
             return list(self._tail)
 
-    def close(self) -> None:
+    def drain(self, timeout: float = 2.0) -> None:
+        """Wait until both pipes reached EOF (the child has exited): its last lines are then in the tail."""
         for t in self._threads:
-            t.join(timeout=2.0)
+            t.join(timeout=timeout)
+
+    def close(self) -> None:
+        self.drain()
         with self._lock:
             if self._log is not None:
                 self._log.close()
@@ -285,6 +289,9 @@ class EmbeddedLLM:
         self._server_url = url
 
     def _fail(self, what: str) -> NoReturn:
+        if self._output is not None and self._proc is not None and self._proc.poll() is not None:
+            # Exited: stdout's EOF may have woken us before the stderr reader took the last (error) lines.
+            self._output.drain()
         lines = self.stderr_tail()
         # llama.cpp marks errors with an " E " level column; they say what went wrong, the rest is context.
         errors = list(dict.fromkeys(line for line in lines if " E " in line[:20]))[-8:]
