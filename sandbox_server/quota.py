@@ -93,6 +93,7 @@ def disk_usage(
     usage = Usage()
     max_bytes = math.inf if stop_above is None else stop_above
     max_files = math.inf if stop_files is None else stop_files
+    max_entries = math.inf if stop_entries is None else stop_entries
     try:
         usage.bytes = os.lstat(root).st_blocks * 512
         listed = None if stop_entries is None else stop_entries + 1
@@ -100,7 +101,7 @@ def disk_usage(
         for d in walker:
             for name in d.dirs + d.files:
                 usage.entries += 1
-                if stop_entries is not None and usage.entries > stop_entries:
+                if usage.entries > max_entries:
                     walker.close()
                     return usage
                 try:

@@ -151,8 +151,8 @@ def _segment(flight: dict[str, Any], date: str, price: int) -> dict[str, Any]:
     }
 
 
-def _charge_for_update(user: dict[str, Any], payment_id: str, amount: int) -> dict[str, Any] | None:
-    """Checks and debits the method for a change; the payment record, or None when nothing is due."""
+def _charge_for_update(reservation: dict[str, Any], user: dict[str, Any], payment_id: str, amount: int) -> None:
+    """Checks and debits the method for a change of `reservation`, recording the payment when one is due."""
     method = user["payment_methods"].get(payment_id)
     if method is None:
         raise ValueError("Payment method not found")
@@ -162,7 +162,8 @@ def _charge_for_update(user: dict[str, Any], payment_id: str, amount: int) -> di
         raise ValueError("Gift card balance is not enough")
     if method["source"] == "gift_card":
         method["amount"] -= amount
-    return {"payment_id": payment_id, "amount": amount} if amount != 0 else None
+    if amount != 0:
+        reservation["payment_history"].append({"payment_id": payment_id, "amount": amount})
 
 
 def _direct(db: Db, date: str, origin: str | None, destination: str | None, leave_after: str | None = None):
@@ -338,9 +339,7 @@ def update_reservation_baggages(
     reservation = _reservation(db, reservation_id)
     user = _user(db, reservation["user_id"])
     due = BAG_FEE * max(0, nonfree_baggages - reservation["nonfree_baggages"])
-    payment = _charge_for_update(user, payment_id, due)
-    if payment is not None:
-        reservation["payment_history"].append(payment)
+    _charge_for_update(reservation, user, payment_id, due)
     reservation["total_baggages"] = total_baggages
     reservation["nonfree_baggages"] = nonfree_baggages
     return reservation
@@ -372,9 +371,7 @@ def update_reservation_flights(
         segments.append(kept)
         price += kept["price"] * seats
     price -= sum(s["price"] for s in reservation["flights"]) * seats
-    payment = _charge_for_update(user, payment_id, price)
-    if payment is not None:
-        reservation["payment_history"].append(payment)
+    _charge_for_update(reservation, user, payment_id, price)
     reservation["flights"] = segments
     reservation["cabin"] = cabin
     return reservation
