@@ -126,6 +126,11 @@ class EmbeddedLLMConfig(BaseModel):
         return self.chat_template
 
 
+def _is_error_line(line: str) -> bool:
+    """llama.cpp marks errors with an " E " level column; they say what went wrong, the rest is context."""
+    return " E " in line[:20]
+
+
 class _ProcessOutput:
     """Drains the child's stdout/stderr on daemon threads so the pipes never fill up."""
 
@@ -133,6 +138,8 @@ class _ProcessOutput:
         self.ready_url: str | None = None
         self.ready = threading.Event()
         self._tail: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
+        # Error lines apart: a chatty shutdown after the error must not push it out of the tail.
+        self._errors: collections.deque[str] = collections.deque(maxlen=_STDERR_TAIL_LINES)
         self._lock = threading.Lock()
         self._log = open(log_file, "a", encoding="utf-8") if log_file else None  # closed in close()
         assert proc.stdout is not None and proc.stderr is not None
@@ -160,6 +167,8 @@ class _ProcessOutput:
     def _remember(self, line: str) -> None:
         with self._lock:
             self._tail.append(line)
+            if _is_error_line(line):
+                self._errors.append(line)
             if self._log is not None:
                 self._log.write(line + "\n")
                 self._log.flush()
@@ -168,10 +177,15 @@ class _ProcessOutput:
         with self._lock:
             return list(self._tail)
 
+    def errors(self) -> list[str]:
+        with self._lock:
+            return list(dict.fromkeys(self._errors))
+
     def drain(self, timeout: float = 2.0) -> None:
         """Wait until both pipes reached EOF (the child has exited): its last lines are then in the tail."""
+        deadline = time.monotonic() + timeout
         for t in self._threads:
-            t.join(timeout=timeout)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
         self.drain()
@@ -291,10 +305,11 @@ class EmbeddedLLM:
     def _fail(self, what: str) -> NoReturn:
         if self._output is not None and self._proc is not None and self._proc.poll() is not None:
             # Exited: stdout's EOF may have woken us before the stderr reader took the last (error) lines.
-            self._output.drain()
+            # The pipes' EOF is certain once the child is gone; the bound is only for a machine so
+            # loaded that the reader thread is not scheduled for seconds (seen in CI at load 20).
+            self._output.drain(timeout=30.0)
         lines = self.stderr_tail()
-        # llama.cpp marks errors with an " E " level column; they say what went wrong, the rest is context.
-        errors = list(dict.fromkeys(line for line in lines if " E " in line[:20]))[-8:]
+        errors = self._output.errors()[-8:] if self._output is not None else []
         parts = [
             f"embedded llama.cpp server for {self.config.model_path} {what}. "
             "Check the model path and settings (ctx_size, n_parallel) or raise startup_timeout."

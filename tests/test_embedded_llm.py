@@ -221,7 +221,7 @@ def test_corrupt_model_error_carries_server_log(tmp_path):
     bad.write_bytes(b"GGUF" + b"\x00garbage" * 64)
     before = _server_children()
     with pytest.raises(EmbeddedLLMError) as info:
-        EmbeddedLLM(EmbeddedLLMConfig(model_path=bad, startup_timeout=30)).start()
+        EmbeddedLLM(EmbeddedLLMConfig(model_path=bad, startup_timeout=300)).start()  # ends on its own
     message = str(info.value)
     assert "broken.gguf" in message and "before listening" in message
     assert "Last server output:" in message
