@@ -24,6 +24,7 @@ from typing import Any
 from environments.cli_help import help_text
 from environments.cli_parse import COMMANDS, CliError, Invocation, config_dump, install_secret_filter, parse_invocation
 from environments.errors import HermesEnvError
+from environments.trainer_boundary import check_trainer
 
 __all__ = ["main"]
 
@@ -88,6 +89,8 @@ def main(env_cls: Any, argv: list[str] | None = None) -> int:
             print(config_dump(inv), file=sys.stderr)
         env = env_cls(config=inv.env_config, server_configs=inv.server_configs, slurm=inv.slurm, testing=inv.testing)
         env.check_config(inv.command)  # toolsets, token server, trainer needs: before any server starts
+        if inv.command == "serve":
+            check_trainer(env.config)  # the trainer's batch and sequence sizes, before anything starts
         if inv.command == "process":
             env.process_mode = True
             env.n_groups_to_process = inv.env_config.total_steps

@@ -118,16 +118,15 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
         health_checks = [c.health_check and c.base_url != EMBEDDED for c in server_configs]
         for cfg in server_configs:
             cfg.health_check = False
+        # atroposlib opens the groups file in __init__; here it is opened when a run starts
+        # (_open_output), so a command refused by a later check leaves no file behind.
+        output_path, config.data_path_to_save_groups = config.data_path_to_save_groups, None
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
+        config.data_path_to_save_groups = output_path
         self._health_checks = health_checks
         self._router: ServerRouter | None = None
         self.config: HermesAgentEnvConfig = config
         self.server_configs = server_configs
-        if self.jsonl_writer is not None:
-            # Each group reaches the file as a whole line at once: a killed command leaves the
-            # groups written so far readable, never a buffered half line.
-            self.jsonl_writer.close()
-            self.jsonl_writer = jsonlines.open(self.config.data_path_to_save_groups, "w", flush=True)
         self._request_gates = [self._gates(c) for c in server_configs]
         self._fatal: HermesEnvError | None = None
         self._fatal_event: asyncio.Event | None = None
@@ -254,7 +253,7 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
     async def teardown(self) -> None:
         """Stop what the env started itself (e.g. answer-check workers); the runtime stops the rest."""
 
-    # atroposlib's three entry points, each inside the runtime. BaseEnv opens the groups file
+    # atroposlib's three entry points, each inside the runtime. Each opens the groups file
     # in every mode (evaluate writes none), so each one closes it and removes it when empty.
     async def process_manager(self):
         await self._in_runtime(super().process_manager, report=True)
@@ -265,8 +264,24 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
     async def _run_evaluate(self):
         await self._in_runtime(super()._run_evaluate, report=False)
 
+    def _open_output(self) -> None:
+        """Open the groups file as atroposlib would (a free name: `x.jsonl`, else `x_1.jsonl`, ...)."""
+        if self.config.data_path_to_save_groups is None:
+            return
+        original = Path(self.config.data_path_to_save_groups)
+        original.parent.mkdir(parents=True, exist_ok=True)
+        path, n = original, 0
+        while path.exists():
+            n += 1
+            path = original.with_stem(f"{original.stem}_{n}")
+        self.config.data_path_to_save_groups = str(path)
+        # Each group reaches the file as a whole line at once: a killed command leaves the
+        # groups written so far readable, never a buffered half line.
+        self.jsonl_writer = jsonlines.open(path, "w", flush=True)
+
     async def _in_runtime(self, entry: Any, *, report: bool) -> None:
         ok = False
+        self._open_output()
         try:
             with collector(self.config.gc):  # the runner's collector settings, for this command only
                 async with self.runtime():

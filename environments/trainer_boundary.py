@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -29,10 +30,59 @@ from typing import Any, Literal, TypeVar
 import httpx
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
-__all__ = ["SplitSequences", "RunApiAnswer", "SendLedger", "RunApiBoundary", "select_sequences", "post_group"]
+__all__ = [
+    "SplitSequences",
+    "RunApiAnswer",
+    "SendLedger",
+    "RunApiBoundary",
+    "check_trainer",
+    "select_sequences",
+    "post_group",
+]
 
 SplitSequences = Literal["last", "all"]
 T = TypeVar("T")
+
+
+def check_trainer(config: Any, *, poll_s: float = 1.0) -> dict[str, int]:
+    """`serve`'s preflight, before any model server or worker starts: wait for a trainer to register
+    with run-api, then refuse settings it cannot take. atroposlib checks the batch size only after
+    registering (a traceback while the trainer polls on); run-api answers /info with -1 until a
+    trainer has registered. Raises HermesEnvError (one line, exit 2); returns run-api's /info."""
+    from environments.errors import HermesEnvError
+
+    url = config.rollout_server_url.rstrip("/")
+    said = False
+    with httpx.Client(timeout=10) as http:
+        while True:
+            try:
+                info = http.get(f"{url}/info").json()
+            except (httpx.HTTPError, ValueError) as exc:
+                raise HermesEnvError(
+                    f"the rollout API at {url} does not answer /info ({type(exc).__name__}); start it with "
+                    "`run-api --host 127.0.0.1 --port PORT` or pass --env.rollout_server_url"
+                ) from None
+            if int(info.get("batch_size", -1)) != -1:
+                break
+            if not said:
+                print(f"[hermes-rl] serve: waiting for a trainer to register with {url}", file=sys.stderr)
+                said = True
+            time.sleep(poll_s)
+    batch_size, max_len = int(info["batch_size"]), int(info.get("max_token_len", -1))
+    if config.group_size > batch_size:
+        raise HermesEnvError(
+            f"the trainer at {url} takes batches of {batch_size} sequences, but a group here holds "
+            f"--env.group_size {config.group_size} and must fit in one batch: start the trainer with a batch "
+            f"size of at least {config.group_size} (training.grpo --batch_size {config.group_size}) or pass "
+            f"--env.group_size {batch_size}"
+        )
+    if max_len != -1 and config.max_token_length > max_len:
+        raise HermesEnvError(
+            f"the trainer at {url} takes sequences of at most {max_len} tokens, but --env.max_token_length is "
+            f"{config.max_token_length}: pass --env.max_token_length {max_len} or start the trainer with "
+            f"a longer max_token_len"
+        )
+    return {"batch_size": batch_size, "max_token_len": max_len}
 
 
 def select_sequences(items: list[T], policy: SplitSequences) -> list[T]:

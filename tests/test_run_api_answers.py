@@ -4,11 +4,18 @@ path (run-api itself answers 5xx only when it fails)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
+
 import httpx
 from aiohttp import web
 
 from environments.trainer_boundary import SendLedger, post_group
 from tests.support.run_api import register_trainer, start_run_api, stop_process
+
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _group(n: int, env_id: int) -> dict:
@@ -67,3 +74,72 @@ async def test_a_503_is_an_error_after_bounded_retries_never_sent():
     assert ledger.summary.startswith(
         "0 groups (0 sequences) received by run-api, 0 buffered, 1 not sent: 1 x run-api error"
     )
+
+
+def test_serve_refuses_a_trainer_batch_smaller_than_a_group_before_starting_anything(tmp_path):
+    """docs/training.md's path with the trainer's default batch size (2) and the env's group size (4):
+    one line, exit 2, before the env registers or its model server starts; nothing written."""
+    api, url = start_run_api(tmp_path)
+    try:
+        register_trainer(url, tmp_path / "ckpt", batch_size=2, num_steps=1)
+        assert httpx.get(url + "/batch", timeout=10).json()["batch"] is None  # the trainer polls: envs may register
+        out = tmp_path / "out"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "environments.gsm8k_agent_env",
+                "serve",
+                "--env.rollout_server_url",
+                url,
+                "--env.group_size",
+                "4",
+                "--env.data_path_to_save_groups",
+                str(out / "g.jsonl"),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        errors = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+        assert len(errors) == 1 and "batches of 2 sequences" in errors[0] and "--batch_size 4" in errors[0]
+        assert "Traceback" not in proc.stderr and "registered with" not in proc.stderr
+        assert "llama" not in proc.stderr.lower()  # no model server was started
+        assert not out.exists()
+        # run-api saw no env register: the first env to register now gets id 0
+        reg = httpx.post(
+            url + "/register-env",
+            json={"max_token_length": 4096, "desired_name": "probe", "weight": 1.0, "group_size": 2},
+            timeout=10,
+        )
+        assert reg.json()["env_id"] == 0
+    finally:
+        stop_process(api)
+
+
+def test_serve_refuses_a_longer_sequence_than_the_trainer_takes(tmp_path):
+    api, url = start_run_api(tmp_path)
+    try:
+        register_trainer(url, tmp_path / "ckpt", batch_size=4, num_steps=1, max_token_len=1024)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "environments.gsm8k_agent_env",
+                "serve",
+                "--env.rollout_server_url",
+                url,
+                "--env.max_token_length",
+                "2048",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert proc.returncode == 2, proc.stderr[-3000:]
+        assert "at most 1024 tokens" in proc.stderr and "Traceback" not in proc.stderr
+    finally:
+        stop_process(api)

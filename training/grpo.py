@@ -61,7 +61,9 @@ class GRPOConfig(BaseModel):
     model: str = Field("embedded", description="'embedded' (the bundled GGUF, dequantized) or an HF checkpoint dir")
     out: Path = Field(Path("runs/grpo"), description="where the weights, metrics.jsonl and batches.jsonl go")
     steps: int = Field(1, ge=1, description="training steps (one /batch each)")
-    batch_size: int = Field(2, ge=1, description="sequences per batch (run-api's batch_size)")
+    batch_size: int = Field(
+        4, ge=1, description="sequences per batch (run-api's batch_size); at least an env's group_size"
+    )
     max_token_len: int = Field(4096, ge=1, description="longest sequence, told to run-api")
     lr: float = Field(1e-6, gt=0, description="AdamW learning rate")
     clip_eps: float = Field(0.2, gt=0, description="PPO clip range of the importance ratio")
