@@ -19,7 +19,6 @@ from environments.models.chat_tokens import tokenize_conversation
 from environments.models.token_mode.wiring import finish_logprobs, trace_items
 from environments.rollout_settings import RolloutSettings
 from environments.runtime import HermesEnvError, Rollout
-from environments.server_options import ServerRouter
 from environments.trainer_boundary import SendLedger, select_sequences
 from tools.context import ToolContext
 
@@ -57,7 +56,6 @@ class GroupBuilding(RolloutSettings):
 
     # Set by HermesAgentBaseEnv.__init__ (tokenizer: atroposlib's BaseEnv).
     tokenizer: Any
-    _router: ServerRouter | None
     _request_gates: list[tuple[asyncio.Semaphore, asyncio.Semaphore]]
     _fatal: HermesEnvError | None
     _fatal_event: asyncio.Event | None
@@ -70,7 +68,7 @@ class GroupBuilding(RolloutSettings):
         (environments/server_options.py), bounded by that server's `num_max_requests_at_once`
         (`num_requests_for_eval` for evaluation)."""
         slot = 1 if for_eval else 0
-        router = self._router
+        router = self.agent_runtime.router
         if router is None:  # outside the runtime, or an injected model: round-robin as before
             model = self.agent_runtime.make_model()
             return BoundedModel(model, self._request_gates[self.agent_runtime.last_server_index][slot])

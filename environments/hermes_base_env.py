@@ -31,7 +31,6 @@ import sys
 import time
 from collections.abc import Callable
 from contextlib import asynccontextmanager
-from functools import partial
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -46,7 +45,7 @@ from environments.models.base import ChatModel
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
 from environments.rollout_settings import embedded_server_configs, model_servers
 from environments.runtime import EMBEDDED, AgentRuntime, HermesEnvError, Rollout, resolve_tokenizer_name
-from environments.server_options import ServerRouter, refuse_unsupported
+from environments.server_options import refuse_unsupported
 from environments.trainer_boundary import RunApiBoundary, SendLedger
 
 __all__ = [
@@ -124,7 +123,6 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         config.data_path_to_save_groups = output_path
         self._health_checks = health_checks
-        self._router: ServerRouter | None = None
         self.config: HermesAgentEnvConfig = config
         self.server_configs = server_configs
         self._request_gates = [self._gates(c) for c in server_configs]
@@ -240,14 +238,8 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
         self.agent_runtime.use(model=model or self.scripted_agent(), tool_backend=self.make_tool_backend())
         async with self.agent_runtime:
             try:
-                if self.agent_runtime.mode != "injected":
-                    probes = [partial(self.agent_runtime.probe, i) for i in range(len(self.server_configs))]
-                    async with ServerRouter(self._health_checks, probes) as self._router:
-                        yield self
-                else:
-                    yield self
+                yield self
             finally:
-                self._router = None
                 await self.teardown()
 
     async def teardown(self) -> None:

@@ -46,6 +46,7 @@ class RolloutSettings(TaskHooks):
     # Set by HermesAgentBaseEnv.__init__.
     config: HermesAgentEnvConfig
     server_configs: list[APIServerConfig]
+    _health_checks: list[bool]  # each server's atroposlib health_check (the runtime probes them)
     _sampling_record: dict[str, Any] | None
     _token_choice: tuple[str | None, dict[str, Any]] | None
 
@@ -132,7 +133,7 @@ class RolloutSettings(TaskHooks):
         enabled = self.enabled_toolsets()
         web_on = (enabled is None or "web" in enabled) and "web" not in c.disabled_toolsets
         return RuntimeConfig(
-            servers=model_servers(self.server_configs),
+            servers=model_servers(self.server_configs, self._health_checks),
             token_server=kind or "off",  # resolved here: a `tinker:` section picks tinker
             tool_call_parser=c.tool_call_parser,
             chat_template_path=c.chat_template_path,
@@ -153,8 +154,10 @@ class RolloutSettings(TaskHooks):
         )
 
 
-def model_servers(server_configs: list[APIServerConfig]) -> list[ModelServer]:
-    """atroposlib's server configs, as the runtime's."""
+def model_servers(server_configs: list[APIServerConfig], health_checks: list[bool] | None = None) -> list[ModelServer]:
+    """atroposlib's server configs, as the runtime's (`health_checks`: each one's `health_check`, which the
+    env takes over from atroposlib's ServerManager)."""
+    checks = health_checks if health_checks is not None else [bool(c.health_check) for c in server_configs]
     return [
         ModelServer(
             base_url=c.base_url,
@@ -163,6 +166,7 @@ def model_servers(server_configs: list[APIServerConfig]) -> list[ModelServer]:
             timeout_s=float(c.timeout),
             server_type=c.server_type,
             tokenizer=c.tokenizer_name if c.tokenizer_name not in ("", "none") else None,
+            health_check=check,
         )
-        for c in server_configs
+        for c, check in zip(server_configs, checks)
     ]

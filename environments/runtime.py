@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
@@ -40,6 +41,7 @@ from environments.models.token_mode.wiring import (
     resolve_token_server,
 )
 from environments.sandbox_backend import SandboxToolBackendConfig
+from environments.server_options import ServerRouter
 from environments.tool_backend import ConfinementError, LocalToolBackendConfig, ToolBackend, select_tool_backend
 from model_tools import builtin_tools
 from tools.context import ToolContext, ToolLimits
@@ -74,6 +76,9 @@ class ModelServer(BaseModel):
     timeout_s: float = Field(600.0, gt=0)
     server_type: str = Field("openai", description="atroposlib's server type: openai | vllm | sglang | trl")
     tokenizer: str | None = Field(None, description="The model's tokenizer, when its name differs from `model`")
+    health_check: bool = Field(
+        True, description="with several servers: probed every second; one that does not answer gets no new trajectory"
+    )
 
 
 class RuntimeConfig(BaseModel):
@@ -158,6 +163,8 @@ class AgentRuntime:
         self._token_models: TokenModeModels | None = None
         self._server_cycle = itertools.cycle(range(len(config.servers)))
         self.last_server_index = 0  # the server make_model() chose last (the env gates requests per server)
+        # Health-aware, least-loaded choice among several servers while the runtime runs (None: one server).
+        self.router: ServerRouter | None = None
         self._tool_backend: ToolBackend | None = None
         self._stack: AsyncExitStack | None = None
 
@@ -183,7 +190,7 @@ class AgentRuntime:
 
     async def __aexit__(self, *exc: object) -> None:
         stack, self._stack = self._stack, None
-        self._tool_backend, self._token_models, self._chat_clients = None, None, []
+        self._tool_backend, self._token_models, self._chat_clients, self.router = None, None, [], None
         if stack is not None:
             await stack.aclose()
 
@@ -201,6 +208,10 @@ class AgentRuntime:
             await self._start_web(self.web, stack)
         if self._injected_model is None:
             await self._start_models(stack)
+            if len(c.servers) > 1:
+                checked = [s.health_check and s.base_url != EMBEDDED for s in c.servers]
+                probes = [partial(self.probe, i) for i in range(len(c.servers))]
+                self.router = await stack.enter_async_context(ServerRouter(checked, probes))
         await backend.start()
         stack.push_async_callback(backend.stop)
         self._tool_backend = backend
@@ -370,9 +381,17 @@ class AgentRuntime:
         for attempt in range(1, attempts + 1):
             if attempt > 1:
                 await asyncio.sleep(backoff_s * 2 ** (attempt - 2))
-            rollout = await self._rollout_once(
-                messages, tools, item, setup, score, loop, model, task_id, workspace, agent
-            )
+            router, routed = self.router, None
+            if model is None and router is not None and self._injected_model is None:
+                routed = router.acquire([1] * len(self.config.servers))  # healthy, fewest trajectories in flight
+                model = self.make_model(routed)
+            try:
+                rollout = await self._rollout_once(
+                    messages, tools, item, setup, score, loop, model, task_id, workspace, agent
+                )
+            finally:
+                if router is not None and routed is not None:
+                    router.release(routed)
             rollout.attempts = attempt
             if not rollout.infrastructure_failure:
                 break

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from atroposlib.envs.base import APIServerConfig
+if TYPE_CHECKING:  # the runtime routes with ServerRouter without importing atroposlib
+    from atroposlib.envs.base import APIServerConfig
 
 __all__ = ["refuse_unsupported", "ServerRouter"]
 

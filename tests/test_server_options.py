@@ -81,15 +81,15 @@ async def test_a_dead_server_stops_getting_work_and_gets_it_again_once_healthy(t
     async with Switchable() as a, Switchable() as b:
         env = _env(tmp_path, [a, b])  # atroposlib's default: health_check true
         async with env.runtime():
-            assert env._router is not None and env._router.checked == [True, True]
+            assert env.agent_runtime.router is not None and env.agent_runtime.router.checked == [True, True]
             await _until(lambda: a.probes > 1, "a health check of server a")
             a.down = True
-            await _until(lambda: env._router.healthy == [False, True], "the router saw server a go down")
+            await _until(lambda: env.agent_runtime.router.healthy == [False, True], "the router saw server a go down")
             before = len(a.requests)
             await _rollouts(env, 4)
             assert len(a.requests) == before and len(b.requests) == 4  # no trajectory sent to the dead server
             a.down = False
-            await _until(lambda: env._router.healthy == [True, True], "the router saw server a come back")
+            await _until(lambda: env.agent_runtime.router.healthy == [True, True], "the router saw server a come back")
             await _rollouts(env, 4)
             assert len(a.requests) - before == 2 and len(b.requests) == 6  # equal slots: shared again
 
@@ -98,11 +98,11 @@ async def test_health_check_false_is_honoured_no_probes_and_no_rerouting(tmp_pat
     async with Switchable() as a, Switchable() as b:
         env = _env(tmp_path, [a, b], health_check=False)
         async with env.runtime():
-            assert env._router is not None and env._router.checked == [False, False]
+            assert env.agent_runtime.router is not None and env.agent_runtime.router.checked == [False, False]
             a.down = True
             await asyncio.sleep(1.5)  # probes would have run by now; none may
             await _rollouts(env, 4)
-        assert env._router is None
+        assert env.agent_runtime.router is None
     assert a.probes == b.probes == 1  # the start check only
     assert len(a.requests) == 2 and len(b.requests) == 2  # the dead server still got its share
 
@@ -117,5 +117,8 @@ async def test_trajectories_go_to_the_server_with_the_most_free_slots(tmp_path):
         env = WriteWordEnv(config, configs)
         async with env.runtime():
             await _rollouts(env, 4)  # free slots 1 vs 3: b, b, then a (tie, lower index), then b
-            assert env._router is not None and env._router.in_flight == [0, 0]  # every trajectory released
+            assert env.agent_runtime.router is not None and env.agent_runtime.router.in_flight == [
+                0,
+                0,
+            ]  # every trajectory released
     assert (len(a.requests), len(b.requests)) == (1, 3)  # round-robin would have split 2 / 2
