@@ -33,8 +33,10 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     )
     p.add_argument(
         "--base_url",
-        default=EMBEDDED,
-        help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (default: the embedded model)",
+        action="append",
+        default=None,
+        help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (default: the embedded model); repeat it "
+        "for several servers serving the same model: each prompt goes to a healthy one with the fewest in flight",
     )
     p.add_argument(
         "--token_server",
@@ -98,8 +100,11 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
         help="collector settings while the prompts run (environments/gc_tuning.py); cpython: CPython's own",
     )
     a = p.parse_args(argv)
+    a.base_url = a.base_url or [EMBEDDED]
+    if EMBEDDED in a.base_url and len(a.base_url) > 1:
+        p.error("--base_url embedded starts the bundled model here; it cannot be mixed with other servers")
     if a.model is None:
-        if a.base_url != EMBEDDED:
+        if a.base_url != [EMBEDDED]:
             p.error("--model is required with --base_url (the name the server knows the model by)")
         a.model = EMBEDDED_MODEL_NAME
     try:

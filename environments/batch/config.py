@@ -10,7 +10,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from environments.agent_loop import AgentLoopConfig
 from environments.gc_tuning import GCConfig
@@ -60,10 +60,20 @@ class RayConfig(BaseModel):
 
 
 class BatchConfig(BaseModel):
+    @field_validator("base_url", mode="before")
+    @classmethod
+    def _one_or_more(cls, value: Any) -> Any:
+        return [value] if isinstance(value, str) else value
+
     dataset_file: Path
     run_name: str = Field(min_length=1)
     model: str = EMBEDDED_MODEL_NAME
-    base_url: str = Field(EMBEDDED, description="OpenAI-compatible base URL, or 'embedded' for the bundled model")
+    base_url: list[str] = Field(
+        default_factory=lambda: [EMBEDDED],
+        min_length=1,
+        description="OpenAI-compatible base URL(s), or 'embedded' for the bundled model; with several, each prompt "
+        "goes to the healthy server with the fewest prompts in flight (one that stops answering gets none)",
+    )
     token_server: TokenServerChoice = Field(
         "off", description="token mode on request: the server's token protocol (auto: llamacpp for the embedded model)"
     )
@@ -117,9 +127,12 @@ class BatchConfig(BaseModel):
         return os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
 
     def runtime_config(self) -> RuntimeConfig:
-        server = ModelServer(
-            base_url=self.base_url, model=self.model, api_key=self.resolved_api_key(), timeout_s=self.request_timeout_s
-        )
+        servers = [
+            ModelServer(
+                base_url=url, model=self.model, api_key=self.resolved_api_key(), timeout_s=self.request_timeout_s
+            )
+            for url in self.base_url
+        ]
         loop = AgentLoopConfig(
             max_turns=self.max_turns,
             time_budget_s=self.time_budget_s,
@@ -127,7 +140,7 @@ class BatchConfig(BaseModel):
             max_tokens=self.max_tokens,
         )
         return RuntimeConfig(
-            servers=[server],
+            servers=servers,
             token_server=self.token_server,
             tool_call_parser=self.tool_call_parser,
             extra_body=self.extra_body,

@@ -23,7 +23,7 @@ from tests.support.scripted_openai import ScriptedOpenAIServer
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def config(tmp_path: Path, dataset: Path, base_url: str, **kw: Any) -> BatchConfig:
+def config(tmp_path: Path, dataset: Path, base_url: str | list[str], **kw: Any) -> BatchConfig:
     return BatchConfig(
         dataset_file=dataset,
         run_name="t",
@@ -269,3 +269,48 @@ async def test_tools_can_run_in_sandbox_slots(tmp_path: Path) -> None:
     assert sorted(r["prompt_id"] for r in out) == ["s0", "s1", "s2", "s3"]
     assert all(r["final_response"] == f"The answer is {len(r['prompt'])}" for r in out)  # python ran in the slots
     assert stats["tools"]["python"] == {"calls": 4, "errors": 0, "error_rate": 0.0}
+
+
+async def test_several_servers_share_the_prompts_and_a_killed_one_loses_its_share(tmp_path: Path) -> None:
+    """Three --base_urls, one stopped mid-run: every prompt exactly once, the rest on the two left."""
+    import asyncio
+
+    n = 48
+    dataset = write_prompts(tmp_path / "p.jsonl", [{"id": f"q{i}", "prompt": f"question {i}"} for i in range(n)])
+    servers = [ScriptedOpenAIServer([agent_policy()] * (2 * n), delay_s=0.1) for _ in range(3)]
+    a, b, c = servers
+    for s in servers:
+        await s.__aenter__()
+    killed_after = 0
+
+    async def kill_c() -> None:
+        nonlocal killed_after
+        while len(c.requests) < 6:
+            await asyncio.sleep(0.02)
+        killed_after = len(c.requests)
+        await c.__aexit__()
+
+    killer = asyncio.create_task(kill_c())
+    try:
+        # Backoff past one health probe (1 s): a retry goes to a server known to answer.
+        cfg = config(tmp_path, dataset, [s.base_url for s in servers], concurrency=6)
+        stats = await run_batch(cfg.model_copy(update={"retry_backoff_s": 1.5}))
+        await killer
+    finally:
+        killer.cancel()
+        for s in (a, b):
+            await s.__aexit__()
+    ids = [r["prompt_id"] for r in lines(tmp_path / "runs/t/trajectories.jsonl")]
+    assert sorted(ids) == sorted(f"q{i}" for i in range(n)) and len(ids) == len(set(ids))  # each exactly once
+    assert stats["missing"] == 0 and not (tmp_path / "runs/t/infra_failures.jsonl").read_bytes()
+    # c answered only until it was stopped; a and b took everything after (2 requests per prompt).
+    assert killed_after >= 6 and len(a.requests) + len(b.requests) >= 2 * n - killed_after
+    assert min(len(a.requests), len(b.requests)) > n // 2  # shared between the two left, not all on one
+
+
+def test_base_url_repeats_for_several_servers() -> None:
+    args = ["--dataset_file", "d.jsonl", "--run_name", "r", "--model", "m"]
+    urls = ["http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1"]
+    cfg = batch_runner.parse_args([*args, "--base_url", urls[0], "--base_url", urls[1]])
+    assert cfg.base_url == urls and [s.base_url for s in cfg.runtime_config().servers] == urls
+    assert batch_runner.parse_args(args[:4]).base_url == ["embedded"]

@@ -43,7 +43,7 @@ def test_defaults_are_the_embedded_model_and_the_envs_loop_defaults() -> None:
 
     config = parse_args(["--dataset_file", "d.jsonl", "--run_name", "r"])
     env = HermesAgentEnvConfig()
-    assert config.base_url == "embedded" and config.model == "SmolLM2-135M-Instruct" and config.token_server == "off"
+    assert config.base_url == ["embedded"] and config.model == "SmolLM2-135M-Instruct" and config.token_server == "off"
     assert (config.max_turns, config.max_tokens, config.temperature, config.time_budget_s) == (
         env.max_agent_turns,
         env.agent_max_tokens,
