@@ -161,19 +161,26 @@ def _codeact_run(payload_b64: str) -> None:
                 except BaseException as exc:  # a definition that no longer runs is the model's to see
                     restore_notes.append(f"re-running an earlier definition failed: {type(exc).__name__}: {exc}")
     values_path = os.path.join(_STATE, "values.pkl")
+    modules, values = {}, {}
     if os.path.exists(values_path):
-        with open(values_path, "rb") as f:
-            modules, values = pickle.load(f)
-        for name, module_name in modules.items():
-            try:
-                ns[name] = importlib.import_module(module_name)
-            except BaseException:
-                restore_notes.append(f"module {module_name} could not be imported again")
-        for name, blob in values.items():
-            try:
-                ns[name] = pickle.loads(blob)
-            except BaseException as exc:
-                restore_notes.append(f"variable {name} could not be restored: {type(exc).__name__}")
+        try:  # the model's code can rewrite this file: what it holds is the model's to lose, never the run's
+            with open(values_path, "rb") as f:
+                modules, values = pickle.load(f)
+            if not isinstance(modules, dict) or not isinstance(values, dict):
+                raise TypeError("not the saved state")
+        except BaseException as exc:
+            modules, values = {}, {}
+            restore_notes.append(f"the saved variables could not be loaded ({type(exc).__name__}); they are lost")
+    for name, module_name in modules.items():
+        try:
+            ns[name] = importlib.import_module(module_name)
+        except BaseException:
+            restore_notes.append(f"module {module_name} could not be imported again")
+    for name, blob in values.items():
+        try:
+            ns[name] = pickle.loads(blob)
+        except BaseException as exc:
+            restore_notes.append(f"variable {name} could not be restored: {type(exc).__name__}")
 
     for name, blob in payload.get("variables", {}).items():  # additional_args, pickled by the host
         try:

@@ -246,11 +246,11 @@ class SlotPythonExecutor(PythonExecutor):
             raise CodeActionError(f"the sandbox failed: {exc}") from exc
         if raw is None:
             return logs, {"status": "error", "error": "the interpreter ended before the code action finished"}
-        try:
+        try:  # the model's code can rewrite the outcome: capped, JSON only, any shape refused
             outcome = json.loads(raw[:200_000])
             if not isinstance(outcome, dict) or outcome.get("status") not in ("ok", "final", "error", "callout"):
                 raise ValueError("not an outcome")
-        except ValueError:
+        except (ValueError, RecursionError):
             outcome = {"status": "error", "error": "the code action's outcome file was overwritten"}
         return logs, outcome
 
