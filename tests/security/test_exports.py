@@ -73,7 +73,12 @@ def test_a_made_up_tool_name_never_leaves_the_sft_directory(tmp_path: Path) -> N
     manifest = build_tool_sft(trajectories, out, val_fraction=0.0)
     assert set(manifest) == {"terminal"}  # the one real tool name
     written = {p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*") if p.is_file()}
-    assert written == {"runs.jsonl", "deep/sft/manifest.json", "deep/sft/terminal/train.jsonl"}
+    assert written == {
+        "runs.jsonl",
+        "deep/sft/manifest.json",
+        "deep/sft/terminal/train.jsonl",
+        "deep/sft/terminal/val.jsonl",
+    }
     assert main(["sft", str(source), str(tmp_path / "cli_sft")]) == 0
     assert not outside.exists() and not (tmp_path / "escaped").exists()
 
