@@ -353,6 +353,11 @@ def _split_of(key: str, val_fraction: float, seed: int) -> str:
     return "val" if int.from_bytes(digest[:8], "big") / 2**64 < val_fraction else "train"
 
 
+def _safe_dir_name(name: Any) -> bool:
+    """A tool name that is one plain path component (the SFT sets are `<dir>/<tool>/<split>.jsonl`)."""
+    return isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,127}", name) is not None
+
+
 def build_tool_sft(
     trajectories: Iterable[dict[str, Any]],
     out_dir: Path,
@@ -366,7 +371,9 @@ def build_tool_sft(
 
     Each example is the conversation up to and including that turn, with the tools
     offered. A task (`task_key`: the question) goes wholly to train or to val by a hash,
-    so val never sees a question train saw. Returns (and writes to manifest.json) the counts.
+    so val never sees a question train saw. A call whose tool name is not one plain path component
+    (`../x`, `a/b`: never a registered tool, only what a model wrote) makes no set. Returns (and writes
+    to manifest.json) the counts.
     """
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
@@ -382,6 +389,8 @@ def build_tool_sft(
         for turn_index, position in enumerate(turn_at):
             actions = [a for a in traj["actions"] if a["turn"] == turn_index]
             for tool in dict.fromkeys(a["tool"] for a in actions):
+                if not _safe_dir_name(tool):  # a name the model made up; no registered tool is named so
+                    continue
                 if skip_failed_calls and any(a["error"] for a in actions if a["tool"] == tool):
                     continue
                 example = {

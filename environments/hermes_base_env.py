@@ -41,6 +41,7 @@ from environments.cli import main as cli_main
 from environments.env_config import HermesAgentEnvConfig
 from environments.gc_tuning import collector
 from environments.group_building import GroupBuilding
+from environments.html_view import write_html_view
 from environments.models.base import ChatModel
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
 from environments.rollout_settings import embedded_server_configs, model_servers
@@ -355,9 +356,11 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
         if jsonl.exists() and jsonl.stat().st_size == 0:
             jsonl.unlink()  # never leave an empty output that looks like a result
             return
+        html = jsonl.with_suffix(".html")
+        if html.exists() and jsonl.exists():  # atroposlib's view passes model-written HTML through
+            write_html_view(jsonl)
         if not report:
             return
-        html = jsonl.with_suffix(".html")
         print(f"[hermes-rl] wrote {self.curr_step} groups to {jsonl.resolve()}")
         if html.exists():
             print(f"[hermes-rl] HTML view: {html.resolve()}")

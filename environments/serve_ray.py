@@ -24,6 +24,7 @@ import ctypes
 import os
 import signal
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,6 @@ class EnvWorker:
             *serve_args,
             cwd=root,
             stderr=asyncio.subprocess.PIPE,
-            limit=2**20,  # a long log line (a traceback's repr) must not end the forwarding
             preexec_fn=lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL),
         )
         return {"node": self.node, "pid": os.getpid(), "serve_pid": self._proc.pid}
@@ -81,8 +81,7 @@ class EnvWorker:
         which Ray streams to the driver."""
         assert self._proc is not None and self._proc.stderr is not None, "start() first"
         last = ""
-        async for raw in self._proc.stderr:
-            line = raw.decode(errors="replace").rstrip()
+        async for line in log_lines(self._proc.stderr):
             print(line, file=sys.stderr, flush=True)
             last = line or last
         return await self._proc.wait(), last
@@ -94,6 +93,32 @@ class EnvWorker:
                 await asyncio.wait_for(self._proc.wait(), 30)
             except TimeoutError:
                 self._proc.kill()
+
+
+LOG_LINE_CHARS = 16_384
+# C0 controls but tab, DEL and C1 controls: a log quoting model text must not drive the driver's terminal.
+_CONTROLS = {c: f"\\x{c:02x}" for c in (*range(0x09), *range(0x0A, 0x20), 0x7F, *range(0x80, 0xA0))}
+
+
+async def log_lines(stream: asyncio.StreamReader) -> AsyncIterator[str]:
+    """A log's lines, each cut to LOG_LINE_CHARS with its control characters written out: a line of any
+    length (a log quoting model text) is forwarded, never the end of the forwarding."""
+    pending = b""
+    while chunk := await stream.read(1 << 16):
+        pending += chunk
+        *whole, pending = pending.split(b"\n")
+        for raw in whole:
+            yield _shown(raw)
+        if len(pending) > 4 * LOG_LINE_CHARS:  # keep the head of an endless line, drop the rest as it comes
+            pending = pending[: 4 * LOG_LINE_CHARS]
+    if pending:
+        yield _shown(pending)
+
+
+def _shown(raw: bytes) -> str:
+    line = raw.decode(errors="replace").rstrip()
+    cut = " [... the rest of this line is cut]" if len(line) > LOG_LINE_CHARS else ""
+    return line[:LOG_LINE_CHARS].translate(_CONTROLS) + cut
 
 
 def _say(line: str) -> None:

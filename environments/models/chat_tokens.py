@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from environments.models.literal_specials import SpecialTokenShield
+
 __all__ = ["tokenize_conversation"]
 
 IGNORE = -100
@@ -54,7 +56,8 @@ def _args(arguments: Any) -> Any:
 def tokenize_conversation(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None):
     """-> (token ids, masks) for a finished conversation."""
     template = getattr(tokenizer, "chat_template", None) or ""
-    msgs = _renderable(messages, "tool_calls" in template)
+    shield = SpecialTokenShield(tokenizer)  # control tokens spelled in the messages stay text
+    msgs = shield.messages(_renderable(messages, "tool_calls" in template))
 
     def render(part: list[dict[str, Any]], generation_prompt: bool) -> str:
         if not part:
@@ -71,7 +74,6 @@ def tokenize_conversation(tokenizer: Any, messages: list[dict[str, Any]], tools:
         start = len(render(msgs[:i], True))
         end = len(render(msgs[: i + 1], False))
         spans.append((start, end))
-    enc = tokenizer(full, add_special_tokens=False, return_offsets_mapping=True)
-    ids = list(enc["input_ids"])
-    masks = [tok if any(s <= a < e for s, e in spans) else IGNORE for tok, (a, _b) in zip(ids, enc["offset_mapping"])]
+    ids, offsets = shield.encode_with_offsets(full)
+    masks = [tok if any(s <= a < e for s, e in spans) else IGNORE for tok, (a, _b) in zip(ids, offsets)]
     return ids, masks

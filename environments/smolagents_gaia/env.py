@@ -7,7 +7,8 @@ Same tasks as environments/gaia (both published layouts, the bundled offline tas
 attachments) and the same quasi-exact scorer. The agent is smolagents' `CodeAgent`; every
 code action runs in the slot (`SlotPythonExecutor`), web search/extract are host call-outs,
 `final_answer(x)` ends the trajectory through the executor. Token mode captures every model
-call's exact ids (one trainer sequence per call). See docs/code_actions.md.
+call's exact ids (one sequence per call;
+`--env.split_sequences` chooses which reach the trainer). See docs/code_actions.md.
 
 Reward: `correctness_weight * correct + efficiency_weight * efficiency(steps)` when correct, 0
 otherwise, where steps are the code actions run (`efficiency_free_calls` free, 0 at

@@ -20,6 +20,7 @@ import asyncio
 import base64
 import concurrent.futures
 import json
+import pickle
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -159,23 +160,43 @@ class SlotPythonExecutor(PythonExecutor):
         self.has_final_answer = False
         self.actions = 0
         self.callouts: list[dict[str, Any]] = []
+        self.variables: dict[str, str] = {}  # additional_args not yet loaded in the slot: name -> base64 pickle
+        # smolagents reads `state["_print_outputs"]` when an action fails, to show what it printed first.
+        self.state: dict[str, Any] = {"_print_outputs": ""}
 
     # ---- smolagents' interface ---------------------------------------------------------------
 
-    def send_tools(self, tools: dict[str, Tool]) -> None:
+    def send_tools(self, tools: dict[str, Any]) -> None:
+        agents = sorted(name for name, tool in tools.items() if not isinstance(tool, Tool))
+        if agents:  # smolagents' remote executors refuse them too: a sub-agent would run its own code here
+            raise ValueError(
+                f"managed agents are not supported by SlotPythonExecutor ({', '.join(agents)}): their code would "
+                "run outside the slot; give their work to the main agent"
+            )
         for name, tool in tools.items():
             if name == "final_answer":
                 continue  # defined in the slot by the driver: it ends the action
             if not isinstance(tool, HostTool):
                 raise ValueError(
-                    f"tool {name!r} has no place to run: code actions run in the slot, so only the slot's own "
-                    "Python (files, computation) and HostTool call-outs are available"
+                    f"tool {name!r} is not supported by SlotPythonExecutor: only HostTool call-outs run outside the "
+                    "slot (the slot has its own Python for files and computation); wrap the tool's work in a HostTool"
                 )
             self.host_tools[name] = tool
 
     def send_variables(self, variables: dict[str, Any]) -> None:
-        if variables:
-            raise ValueError("additional_args cannot be sent into the slot; put the data in the workspace instead")
+        """`agent.run(additional_args=...)`: pickled here, loaded in the slot before the next action (never the
+        other way round: nothing the slot writes is unpickled in this process)."""
+        for name, value in variables.items():
+            if not name.isidentifier():
+                raise ValueError(f"additional_args name {name!r} is not a Python identifier; rename it")
+            try:
+                blob = pickle.dumps(value)
+            except Exception as exc:
+                raise ValueError(
+                    f"additional_args {name!r} cannot be sent into the slot ({type(exc).__name__}: {exc}); "
+                    "pass a value that pickles"
+                ) from exc
+            self.variables[name] = base64.b64encode(blob).decode()
 
     def __call__(self, code_action: str) -> CodeOutput:
         self.actions += 1
@@ -183,6 +204,7 @@ class SlotPythonExecutor(PythonExecutor):
         for _ in range(self.max_callouts + 1):
             logs, outcome = self._run_in_slot(code_action, answers)
             if outcome["status"] != "callout":
+                self.variables = {}  # loaded and saved with the slot's state
                 return self._output(logs, outcome)
             answers.append({"request": outcome["request"], "answer": self._answer(outcome["request"])})
         raise CodeActionError(
@@ -192,7 +214,12 @@ class SlotPythonExecutor(PythonExecutor):
     # ---- internals -----------------------------------------------------------------------------
 
     def _run_in_slot(self, code: str, answers: list[dict[str, Any]]) -> tuple[str, dict[str, Any]]:
-        payload = {"code": code, "answers": answers, "host_tools": sorted(self.host_tools)}
+        payload = {
+            "code": code,
+            "answers": answers,
+            "host_tools": sorted(self.host_tools),
+            "variables": self.variables,
+        }
         encoded = base64.b64encode(json.dumps(payload).encode()).decode()
         program = f"{DRIVER_SOURCE}\n_codeact_run({encoded!r})\n"
         executor = self.ctx.executor
@@ -219,11 +246,11 @@ class SlotPythonExecutor(PythonExecutor):
             raise CodeActionError(f"the sandbox failed: {exc}") from exc
         if raw is None:
             return logs, {"status": "error", "error": "the interpreter ended before the code action finished"}
-        try:
+        try:  # the model's code can rewrite the outcome: capped, JSON only, any shape refused
             outcome = json.loads(raw[:200_000])
             if not isinstance(outcome, dict) or outcome.get("status") not in ("ok", "final", "error", "callout"):
                 raise ValueError("not an outcome")
-        except ValueError:
+        except (ValueError, RecursionError):
             outcome = {"status": "error", "error": "the code action's outcome file was overwritten"}
         return logs, outcome
 
@@ -251,9 +278,9 @@ class SlotPythonExecutor(PythonExecutor):
         status = outcome["status"]
         if outcome.get("dropped"):
             logs += f"\n[note: not kept for the next step (cannot be pickled): {', '.join(outcome['dropped'])}]"
+        self.state["_print_outputs"] = logs
         if status == "error":
-            message = str(outcome.get("error", "")).strip()
-            raise CodeActionError(f"Code execution failed:\n{message}\nPrinted before the error:\n{logs}")
+            raise CodeActionError(str(outcome.get("error", "")))
         if status == "final":
             self.final_answer = outcome.get("output")
             self.has_final_answer = True

@@ -8,9 +8,10 @@ the trainer one sequence per model call (`TokenTrace` with one restart per later
 policy main's group building already applies to split rollouts).
 
 Stop strings are applied here, not by the server: the generated ids are cut right after the
-first token that completes one, and that token stays in the output. smolagents then sees the
-closing `</code>` the model wrote and appends nothing the model did not write. Ids after the
-cut were sampled but are not part of the turn; they are never trained.
+first token that completes one. smolagents gets what an API with `stop` returns, the text before
+the stop string (it then appends `</code>` itself, as upstream); the token sequence and the
+transcript keep what the model wrote, stop string included. Ids after the cut were sampled but
+are not part of the turn; they are never trained.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from environments.models.token_mode.session import TokenSequence, TokenTrace
 
 from .executor import Bridge
 
-__all__ = ["CapturingModel", "ModelCall", "cut_at_stop", "plain_messages"]
+__all__ = ["CapturingModel", "ModelCall", "before_stop", "cut_at_stop", "plain_messages"]
 
 SPLIT_REASON = "smolagents re-renders its memory for every model call: one token sequence per call"
 
@@ -51,6 +52,12 @@ def first_stop(text: str, stops: list[str]) -> int | None:
     """End of the earliest stop string in `text` (None: none occurs)."""
     ends = [i + len(s) for s in stops if s and (i := text.find(s)) >= 0]
     return min(ends) if ends else None
+
+
+def before_stop(text: str, stops: list[str]) -> str:
+    """`text` up to the earliest stop string, which is left out (what an API given `stop` returns)."""
+    starts = [i for s in stops if s and (i := text.find(s)) >= 0]
+    return text[: min(starts)] if starts else text
 
 
 def cut_at_stop(decode: Any, ids: list[int], stops: list[str]) -> int:
@@ -84,7 +91,7 @@ class CapturingModel(Model):
 
     @property
     def supports_stop_parameter(self) -> bool:
-        return True  # applied in generate, keeping the stop string
+        return True  # applied in generate
 
     def generate(
         self,
@@ -106,7 +113,7 @@ class CapturingModel(Model):
         usage = call.usage or {}
         return ChatMessage(
             role=MessageRole.ASSISTANT,
-            content=call.text,
+            content=before_stop(call.text, stops),
             raw={"text": call.text},  # smolagents may edit `content` in its memory; `raw` keeps what was written
             token_usage=TokenUsage(usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)),
         )

@@ -3,7 +3,8 @@
 Rendering goes through transformers' public `apply_chat_template(..., tokenize=False)` so
 templates see the same helpers (`raise_exception`, `tojson`, `strftime_now`) they see in
 vLLM and SGLang. Text is tokenized with `add_special_tokens=False`: templates write their
-own BOS, and adding another would duplicate it.
+own BOS, and adding another would duplicate it. Control tokens spelled inside messages are
+tokenized as text (`SpecialTokenShield`): only the template writes control ids.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from environments.models.literal_specials import SpecialTokenShield
 
 __all__ = ["ChatRenderer", "TurnClose", "TemplateError"]
 
@@ -70,6 +73,7 @@ class ChatRenderer:
                 "or use a tokenizer directory whose tokenizer_config.json carries one"
             )
         self.tokenizer = tokenizer
+        self.shield = SpecialTokenShield(tokenizer)
         self.template = template
         self.template_kwargs = dict(template_kwargs or {})
         self.close = self._probe_close(end_of_turn)
@@ -88,7 +92,7 @@ class ChatRenderer:
         self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, *, add_generation_prompt: bool
     ) -> str:
         text = self.tokenizer.apply_chat_template(
-            [_template_message(m) for m in messages],
+            [_template_message(m) for m in self.shield.messages(messages)],
             tools=tools or None,
             chat_template=self.template,
             tokenize=False,
@@ -100,7 +104,7 @@ class ChatRenderer:
         return text
 
     def encode(self, text: str) -> list[int]:
-        return list(self.tokenizer.encode(text, add_special_tokens=False)) if text else []
+        return self.shield.encode(text) if text else []
 
     def decode(self, ids: list[int]) -> str:
         return self.tokenizer.decode(ids, skip_special_tokens=False)
