@@ -127,6 +127,14 @@ ok["ptrace_child"] = os.WIFSTOPPED(status)
 libc.syscall(L(NR["ptrace"]), L(7), L(pid), L(0), L(0))  # PTRACE_CONT
 _, status = os.waitpid(pid, 0)
 ok["ptrace_child_exit"] = os.WIFEXITED(status) and os.WEXITSTATUS(status) == 7
+# x32 numbers on x86-64 (another ABI behind the same arch value) kill the process.
+if platform.machine() == "x86_64":
+    pid = os.fork()
+    if pid == 0:
+        libc.syscall(L(0x40000000 | 39))  # x32 getpid
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    ok["x32_killed"] = os.WIFSIGNALED(status) and os.WTERMSIG(status) == 31  # SIGSYS
 print("RESULT " + json.dumps({"denied": out, "ok": ok}))
 """
 )
