@@ -98,4 +98,3 @@ def profile(machine: str | None = None) -> dict:
 # The engine takes a profile's JSON itself in `SecurityOpt`. No AppArmor option: the engine applies its
 # default where the kernel has AppArmor (this machine's has none).
 SECURITY_OPT = [f"seccomp={json.dumps(profile(), separators=(',', ':'))}"]
-
