@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import platform
 
-__all__ = ["SECURITY_OPT", "profile"]
+__all__ = ["SECURITY_OPT", "profile", "security_opt"]
 
 # Refused with EPERM to every process of the container, the sandbox server (root) included.
 DENIED = (
@@ -98,3 +98,14 @@ def profile(machine: str | None = None) -> dict:
 # The engine takes a profile's JSON itself in `SecurityOpt`. No AppArmor option: the engine applies its
 # default where the kernel has AppArmor (this machine's has none).
 SECURITY_OPT = [f"seccomp={json.dumps(profile(), separators=(',', ':'))}"]
+
+
+def security_opt(engine_version: dict) -> list[str]:
+    """`SECURITY_OPT` for Docker; nothing (the engine's default profile) for Podman, given its `version` answer.
+
+    Podman's compatible API reads a `seccomp=` value as a path on its own machine, not as JSON, and its
+    default profile (containers-common's) already allows pivot_root and the namespaces to CAP_SYS_ADMIN.
+    It does allow keyrings to the container's root; slot commands are refused them by their own filter.
+    """
+    names = " ".join(str(c.get("Name", "")) for c in engine_version.get("Components") or [])
+    return [] if "Podman" in names else SECURITY_OPT
