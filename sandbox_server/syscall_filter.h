@@ -79,6 +79,7 @@ static const unsigned int hermes_denied[] = {
 
 /* The instructions, into `out` (room for HERMES_FILTER_MAX); returns how many. */
 #define HERMES_FILTER_MAX 256
+_Static_assert(2 * sizeof hermes_denied / sizeof hermes_denied[0] + 32 <= HERMES_FILTER_MAX, "HERMES_FILTER_MAX too small");
 static unsigned short hermes_filter(struct sock_filter *out) {
     unsigned short n = 0;
 #define EMIT(insn) (out[n++] = (struct sock_filter)insn)
