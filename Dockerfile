@@ -7,11 +7,13 @@
 #
 #   bash scripts/build_sandbox_runtime.sh        # build/hermes-runtime (scripts/setup.sh does)
 #   docker build -t hermes-rl-sandbox:<tag> [--build-arg BASE=ubuntu:22.04] .
-#   docker run --rm --cap-add SYS_ADMIN --cap-add NET_ADMIN --cap-add SYS_PTRACE --security-opt seccomp=unconfined \
-#     --security-opt apparmor=unconfined -p 127.0.0.1:8080:8080 -e SANDBOX_SERVER_TOKEN=secret hermes-rl-sandbox:<tag>
+#   python -c "import json, backends.container_seccomp as p; print(json.dumps(p.profile()))" > hermes-seccomp.json
+#   docker run --rm --cap-add SYS_ADMIN --cap-add NET_ADMIN --cap-add SYS_PTRACE --security-opt seccomp=hermes-seccomp.json \
+#     -p 127.0.0.1:8080:8080 -e SANDBOX_SERVER_TOKEN=secret hermes-rl-sandbox:<tag>
 #
-# bubblewrap needs to create namespaces inside the container: SYS_ADMIN with seccomp and
-# AppArmor unconfined, and NET_ADMIN to bring up loopback in a command's own network namespace;
+# bubblewrap needs to create namespaces inside the container: SYS_ADMIN with a seccomp profile that
+# allows them and pivot_root (backends/container_seccomp.py; Docker 20.10's default refuses pivot_root),
+# and NET_ADMIN to bring up loopback in a command's own network namespace;
 # SYS_PTRACE lets the slot watchdog read slot processes' /proc/<pid> (docs/containers.md). Or
 # privileged: Nomad docker driver `privileged = true`, which the client must allow.
 # Without that the server still starts, reports isolation unavailable in /health, and

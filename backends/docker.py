@@ -14,9 +14,10 @@ owns. Only the API subset Docker and Podman's compatible service both document i
   its owner's host, boot and pid namespace, pid and start time) and `hermes-rl.pool`. `stop()` removes exactly this run's containers, half-started ones
   included; `start()` sweeps containers of the same pool whose owner provably is gone (same host, pid
   dead or reused), never those of another live run.
-- bubblewrap needs CAP_SYS_ADMIN (and NET_ADMIN for a command's own loopback) and a seccomp/AppArmor
-  profile that lets it make namespaces; the slot watchdog needs SYS_PTRACE to see slot processes'
-  /proc entries; no `--privileged`.
+- bubblewrap needs CAP_SYS_ADMIN (and NET_ADMIN for a command's own loopback) and a seccomp profile that
+  lets it make namespaces and pivot_root (backends/container_seccomp.py: Docker's default refusals but those);
+  the slot watchdog needs SYS_PTRACE to see slot processes' /proc entries; no `--privileged`. Slot commands
+  get their own, stricter filter (sandbox_server/syscall_filter.h).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+from backends.container_seccomp import SECURITY_OPT, security_opt
 from backends.runs import RUN_LABEL, RunOwner, owner_gone
 from backends.runtime import DEFAULT_RUNTIME_DIR, RUNTIME_MOUNT, SandboxRuntime
 from sandbox_server.isolation import SlotLimits
@@ -144,6 +146,7 @@ class DockerSandboxProvider:
         self._pending: set[concurrent.futures.Future] = set()  # engine calls still running in a thread
         self._executor: ThreadPoolExecutor | None = None
         self._client: docker.DockerClient | None = None
+        self._security_opt: list[str] = SECURITY_OPT  # the engine's, once asked (start)
         self._containers: dict[str, str] = {}  # sandbox name -> container id
         self._seq = 0
 
@@ -192,6 +195,7 @@ class DockerSandboxProvider:
                 f"no container engine answers at {self.config.engine} ({_one_line(exc)}); start dockerd (or "
                 "`podman system service`) or set env.sandbox.backend.engine"
             ) from None
+        self._security_opt = security_opt(await self._call(self.api.version))
         await self._ensure_image()
         await self.sweep_orphans()
 
@@ -260,7 +264,7 @@ class DockerSandboxProvider:
             # network namespace; SYS_PTRACE: the slot watchdog reads /proc/<pid>/ns and smaps_rollup of
             # slot processes (other uids). Commands themselves run with every capability dropped.
             cap_add=["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"],
-            security_opt=["seccomp=unconfined", "apparmor=unconfined"],
+            security_opt=self._security_opt,  # backends/container_seccomp.py
             tmpfs={"/tmp": "rw,exec,nosuid,nodev,mode=1777"},
             network_mode=c.network,
             nano_cpus=int(c.cpus * 1e9) if c.cpus else None,

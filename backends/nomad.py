@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import BaseModel, Field, field_validator
 
+from backends.container_seccomp import SECURITY_OPT
 from backends.runs import RunOwner
 from backends.runtime import RUNTIME_MOUNT, SandboxRuntime
 from sandbox_server.isolation import SlotLimits
@@ -53,11 +54,10 @@ TOKEN_ENV = "SANDBOX_SERVER_TOKEN"
 PORT_LABEL = "http"
 POOL_META = "hermes_rl_pool"
 # What bubblewrap needs inside a docker container (no --privileged): namespaces (SYS_ADMIN), the
-# loopback of its network namespace (NET_ADMIN), and no seccomp/AppArmor profile refusing them; the
-# slot watchdog reads slot processes' /proc/<pid>/ns (SYS_PTRACE). The Nomad client's docker plugin
+# loopback of its network namespace (NET_ADMIN), a seccomp profile allowing them and pivot_root
+# (backends/container_seccomp.py); the slot watchdog reads slot processes' /proc/<pid>/ns (SYS_PTRACE). The Nomad client's docker plugin
 # must allow them: `allow_caps` including "sys_admin", "net_admin", "sys_ptrace".
 CAP_ADD = ["SYS_ADMIN", "NET_ADMIN", "SYS_PTRACE"]
-SECURITY_OPT = ["seccomp=unconfined", "apparmor=unconfined"]
 
 
 def unpinned_image(image: str) -> bool:

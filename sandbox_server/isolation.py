@@ -247,10 +247,14 @@ async def probe_bwrap(bwrap: str) -> IsolationStatus:
     return IsolationStatus(True, path, setpriv=setpriv, prlimit=prlimit)
 
 
-async def probe_spawn_helper(helper: Path = SPAWN_HELPER) -> str | None:
-    """`helper` if it is built and switches to an unprivileged uid here; otherwise None (use prlimit/setpriv)."""
+async def probe_spawn_helper(helper: Path = SPAWN_HELPER) -> tuple[str | None, str]:
+    """(`helper`, "") if it is built and, here, switches to an unprivileged uid under the syscall filter
+    (syscall_filter.h); else (None, why not): commands then start through prlimit/setpriv, unfiltered."""
     if not os.access(helper, os.X_OK):
-        return None
+        return None, f"hermes-spawn is not built at {helper} (scripts/setup.sh builds it)"
+    # The shell reads its own status: "Seccomp: 2" is a filter in force.
+    check = 'test "$(id -u)" = 65534 || exit 1; while read -r k v; do [ "$k $v" = "Seccomp: 2" ] && exit 0; done'
+    check += " < /proc/self/status; exit 2"
     try:
         proc = await asyncio.create_subprocess_exec(
             str(helper),
@@ -259,14 +263,16 @@ async def probe_spawn_helper(helper: Path = SPAWN_HELPER) -> str | None:
             "--",
             "sh",
             "-c",
-            'test "$(id -u)" = 65534',
+            check,
             stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.PIPE,
         )
-        code = await asyncio.wait_for(proc.wait(), 10)
-    except (OSError, asyncio.TimeoutError):
-        return None
-    return str(helper) if code == 0 else None
+        _, err = await asyncio.wait_for(proc.communicate(), 10)
+    except (OSError, asyncio.TimeoutError) as exc:
+        return None, f"hermes-spawn could not run: {exc}"
+    if proc.returncode != 0:
+        return None, f"hermes-spawn failed here (exit {proc.returncode}): {err.decode(errors='replace').strip()}"
+    return str(helper), ""
 
 
 async def probe_ipc_limits(bwrap: str, sysctls: dict[str, str]) -> str | None:
@@ -412,6 +418,9 @@ class Sandboxing:
         args = [self.prlimit, *self._limits, *self._bwrap(workspace, caps, network=network)]
         if command_file is not None:
             args += ["--ro-bind", str(command_file), COMMAND_FILE]
+        if self.spawn_helper is not None:  # for the syscall filter only: setpriv sets the uid here
+            args += ["--ro-bind", self.spawn_helper, SPAWN_HELPER_FILE]
+            command = [SPAWN_HELPER_FILE, "--filter", "--", *command]
         # bwrap builds the root as a tmpfs; make it read-only so the workspace and /tmp are
         # the only writable places.
         args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]

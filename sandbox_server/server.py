@@ -61,6 +61,10 @@ ARGV_COMMAND_BYTES = 64 * 1024
 SHELL_ARGV_BYTES = 16 * 1024
 
 
+async def _no_spawn_helper() -> tuple[None, str]:
+    return None, "the server was started with --no-spawn-helper"
+
+
 class SandboxServer:
     def __init__(self, config: ServerConfig, token: str) -> None:
         if not token:
@@ -102,6 +106,7 @@ class SandboxServer:
         self.uid_base = base if base is not None else 1_000_000 + (os.getpid() % 1_000_000) * 256
         self._shell_error: str | None = None  # why slots cannot keep an exec server here, if they cannot
         self._ipc_error: str | None = None  # why the slots' IPC namespaces cannot be limited here, if they cannot
+        self._filter_error = "bubblewrap isolation is unavailable"  # why commands run with no syscall filter, if so
         self._pool = ThreadPoolExecutor(max_workers=max(4, 2 * config.slots), thread_name_prefix="fileops")
         self.guard = SlotGuard(config.limits, kill_uid)
 
@@ -112,8 +117,8 @@ class SandboxServer:
             self.sandboxing.setpriv = self.isolation.setpriv or "setpriv"
             self.sandboxing.prlimit = self.isolation.prlimit or "prlimit"
             wanted = self.config.limits.ipc_sysctls()
-            helper, self._ipc_error = await asyncio.gather(
-                probe_spawn_helper() if self.config.spawn_helper else asyncio.sleep(0, None),
+            (helper, self._filter_error), self._ipc_error = await asyncio.gather(
+                probe_spawn_helper() if self.config.spawn_helper else _no_spawn_helper(),
                 probe_ipc_limits(self.sandboxing.bwrap, wanted),
             )
             self.sandboxing.spawn_helper = helper
@@ -123,8 +128,10 @@ class SandboxServer:
                 log.warning(
                     "slots' IPC namespaces cannot be limited here (%s): SysV memory is not capped", self._ipc_error
                 )
-            if self.sandboxing.spawn_helper is None and self.config.spawn_helper:
-                log.info("hermes-spawn is not built or does not run here: commands start through prlimit and setpriv")
+            if self.sandboxing.spawn_helper is None:
+                log.warning(
+                    "commands start through prlimit and setpriv, with no syscall filter: %s", self._filter_error
+                )
         (self.data_dir / "slots").mkdir(parents=True, exist_ok=True)
         (self.data_dir / "commands").mkdir(mode=0o700, exist_ok=True)
         if self.cache_dir is not None:
@@ -461,6 +468,13 @@ class SandboxServer:
                 "command_start": ("hermes-spawn" if self.sandboxing.spawn_helper else "prlimit + setpriv")
                 if iso
                 else None,
+                "syscall_filter": {
+                    "enforced": iso and self.sandboxing.spawn_helper is not None,
+                    "how": "seccomp denylist (sandbox_server/syscall_filter.h) installed by hermes-spawn on every "
+                    "command, the verifier's included"
+                    if iso and self.sandboxing.spawn_helper is not None
+                    else f"not enforced: {self._filter_error}",
+                },
                 "file_ops": "openat per component, O_NOFOLLOW, O_NONBLOCK, regular files only",
                 "max_command_bytes": self.config.max_command_bytes,
             },

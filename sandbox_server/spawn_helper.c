@@ -1,13 +1,14 @@
-/* hermes-spawn: become a slot's user with its limits, then exec the command.
+/* hermes-spawn: become a slot's user with its limits, then exec the command under the slot's syscall filter.
 
    hermes-spawn UID RESOURCE:SOFT:HARD... -- COMMAND [ARG...]
+   hermes-spawn --filter -- COMMAND [ARG...]   (the filter only: a command whose uid someone else set)
 
    A slot's exec server (exec_server.py) posix_spawns this as root with only CAP_SETUID,
    CAP_SETGID and CAP_SETPCAP. It sets the rlimits, empties the bounding set, drops every
    supplementary group, switches real/effective/saved uid and gid to UID (which clears the
    permitted, effective and ambient capabilities), clears the inheritable ones, sets
-   no_new_privs, checks the uid, closes every descriptor above 3 and execs COMMAND (PATH
-   search). The same as `prlimit ... setpriv ...` (the fallback when this is not built) in one
+   no_new_privs, checks the uid, closes every descriptor above 3, installs the syscall filter
+   (syscall_filter.h) and execs COMMAND (PATH search). The same as `prlimit ... setpriv ...` (the fallback when this is not built) in one
    exec instead of three. Any failure exits 127 before the command runs.
 
    Built by scripts/setup.sh and the Dockerfile, freestanding where it can be (x86-64, arm64):
@@ -18,6 +19,8 @@
 #include <linux/prctl.h>
 #include <linux/resource.h>
 #include <sys/syscall.h>
+
+#include "syscall_filter.h"
 
 #define ENOENT 2
 #define EINTR 4
@@ -112,7 +115,22 @@ static long number(const char **text) {
     return (long)v;
 }
 
+static void filter(void) {
+    struct sock_filter insns[HERMES_FILTER_MAX];
+    struct sock_fprog prog = {hermes_filter(insns), insns};
+    long rc = sys(SYS_prctl, PR_SET_NO_NEW_PRIVS, 1, 0, 0);
+    if (rc < 0) die("no_new_privs", rc);
+    if ((rc = sys(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, (long)&prog, 0)) < 0) die("the syscall filter", rc);
+}
+
+static int exec_command(char **cmd, char **envp);
+
 static int run(int argc, char **argv, char **envp) {
+    if (argc >= 3 && same(argv[1], "--filter") && same(argv[2], "--")) {
+        if (argc < 4) die("no command after --", EINVAL);
+        filter();
+        return exec_command(argv + 3, envp);
+    }
     if (argc < 4) die("usage: hermes-spawn UID RESOURCE:SOFT:HARD... -- COMMAND", EINVAL);
     const char *p = argv[1];
     long uid = number(&p);
@@ -148,7 +166,12 @@ static int run(int argc, char **argv, char **envp) {
     if (sys(SYS_close_range, 4, ~0U, 0, 0) < 0) {
         for (long fd = 4; fd < 65536; fd++) sys(SYS_close, fd, 0, 0, 0);
     }
-    char **cmd = argv + i + 1;
+    filter();
+    return exec_command(argv + i + 1, envp);
+}
+
+static int exec_command(char **cmd, char **envp) {
+    long rc;
     if (*cmd[0] == 0) die("empty command", EINVAL);
     for (const char *c = cmd[0]; *c; c++) {
         if (*c == '/') {

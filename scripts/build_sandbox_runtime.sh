@@ -3,7 +3,7 @@
 #
 #   sandbox-server   static launcher: the runtime's Python running `-m sandbox_server` (same CLI)
 #   bwrap            static launcher: Debian's bubblewrap with the runtime's libraries
-#   hermes-spawn     static uid-and-limits helper (sandbox_server/spawn_helper.c)
+#   hermes-spawn     static uid, limits and syscall-filter helper (sandbox_server/spawn_helper.c, syscall_filter.h)
 #   hermes-confine.so  the exec confinement library bound into every slot command (sandbox_server/exec_confine.c)
 #   lib/             the dynamic loader and every library the above need (glibc included)
 #   python/          Debian's python3.11, its standard library (trimmed), aiohttp/pydantic, sandbox_server
@@ -34,7 +34,7 @@ flock 9  # one build at a time (a test session's fixture, setup.sh)
 # The inputs: this script, sandbox_server's sources and requirements, the interpreter and bwrap.
 hash=$(
   {
-    sha256sum scripts/build_sandbox_runtime.sh sandbox_server/*.py sandbox_server/*.c sandbox_server/*.sh sandbox_server/requirements.txt
+    sha256sum scripts/build_sandbox_runtime.sh sandbox_server/*.py sandbox_server/*.c sandbox_server/*.h sandbox_server/*.sh sandbox_server/requirements.txt
     sha256sum "$PY" "$BWRAP"
   } | sha256sum | cut -c1-16
 )

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from backends import container_seccomp
 from backends.runtime import RUNTIME_MOUNT, SandboxRuntime
 from sandbox_server.__main__ import TOKEN_ENV
 from sandbox_server.isolation import SlotLimits
@@ -31,9 +32,8 @@ REPO = Path(__file__).resolve().parents[2]
 LABEL = "hermes-rl.test"
 BASE = "debian:bookworm"  # scripts/base_images.sh: minbase, no python
 # What the server needs in a container (the Dockerfile's header): namespaces, loopback in a command's
-# own network namespace, the watchdog's view of slot processes.
+# own network namespace, the watchdog's view of slot processes; the seccomp profile goes in as a file.
 CONFINE = ["--cap-add", "SYS_ADMIN", "--cap-add", "NET_ADMIN", "--cap-add", "SYS_PTRACE"]
-CONFINE += ["--security-opt", "seccomp=unconfined", "--security-opt", "apparmor=unconfined"]
 PY310_DOCKERFILE = f"""FROM ubuntu:22.04
 RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3 \\
     && rm -rf /var/lib/apt/lists/*
@@ -114,12 +114,16 @@ class DockerRunProvider:
                 )
                 run = ["-v", f"{self.runtime_dir}:{RUNTIME_MOUNT}:ro", "-v", f"{token_file}:/run/token:ro", self.image]
                 run += argv
+            seccomp = self.scratch / "seccomp.json"
+            seccomp.write_text(json.dumps(container_seccomp.profile()))
             cid = await _adocker(
                 "run",
                 "-d",
                 "--label",
                 self.label,
                 *CONFINE,
+                "--security-opt",
+                f"seccomp={seccomp}",
                 "--tmpfs",
                 "/tmp",
                 "-p",

@@ -13,7 +13,7 @@ from sandbox_server.isolation import SPAWN_HELPER
 from slots.client import SandboxAddress, SandboxClient
 
 PROBE = (
-    "grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):' /proc/self/status; "
+    "grep -E '^(Uid|Gid|Groups|Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status; "
     "ls /proc/$$/fd > /tmp/fds; echo fds $(cat /tmp/fds); "
     "echo limits $(ulimit -Hu) $(ulimit -Hv) $(ulimit -Ht) $(ulimit -Hn) $(ulimit -Hc); "
     "echo session $(($(cut -d' ' -f6 /proc/$$/stat) == $$))"
@@ -32,6 +32,12 @@ async def test_a_command_starts_unprivileged_with_only_its_own_descriptors(tmp_p
         client = SandboxClient(SandboxAddress("t", proc.url, proc.token), http)
         health = await client.health()
         assert health["enforced"]["command_start"] == ("hermes-spawn" if helper else "prlimit + setpriv")
+        # The syscall filter comes with hermes-spawn; without it /health says so, and why.
+        assert health["enforced"]["syscall_filter"] == (
+            {"enforced": True, "how": health["enforced"]["syscall_filter"]["how"]}
+            if helper
+            else {"enforced": False, "how": "not enforced: the server was started with --no-spawn-helper"}
+        )
         short = await client.exec("0", PROBE, timeout=20, max_output_bytes=10_000)
         # A command too long for argv reaches bash as fd 3, which its first line closes: bash reads on from its
         # own copy (255, close-on-exec), so nothing the command starts can read or rewrite the rest of the script.
@@ -48,6 +54,7 @@ async def test_a_command_starts_unprivileged_with_only_its_own_descriptors(tmp_p
         for cap in ("CapInh:", "CapPrm:", "CapEff:", "CapBnd:", "CapAmb:"):
             assert lines[cap] == ["0000000000000000"], result.output
         assert lines["NoNewPrivs:"] == ["1"]
+        assert lines["Seccomp:"] == (["2"] if helper else ["0"])  # 2: a filter in force
         assert " ".join(lines["fds"]) == fds, result.output  # nothing of the exec server's (sockets, /dev/null)
         assert lines["limits"] == ["77", str(300 * 1024), "38", "1024", "0"]
         assert lines["session"] == ["1"]  # a session leader: no terminal to inject keystrokes into

@@ -36,7 +36,8 @@ from typing import Any
 import docker
 
 from backends.modal import ModalSandboxSpec
-from backends.nomad import CAP_ADD, SECURITY_OPT, unpinned_image
+from backends.container_seccomp import SECURITY_OPT
+from backends.nomad import CAP_ADD, unpinned_image
 from tests.support.sandbox_image import with_runtime_layer
 
 __all__ = ["NomadTestDouble", "ModalTestDouble", "check_job_spec", "MODAL_SANDBOX_CREATE_PARAMS", "TEST_LABEL"]
