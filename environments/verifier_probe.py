@@ -250,10 +250,8 @@ def _module_file(obj: object) -> str | None:
 if __name__ != "__main__":
     import pytest
 
-    try:  # pytest >= 9 reports unittest's subTest (and its `subtests` fixture) itself, during the test's call
-        from _pytest.subtests import SubtestReport as _SubtestReport
-    except ImportError:
-        _SubtestReport = None
+    # pytest >= 9 reports unittest's subTest (and its `subtests` fixture) itself, during the test's call
+    _SubtestReport: type | None = getattr(sys.modules.get("_pytest.subtests"), "SubtestReport", None)
 
     def _pytest_hooks() -> dict[str, Any]:
         """The plugin's hooks, holding the channel and their state in closures: not reachable as globals."""
