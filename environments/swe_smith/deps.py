@@ -65,7 +65,7 @@ class RepoEnvConfig(BaseModel):
     pytest_requirement: str = Field(
         "pytest<9",
         description="Resolved with the repository's pins when the test command runs pytest (SWE-smith's images, "
-        "built in 2025, have pytest 8: pytest 9 names some parametrised tests differently)",
+        "built in 2025, have pytest 8: pytest 9 shortens long parametrised ids, so published ids would not match)",
     )
     repo_pins: bool = Field(
         True,
