@@ -271,6 +271,10 @@ def read_probe(output: str) -> tuple[dict[str, str], list[str], bool]:
             ended = True
         elif kind == "report":
             node, when = str(record["node"]), str(record["when"])
+            if when == "subtest":  # pytest >= 9, one per subtest not passed: a failed one fails the test
+                if record["outcome"] == "failed":
+                    phases.setdefault(node, {})[when] = record
+                continue
             if when in phases.setdefault(node, {}):
                 flags.append(f"{node} was reported twice for its {when} phase")
             phases[node][when] = record
@@ -280,10 +284,10 @@ def read_probe(output: str) -> tuple[dict[str, str], list[str], bool]:
 
 
 def _status(phases: dict[str, dict]) -> str:
-    for when in ("setup", "call", "teardown"):
+    for when in ("setup", "subtest", "call", "teardown"):
         r = phases.get(when)
         if r and r["outcome"] == "failed":
-            return "FAILED" if when == "call" else "ERROR"
+            return "FAILED" if when in ("subtest", "call") else "ERROR"
     call = phases.get("call") or phases.get("setup")
     if call is None:
         return "MISSING"
@@ -370,7 +374,7 @@ class TestVerifier:
                         f"the JUnit report says {test} passed, the probe saw {status}: the report was rewritten"
                     )
         passed = all(s in ("PASSED", "XFAIL") for s in decisive.values()) and ended and not run.timed_out and not flags
-        ending = None if ended else "the test process ended without reporting its end"
+        ending = None if ended else _no_end(run)
         return Verdict(
             1.0 if passed else 0.0, decisive, files, run.log[-3000:], "timed out" if run.timed_out else ending, flags
         )
@@ -433,6 +437,20 @@ class TestVerifier:
         )
         log, _, report = run.output.partition(f"\n{nonce}\n") if runner else (run.output, "", "")
         return TestRun(run.exit_code, run.timed_out, run.output, log, report)
+
+
+# A runner's own words when it stops before or outside the tests: argparse's usage error (pytest's unknown
+# `--cov` from a repository's addopts without pytest-cov), a conftest's import error, a missing runner.
+_RUNNER_ERROR = re.compile(
+    r"^(?:E\s+)?(?:\S.*?: error: .+|ERROR: (?!usage:).+|\w+(?:Error|Exception): .+|.*No module named .+)$"
+)
+
+
+def _no_end(run: TestRun) -> str:
+    """One line for a test process that never reported its end, with the runner's own error where it printed one."""
+    lines = [x.strip() for x in run.log.splitlines() if x.strip() and not x.startswith(_PROBE_PREFIX)]
+    said = next((x for x in lines if _RUNNER_ERROR.match(x)), lines[-1] if lines else "nothing")
+    return f"the test process ended without reporting its end (exit {run.exit_code}): {said[:300]}"
 
 
 def _runner(test_command: str) -> str | None:

@@ -250,6 +250,9 @@ def _module_file(obj: object) -> str | None:
 if __name__ != "__main__":
     import pytest
 
+    # pytest >= 9 reports unittest's subTest (and its `subtests` fixture) itself, during the test's call
+    _SubtestReport: type | None = getattr(sys.modules.get("_pytest.subtests"), "SubtestReport", None)
+
     def _pytest_hooks() -> dict[str, Any]:
         """The plugin's hooks, holding the channel and their state in closures: not reachable as globals."""
         channel = _Channel("pytest")
@@ -259,6 +262,7 @@ if __name__ != "__main__":
         # report forger the code under test installs during the test and undoes before the next check
         # leaves the runner looking untouched; the call it forged a report for does not.
         raised: dict[str, str | None] = {}  # the exception's type name: holding it would keep its frames
+        running: set[str] = set()  # tests whose call is running now: where pytest's subtest reports come from
         module = sys.modules[__name__]
         guard: list[Callable[[], None]] = []  # the sealed check, once the hooks it covers exist
 
@@ -303,12 +307,21 @@ if __name__ != "__main__":
 
         @pytest.hookimpl(hookwrapper=True)
         def pytest_runtest_call(item: pytest.Item) -> Any:
+            running.add(item.nodeid)
             outcome = yield
+            running.discard(item.nodeid)
             exc = outcome.excinfo  # (type, value, traceback) of what the body raised, or None
             raised[item.nodeid] = exc[0].__name__ if exc else None
 
         def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             guard[0]()
+            if _SubtestReport is not None and isinstance(report, _SubtestReport) and report.when == "call":
+                # Not the test's call: a failed one fails the test, a passed one passes nothing (so one the
+                # code under test forges gains nothing). Outside its test's call it is not pytest's.
+                if report.nodeid not in running:
+                    tamper(channel, f"{report.nodeid}: a subtest was reported outside its test's call")
+                send_report(channel, report.nodeid, "subtest", report.outcome, xfail=hasattr(report, "wasxfail"))
+                return
             if report.when == "call":
                 ran, exc = report.nodeid in raised, raised.pop(report.nodeid, None)
                 if report.outcome == "passed" and not ran:

@@ -10,7 +10,10 @@ thing once per repository in this machine's cache:
         install.log
         hermes-env.json  written last: the environment is complete
 
-The install command runs on the host with the venv first on PATH, before any rollout; this is the only
+The install is the profile's install command, then one pip resolve of the repository's own test and
+development pins (`repo_pins` in pins.py: dev/test requirement files, pyproject's test/dev extras and
+dependency groups, setup.cfg's extras, tox's unconditional deps) with the pytest requirement (SWE-smith's
+images predate pytest 9). It runs on the host with the venv first on PATH, before any rollout; this is the only
 step with network. Slots see the directory read-only (the env adds it to the local backend's
 `extra_ro_paths`), the agent and the verifier use the same interpreter, and nothing is installed
 while a rollout runs.
@@ -38,9 +41,12 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from environments.swe_smith.pins import repo_pins
+
 __all__ = ["DEFAULT_INSTALL", "PreparedRepoEnv", "RepoEnvConfig", "RepoEnvError", "prepare_repo_env"]
 
 DEFAULT_INSTALL = "python -m pip install -e ."  # SWE-smith's PythonProfile default
+_PLAN = 2  # how an environment is built; a change rebuilds the environments built before it
 
 
 class RepoEnvConfig(BaseModel):
@@ -57,7 +63,14 @@ class RepoEnvConfig(BaseModel):
         f"(default: the profile's install_cmds, else {DEFAULT_INSTALL!r})",
     )
     pytest_requirement: str = Field(
-        "pytest", description="Installed too when the test command runs pytest and the install did not bring it"
+        "pytest<9",
+        description="Resolved with the repository's pins when the test command runs pytest (SWE-smith's images, "
+        "built in 2025, have pytest 8: pytest 9 shortens long parametrised ids, so published ids would not match)",
+    )
+    repo_pins: bool = Field(
+        True,
+        description="Also install the repository's own test/development pins (dev/test requirement files, "
+        "pyproject's test/dev extras and dependency groups, setup.cfg's extras, tox's unconditional deps)",
     )
     dir: str | None = Field(None, description="Where prepared environments live (default: {cache_dir}/envs)")
     timeout_s: float = Field(1800.0, gt=0, description="Preparing one repository's environment")
@@ -80,20 +93,17 @@ class PreparedRepoEnv:
 
 
 def prepare_repo_env(
-    *,
-    repo: str,
-    mirror: Path,
-    install_command: str,
-    pytest_requirement: str | None,
-    base_dir: Path,
-    timeout_s: float,
+    *, repo: str, mirror: Path, install_command: str, with_pytest: bool, base_dir: Path, config: RepoEnvConfig
 ) -> PreparedRepoEnv:
     """The prepared environment of `repo` (swesmith/<owner>__<name>.<sha8>), built from `mirror` if absent.
 
+    `with_pytest`: the test command runs pytest (config.pytest_requirement is resolved with the pins).
     Blocking (runs pip); call it from a worker thread. Safe across processes: a lock file per
     environment, and a half-built one (no hermes-env.json) is removed and built again.
     """
-    key = hashlib.sha1(json.dumps([repo, install_command, pytest_requirement, sys.version]).encode()).hexdigest()
+    pytest_requirement = config.pytest_requirement if with_pytest else None
+    plan = [repo, install_command, pytest_requirement, config.repo_pins, sys.version, _PLAN]
+    key = hashlib.sha1(json.dumps(plan).encode()).hexdigest()
     name = re.sub(r"[^A-Za-z0-9_.-]", "_", repo.split("/")[-1])
     base_dir.mkdir(parents=True, exist_ok=True)
     root = base_dir.resolve() / f"{name}-{key[:12]}"
@@ -103,12 +113,14 @@ def prepare_repo_env(
         if not manifest.exists():
             shutil.rmtree(root, ignore_errors=True)
             root.mkdir()
-            _build(root, mirror, install_command, pytest_requirement, timeout_s)
+            _build(root, mirror, install_command, pytest_requirement, config.repo_pins, config.timeout_s)
         saved = json.loads(manifest.read_text())
     return PreparedRepoEnv(root, Path(saved["python"]), saved["source_root"])
 
 
-def _build(root: Path, mirror: Path, install_command: str, pytest_requirement: str | None, timeout_s: float) -> None:
+def _build(
+    root: Path, mirror: Path, install_command: str, pytest_requirement: str | None, with_pins: bool, timeout_s: float
+) -> None:
     log = root / "install.log"
     checkout, venv = root / "checkout", root / "venv"
 
@@ -141,11 +153,25 @@ def _build(root: Path, mirror: Path, install_command: str, pytest_requirement: s
     }
     run(["bash", "-c", install_command], f"the install command {install_command!r}", cwd=checkout, env=env)
     python = bin_dir / "python"
-    if pytest_requirement:
-        has_pytest = subprocess.run([str(python), "-c", "import pytest"], capture_output=True, env=env, check=False)
-        if has_pytest.returncode != 0:
-            run([str(python), "-m", "pip", "install", pytest_requirement], f"installing {pytest_requirement}", env=env)
+    # One resolve of the repository's own pins with the pytest requirement (pip intersects their specifiers).
+    pins = repo_pins(checkout) if with_pins else []
+    wanted = [*pins, *([pytest_requirement] if pytest_requirement else [])]
+    if wanted:
+        what = "the repository's pins and " * bool(pins) + (pytest_requirement or "")
+        run(
+            [str(python), "-m", "pip", "install", *wanted],
+            f"installing {what.removesuffix(' and ')}",
+            cwd=checkout,
+            env=env,
+        )
+    freeze = subprocess.run([str(python), "-m", "pip", "freeze"], capture_output=True, text=True, env=env, check=False)
     src = checkout / "src"
     src_layout = src.is_dir() and any((p / "__init__.py").exists() or p.suffix == ".py" for p in src.iterdir())
-    manifest = {"python": str(python), "source_root": "src" if src_layout else ".", "install_command": install_command}
+    manifest = {
+        "python": str(python),
+        "source_root": "src" if src_layout else ".",
+        "install_command": install_command,
+        "pins": wanted,
+        "installed": freeze.stdout.split(),
+    }
     (root / "hermes-env.json").write_text(json.dumps(manifest) + "\n")

@@ -185,7 +185,7 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
         False,
         description="Let pytest load every installed plugin (the sandbox interpreter's); the offline repos need none "
         "and skipping them saves seconds per run; turn on for repositories whose tests rely on plugins (in the "
-        "instance's own image they always load: that environment is the repository's)",
+        "instance's image and in a --env.deps.mode venv env they always load: those environments are the repository's)",
     )
     verify_in: Literal["fresh_slot", "same_slot"] = Field(
         "fresh_slot", description="Where the tests run: a fresh slot (default), or a new directory of the agent's slot"
@@ -337,9 +337,9 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
                         repo=item.repo,
                         mirror=await self._snapshots.mirror(item, self.mirror_base),
                         install_command=install,
-                        pytest_requirement=cfg.deps.pytest_requirement if with_pytest else None,
+                        with_pytest=with_pytest,
                         base_dir=self._env_dir,
-                        timeout_s=cfg.deps.timeout_s,
+                        config=cfg.deps,
                     )
                 except RepoEnvError as exc:
                     raise HermesEnvError(
@@ -452,7 +452,7 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
         python = self._python(item, executor)
         on_image = bool(item.image_name) and self._on_images()
         command = build_test_command(item, profile, python=python, on_image=on_image)
-        if not cfg.pytest_plugin_autoload and not on_image:
+        if not cfg.pytest_plugin_autoload and not on_image and item.repo not in self._envs:  # a venv: the repo's
             command = f"export PYTEST_DISABLE_PLUGIN_AUTOLOAD=1\n{command}"
         # In an image the checkout is the workspace (/testbed): a fresh slot of the image's pool.
         dest = "." if self._image_pools() else None
