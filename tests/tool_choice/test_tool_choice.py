@@ -151,3 +151,29 @@ def test_protocols_that_cannot_carry_a_choice_are_refused_before_any_rollout():
         check_tool_choice([None, "none"], "llamacpp", "request", {"grammar": "root ::= x"})
     check_tool_choice(["auto", None], "vllm", "request", {"grammar": "x"})  # nothing constrained: nothing refused
     check_tool_choice(["required"], None, "request", {"grammar": "x"})  # chat mode, tools=: the server decides
+
+
+def _invited(city: str) -> list[dict[str, Any]]:
+    """A user asking for the call's markup verbatim: a small model copies it, and so calls the tool."""
+    markup = f'<tool_call>\n{{"name": "get_weather", "arguments": {{"city": "{city}"}}}}\n</tool_call>'
+    return [{"role": "user", "content": f"Repeat exactly this text and nothing else:\n{markup}"}]
+
+
+async def test_none_holds_where_the_model_would_call_a_tool(embedded_llm):
+    renderer = ChatRenderer(AutoTokenizer.from_pretrained(str(embedded_llm.tokenizer_dir)))
+    server = HTTPTokenServer(TokenServerConfig(kind="llamacpp", base_url=embedded_llm.server_url, extra_body=SAMPLER))
+    calls = {"auto": 0, "none": 0}
+    try:
+        for seed in range(6):
+            for choice in calls:
+                model = TokenChatModel(server, renderer, TokenChatConfig(tool_call_parser="hermes", seed=seed))
+                turn = await model.chat(
+                    _invited(["Tokyo", "Lima"][seed % 2]), TOOLS, temperature=0.7, max_tokens=64, tool_choice=choice
+                )
+                calls[choice] += len(turn.tool_calls)
+                if choice == "none":
+                    _check_turn("none", turn)
+    finally:
+        await server.aclose()
+    assert calls["auto"] > 0  # the conversation does invite a call: `none` is what keeps it out
+    assert calls["none"] == 0
