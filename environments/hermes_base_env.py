@@ -42,6 +42,7 @@ from environments.cli import main as cli_main
 from environments.env_config import HermesAgentEnvConfig
 from environments.gc_tuning import collector
 from environments.group_building import GroupBuilding
+from environments.html_view import write_html_view
 from environments.models.base import ChatModel
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
 from environments.rollout_settings import embedded_server_configs, model_servers
@@ -350,10 +351,9 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
             return
         if not report:
             return
-        html = jsonl.with_suffix(".html")
         print(f"[hermes-rl] wrote {self.curr_step} groups to {jsonl.resolve()}")
-        if html.exists():
-            print(f"[hermes-rl] HTML view: {html.resolve()}")
+        html = write_html_view(jsonl)  # atroposlib's page shows no tool calls (environments/html_view.py)
+        print(f"[hermes-rl] HTML view: {html.resolve()}")
 
     @classmethod
     def cli(cls):
