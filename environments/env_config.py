@@ -42,7 +42,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     )
     first_turn_tool_choice: ToolChoice | None = Field(
         None,
-        description="tool_choice of the first turn; None: required when the embedded model serves (a 135M model "
+        description="tool_choice of the first turn; None: required when the embedded model serves in token mode (a 135M model "
         "seldom calls a tool unprompted, so its rollouts would show no tool use), else as tool_choice",
     )
     tool_timeout_s: float = Field(30.0, gt=0, description="Default timeout of a terminal command")

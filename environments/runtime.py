@@ -233,7 +233,7 @@ class AgentRuntime:
         self._base_urls = tuple(urls)
         embedded = all(s.base_url == EMBEDDED for s in c.servers)
         kind = resolve_token_server(c.token_server, c.servers[0].server_type, embedded)
-        self._embedded_serves = embedded
+        self._embedded_serves = embedded and kind == "llamacpp"  # (llama.cpp's chat endpoint ignores tool_choice)
         loop = self.loop_for(c.loop)
         try:
             check_tool_choice([loop.tool_choice, loop.first_turn_tool_choice], kind, c.tools_in, c.extra_body)
@@ -350,8 +350,8 @@ class AgentRuntime:
             await check_server(self._base_urls[index], timeout_s=5.0)
 
     def loop_for(self, loop: AgentLoopConfig) -> AgentLoopConfig:
-        """`loop` with its first turn's tool_choice decided: unset, it is `required` when this runtime
-        serves the embedded model (a 135M model seldom calls a tool unprompted), else as tool_choice."""
+        """`loop` with an unset first-turn tool_choice made `required` where this runtime serves the
+        embedded model in token mode (a 135M model seldom calls a tool unprompted)."""
         if loop.first_turn_tool_choice is None and self._embedded_serves and self._injected_model is None:
             return loop.model_copy(update={"first_turn_tool_choice": "required"})
         return loop
