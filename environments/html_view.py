@@ -8,7 +8,9 @@ tool results shown, all model text escaped, through atroposlib's own page templa
 
 from __future__ import annotations
 
+import contextlib
 import html
+import io
 import json
 import tempfile
 from pathlib import Path
@@ -65,5 +67,6 @@ def write_html_view(jsonl: Path, out: Path | None = None) -> Path:
                 group = json.loads(line)
                 messages = [conversation_markdown(c) if isinstance(c, list) else c for c in group.get("messages") or []]
                 dst.write(json.dumps({"messages": messages, "scores": group.get("scores") or []}) + "\n")
-        generate_html(str(shown), str(out))
+        with contextlib.redirect_stdout(io.StringIO()):  # its "generated" line: atroposlib already printed one
+            generate_html(str(shown), str(out))
     return out
