@@ -40,6 +40,7 @@ __all__ = [
     "to_openai",
     "to_trajectory",
     "trajectory_to_messages",
+    "NothingToExport",
     "build_tool_sft",
     "task_key",
     "canonical_messages",
@@ -378,10 +379,14 @@ def build_tool_sft(
     if not 0.0 <= val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in [0, 1), got {val_fraction}")
     sets: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    seen = kept = with_calls = 0  # for the reason when nothing is exported
     for traj in trajectories:
+        seen += 1
         score = traj["metadata"].get("score")
         if min_score is not None and (score is None or score < min_score):
             continue
+        kept += 1
+        with_calls += bool(traj["actions"])
         messages = trajectory_to_messages(traj)
         split = _split_of(task_key(traj), val_fraction, seed)
         # index of each turn's assistant message in `messages`
@@ -400,6 +405,8 @@ def build_tool_sft(
                     "tools": traj["metadata"].get("tools") or [],
                 }
                 sets.setdefault(tool, {"train": [], "val": []})[split].append(example)
+    if not sets:  # said before anything is written: an empty set would look like a result
+        raise NothingToExport(_why_nothing(seen, kept, with_calls, min_score))
     manifest = {tool: {s: len(rows) for s, rows in parts.items()} for tool, parts in sorted(sets.items())}
     out_dir.mkdir(parents=True, exist_ok=True)
     for tool, parts in sets.items():
@@ -410,6 +417,23 @@ def build_tool_sft(
             )
     (out_dir / "manifest.json").write_text(json.dumps(manifest, indent=2))
     return manifest
+
+
+class NothingToExport(ValueError):
+    """The input holds no example of the requested kind (exit 1, one line saying why)."""
+
+
+def _why_nothing(seen: int, kept: int, with_calls: int, min_score: float | None) -> str:
+    if seen == 0:
+        return "the input holds no trajectory"
+    if kept == 0:
+        return f"none of the {seen} trajectories scores at least --min_score {min_score}"
+    if with_calls == 0:
+        return (
+            f"none of the {kept} trajectories calls a tool (SFT examples are tool-calling turns); on a small model "
+            "require a first call with --env.first_turn_tool_choice required"
+        )
+    return f"every tool call in the {with_calls} trajectories that make one failed (failed calls are not examples)"
 
 
 def _records(args: argparse.Namespace) -> list[dict[str, Any]]:
@@ -447,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(manifest))
             return 0
         records = _records(args)
+    except NothingToExport as exc:
+        print(f"nothing to export: {exc}", file=sys.stderr)
+        return 1
     except (OSError, ValueError, KeyError, TypeError) as exc:
         detail = f"{args.input}: a record lacks the key {exc}" if isinstance(exc, KeyError) else str(exc)
         print(f"error: {detail}".splitlines()[0], file=sys.stderr)

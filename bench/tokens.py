@@ -44,7 +44,9 @@ class InstantTokenServer:
         self.calls = 0
         self.config = SimpleNamespace(kind="instant")
 
-    async def generate(self, prompt_ids, *, max_tokens, temperature, stop_token_ids=None, seed=None) -> Generation:
+    async def generate(
+        self, prompt_ids, *, max_tokens, temperature, stop_token_ids=None, seed=None, grammar=None
+    ) -> Generation:
         ids = self.generations[self.calls]
         self.calls += 1
         return Generation(list(ids), [-0.1] * len(ids), "stop")

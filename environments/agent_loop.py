@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from environments.models.base import ChatModel, ModelError, ModelRequestError, ModelTurn
+from environments.models.tool_choice import ToolChoice
 from model_tools import default_registry
 from tools.context import ToolContext
 from tools.executor import ToolInfrastructureError
@@ -38,6 +39,19 @@ class AgentLoopConfig(BaseModel):
     model_timeout_s: float = Field(
         600.0, gt=0, description="A model call that takes longer is a server that does not answer (infrastructure)"
     )
+    tool_choice: ToolChoice = Field(
+        "auto",
+        description="OpenAI tool_choice of every turn: auto | none | required | "
+        "{type: function, function: {name: NAME}}",
+    )
+    first_turn_tool_choice: ToolChoice | None = Field(
+        None, description="tool_choice of the first turn (None: as tool_choice)"
+    )
+
+    def turn_tool_choice(self, index: int) -> ToolChoice:
+        if index == 0 and self.first_turn_tool_choice is not None:
+            return self.first_turn_tool_choice
+        return self.tool_choice
 
 
 @dataclass(slots=True)  # slots: tens of thousands of trajectories keep ten of these each
@@ -172,8 +186,15 @@ class HermesAgentLoop:
                 # scored trajectory (the budget is checked before the next step); a silent one is
                 # an infrastructure failure, never a 0 for the model. (A timer, not a task.)
                 async with asyncio.timeout(config.model_timeout_s):
+                    choice = config.turn_tool_choice(index)
+                    # `auto` is not passed: a ChatModel written before tool_choice existed still runs.
+                    constrained = {"tool_choice": choice} if choice != "auto" else {}
                     turn: ModelTurn = await self.model.chat(
-                        messages, self.tools, temperature=config.temperature, max_tokens=config.max_tokens
+                        messages,
+                        self.tools,
+                        temperature=config.temperature,
+                        max_tokens=config.max_tokens,
+                        **constrained,
                     )
             except TimeoutError:
                 return _end(

@@ -12,7 +12,7 @@ from atroposlib.envs.base import APIServerConfig
 from pydantic import BaseModel
 
 
-from environments.cli_parse import COMMANDS, REDACTED, SECRET_KEYS, _model_of
+from environments.cli_parse import COMMANDS, REDACTED, SECRET_KEYS, _admits_str, _model_of
 
 __all__ = ["help_text"]
 
@@ -72,7 +72,7 @@ def _flag_rows(model: type[BaseModel], prefix: str, values: Any, note: str = "")
             members = [a for a in typing.get_args(inner) if isinstance(a, type) and issubclass(a, BaseModel)]
         else:
             members = [inner] if isinstance(inner, type) and issubclass(inner, BaseModel) else []
-        if not members:
+        if not members or _admits_str(annotation):  # a value or a mapping (tool_choice): one row
             rows.append(
                 (
                     f"{prefix}{name}",

@@ -109,6 +109,18 @@ def _is_dict(annotation: Any) -> bool:
     return typing.get_origin(annotation) is dict or annotation is dict
 
 
+def _admits_str(annotation: Any) -> bool:
+    """A union with a str or string Literal member (a flag may then name a value or give a mapping)."""
+    if typing.get_origin(annotation) not in (typing.Union, types.UnionType):
+        return False
+    for member in typing.get_args(annotation):
+        if member is str or (
+            typing.get_origin(member) is typing.Literal and all(isinstance(a, str) for a in typing.get_args(member))
+        ):
+            return True
+    return False
+
+
 def check_keys(model: type[BaseModel], data: dict[str, Any], where: str, suffix: str = "") -> None:
     """Every key must name a field, at every depth of nested config models."""
     fields = model.model_fields
@@ -138,6 +150,8 @@ def _flag_value(model: type[BaseModel], path: list[str], value: Any, prefix: str
         if value.startswith("["):
             return yaml.safe_load(value)
         return [v.strip() for v in value.split(",") if v.strip()]
+    if _admits_str(annotation) and not value.lstrip().startswith("{"):
+        return value  # e.g. tool_choice: `required`, or a mapping `{type: function, ...}`
     if _is_dict(annotation) or current is not None:
         loaded = yaml.safe_load(value)
         if not isinstance(loaded, dict):

@@ -10,6 +10,7 @@ from pydantic import Field
 
 from environments.agent_loop import AgentLoopConfig
 from environments.gc_tuning import GCConfig
+from environments.models.tool_choice import ToolChoice
 from environments.models.token_mode.wiring import TokenServerChoice
 from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.trainer_boundary import SplitSequences
@@ -34,6 +35,16 @@ class HermesAgentEnvConfig(BaseEnvConfig):
         _LOOP_DEFAULTS.temperature, ge=0, description="Sampling temperature of agent turns"
     )
     agent_max_tokens: int | None = Field(_LOOP_DEFAULTS.max_tokens, ge=1, description="Cap on tokens per agent turn")
+    tool_choice: ToolChoice = Field(
+        _LOOP_DEFAULTS.tool_choice,
+        description="OpenAI tool_choice of every turn: auto | none | required | '{type: function, function: "
+        "{name: NAME}}' (chat mode: sent to the server; token mode: a llama.cpp grammar; docs/environments.md)",
+    )
+    first_turn_tool_choice: ToolChoice | None = Field(
+        None,
+        description="tool_choice of the first turn; None: required when the embedded model serves in token mode (a 135M model "
+        "seldom calls a tool unprompted, so its rollouts would show no tool use), else as tool_choice",
+    )
     tool_timeout_s: float = Field(30.0, gt=0, description="Default timeout of a terminal command")
     tool_max_timeout_s: float = Field(300.0, gt=0, description="Largest timeout a model may ask for")
     tool_max_output_chars: int = Field(20_000, gt=0, description="Cap on a tool's output")

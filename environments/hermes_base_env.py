@@ -356,13 +356,14 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
         if jsonl.exists() and jsonl.stat().st_size == 0:
             jsonl.unlink()  # never leave an empty output that looks like a result
             return
-        html = jsonl.with_suffix(".html")
-        if html.exists() and jsonl.exists():  # atroposlib's view passes model-written HTML through
-            write_html_view(jsonl)
-        if not report:
+        if not jsonl.exists():
             return
-        print(f"[hermes-rl] wrote {self.curr_step} groups to {jsonl.resolve()}")
-        if html.exists():
+        # atroposlib's view shows no tool calls and passes model-written HTML through (environments/html_view.py)
+        html = jsonl.with_suffix(".html")
+        if report or html.exists():
+            write_html_view(jsonl)
+        if report:
+            print(f"[hermes-rl] wrote {self.curr_step} groups to {jsonl.resolve()}")
             print(f"[hermes-rl] HTML view: {html.resolve()}")
 
     @classmethod

@@ -1,10 +1,12 @@
-"""The HTML view of a groups file, with every piece of text escaped.
+"""The HTML view of a groups file: every turn with its tool calls and their results, all text escaped.
 
-atroposlib's `process` writes `<groups>.html` by rendering each conversation as Markdown, which
-passes raw HTML through: a model answer (or a web page a tool returned) holding `<script>` or a
-`javascript:` link would run in the browser of whoever opens the view. The env writes the view
-again from the same JSONL with everything as text (`html.escape`, in `<pre>` blocks): the same
-groups, messages and rewards, no markup from the data.
+atroposlib's `process` writes `<groups>.html` by rendering each conversation's `content` as Markdown:
+an assistant turn that only called a tool shows as empty, a `<tool_call>` tag vanishes as an unknown
+HTML tag, and raw HTML passes through, so a model answer (or a web page a tool returned) holding
+`<script>` or a `javascript:` link would run in the browser of whoever opens the view. The env
+writes the view again from the same JSONL with every piece of text escaped (`html.escape`, in
+`<pre>` blocks, no Markdown): the same groups, messages, calls, results and rewards, no markup from
+the data.
 """
 
 from __future__ import annotations
@@ -29,14 +31,36 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
+def _pre(value: Any) -> str:
+    return f"<pre>{html.escape(_text(value))}</pre>"
+
+
+def _arguments(raw: Any) -> str:
+    if isinstance(raw, str):
+        try:
+            return json.dumps(json.loads(raw), ensure_ascii=False, indent=1)
+        except ValueError:
+            return raw  # as the model wrote it
+    return json.dumps(raw, ensure_ascii=False, indent=1)
+
+
 def _message(message: Any) -> str:
     if not isinstance(message, dict):
-        return f"<pre>{html.escape(_text(message))}</pre>"
-    role = html.escape(_text(message.get("role", "?")))
-    parts = [_text(message.get("content") or "")]
-    if message.get("tool_calls"):
-        parts.append(_text(message["tool_calls"]))
-    return f'<div><span class="role">{role}</span><pre>{html.escape(chr(10).join(parts))}</pre></div>'
+        return _pre(message)
+    role = _text(message.get("role", "?"))
+    content = message.get("content") or ""
+    if role == "tool":
+        name = html.escape(_text(message.get("name") or message.get("tool_call_id") or ""))
+        return f"<div><strong>Tool result</strong> ({name}){_pre(content)}</div>"
+    parts = [f'<div><span class="role">{html.escape(role)}</span>{_pre(content) if content else ""}']
+    for call in message.get("tool_calls") or []:
+        fn = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(fn, dict):
+            parts.append(_pre(call))
+            continue
+        name = html.escape(_text(fn.get("name")))
+        parts.append(f"<strong>Tool call</strong> <code>{name}</code>{_pre(_arguments(fn.get('arguments')))}")
+    return "".join(parts) + "</div>"
 
 
 def _group(index: int, group: dict[str, Any]) -> str:
@@ -51,8 +75,8 @@ def _group(index: int, group: dict[str, Any]) -> str:
     return f"<details><summary>Group {index}</summary>{''.join(items)}</details>"
 
 
-def write_html_view(groups_path: Path) -> Path:
-    """Write `<groups_path>.html` (replacing any view already there); returns its path."""
+def write_html_view(groups_path: Path, out: Path | None = None) -> Path:
+    """Write `out` (default `<groups_path>.html`, replacing any view already there); returns its path."""
     groups: list[str] = []
     for n, line in jsonl_lines(groups_path.read_text(encoding="utf-8")):
         try:
@@ -65,6 +89,6 @@ def write_html_view(groups_path: Path) -> Path:
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{title}</title>'
         f"<style>{_STYLE}</style></head><body><h1>{title}</h1>{''.join(groups)}</body></html>\n"
     )
-    out = groups_path.with_suffix(".html")
+    out = out or groups_path.with_suffix(".html")
     out.write_text(page, encoding="utf-8")
     return out

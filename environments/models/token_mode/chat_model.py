@@ -12,8 +12,11 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from environments.models.base import ModelError, ModelTurn, turn_from_text
+from environments.models.base import ModelError, ModelRequestError, ModelTurn, turn_from_text
+from environments.models.tool_choice import ToolChoice
 from environments.tool_call_parsers import get_parser
+
+from environments.models.tool_grammar import tool_choice_grammar
 
 from .servers import TokenServer
 from .session import TokenSession, TokenTrace
@@ -55,13 +58,24 @@ class TokenChatModel:
         *,
         temperature: float,
         max_tokens: int | None,
+        tool_choice: ToolChoice = "auto",
     ) -> ModelTurn:
+        try:
+            close_id = self._stop_ids[0] if self._stop_ids else None
+            grammar = tool_choice_grammar(self._parser, tools, tool_choice, close_id)
+        except ValueError as exc:  # a config error, the same for every rollout: it stops the command
+            raise ModelRequestError(str(exc)) from None
         prompt = self._prompt(messages, tools)
         budget = context_budget(
             len(prompt), max_tokens or self.config.default_max_tokens, self.config.max_context_tokens
         )
         generation = await self.server.generate(
-            prompt, max_tokens=budget, temperature=temperature, stop_token_ids=self._stop_ids, seed=self.config.seed
+            prompt,
+            max_tokens=budget,
+            temperature=temperature,
+            stop_token_ids=self._stop_ids,
+            seed=self.config.seed,
+            grammar=grammar,
         )
         turn = self._turn(generation.token_ids, generation.finish_reason, tools)
         turn.usage = {

@@ -122,7 +122,10 @@ class TokenServer(Protocol):
         temperature: float,
         stop_token_ids: list[int] | None = None,
         seed: int | None = None,
-    ) -> Generation: ...
+        grammar: str | None = None,
+    ) -> Generation:
+        """`grammar`: a llama.cpp grammar the sampling must follow (the llamacpp protocol only)."""
+        ...
 
     async def check(self) -> None:
         """Raise ModelError, naming the URL, when the server does not answer."""
@@ -173,11 +176,16 @@ class HTTPTokenServer:
         temperature: float,
         stop_token_ids: list[int] | None = None,
         seed: int | None = None,
+        grammar: str | None = None,
     ) -> Generation:
         path, body = _REQUESTS[self.config.kind](
             self.config, list(prompt_ids), max_tokens, temperature, stop_token_ids, seed
         )
         place_extra(self.config.kind, body, self.config.extra_body)
+        if grammar is not None:
+            if self.config.kind != "llamacpp":  # checked when the runtime starts; a direct caller gets this
+                raise ModelRequestError(f"a sampling grammar needs the llamacpp token protocol, not {self.config.kind}")
+            body["grammar"] = grammar
         url = self._root + path
         try:
             response = await self._client.post(url, json=body)
