@@ -23,6 +23,7 @@ import hmac
 import json
 import re
 import shlex
+import sys
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -77,6 +78,11 @@ def protected_reason(path: str, new_text: str | None = None, *, is_new: bool = F
         return "git metadata"
     if name in _STARTUP or name.endswith(".pth"):
         return "interpreter startup file"
+    if any(part.endswith((".dist-info", ".egg-info")) for part in p.parts) or name == "entry_points.txt":
+        return "package metadata (could declare entry points, such as pytest plugins)"
+    shadowed = _shadowed(p) if is_new else None
+    if shadowed:
+        return shadowed
     if name in _TEST_CONFIG:
         return "test configuration"
     if any(_TEST_DIR.match(part.lower()) for part in p.parts[:-1]):
@@ -89,6 +95,30 @@ def protected_reason(path: str, new_text: str | None = None, *, is_new: bool = F
     if is_new and len(p.parts) == 1 and name.endswith(".py") or is_new and len(p.parts) == 2 and name == "__init__.py":
         return "new top-level module (could shadow the test runner or a dependency)"
     return None
+
+
+# What the test runner and the probe are built from besides the standard library (pytest's dependencies).
+_RUNNER_MODULES = frozenset(
+    {"pytest", "_pytest", "pluggy", "iniconfig", "packaging", "py", "exceptiongroup", "tomli", "colorama", "pygments"}
+)
+_SHADOW = "shadows the "  # how a dropped module named like the interpreter's starts its reason (and is flagged)
+
+
+def _shadowed(p: PurePosixPath) -> str | None:
+    """Why a new module in src/ (a source root) would be imported in place of the interpreter's."""
+    if p.name == "__init__.py" and len(p.parts) >= 2:
+        module, parent = p.parts[-2], p.parts[:-2]
+    elif p.suffix in (".py", ".pyc", ".so", ".pyd"):
+        module, parent = p.name.partition(".")[0], p.parts[:-1]
+    else:
+        return None
+    # In src/ only: at the root a new module is dropped anyway, and scratch files (test.py, code.py) are common there.
+    # Deeper source roots: the probe checks the entries of the run's own sys.path.
+    if parent != ("src",):
+        return None
+    if module in sys.stdlib_module_names:
+        return f"{_SHADOW}standard library's {module}"
+    return f"{_SHADOW}test runner's {module}" if module in _RUNNER_MODULES else None
 
 
 # A hook defined, assigned or awaited anywhere in a file makes it a plugin once anything registers it.
@@ -228,6 +258,7 @@ PrepareCheckout = Callable[[ToolExecutor, str], Awaitable[None]]
 _PROBE_SOURCE = Path(__file__).with_name("verifier_probe.py")
 _PROBE_PREFIX = "@hermes-verdict "
 _PROBE_FD = 3
+_PROBE_PATH_VAR = "HERMES_PROBE_PYTHONPATH"  # the probe's own name for it (verifier_probe._PATH_VAR)
 _UNITTEST = re.compile(r"(\s-m\s+)unittest(?![\w.])")
 _INLINE_PYTHONPATH = re.compile(r"(^|[\s;&|(])PYTHONPATH=")
 
@@ -324,7 +355,9 @@ class TestVerifier:
         """
         kept, files = split_diff(patch)
         flags = screen_diff(kept) + [
-            f"{f.path}: pytest plugin code (dropped)" for f in files if f.reason == "pytest plugin code"
+            f"{f.path}: {f.reason} (dropped)"
+            for f in files
+            if f.reason and (f.reason == "pytest plugin code" or f.reason.startswith(_SHADOW))
         ]
         dest = dest or f".verify-{uuid.uuid4().hex[:8]}"
         await prepare(executor, dest)
@@ -412,14 +445,16 @@ class TestVerifier:
         if not runner:
             script.append(test_command)
         else:
-            # A PYTHONPATH assigned in the command itself (a prepared venv's source root) would hide the probe.
-            command = _INLINE_PYTHONPATH.sub(lambda m: f'{m.group(1)}PYTHONPATH="$run":', test_command)
+            # The command's PYTHONPATH (a prepared venv's source root, assigned in the command or exported by the
+            # setup) goes to the probe, which puts it on sys.path after the standard library: on PYTHONPATH it
+            # would come first, and a module there named like one of the stdlib's would run before the probe.
+            command = _INLINE_PYTHONPATH.sub(lambda m: f"{m.group(1)}{_PROBE_PATH_VAR}=", test_command)
             if runner == "pytest":
                 command = f'{command} -p {module} --junitxml="$run/{nonce}.xml" -o junit_family=xunit1'
             else:
                 command = _UNITTEST.sub(lambda m: f"{m.group(1)}{module} unittest", command)
             script += [
-                'export PYTHONPATH="$run${PYTHONPATH:+:$PYTHONPATH}"',
+                f'export {_PROBE_PATH_VAR}="${{PYTHONPATH-}}" PYTHONPATH="$run"',
                 # fd {_PROBE_FD}: the probe's pipe to us; everything else the run prints goes to a log
                 f'exec {_PROBE_FD}>&1 >"$run/log" 2>&1',
                 command,
