@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from environments.verifier_semantics import screen_semantics
 from environments.verifier_screen import SHADOW, ChangedFile, protected_reason, screen_diff, split_diff
 from tools.executor import ToolExecutor
 
@@ -275,6 +276,7 @@ class TestVerifier:
                 return Verdict(
                     0.0, {}, files, applied.output[-2000:], "the agent's diff does not apply to a clean checkout", flags
                 )
+            flags += await _screen_kept_python(executor, dest, [f.path for f in files if f.kept])
         runner = _runner(test_command)
         probed = bool(must_pass) and runner is not None
         changed = [f.path for f in files if f.kept]
@@ -367,6 +369,19 @@ class TestVerifier:
         )
         log, _, report = run.output.partition(f"\n{nonce}\n") if runner else (run.output, "", "")
         return TestRun(run.exit_code, run.timed_out, run.output, log, report)
+
+
+async def _screen_kept_python(executor: ToolExecutor, dest: str, paths: Sequence[str]) -> list[str]:
+    """`screen_semantics` over the kept Python files as the patched checkout has them (whole, not the diff's lines)."""
+    flags: list[str] = []
+    for path in paths:
+        if not path.endswith(".py"):
+            continue
+        where = shlex.quote(path if dest == "." else f"{dest}/{path}")
+        shown = await executor.exec(f"cat -- {where}", timeout=60, max_output_bytes=4_000_000)
+        if shown.exit_code == 0 and not shown.truncated:  # a deleted file has nothing to show
+            flags += screen_semantics(path, shown.output)
+    return flags
 
 
 def _runner(test_command: str) -> str | None:
