@@ -156,6 +156,7 @@ class TestRun:
 PrepareCheckout = Callable[[ToolExecutor, str], Awaitable[None]]
 
 _PROBE_SOURCE = Path(__file__).with_name("verifier_probe.py")
+_WATCH_SOURCE = Path(__file__).with_name("verifier_watch.py")  # loaded by the probe as <probe>_watch
 _PROBE_PREFIX = "@hermes-verdict "
 _PROBE_FD = 3
 _PROBE_PATH_VAR = "HERMES_PROBE_PYTHONPATH"  # the probe's own name for it (verifier_probe._PATH_VAR)
@@ -339,6 +340,7 @@ class TestVerifier:
             config = json.dumps({"fd": _PROBE_FD, "changed": sorted(changed)})
             script += [
                 f"cat > \"$run/{module}.py\" <<'HERMES_PROBE_{nonce}'\n{_PROBE_SOURCE.read_text()}HERMES_PROBE_{nonce}",
+                f"cat > \"$run/{module}_watch.py\" <<'HERMES_PROBE_{nonce}'\n{_WATCH_SOURCE.read_text()}HERMES_PROBE_{nonce}",
                 f"printf '%s' {shlex.quote(config)} > \"$run/{module}.json\"",
             ]
         if setup_command:

@@ -59,7 +59,8 @@ def _stdlib_first() -> list[str]:
 
 _REPO_PATHS = _stdlib_first()
 
-import json  # noqa: E402 - from the standard library only once it comes first
+import importlib  # noqa: E402 - from the standard library only once it comes first
+import json  # noqa: E402
 import site  # noqa: E402
 import sysconfig  # noqa: E402
 import time  # noqa: E402
@@ -325,6 +326,13 @@ def _foreign(path: str | None) -> str | None:
     return f"{real} (outside the checkout and the interpreter)"
 
 
+def _start_watch(channel: _Channel) -> Callable[[], None]:
+    """`verifier_watch`, shipped beside this file: its audit hook, and the check to run after each passing test."""
+    watch = importlib.import_module(Path(__file__).stem + "_watch")
+    tamper = _Channel.tamper
+    return watch.start(_ROOT, _changed_file, lambda what: tamper(channel, what))
+
+
 def _module_file(obj: object) -> str | None:
     module = obj if type(obj).__name__ == "module" else sys.modules.get(getattr(type(obj), "__module__", ""))
     return getattr(module, "__file__", None)
@@ -340,6 +348,7 @@ if __name__ != "__main__":
         channel = _Channel("pytest")
         for what in _BEFORE:
             channel.tamper(what)
+        after_test = _start_watch(channel)
         send_report, tamper, end, check_runner = _Channel.report, _Channel.tamper, _Channel.end, _Channel.check
         declared_xfail: dict[str, bool] = {}
         # What each test body itself raised (None: nothing), seen before any report is built from it. A
@@ -393,6 +402,8 @@ if __name__ != "__main__":
             outcome = yield
             exc = outcome.excinfo  # (type, value, traceback) of what the body raised, or None
             raised[item.nodeid] = exc[0].__name__ if exc else None
+            if exc is None:
+                after_test()
 
         def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             guard[0]()
@@ -428,10 +439,13 @@ def _unittest_main() -> None:
     channel = _Channel("unittest")
     for what in _BEFORE:
         channel.tamper(what)
+    after_test = _start_watch(channel)
     report = _Channel.report
     sealed = _seal(channel, [])
 
     def record(test: unittest.TestCase, outcome: str, *, xfail: bool = False) -> None:
+        if outcome == "passed":
+            after_test()
         sealed()
         report(channel, test.id(), "call", outcome, xfail=xfail)
 

@@ -38,7 +38,7 @@ _TAMPERING: list[tuple[str, re.Pattern[str]]] = [
             r"|\.__code__\s*=|\bctypes\b|\bbuiltins\b|__builtins__"
             # the calling test's source line, from the stack (its expected values)
             r"|\btraceback\s*\.\s*(extract_stack|walk_stack|format_stack|print_stack|StackSummary)\b"
-            r"|\bfrom\s+traceback\s+import\b|\blinecache\b"
+            r"|\bfrom\s+traceback\s+import\b|\blinecache\b|\bgc\s*\.\s*callbacks\b"
         ),
     ),
     (
