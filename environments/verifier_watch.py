@@ -8,11 +8,13 @@ into the test process (as `<probe>_watch`) and started by it. Standard library o
 - The tests' own source: an audit hook (it cannot be removed) sees every file opened. The code under test (a
   changed file is the nearest caller outside the standard library) reading a test module's source (its expected
   values), or anyone writing a test module or any bytecode in the checkout during the run (a forged `.pyc` is
-  imported in place of the test it claims to be), is reported.
+  imported in place of the test it claims to be), is reported; so is the code under test starting a program
+  whose arguments name a test file or directory (`cat tests/test_x.py` reads it outside this process).
 """
 
 from __future__ import annotations
 
+import functools
 import gc
 import os
 import re
@@ -22,6 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 _TEST_DIR = re.compile(r"^(.*[_-])?(tests?|testing)([_-].*)?$|^specs?$|^testdata$")  # as the verifier's filter
+_EVENTS = frozenset({"open", "subprocess.Popen", "os.system", "os.posix_spawn", "os.exec", "os.spawn"})
 _WRITING = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -65,10 +68,16 @@ def start(root: str, changed_file: Callable[[str], str | None], report: Callable
         return None
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
-        if event != "open" or busy[0]:
+        if busy[0] or event not in _EVENTS:
             return
         busy[0] = True
         try:
+            if event != "open":  # a program started: one naming the tests reads them outside this process
+                named = next((w for w in _words(args) if _names_a_test(w, root)), None)
+                who = culprit() if named else None
+                if who:
+                    once(f"{who}: started a program naming the tests' files ({named})")
+                return
             path, mode, flags = args
             if isinstance(path, bytes):
                 path = os.fsdecode(path)
@@ -131,6 +140,23 @@ def start(root: str, changed_file: Callable[[str], str | None], report: Callable
     return after_test
 
 
+def _words(value: Any) -> Iterator[str]:
+    """The words of an audited call's arguments (strings, bytes, paths, and lists of them)."""
+    if isinstance(value, (str, bytes, os.PathLike)):
+        yield from os.fsdecode(value).split()
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _words(item)
+
+
+def _names_a_test(word: str, root: str) -> bool:
+    full = os.path.abspath(word.strip("'\""))
+    if not full.startswith(root + os.sep):
+        return False
+    rel = os.path.relpath(full, root)
+    return _is_test(rel) or bool(_TEST_DIR.match(rel.split(os.sep)[-1].lower()))
+
+
 def _is_test(rel: str) -> bool:
     parts = rel.split(os.sep)
     name = parts[-1]
@@ -162,9 +188,19 @@ def _classes() -> Iterator[type]:
 
 def _always_equal(cls: Any) -> bool:
     """Whether an instance of `cls` says it equals both of two different values (or never differs from them)."""
-    try:
-        instance = cls.__new__(cls)
-    except Exception:  # a class that needs arguments: not asked
+    instance = None
+    # built as the code would (no argument, or a 0), else bare: its own __new__, then its first builtin base's
+    makers: list[Callable[[], Any]] = [cls, lambda: cls(0), lambda: cls.__new__(cls)]
+    for base in cls.__mro__[1:]:
+        if base.__module__ == "builtins":
+            makers.append(functools.partial(base.__new__, cls))
+    for make in makers:
+        try:
+            instance = make()
+            break
+        except Exception:  # needs arguments: the next way
+            continue
+    if instance is None:
         return False
 
     def answers(name: str, value: object) -> bool | None:
