@@ -97,18 +97,17 @@ def _changed_file(path: str) -> str | None:
     return rel if rel in _CHANGED else None
 
 
-def _interpreter_has(module: str) -> bool:
-    """Whether `module` is one the interpreter itself provides: built in, its stdlib's or its site-packages'."""
-    if module in sys.builtin_module_names or module in getattr(sys, "stdlib_module_names", ()):
-        return True
-    return any(os.path.exists(f"{d}{module}.py") or os.path.isdir(f"{d}{module}") for d in _SYSTEM_DIRS)
+def _stdlib_has(module: str) -> bool:
+    """Whether `module` is the standard library's. (Not site-packages': there the project itself may be installed,
+    and the checkout's copy is meant to come first.)"""
+    return module in sys.builtin_module_names or module in getattr(sys, "stdlib_module_names", ())
 
 
 def _before_the_probe() -> list[str]:
     """Tampering visible as the probe starts: a changed file already imported (it ran before the probe), and a
-    changed file in one of the repository's entries of sys.path named like a module the interpreter provides
-    (whichever comes first on sys.path is imported: the repository's now comes after the stdlib, but still
-    before site-packages, and nothing else has a reason to be named so)."""
+    changed file in one of the repository's entries of sys.path named like a module of the standard library
+    (the repository's entries now come after the stdlib, so it is not imported, but nothing else has a reason
+    to be named so)."""
     found = []
     for name, loaded in list(sys.modules.items()):
         file = getattr(loaded, "__file__", None)
@@ -127,8 +126,8 @@ def _before_the_probe() -> list[str]:
             elif not name.endswith((".py", ".pyc", ".so", ".pyd")):
                 continue
             changed = _changed_file(file) if os.path.isfile(file) else None
-            if changed and module.isidentifier() and _interpreter_has(module):
-                found.append(f"{changed}: shadows the interpreter's module {module}")
+            if changed and module.isidentifier() and _stdlib_has(module):
+                found.append(f"{changed}: shadows the standard library's {module}")
     return found
 
 
