@@ -12,8 +12,12 @@ The code under test runs inside the test runner, so the verdict never comes from
 prints or leaves behind: pytest and unittest outcomes come from `verifier_probe`, loaded before the
 code under test and writing each outcome as it happens to a pipe the verifier holds (HMAC-chained);
 pytest's JUnit report is only cross-checked. Other runners' output is printed by the code under test,
-so named tests run by them are not scored. The kept diff is screened for runner tampering
-(`screen_diff`); a flagged rollout scores 0 with its reasons. docs/security.md has the residual risk.
+so named tests run by them are not scored. The command's PYTHONPATH is handed to the probe, which puts it
+after the standard library, so nothing the agent wrote runs in the test process before the probe. The kept
+diff is screened for runner tampering (`screen_diff`), its Python files whole for values that lie to the
+tests' comparisons (`screen_semantics`), and `verifier_watch`, shipped with the probe, asks the code under
+test's classes and watches the tests' files during the run; a flagged rollout scores 0 with its reasons.
+docs/security.md has the residual risk.
 """
 
 from __future__ import annotations
