@@ -10,7 +10,10 @@ pipe the verifier reads (fd 3); nothing written there can be taken back. Records
 HMAC whose key is drawn, and sent first, before the code under test is imported, so lines it forges
 into the pipe do not verify. The probe also snapshots the runner's functions and classes at import and
 reports any that were replaced, and reports plugins registered from the files the agent changed and
-expected failures raised from them. A determined in-process attacker can still defeat all of this
+expected failures raised from them. It is built only from the standard library: before importing anything
+else it puts the stdlib first on sys.path (the repository's paths after it), and it starts
+`verifier_watch` (shipped beside it) for values and file reads the tests' comparisons depend on.
+A determined in-process attacker can still defeat all of this
 (e.g. by finding the key in memory); the verifier's static screen of the diff is the other half.
 """
 
