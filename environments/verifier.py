@@ -12,8 +12,12 @@ The code under test runs inside the test runner, so the verdict never comes from
 prints or leaves behind: pytest and unittest outcomes come from `verifier_probe`, loaded before the
 code under test and writing each outcome as it happens to a pipe the verifier holds (HMAC-chained);
 pytest's JUnit report is only cross-checked. Other runners' output is printed by the code under test,
-so named tests run by them are not scored. The kept diff is screened for runner tampering
-(`screen_diff`); a flagged rollout scores 0 with its reasons. docs/security.md has the residual risk.
+so named tests run by them are not scored. The command's PYTHONPATH is handed to the probe, which puts it
+after the standard library, so nothing the agent wrote runs in the test process before the probe. The kept
+diff is screened for runner tampering (`screen_diff`), its Python files whole for values that lie to the
+tests' comparisons (`screen_semantics`), and `verifier_watch`, shipped with the probe, asks the code under
+test's classes and watches the tests' files during the run; a flagged rollout scores 0 with its reasons.
+docs/security.md has the residual risk.
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ import shlex
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from pydantic import BaseModel, Field
 
-from environments.verifier_screen import DIFF_HEADER, screen_diff
+from environments.verifier_semantics import screen_semantics
+from environments.verifier_screen import SHADOW, ChangedFile, protected_reason, screen_diff, split_diff
 from tools.executor import ToolExecutor
 
 __all__ = [
@@ -58,77 +63,6 @@ GIT_SAFE = (
     "XDG_CONFIG_HOME=/nonexistent git -c core.hooksPath=/dev/null -c core.fsmonitor=false -c diff.external= "
     "-c core.attributesFile=/dev/null"
 )
-
-# Directory names holding tests, their data or their helpers (compared lower-cased): tests, Tests,
-# _tests, unit_tests, integration-tests, testing, _testing, test-data, testdata, spec, specs.
-_TEST_DIR = re.compile(r"^(.*[_-])?(tests?|testing)([_-].*)?$|^specs?$|^testdata$")
-_TEST_CONFIG = {"conftest.py", "pytest.ini", ".pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml", "noxfile.py"}
-_STARTUP = {"sitecustomize.py", "usercustomize.py"}
-_CACHES = {"__pycache__", ".pytest_cache", ".tox", ".nox", ".mypy_cache", ".ruff_cache", ".hypothesis"}
-
-
-def protected_reason(path: str, new_text: str | None = None, *, is_new: bool = False) -> str | None:
-    """Why a change to `path` is not carried into the verified checkout (None: it is)."""
-    p = PurePosixPath(path)
-    name = p.name
-    if _CACHES.intersection(p.parts) or name.endswith((".pyc", ".pyo")):
-        return "cache or bytecode"
-    if ".git" in p.parts or name.startswith(".git"):
-        return "git metadata"
-    if name in _STARTUP or name.endswith(".pth"):
-        return "interpreter startup file"
-    if name in _TEST_CONFIG:
-        return "test configuration"
-    if any(_TEST_DIR.match(part.lower()) for part in p.parts[:-1]):
-        return "test file"
-    stem = name.rsplit(".", 1)[0].lower()
-    if name.lower().startswith("test") or stem.endswith(("test", "_tests")):
-        return "test file"
-    if new_text is not None and _PLUGIN_CODE.search(new_text):
-        return "pytest plugin code"
-    if is_new and len(p.parts) == 1 and name.endswith(".py") or is_new and len(p.parts) == 2 and name == "__init__.py":
-        return "new top-level module (could shadow the test runner or a dependency)"
-    return None
-
-
-# A hook defined, assigned or awaited anywhere in a file makes it a plugin once anything registers it.
-_PLUGIN_CODE = re.compile(r"^\s*((async\s+)?def\s+pytest_\w+|pytest_\w+\s*(:[^=]*)?=|pytest_plugins\b)", re.MULTILINE)
-
-
-@dataclass(frozen=True)
-class ChangedFile:
-    path: str
-    kept: bool
-    reason: str | None = None  # why it was dropped
-
-
-def split_diff(patch: str) -> tuple[str, list[ChangedFile]]:
-    """(the diff of files that are carried over, every changed file with its fate)."""
-    sections: list[list[str]] = []
-    for line in patch.splitlines(keepends=True):
-        if line.startswith("diff --git "):
-            sections.append([])
-        if sections:
-            sections[-1].append(line)
-    kept: list[str] = []
-    files: list[ChangedFile] = []
-    for lines in sections:
-        m = DIFF_HEADER.match(lines[0].rstrip("\n"))
-        if not m:
-            continue
-        paths = {m.group(1), m.group(2)}
-        header = "".join(lines[:6])
-        is_new = "\nnew file mode" in header
-        added = "".join(line[1:] for line in lines if line.startswith("+") and not line.startswith("+++"))
-        reason = None
-        if "120000" in header or "160000" in header:
-            reason = "symlink or submodule"
-        for path in sorted(paths):
-            reason = reason or protected_reason(path, added, is_new=is_new)
-        files.append(ChangedFile(m.group(2), reason is None, reason))
-        if reason is None:
-            kept.extend(lines)
-    return "".join(kept), files
 
 
 async def capture_diff(executor: ToolExecutor, repo_dir: str, base_commit: str, *, max_bytes: int = 8_000_000) -> str:
@@ -226,8 +160,10 @@ class TestRun:
 PrepareCheckout = Callable[[ToolExecutor, str], Awaitable[None]]
 
 _PROBE_SOURCE = Path(__file__).with_name("verifier_probe.py")
+_WATCH_SOURCE = Path(__file__).with_name("verifier_watch.py")  # loaded by the probe as <probe>_watch
 _PROBE_PREFIX = "@hermes-verdict "
 _PROBE_FD = 3
+_PROBE_PATH_VAR = "HERMES_PROBE_PYTHONPATH"  # the probe's own name for it (verifier_probe._PATH_VAR)
 _UNITTEST = re.compile(r"(\s-m\s+)unittest(?![\w.])")
 _INLINE_PYTHONPATH = re.compile(r"(^|[\s;&|(])PYTHONPATH=")
 
@@ -328,7 +264,9 @@ class TestVerifier:
         """
         kept, files = split_diff(patch)
         flags = screen_diff(kept) + [
-            f"{f.path}: pytest plugin code (dropped)" for f in files if f.reason == "pytest plugin code"
+            f"{f.path}: {f.reason} (dropped)"
+            for f in files
+            if f.reason and (f.reason == "pytest plugin code" or f.reason.startswith(SHADOW))
         ]
         dest = dest or f".verify-{uuid.uuid4().hex[:8]}"
         await prepare(executor, dest)
@@ -347,6 +285,7 @@ class TestVerifier:
                 return Verdict(
                     0.0, {}, files, applied.output[-2000:], "the agent's diff does not apply to a clean checkout", flags
                 )
+            flags += await _screen_kept_python(executor, dest, [f.path for f in files if f.kept])
         runner = _runner(test_command)
         probed = bool(must_pass) and runner is not None
         changed = [f.path for f in files if f.kept]
@@ -409,6 +348,7 @@ class TestVerifier:
             config = json.dumps({"fd": _PROBE_FD, "changed": sorted(changed)})
             script += [
                 f"cat > \"$run/{module}.py\" <<'HERMES_PROBE_{nonce}'\n{_PROBE_SOURCE.read_text()}HERMES_PROBE_{nonce}",
+                f"cat > \"$run/{module}_watch.py\" <<'HERMES_PROBE_{nonce}'\n{_WATCH_SOURCE.read_text()}HERMES_PROBE_{nonce}",
                 f"printf '%s' {shlex.quote(config)} > \"$run/{module}.json\"",
             ]
         if setup_command:
@@ -416,14 +356,16 @@ class TestVerifier:
         if not runner:
             script.append(test_command)
         else:
-            # A PYTHONPATH assigned in the command itself (a prepared venv's source root) would hide the probe.
-            command = _INLINE_PYTHONPATH.sub(lambda m: f'{m.group(1)}PYTHONPATH="$run":', test_command)
+            # The command's PYTHONPATH (a prepared venv's source root, assigned in the command or exported by the
+            # setup) goes to the probe, which puts it on sys.path after the standard library: on PYTHONPATH it
+            # would come first, and a module there named like one of the stdlib's would run before the probe.
+            command = _INLINE_PYTHONPATH.sub(lambda m: f"{m.group(1)}{_PROBE_PATH_VAR}=", test_command)
             if runner == "pytest":
                 command = f'{command} -p {module} --junitxml="$run/{nonce}.xml" -o junit_family=xunit1'
             else:
                 command = _UNITTEST.sub(lambda m: f"{m.group(1)}{module} unittest", command)
             script += [
-                'export PYTHONPATH="$run${PYTHONPATH:+:$PYTHONPATH}"',
+                f'export {_PROBE_PATH_VAR}="${{PYTHONPATH-}}" PYTHONPATH="$run"',
                 # fd {_PROBE_FD}: the probe's pipe to us; everything else the run prints goes to a log
                 f'exec {_PROBE_FD}>&1 >"$run/log" 2>&1',
                 command,
@@ -451,6 +393,19 @@ def _no_end(run: TestRun) -> str:
     lines = [x.strip() for x in run.log.splitlines() if x.strip() and not x.startswith(_PROBE_PREFIX)]
     said = next((x for x in lines if _RUNNER_ERROR.match(x)), lines[-1] if lines else "nothing")
     return f"the test process ended without reporting its end (exit {run.exit_code}): {said[:300]}"
+
+
+async def _screen_kept_python(executor: ToolExecutor, dest: str, paths: Sequence[str]) -> list[str]:
+    """`screen_semantics` over the kept Python files as the patched checkout has them (whole, not the diff's lines)."""
+    flags: list[str] = []
+    for path in paths:
+        if not path.endswith(".py"):
+            continue
+        where = shlex.quote(path if dest == "." else f"{dest}/{path}")
+        shown = await executor.exec(f"cat -- {where}", timeout=60, max_output_bytes=4_000_000)
+        if shown.exit_code == 0 and not shown.truncated:  # a deleted file has nothing to show
+            flags += screen_semantics(path, shown.output)
+    return flags
 
 
 def _runner(test_command: str) -> str | None:

@@ -10,25 +10,70 @@ pipe the verifier reads (fd 3); nothing written there can be taken back. Records
 HMAC whose key is drawn, and sent first, before the code under test is imported, so lines it forges
 into the pipe do not verify. The probe also snapshots the runner's functions and classes at import and
 reports any that were replaced, and reports plugins registered from the files the agent changed and
-expected failures raised from them. A determined in-process attacker can still defeat all of this
+expected failures raised from them. It is built only from the standard library: before importing anything
+else it puts the stdlib first on sys.path (the repository's paths after it), and it starts
+`verifier_watch` (shipped beside it) for values and file reads the tests' comparisons depend on.
+A determined in-process attacker can still defeat all of this
 (e.g. by finding the key in memory); the verifier's static screen of the diff is the other half.
 """
 
 from __future__ import annotations
 
-import json
 import os
-import site
 import sys
-import sysconfig
-import time
-from collections.abc import Callable
-from hashlib import sha256 as _sha256
-from hmac import new as _hmac_new
-from json import dumps as _dumps
-from pathlib import Path
-from types import TracebackType
-from typing import Any
+
+# The test command's own PYTHONPATH (the repository's source root), which the verifier moves here: on PYTHONPATH
+# it would come before the standard library, so a `src/json/__init__.py` of the agent's would run as the
+# interpreter starts and be what this probe is built from.
+_PATH_VAR = "HERMES_PROBE_PYTHONPATH"
+
+
+def _stdlib_first() -> list[str]:
+    """Puts the standard library before every other entry of sys.path, the command's PYTHONPATH right after it
+    (where PYTHONPATH would have put it, but behind the stdlib), and gives that PYTHONPATH back to the
+    environment for programs the tests start. Runs before the probe imports anything not yet loaded.
+    Returns the entries of sys.path inside the checkout (the repository's, whoever added them)."""
+    stdlib = os.path.realpath(os.path.dirname(os.__file__))
+
+    def is_stdlib(entry: str) -> bool:
+        real = os.path.realpath(entry or ".")
+        if {"site-packages", "dist-packages"} & set(real.split(os.sep)):
+            return False
+        zipped = real.endswith(".zip") and os.path.dirname(real) == os.path.dirname(stdlib)
+        return zipped or real == stdlib or real.startswith(stdlib + os.sep)
+
+    here = os.path.realpath(os.path.dirname(__file__))
+    given = [p for p in os.environ.pop(_PATH_VAR, "").split(os.pathsep) if p and os.path.realpath(p) != here]
+    first = next((i for i, e in enumerate(sys.path) if is_stdlib(e)), len(sys.path))
+    before, after = sys.path[:first], sys.path[first:]
+    early: list[str] = []
+    for entry in before:  # the script's or the current directory, then PYTHONPATH (this probe's directory)
+        early += [*given, entry] if os.path.realpath(entry or ".") == here else [entry]
+    if here not in map(os.path.realpath, before):
+        early += given
+    # A rearrangement of the test process's own search path, the one place the probe edits it: the order is
+    # the trust root (the stdlib's modules are this probe's; what comes after is the code under test's).
+    sys.path[:] = [e for e in after if is_stdlib(e)] + early + [e for e in after if not is_stdlib(e)]
+    if given:
+        os.environ["PYTHONPATH"] = os.pathsep.join(given)
+    root = os.path.realpath(os.getcwd())
+    return [e for e in sys.path if (os.path.realpath(e or ".") + os.sep).startswith(root + os.sep)]
+
+
+_REPO_PATHS = _stdlib_first()
+
+import importlib  # noqa: E402 - from the standard library only once it comes first
+import json  # noqa: E402
+import site  # noqa: E402
+import sysconfig  # noqa: E402
+import time  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from hashlib import sha256 as _sha256  # noqa: E402
+from hmac import new as _hmac_new  # noqa: E402
+from json import dumps as _dumps  # noqa: E402
+from pathlib import Path  # noqa: E402
+from types import TracebackType  # noqa: E402
+from typing import Any  # noqa: E402
 
 PREFIX = "@hermes-verdict "
 _CONFIG = json.loads(Path(__file__).with_suffix(".json").read_text())
@@ -47,6 +92,49 @@ _SYSTEM_DIRS = tuple(
     + list(site.getsitepackages())
 )
 _WATCHED = ("_pytest", "pytest", "pluggy", "unittest")
+
+
+def _changed_file(path: str) -> str | None:
+    """The changed file (relative to the checkout) that `path` is, if it is one."""
+    rel = os.path.relpath(os.path.realpath(path), _ROOT)
+    return rel if rel in _CHANGED else None
+
+
+def _stdlib_has(module: str) -> bool:
+    """Whether `module` is the standard library's. (Not site-packages': there the project itself may be installed,
+    and the checkout's copy is meant to come first.)"""
+    return module in sys.builtin_module_names or module in getattr(sys, "stdlib_module_names", ())
+
+
+def _before_the_probe() -> list[str]:
+    """Tampering visible as the probe starts: a changed file already imported (it ran before the probe), and a
+    changed file in one of the repository's entries of sys.path named like a module of the standard library
+    (the repository's entries now come after the stdlib, so it is not imported, but nothing else has a reason
+    to be named so)."""
+    found = []
+    for name, loaded in list(sys.modules.items()):
+        file = getattr(loaded, "__file__", None)
+        changed = _changed_file(file) if isinstance(file, str) else None
+        if changed:
+            found.append(f"{changed}: ran before the verifier's probe (imported as {name})")
+    for entry in dict.fromkeys(_REPO_PATHS):
+        try:
+            names = os.listdir(entry or ".")
+        except OSError:
+            continue
+        for name in names:
+            module, file = name.partition(".")[0], os.path.join(entry or ".", name)
+            if os.path.isdir(file):
+                file = os.path.join(file, "__init__.py")
+            elif not name.endswith((".py", ".pyc", ".so", ".pyd")):
+                continue
+            changed = _changed_file(file) if os.path.isfile(file) else None
+            if changed and module.isidentifier() and _stdlib_has(module):
+                found.append(f"{changed}: shadows the standard library's {module}")
+    return found
+
+
+_BEFORE = _before_the_probe()
 # Bound now (as are sha256, hmac.new and json.dumps above): later replacements of the standard library's
 # functions, e.g. a json.dumps that rewrites outcomes, do not reach the probe.
 _write = os.write
@@ -240,6 +328,13 @@ def _foreign(path: str | None) -> str | None:
     return f"{real} (outside the checkout and the interpreter)"
 
 
+def _start_watch(channel: _Channel) -> Callable[[], None]:
+    """`verifier_watch`, shipped beside this file: its audit hook, and the check to run after each passing test."""
+    watch = importlib.import_module(Path(__file__).stem + "_watch")
+    tamper = _Channel.tamper
+    return watch.start(_ROOT, _changed_file, lambda what: tamper(channel, what))
+
+
 def _module_file(obj: object) -> str | None:
     module = obj if type(obj).__name__ == "module" else sys.modules.get(getattr(type(obj), "__module__", ""))
     return getattr(module, "__file__", None)
@@ -256,6 +351,9 @@ if __name__ != "__main__":
     def _pytest_hooks() -> dict[str, Any]:
         """The plugin's hooks, holding the channel and their state in closures: not reachable as globals."""
         channel = _Channel("pytest")
+        for what in _BEFORE:
+            channel.tamper(what)
+        after_test = _start_watch(channel)
         send_report, tamper, end, check_runner = _Channel.report, _Channel.tamper, _Channel.end, _Channel.check
         declared_xfail: dict[str, bool] = {}
         # What each test body itself raised (None: nothing), seen before any report is built from it. A
@@ -312,6 +410,8 @@ if __name__ != "__main__":
             running.discard(item.nodeid)
             exc = outcome.excinfo  # (type, value, traceback) of what the body raised, or None
             raised[item.nodeid] = exc[0].__name__ if exc else None
+            if exc is None:
+                after_test()
 
         def pytest_runtest_logreport(report: pytest.TestReport) -> None:
             guard[0]()
@@ -352,10 +452,15 @@ def _unittest_main() -> None:
     import unittest
 
     channel = _Channel("unittest")
+    for what in _BEFORE:
+        channel.tamper(what)
+    after_test = _start_watch(channel)
     report = _Channel.report
     sealed = _seal(channel, [])
 
     def record(test: unittest.TestCase, outcome: str, *, xfail: bool = False) -> None:
+        if outcome == "passed":
+            after_test()
         sealed()
         report(channel, test.id(), "call", outcome, xfail=xfail)
 

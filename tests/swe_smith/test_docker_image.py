@@ -316,8 +316,9 @@ def test_verifying_in_the_agents_slot_is_refused_on_images():
 def test_the_probe_parses_as_python_39():
     """The probe runs in the image's own Python: SWE-smith's images have 3.10 to 3.12 (its constants'
     "python" specs); the 3.9 grammar leaves a margin. The e2e tests above load it on bookworm's 3.11 and pytest 7.2."""
-    source = (Path(__file__).resolve().parents[2] / "environments" / "verifier_probe.py").read_text()
-    ast.parse(source, feature_version=(3, 9))
+    for shipped in ("verifier_probe.py", "verifier_watch.py"):  # the watch is shipped beside the probe
+        source = (Path(__file__).resolve().parents[2] / "environments" / shipped).read_text()
+        ast.parse(source, feature_version=(3, 9))
 
 
 @pytest.mark.slow
