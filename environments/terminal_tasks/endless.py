@@ -9,6 +9,7 @@ import re
 import shlex
 from pathlib import Path, PurePosixPath
 
+from environments.terminal_tasks.apptainer import Unreproducible, def_dockerfile
 from environments.terminal_tasks.runnability import OWNERSHIP_CHECK, Machine, Problem, scan_script
 from environments.terminal_tasks.tasks import (
     LOCAL_BASE_IMAGES,
@@ -163,6 +164,11 @@ def load_endless_task(
             problems.append(
                 Problem(text=f"container.def %files copies {step.source} to {step.target}, outside {ENDLESS_HOME}")
             )
+    image_skip = None
+    try:
+        def_dockerfile(meta.get("name") or task_dir.name, recipe or "", task_dir)
+    except Unreproducible as exc:
+        image_skip = str(exc)
     solution = task_dir / "solution" if (task_dir / "solution" / "solve.sh").is_file() else None
     return TerminalTask(
         id=meta.get("name") or task_dir.name,
@@ -186,4 +192,5 @@ def load_endless_task(
         local_problems=problems,
         local_skip="; ".join(p.text for p in problems) or None,
         unsupported=unsupported,
+        image_skip=image_skip,
     )

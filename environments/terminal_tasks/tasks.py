@@ -99,6 +99,9 @@ class TerminalTask(BaseModel):
     unsupported: list[str] = Field(
         default_factory=list, description="Task fields the local backend does not honour, one line each"
     )
+    image_skip: str | None = Field(
+        None, description="Why its image cannot be built as its publisher builds it (None: it can)"
+    )
     solution_commands: list[str] | None = Field(
         None, description="Endless Terminals: the commands of a solved sampled solution (solutions/*summary.json)"
     )
