@@ -107,8 +107,15 @@ def parse_def(text: str) -> DefFile:
 _POST = "/.post.script"
 _TEST = "/.test.script"
 _CA = "/.hermes-build-ca.crt"
-# Where a TLS client finds the CA bundle of a network that intercepts TLS (pip, requests, curl, git, openssl).
-_CA_VARIABLES = ("SSL_CERT_FILE", "PIP_CERT", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "GIT_SSL_CAINFO")
+# Where a TLS client finds the CA bundle of a network that intercepts TLS (pip, requests, curl, node, git, openssl).
+_CA_VARIABLES = (
+    "SSL_CERT_FILE",
+    "PIP_CERT",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "NODE_EXTRA_CA_CERTS",
+    "GIT_SSL_CAINFO",
+)
 
 
 def _base_image(task: str, header: dict[str, str]) -> str:
@@ -136,9 +143,15 @@ def _script_args(task: str, section: str, path: str, args: str) -> list[str]:
 
 
 def _run(argv: list[str], env: dict[str, str], cleanup: list[str]) -> str:
-    """A RUN that starts `argv` with exactly `env` (Apptainer's --cleanenv) and removes `cleanup` after it."""
-    words = " ".join(shlex.quote(w) for w in ["env", "-i", *(f"{k}={v}" for k, v in env.items()), *argv])
-    script = f"{words}; rc=$?; rm -f {' '.join(cleanup)}; exit $rc"
+    """A RUN that starts `argv` with exactly `env` (Apptainer's --cleanenv) and removes `cleanup` after it.
+
+    The CA variables the build sets for its own network (an image builder that trusts the host's CA bundle in
+    every stage) pass through: they are the machine's network, not the definition's environment."""
+    keep = " ".join(_CA_VARIABLES)
+    passthrough = f'set --; for v in {keep}; do eval "x=\\${{$v-}}"; [ -n "$x" ] && set -- "$@" "$v=$x"; done; '
+    words = " ".join(shlex.quote(w) for w in ["env", "-i", *(f"{k}={v}" for k, v in env.items())])
+    command = " ".join(shlex.quote(w) for w in argv)
+    script = f'{passthrough}{words} "$@" {command}; rc=$?; rm -f {" ".join(cleanup)}; exit $rc'
     return "RUN " + json_list(["/bin/sh", "-c", script]) + "\n"
 
 
