@@ -162,7 +162,7 @@ def test_post_and_environment_are_kept_byte_for_byte(name, tmp_path) -> None:
     assert files["post.script"][0].decode() == d.body("post")
     if d.has("environment"):
         assert files["environment.sh"][0].decode() == d.body("environment")
-    assert '"/bin/sh -ex /.post.script' not in dockerfile and "/bin/sh -ex /.post.script" in dockerfile
+    assert 'HOME=/root \\"$@\\" /bin/sh -ex /.post.script; rc=$?; rm -f /.post.script' in dockerfile
 
 
 def test_whitespace_inside_quoted_multiline_strings_survives(tmp_path) -> None:
