@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import math
 import re
 import sys
 import time
@@ -456,8 +457,9 @@ class AgentRuntime:
         except Exception as exc:  # the workspace/sandbox or scoring broke: not the model's failure
             logger.exception("rollout %s failed outside the model", task_id)
             return Rollout(item, None, None, f"{type(exc).__name__}: {exc}", True, time.monotonic() - started)
-        if value is not None and not 0.0 <= value <= 1.0:
-            raise HermesEnvError(f"the reward of {task_id} is {value}; rewards must lie in [0, 1]")
+        # Rewards are the task's raw numbers (Harbor's reward.txt may say 2.0 or -1); only a non-number is a bug.
+        if value is not None and not math.isfinite(value):
+            raise HermesEnvError(f"the reward of {task_id} is {value}; rewards must be finite numbers")
         rollout = Rollout(item, result, value, None, False, time.monotonic() - started)
         # Token mode: the exact ids of this trajectory (an agent that calls the model its own way holds them).
         trace = getattr(agent, "token_trace", None) or getattr(model, "token_trace", None)

@@ -1,6 +1,8 @@
 """Endless Terminals task directories (read from kanishkg/endless-terminals `generate_tasks.py`,
-`generator/env.py`): task.json, the Apptainer container.def's %post and %environment replayed into the
-workspace, and a solved sampled solution when the directory holds one. The format: tasks.py's docstring."""
+`generator/env.py`): task.json, the Apptainer container.def (read by apptainer.py) with its %post and
+%environment replayed into the workspace on the local backend (on docker the image is built from the definition
+as Apptainer builds it: sandboxes.endless_recipe), and a solved sampled solution when the directory holds one.
+The format: tasks.py's docstring."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import re
 import shlex
 from pathlib import Path, PurePosixPath
 
+from environments.terminal_tasks.apptainer import Unreproducible, def_dockerfile, parse_def
 from environments.terminal_tasks.runnability import OWNERSHIP_CHECK, Machine, Problem, scan_script
 from environments.terminal_tasks.tasks import (
     LOCAL_BASE_IMAGES,
@@ -21,35 +24,6 @@ from environments.terminal_tasks.tasks import (
 __all__ = ["load_endless_task", "ENDLESS_HOME"]
 
 ENDLESS_HOME = "/home/user"  # Endless Terminals' agent home and working directory (generator/env.py --pwd)
-
-
-def _def_sections(text: str) -> tuple[dict[str, str], dict[str, list[str]], list[str]]:
-    """Header keywords (Bootstrap, From), %sections (with their arguments) of an Apptainer definition file.
-
-    As Apptainer reads it: a section starts with `%name` at the start of a line (arguments such as
-    `%post -c /bin/bash` or `%files from stage` follow it); header lines are `Key: value`, `#` comments
-    are ignored there; a section's body is everything up to the next section.
-    """
-    header: dict[str, str] = {}
-    sections: dict[str, list[str]] = {}
-    args: list[str] = []
-    current = None
-    for line in text.splitlines():
-        m = re.match(r"^%(\w+)\b(.*)$", line.strip())
-        if m and line.lstrip().startswith("%"):
-            current = m.group(1).lower()
-            sections.setdefault(current, [])
-            if m.group(2).strip():
-                args.append(f"%{current}{m.group(2)}")
-        elif current is None:
-            if line.strip().startswith("#"):
-                continue
-            key, sep, value = line.partition(":")
-            if sep and key.strip():
-                header[key.strip().lower()] = value.strip()
-        else:
-            sections[current].append(line)
-    return header, sections, args
 
 
 def _dedent_script(script: str) -> str:
@@ -124,7 +98,10 @@ def load_endless_task(
     if recipe is None:
         problems.append(Problem(text="no container.def"))
     else:
-        header, sections, args = _def_sections(recipe)
+        parsed = parse_def(recipe)
+        header = parsed.header
+        sections = {name: parsed.body(name).splitlines() for name in parsed.sections}
+        args = [f"%{name} {s.args}" for name, bodies in parsed.sections.items() for s in bodies if s.args]
         base = header.get("from")
         if not base and not any("".join(body).strip() for body in sections.values()):
             problems.append(Problem(text="container.def is empty: the initial state cannot be reproduced"))
@@ -163,6 +140,11 @@ def load_endless_task(
             problems.append(
                 Problem(text=f"container.def %files copies {step.source} to {step.target}, outside {ENDLESS_HOME}")
             )
+    image_skip = None
+    try:
+        def_dockerfile(meta.get("name") or task_dir.name, recipe or "", task_dir)
+    except Unreproducible as exc:
+        image_skip = str(exc)
     solution = task_dir / "solution" if (task_dir / "solution" / "solve.sh").is_file() else None
     return TerminalTask(
         id=meta.get("name") or task_dir.name,
@@ -186,4 +168,5 @@ def load_endless_task(
         local_problems=problems,
         local_skip="; ".join(p.text for p in problems) or None,
         unsupported=unsupported,
+        image_skip=image_skip,
     )

@@ -47,6 +47,10 @@ SYSTEM_PROMPT = (
 )
 
 
+class VerifierError(RuntimeError):
+    """The task's verifier produced no reward (Harbor: a trial error); the rollout is an infrastructure failure."""
+
+
 class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     tool_backend: Literal["local", "sandbox"] = Field("sandbox", description="Terminal tasks run in sandbox slots")
     max_token_length: int = Field(8192, gt=0, description="Longest token sequence a group may hold")
@@ -133,6 +137,12 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             tasks = [self._local(t) for t in tasks]
             self._report_unsupported(tasks)
             tasks = [t for t in tasks if not t.local_skip]
+        else:
+            for t in tasks:
+                if t.image_skip:  # e.g. an Apptainer %setup, a non-Docker bootstrap, an empty container.def
+                    self._report(f"skipped {t.id}: {t.image_skip}")
+                    self.skipped["its image cannot be built as published"] += 1
+            tasks = [t for t in tasks if not t.image_skip]
         if cfg.agent == "oracle":
             for t in tasks:
                 if not t.has_solution:
@@ -288,7 +298,10 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             script, timeout=item.verifier_timeout_s + 30, max_output_bytes=200_000, stdin=payload
         )
         verdict = parse_verdict(item, run.output, nonce, run.exit_code)
-        logger.info("task %s: reward %.3f (%s)", item.id, verdict.reward, verdict.reason)
+        if verdict.reward is None:
+            # Harbor's trial error (no/empty/unreadable reward file): the rollout is lost to the verifier, not a 0.
+            raise VerifierError(f"{item.id}: the verifier gave no reward: {verdict.reason}; log: {verdict.log[-1500:]}")
+        logger.info("task %s: reward %.3f (%s) metrics %s", item.id, verdict.reward, verdict.reason, verdict.metrics)
         return verdict.reward
 
     @staticmethod

@@ -156,65 +156,93 @@ def _script_problems(
     return found
 
 
-# Harbor task.toml fields (harbor models/task/config.py, schema 1.0 and 1.1) and what the local backend does
-# with them; anything else is reported as unknown.
-_HARBOR_TOP = {
-    "version",
-    "schema_version",
-    "task",
-    "metadata",
-    "verifier",
-    "agent",
-    "environment",
-    "solution",
-    "source",
+# Harbor's task.toml schema (harbor models/task/config.py `TaskConfig`, schema 1.0 through 1.4 / Harbor 0.21) and
+# what this project does with each field: honoured (None), reported once per field as not honoured (REPORT), or
+# making the task unrunnable (BLOCK). A field that is not here is reported as unknown.
+_HONOURED, _REPORT, _BLOCK = None, "report", "block"
+_WHY_LIMITS = "the local sandbox sets no per-task limit"
+_HARBOR_SCHEMA: dict[str, dict[str, tuple[str | None, str]]] = {
+    "": {
+        "version": (_HONOURED, ""),
+        "schema_version": (_HONOURED, ""),
+        "task": (_HONOURED, ""),  # [task].name is the id; description, authors, keywords, version: metadata
+        "metadata": (_HONOURED, ""),
+        "source": (_HONOURED, ""),
+        "verifier": (_HONOURED, ""),
+        "agent": (_HONOURED, ""),
+        "environment": (_HONOURED, ""),
+        "solution": (_HONOURED, ""),
+        "artifacts": (_REPORT, "not collected by this backend"),
+        "steps": (_BLOCK, "multi-step tasks (a verifier per step) are not run by this backend"),
+        "multi_step_reward_strategy": (_REPORT, "multi-step tasks are not run by this backend"),
+    },
+    "verifier": {
+        "timeout_sec": (_HONOURED, ""),
+        "env": (_HONOURED, ""),
+        "user": (_REPORT, "the verifier runs as the image's root on container backends, the slot's user locally"),
+        "network_mode": (_REPORT, "network follows allow_internet and --env.task_network"),
+        "allowed_hosts": (_REPORT, "no per-host allowlist"),
+        "environment_mode": (_BLOCK, "a separate verifier container is not run by this backend"),
+        "environment": (_BLOCK, "a separate verifier container is not run by this backend"),
+        "collect": (_REPORT, "collect hooks are not run by this backend"),
+    },
+    "agent": {
+        "timeout_sec": (_HONOURED, ""),
+        "user": (_REPORT, "the agent runs as the slot's user"),
+        "network_mode": (_REPORT, "network follows allow_internet and --env.task_network"),
+        "allowed_hosts": (_REPORT, "no per-host allowlist"),
+    },
+    "solution": {"env": (_HONOURED, "")},
+    "environment": {
+        "docker_image": (_HONOURED, ""),
+        "env": (_HONOURED, ""),
+        "workdir": (_HONOURED, ""),
+        "allow_internet": (_HONOURED, ""),
+        "build_timeout_sec": (_REPORT, "no image is built; setup runs under --env.setup_timeout_s"),
+        "cpus": (_REPORT, _WHY_LIMITS),
+        "memory_mb": (_REPORT, _WHY_LIMITS),
+        "memory": (_REPORT, _WHY_LIMITS),
+        "storage_mb": (_REPORT, _WHY_LIMITS),
+        "storage": (_REPORT, _WHY_LIMITS),
+        "gpus": (_BLOCK, "no GPU in the local sandbox"),
+        "gpu_types": (_REPORT, "no GPU in the local sandbox"),
+        "tpu": (_BLOCK, "no TPU here"),
+        "os": (_BLOCK, "only Linux containers"),
+        "mcp_servers": (_BLOCK, "not started by this backend"),
+        "network_mode": (_REPORT, "network follows allow_internet and --env.task_network"),
+        "allowed_hosts": (_REPORT, "no per-host allowlist"),
+        "skills_dir": (_REPORT, "no skills directory is given to the agent"),
+        "healthcheck": (_REPORT, "not run by this backend"),
+    },
 }
-_HARBOR_ENV_HONOURED = {"docker_image", "env", "workdir", "allow_internet"}
+
+
+def _unset(value: Any) -> bool:
+    return value in (None, [], "", {}, 0) or value is False
 
 
 def _harbor_fields(config: dict[str, Any], task_dir: Path) -> tuple[list[str], list[Problem]]:
-    """(fields the local backend does not honour, one line each; fields that make the task unrunnable here)."""
+    """(fields not honoured, one line each naming the field and why; fields that make the task unrunnable here)."""
     unsupported: list[str] = []
     problems: list[Problem] = []
-    for key, value in config.items():
-        if key == "artifacts":
-            if value:
-                unsupported.append(f"artifacts = {value!r} (not collected by this backend)")
-        elif key not in _HARBOR_TOP:
-            unsupported.append(f"{key} (unknown task.toml field, ignored)")
-    for section in ("verifier", "agent"):
-        for key, value in (config.get(section) or {}).items():
-            if key in ("timeout_sec", "env"):
-                continue
-            if value not in (None, [], "", {}):
-                unsupported.append(f"[{section}].{key} = {value!r} (not supported by this backend)")
-    env_cfg = config.get("environment") or {}
-    for key, value in env_cfg.items():
-        if key in _HARBOR_ENV_HONOURED:
+    sections = [("", config)] + [(name, config.get(name) or {}) for name in _HARBOR_SCHEMA if name]
+    for section, values in sections:
+        if not isinstance(values, dict):
             continue
-        if key == "gpus":
-            if value:
-                problems.append(Problem(text=f"task.toml [environment] gpus = {value}: no GPU in the local sandbox"))
-        elif key == "mcp_servers":
-            if value:
-                names = ", ".join(str(s.get("name")) for s in value if isinstance(s, dict))
-                problems.append(
-                    Problem(text=f"task.toml [environment] mcp_servers ({names}): not started by this backend")
-                )
-        elif key == "build_timeout_sec":
-            unsupported.append(
-                f"[environment].{key} = {value!r} (no image is built; setup runs under --env.setup_timeout_s)"
-            )
-        elif key in ("cpus", "memory_mb", "memory", "storage_mb", "storage"):
-            unsupported.append(f"[environment].{key} = {value!r} (the local sandbox sets no per-task limit)")
-        elif value not in (None, [], "", {}):
-            unsupported.append(f"[environment].{key} = {value!r} (not supported by this backend)")
-    env_vars = env_cfg.get("env") or {}
+        for key, value in values.items():
+            field = f"[{section}].{key}" if section else key
+            action, why = _HARBOR_SCHEMA[section].get(key, (_REPORT, "unknown task.toml field, ignored"))
+            if action is _HONOURED or (key != "os" and _unset(value)) or (key == "os" and value == "linux"):
+                continue
+            if action == _BLOCK:
+                problems.append(Problem(text=f"task.toml {field} = {_short(value)}: {why}"))
+            else:
+                unsupported.append(f"{field} = {_short(value)} ({why})")
+    env_vars = (config.get("environment") or {}).get("env") or {}
     kept_by_sandbox = [k for k in env_vars if k in SANDBOX_ENV]
     if kept_by_sandbox:
         unsupported.append(f"[environment.env] = {' '.join(kept_by_sandbox)} ({SANDBOX_ENV_WHY})")
-    env_vars = {k: v for k, v in env_vars.items() if k not in SANDBOX_ENV}
-    templated = [k for k, v in env_vars.items() if "$" in str(v)]
+    templated = [k for k, v in env_vars.items() if k not in SANDBOX_ENV and "$" in str(v)]
     if templated:
         unsupported.append(
             f"[environment.env] = {' '.join(templated)} (templated on Harbor's host environment: not set)"
@@ -223,6 +251,14 @@ def _harbor_fields(config: dict[str, Any], task_dir: Path) -> tuple[list[str], l
         if (task_dir / "environment" / name).is_file():
             problems.append(Problem(text=f"environment/{name}: multi-container environment (needs docker compose)"))
     return unsupported, problems
+
+
+def _short(value: Any) -> str:
+    """A field's value for a one-line report (MCP servers by name)."""
+    if isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value):
+        return "[" + ", ".join(str(v["name"]) for v in value) + "]"
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _size_mb(value: Any) -> int | None:
@@ -325,6 +361,8 @@ def load_harbor_task(task_dir: Path, *, machine: Machine | None = None) -> Termi
         local_problems=problems,
         local_skip="; ".join(p.text for p in problems) or None,
         unsupported=unsupported,
+        # Fields no backend here runs (multi-step, a separate verifier, GPUs, MCP servers, compose, Windows).
+        image_skip="; ".join(p.text for p in field_problems) or None,
         sandbox_pytest_test_script=sandbox_pytest_script(test_sh, machine)
         if any(p.bootstrap for p in problems)
         else None,

@@ -48,7 +48,22 @@ _WRITERS = {"mkdir", "touch", "cp", "mv", "ln", "install", "tee", "chmod", "rm",
 OWNERSHIP_CHECK = re.compile(
     r"st_uid|st_gid|getpwnam|getpwuid|getgrnam|getgrgid|\.owner\(\)|\.group\(\)|stat\s+-c\s*['\"]?%[UGug]|\bid\s+-[ugn]|/etc/passwd|/etc/group"
 )
-_ALWAYS_WRITABLE = ("/tmp", "/dev/null", "/dev/stdout", "/dev/stderr", "/proc/self/fd")
+# Writes that change nothing a task leaves behind: the command's private /tmp, and the character devices and
+# descriptors every sandbox has (bubblewrap's --dev: null, zero, full, random, urandom, tty; the fd links).
+_ALWAYS_WRITABLE = (
+    "/tmp",
+    "/dev/null",
+    "/dev/zero",
+    "/dev/full",
+    "/dev/random",
+    "/dev/urandom",
+    "/dev/tty",
+    "/dev/stdin",
+    "/dev/stdout",
+    "/dev/stderr",
+    "/dev/fd",
+    "/proc/self/fd",
+)
 
 
 class Problem(BaseModel, frozen=True):
@@ -219,12 +234,29 @@ def _written_paths(words: list[str], segment: str) -> list[str]:
             args = args[-1:]
         if words[0] == "dd":
             args = [w.removeprefix("of=") for w in words[1:] if w.startswith("of=")]
-        if words[0] in ("sed",) and "-i" not in words:
-            args = []
+        if words[0] == "sed":
+            args = _sed_files(words)
         if words[0] == "tar":
             args = [words[i + 1] for i, w in enumerate(words[:-1]) if w in ("-C", "--directory")]
         paths += args
     return [p.strip("'\"") for p in paths if p.strip("'\"").startswith("/")]
+
+
+def _sed_files(words: list[str]) -> list[str]:
+    """The files `sed -i` edits: its operands after the script (the first operand, unless -e/-f gave it)."""
+    if not any(w == "-i" or w.startswith(("-i", "--in-place")) for w in words[1:]):
+        return []
+    operands, scripted, skip = [], False, False
+    for w in words[1:]:
+        if skip:
+            skip = False
+        elif w in ("-e", "-f", "--expression", "--file"):
+            scripted, skip = True, True
+        elif w.startswith(("--expression=", "--file=")):
+            scripted = True
+        elif not w.startswith("-"):
+            operands.append(w)
+    return operands if scripted else operands[1:]
 
 
 def _outside(path: str, roots: tuple[str, ...]) -> bool:

@@ -20,10 +20,11 @@ from pathlib import Path
 
 from backends.runtime import SandboxRuntime
 from environments.image_sandboxes import ImageRecipe, content_tag
+from environments.terminal_tasks.apptainer import write_def_context
 from environments.terminal_tasks.loaders import load_tasks_dir
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, TerminalTask
 
-__all__ = ["task_image", "task_recipe", "own_dockerfile", "write_build_context", "SANDBOX_LAYER"]
+__all__ = ["task_image", "task_recipe", "own_dockerfile", "write_build_context", "endless_recipe", "SANDBOX_LAYER"]
 
 # Appended to a task's image recipe: the self-contained sandbox runtime (backends/runtime.py), copied
 # where the docker backend mounts it. Nothing is installed into the image: the agent and the tests
@@ -84,6 +85,26 @@ def task_recipe(task: TerminalTask, registry: str) -> ImageRecipe:
         tag=content_tag(f"{registry.rstrip('/')}/{_slug(task.id)}", dockerfile, context),
         build_timeout_s=task.build_timeout_s,
         registry_image=task_image(task, registry),
+    )
+
+
+def endless_recipe(
+    task: TerminalTask, registry: str, context_dir: Path, *, ca_bundle: bytes | None = None
+) -> ImageRecipe:
+    """An Endless Terminals task's image as Apptainer builds its container.def (apptainer.py): `%post` as root at
+    build, `%environment` in the image; its build context written to `context_dir`. `ca_bundle`: the host's CA
+    bundle for `%post`'s downloads behind a TLS-intercepting network (removed from the image afterwards).
+    Raises `apptainer.Unreproducible` (the task and the reason) for a definition a Docker build cannot reproduce."""
+    if task.format != "endless" or task.image_recipe is None:
+        raise ValueError(f"{task.id}: not an Endless Terminals task with a container.def")
+    context = write_def_context(task.id, task.image_recipe, task.path, context_dir, ca_bundle=ca_bundle)
+    dockerfile = (context / "Dockerfile").read_text()
+    return ImageRecipe(
+        owner=task.id,
+        dockerfile=dockerfile,
+        context_dir=context,
+        tag=content_tag(f"{registry.rstrip('/')}/{_slug(task.id)}", dockerfile, context),
+        build_timeout_s=task.build_timeout_s,
     )
 
 

@@ -7,7 +7,7 @@ build_timeout_sec, docker_image, cpus, memory_mb, storage_mb, allow_internet`),
 `environment/` (build context, usually a Dockerfile), `solution/solve.sh` and
 `tests/test.sh`. The harness copies `tests/` to /tests only at verification time and
 `solution/` to /solution for the oracle; test.sh writes /logs/verifier/reward.txt (a number)
-or reward.json (numeric metrics), reward.txt read first.
+or reward.json (numeric metrics), reward.json read first (reward.py).
 
 Endless Terminals (read from kanishkg/endless-terminals `generate_tasks.py`,
 `generator/env.py`, `train/prepare_endless.py`): a `task_*` directory with `task.json`
@@ -98,6 +98,9 @@ class TerminalTask(BaseModel):
     local_skip: str | None = Field(None, description="Why the local sandbox cannot reproduce this task (None: it can)")
     unsupported: list[str] = Field(
         default_factory=list, description="Task fields the local backend does not honour, one line each"
+    )
+    image_skip: str | None = Field(
+        None, description="Why its image cannot be built as its publisher builds it (None: it can)"
     )
     solution_commands: list[str] | None = Field(
         None, description="Endless Terminals: the commands of a solved sampled solution (solutions/*summary.json)"

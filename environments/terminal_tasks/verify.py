@@ -40,13 +40,13 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
-import json
 import secrets
 import shlex
 import tarfile
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
 
+from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import PathMap, TerminalTask, replay_command
 from sandbox_server.bundle import SYSTEM_PATH
 from sandbox_server.isolation import CONFINE_FILE
@@ -436,7 +436,7 @@ exit 0
 
 @dataclass(frozen=True)
 class Verdict:
-    reward: float
+    reward: float | None  # None: no reward (Harbor's trial error: a missing, empty or unreadable reward file)
     reason: str  # how the reward was decided (reward file, exit status, or what went wrong)
     exit_code: int | None
     metrics: dict[str, float]
@@ -477,31 +477,9 @@ def _harbor_verdict(fields: dict[str, str], rc: int, log: str) -> Verdict:
         return Verdict(
             0.0, "processes the tests left running could not be stopped, or the tests' files were changed", rc, {}, log
         )
-    # Harbor reads reward.txt first and falls back to reward.json (Harbor docs, "Tests").
-    if "reward.txt" in fields:
-        text = base64.b64decode(fields["reward.txt"]).decode(errors="replace").strip()
-        try:
-            value = float(text)
-        except ValueError:
-            return Verdict(0.0, f"reward.txt is not a number: {text[:40]!r}", rc, {}, log)
-        return Verdict(_clamp(value), "reward.txt", rc, {"reward": value}, log)
-    if "reward.json" in fields:
-        try:
-            data = json.loads(base64.b64decode(fields["reward.json"]))
-        except ValueError:
-            return Verdict(0.0, "reward.json is not JSON", rc, {}, log)
-        metrics = (
-            {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-            if isinstance(data, dict)
-            else {}
-        )
-        if "reward" in metrics:
-            return Verdict(_clamp(metrics["reward"]), "reward.json", rc, metrics, log)
-        if len(metrics) == 1:
-            return Verdict(_clamp(next(iter(metrics.values()))), "reward.json", rc, metrics, log)
-        return Verdict(0.0, f"reward.json has no 'reward' among {sorted(metrics)}", rc, metrics, log)
-    return Verdict(0.0, f"tests/test.sh wrote no reward file (exit status {rc})", rc, {}, log)
-
-
-def _clamp(value: float) -> float:
-    return min(1.0, max(0.0, value)) if value == value else 0.0  # NaN -> 0
+    files = {f: base64.b64decode(fields[f]) if f in fields else None for f in ("reward.json", "reward.txt")}
+    try:
+        read = read_rewards(files["reward.json"], files["reward.txt"])
+    except RewardError as exc:  # Harbor: a trial error, not a 0
+        return Verdict(None, f"{exc} (test.sh exit status {rc})", rc, {}, log)
+    return Verdict(read.reward, read.source, rc, read.metrics, log)

@@ -98,29 +98,51 @@ def _out(nonce, rc, **files):
     return "\n".join(lines)
 
 
+# Harbor's verifier (harbor-framework/harbor src/harbor/verifier/verifier.py): reward.json before reward.txt, the
+# raw float, every numeric key kept; no/empty/unreadable reward file is a trial error (reward None), not a 0.
 @pytest.mark.parametrize(
-    ("files", "reward", "reason"),
+    ("files", "reward", "reason", "metrics"),
     [
-        ({"reward_txt": "0.5\n"}, 0.5, "reward.txt"),  # partial credit as the task writes it
-        ({"reward_txt": "1", "reward_json": '{"reward": 0}'}, 1.0, "reward.txt"),  # reward.txt is read first
-        ({"reward_json": '{"reward": 0.25, "accuracy": 0.9}'}, 0.25, "reward.json"),
-        ({"reward_json": '{"accuracy": 0.75}'}, 0.75, "reward.json"),
-        ({"reward_json": '{"a": 1, "b": 0}'}, 0.0, "reward.json has no 'reward' among ['a', 'b']"),
-        ({"reward_txt": "7"}, 1.0, "reward.txt"),
-        ({"reward_txt": "yes"}, 0.0, "reward.txt is not a number: 'yes'"),
-        ({}, 0.0, "tests/test.sh wrote no reward file (exit status 0)"),
+        ({"reward_txt": "0.5\n"}, 0.5, "reward.txt", {"reward": 0.5}),  # partial credit as the task writes it
+        ({"reward_txt": "2.0"}, 2.0, "reward.txt", {"reward": 2.0}),  # raw: not clamped to [0, 1]
+        ({"reward_txt": "-1"}, -1.0, "reward.txt", {"reward": -1.0}),
+        ({"reward_txt": "1", "reward_json": '{"reward": 0}'}, 0.0, "reward.json", {"reward": 0.0}),  # json first
+        (
+            {"reward_json": '{"reward": 0.25, "accuracy": 0.9, "note": "x", "ok": true}'},
+            0.25,
+            "reward.json",
+            {"reward": 0.25, "accuracy": 0.9},  # every numeric key kept; strings and booleans are not metrics
+        ),
+        ({"reward_json": '{"accuracy": 0.75}'}, 0.75, "reward.json", {"accuracy": 0.75}),  # the only key
+        (
+            {"reward_json": '{"a": 1.5, "b": 0}'},
+            None,
+            "reward.json has several metrics and no 'reward' key to score by: ['a', 'b'] (test.sh exit status 0)",
+            {},
+        ),
+        (
+            {},
+            None,
+            "tests/test.sh wrote no reward file (neither reward.json nor reward.txt) (test.sh exit status 0)",
+            {},
+        ),
+        ({"reward_txt": ""}, None, "reward.txt is empty (test.sh exit status 0)", {}),
+        ({"reward_json": "", "reward_txt": "1"}, None, "reward.json is empty (test.sh exit status 0)", {}),
+        ({"reward_txt": "yes"}, None, "reward.txt is not a number: 'yes' (test.sh exit status 0)", {}),
+        ({"reward_json": "[1]"}, None, "reward.json is not a JSON object but list (test.sh exit status 0)", {}),
+        ({"reward_txt": "nan"}, None, "reward.txt: the reward is nan, not a finite number (test.sh exit status 0)", {}),
     ],
 )
-def test_harbor_reward_files(files, reward, reason):
+def test_harbor_reward_files(files, reward, reason, metrics):
     verdict = parse_verdict(_harbor(), _out("ab" * 8, 0, **files), "ab" * 8)
-    assert (verdict.reward, verdict.reason) == (reward, reason)
+    assert (verdict.reward, verdict.reason, verdict.metrics) == (reward, reason, metrics)
 
 
 def test_only_the_last_verdict_block_counts():
     nonce = "cd" * 8
     forged = _out(nonce, 0, reward_txt="1")
     verdict = parse_verdict(_harbor(), forged + "\n" + _out(nonce, 1), nonce)
-    assert verdict.reward == 0.0
+    assert verdict.reward is None and verdict.reason.startswith("tests/test.sh wrote no reward file")
 
 
 def test_endless_terminals_reward_is_the_pytest_exit_status():
