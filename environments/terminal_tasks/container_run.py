@@ -185,7 +185,7 @@ async def _read_rewards(box: TaskContainer) -> tuple[dict[str, float], str]:
 async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTask) -> ContainerVerdict:
     """Harbor's verifier in the trajectory's own container, after the integrity check."""
     box = executor.box
-    flags: list[str] = []  # ATTACK-TESTS-FIRST: the check is not wired yet
+    flags = integrity_problems(await box.changes())
     if flags:
         verdict = ContainerVerdict(0.0, "flagged: the agent changed what the tests run: " + "; ".join(flags[:5]), flags)
         executor.verdicts.append(verdict)
