@@ -73,6 +73,9 @@ class TaskContainerConfig(BaseModel):
         "without the limit (said once)",
     )
     pids_limit: int = Field(4096, gt=0, description="Processes per task container")
+    network: str | None = Field(
+        None, description="Network a task with internet joins (None: the engine's default bridge)"
+    )
     labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on every container")
     engine_threads: int = Field(4, ge=1, le=64, description="Threads for the engine's blocking API calls")
 
@@ -238,7 +241,7 @@ class TaskContainers:
         self._seq += 1
         name = f"hermes-task-{self.owner.run_id}-{self._seq}"
         host_config = self.api.create_host_config(
-            network_mode="bridge" if spec.network else "none",
+            network_mode=(self.config.network or "bridge") if spec.network else "none",
             nano_cpus=int(spec.cpus * 1e9) if spec.cpus else None,
             mem_limit=f"{spec.memory_mb}m" if spec.memory_mb else None,
             memswap_limit=f"{spec.memory_mb}m" if spec.memory_mb else None,

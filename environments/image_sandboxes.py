@@ -105,7 +105,7 @@ def _context_tar(recipe: ImageRecipe, ca_bundle: bytes | None = None) -> bytes:
     assert recipe.dockerfile is not None
     dockerfile = with_ca(recipe.dockerfile) if ca_bundle is not None else recipe.dockerfile
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
         if recipe.context_dir is not None and recipe.context_dir.is_dir():
             for p in sorted(recipe.context_dir.rglob("*")):
                 rel = str(p.relative_to(recipe.context_dir))
@@ -398,6 +398,7 @@ class ImageSandboxes:
                         engine=getattr(backend, "engine", TaskContainerConfig().engine),
                         storage=getattr(backend, "task_storage", "refuse"),
                         labels=getattr(backend, "labels", {}),
+                        network=getattr(backend, "network", None),
                     )
                 )
                 await engines.start()

@@ -40,9 +40,14 @@ log = logging.getLogger(__name__)
 VERIFIER_DIR = "/logs/verifier"
 AGENT_LOG_DIR = "/logs/agent"
 
-# Where programs and the libraries they load live: a change to a file the image had there is a flag.
-_TOOL_DIRS = re.compile(r"^/(usr/(local/)?)?s?bin/|^/root/\.local/bin/|^/root/\.cargo/bin/|^/opt/[^/]+/bin/")
-_LIB_DIRS = re.compile(r"^/(usr/(local/)?)?lib(32|64|x32)?/")
+# Where programs and the libraries they load live (any prefix: /usr, /usr/local, /opt/x, a pyenv's): a change
+# to a file the image had there is a flag. Site-packages are the packages' own business (an honest `pip install
+# -U` changes them), except the test runner's packages and the start-up hooks below.
+# Not under the system's state and data trees (/var/lib/dpkg changes with every honest apt-get install).
+_NOT_STATE = r"^(?!/(var|etc|tmp|run|srv|home|logs|tests|proc|dev|sys)/)"
+_TOOL_DIRS = re.compile(_NOT_STATE + r"(.*/)?s?bin/[^/]+$")
+_LIB_DIRS = re.compile(_NOT_STATE + r"(.*/)?lib(32|64|x32|exec)?/")
+_SITE = re.compile(r"/(site|dist)-packages/")
 # Programs the tests run by name: adding one (where the image had none) shadows or supplies the tests' own.
 _TOOL_NAMES = re.compile(r"^(ba|da|z)?sh$|^python[\d.]*$|^pytest(-[\d.]+)?$|^py\.test$|^uvx?$|^pip[\d.]*$|^env$")
 _LOADER = re.compile(r"^/etc/ld\.so\.(preload|conf)$|^/etc/ld\.so\.conf\.d/")
@@ -53,9 +58,13 @@ _PY_STDLIB = re.compile(r"^/(usr/(local/)?)?lib/python[\d.]+/[^/]+\.py$")
 _PY_RUNNER = re.compile(r"/(site|dist)-packages/(pytest|_pytest|pluggy|iniconfig|py)(/|\.py$)")
 
 
-def integrity_problems(changes: list[tuple[str, str]]) -> list[str]:
-    """What in the engine's diff (kind, path) could change what the tests' tools do, one line each."""
+def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") -> list[str]:
+    """What in the engine's diff (kind, path) could change what the tests' tools do, one line each.
+
+    Programs and libraries under the task's working directory are the agent's work, not the tests' tools.
+    """
     paths = {p for _, p in changes}
+    work = workdir.rstrip("/") + "/"
     # A "modified" entry that has changed entries below it is a directory whose listing changed.
     dirs = {str(p).rsplit("/", 1)[0] for p in paths}
     found = []
@@ -65,13 +74,15 @@ def integrity_problems(changes: list[tuple[str, str]]) -> list[str]:
             found.append(f"{kind} {path} (the dynamic loader's configuration)")
         elif _PY_HOOKS.search(path):
             found.append(f"{kind} {path} (runs at every Python start)")
+        elif _PY_RUNNER.search(path) and path not in dirs and not path.endswith(".pyc"):
+            found.append(f"{kind} {path} (the test runner's own package)")
+        elif _SITE.search(path) or (path + "/").startswith(work):
+            continue
         elif kind != "added" and path not in dirs and (_TOOL_DIRS.search(path) or _LIB_DIRS.search(path)):
             if not path.endswith(".pyc"):
                 found.append(f"{kind} {path} (a program or library of the image)")
         elif kind == "added" and _TOOL_DIRS.search(path) and _TOOL_NAMES.match(name):
             found.append(f"added {path} (a program the tests run by name)")
-        elif kind == "added" and _PY_RUNNER.search(path):
-            found.append(f"added {path} (the test runner's own package)")
         elif kind == "added" and _PY_STDLIB.search(path):
             found.append(f"added {path} (shadows Python's standard library)")
     return found
@@ -185,7 +196,7 @@ async def _read_rewards(box: TaskContainer) -> tuple[dict[str, float], str]:
 async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTask) -> ContainerVerdict:
     """Harbor's verifier in the trajectory's own container, after the integrity check."""
     box = executor.box
-    flags = integrity_problems(await box.changes())
+    flags = integrity_problems(await box.changes(), box.spec.workdir)
     if flags:
         verdict = ContainerVerdict(0.0, "flagged: the agent changed what the tests run: " + "; ".join(flags[:5]), flags)
         executor.verdicts.append(verdict)
