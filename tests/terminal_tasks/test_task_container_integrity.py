@@ -186,3 +186,38 @@ async def test_the_planted_pytest_would_win_unchecked(engines, tmp_path, task_im
         )
         ran = await executor.exec("cd /app && pytest /nonexistent.py", timeout=60, max_output_bytes=1000)
         assert ran.exit_code == 0
+
+
+async def test_the_container_has_the_tasks_limits_no_privilege_and_no_network_when_forbidden(
+    engines, tmp_path, task_image
+):
+    import docker
+
+    task = load_harbor_task(write_task(tmp_path))
+    spec = task_spec(task, task_image, network=False)
+    async with task_container(engines, spec, task.id) as executor:
+        client = docker.DockerClient(base_url=ENGINE, version="auto")
+        try:
+            host = client.api.inspect_container(executor.box.id)["HostConfig"]
+        finally:
+            client.close()
+        who = await executor.exec(
+            "id -u; pwd; touch /usr/local/bin/writable && echo ok", timeout=60, max_output_bytes=1000
+        )
+    assert (host["NanoCpus"], host["Memory"], host["NetworkMode"]) == (10**9, 1024 * 2**20, "none")
+    assert host["Privileged"] is False and not host.get("CapAdd") and not host.get("Binds")
+    assert "no-new-privileges" in host["SecurityOpt"] and not any("unconfined" in o for o in host["SecurityOpt"])
+    assert who.output.split() == ["0", "/app", "ok"], who.output
+
+
+async def test_a_storage_limit_the_engine_cannot_enforce_is_refused_in_one_line(tmp_path, task_image):
+    from backends.task_container import TaskContainerError
+
+    task = load_harbor_task(write_task(tmp_path))
+    async with TaskContainers(TaskContainerConfig(engine=ENGINE, storage="refuse")) as refusing:
+        if await refusing.storage_quota():
+            pytest.skip("this engine enforces per-container storage quotas")
+        with pytest.raises(TaskContainerError) as info:
+            async with task_container(refusing, task_spec(task, task_image, network=False), task.id):
+                pass
+    assert "storage_mb = 10240 cannot be enforced" in str(info.value) and "\n" not in str(info.value)
