@@ -14,8 +14,8 @@ Interface (what the terminal env and the reward code plug into):
 
 - The container is the image's own filesystem, writable, started from the image with a keep-alive
   command (`sleep infinity`, as Harbor's compose file does); every command is a `docker exec` of
-  `bash -lc <command>` (Harbor's own exec), as the given user (default the spec's, root unless the
-  task says otherwise), with the spec's environment, in the given working directory (default the
+  `bash -lc <command>` (Harbor's own exec), as the given user (default the spec's; None: the image's
+  own USER, root unless the Dockerfile names another; the verifier passes root), with the spec's environment, in the given working directory (default the
   spec's: the Dockerfile's final WORKDIR). Nothing of the host is mounted; `docker exec` through the
   engine API needs no runtime inside the container, so the image's userland is exactly what the
   agent and the tests see (truest to Harbor, simplest).
@@ -83,7 +83,9 @@ class TaskContainerConfig(BaseModel):
 class TaskContainerSpec(BaseModel):
     image: str = Field(..., description="A local image (built tag or the task's docker_image)")
     workdir: str = Field(..., description="Where commands start (Harbor: the Dockerfile's final WORKDIR)")
-    user: str = Field("root", description="Who the commands run as (the image's user; root unless the task says)")
+    user: str | None = Field(
+        None, description="Who the agent's commands run as (None: the image's own USER, root unless it names one)"
+    )
     env: dict[str, str] = Field(default_factory=dict, description="The task's environment for every command")
     cpus: float | None = Field(None, gt=0)
     memory_mb: int | None = Field(None, gt=0)
@@ -125,7 +127,9 @@ class TaskContainer:
         argv = ["bash", "-lc", command]
         if self.has_timeout:
             argv = ["timeout", "-k", "5", f"{max(timeout, 1):g}", *argv]
-        return await self._engines._exec(self, argv, timeout, user or self.spec.user, workdir, env, max_output_bytes)
+        return await self._engines._exec(
+            self, argv, timeout, user or self.spec.user or "", workdir, env, max_output_bytes
+        )
 
     async def put_files(self, directory: str, files: dict[str, tuple[bytes, int]]) -> None:
         """Files (relative name -> (content, mode)) into `directory` (made if missing), owned by root."""
@@ -259,7 +263,7 @@ class TaskContainers:
                 name=name,
                 entrypoint=KEEPALIVE[:1],
                 command=KEEPALIVE[1:],
-                user=spec.user,
+                user=spec.user or "",
                 working_dir=spec.workdir,
                 environment=spec.env,
                 labels=labels,

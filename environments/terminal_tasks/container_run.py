@@ -140,7 +140,7 @@ def task_spec(task: TerminalTask, image: str, *, network: bool, env: dict[str, s
     return TaskContainerSpec(
         image=image,
         workdir=task.workdir,
-        user="root",
+        user=None,  # the image's own USER (root unless its Dockerfile names another), as Harbor's exec
         env=env if env is not None else task.environment,
         cpus=task.cpus,
         memory_mb=task.memory_mb,
