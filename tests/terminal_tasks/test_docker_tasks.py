@@ -97,6 +97,8 @@ def _backend_config(test_id: str, path: Path) -> list[str]:
         "env:\n  sandbox:\n    backend:\n      kind: docker\n"
         f"      engine: {ENGINE}\n      pull: never\n      labels: {{{TEST_LABEL}: {test_id}}}\n"
         "      pool: {max_sandboxes: 1}\n"
+        # Harbor tasks run in task containers here; this engine (overlay2 on ext4) has no storage quota.
+        "      task_storage: unenforced\n"
     )
     return ["--config", str(path)]
 
@@ -130,7 +132,8 @@ async def _oracle_on_docker(scripted_server, tmp_path, test_id, names: list[str]
 
 @pytest.mark.parametrize("agent,accuracy", [("oracle", 1.0), ("noop", 0.0)])
 def test_tb2_tasks_installing_packages_score_in_their_own_images(task_images, test_id, tmp_path, agent, accuracy):
-    """evaluate on the docker backend: oracle 1.0 and no-op 0.0 on each task, every verdict from its own image."""
+    """evaluate on the docker backend: oracle 1.0 and no-op 0.0 on each task, each in a task container of its own
+    image (root, writable: the tasks' apt-installed tools are there), as Harbor runs them."""
     proc = run_cli(
         TerminalTasksEnv,
         "evaluate",
