@@ -257,26 +257,29 @@ class TaskContainers:
         labels = {**self.config.labels, **self.owner.labels(), LABEL_TASK: self.owner.run_id}
         cid = None
         try:
-            created = await self._call(
-                self.api.create_container,
-                spec.image,
-                name=name,
-                entrypoint=KEEPALIVE[:1],
-                command=KEEPALIVE[1:],
-                user=spec.user or "",
-                working_dir=spec.workdir,
-                environment=spec.env,
-                labels=labels,
-                host_config=host_config,
-            )
-            cid = created["Id"]
-            await self._call(self.api.start, cid)
+            try:
+                created = await self._call(
+                    self.api.create_container,
+                    spec.image,
+                    name=name,
+                    entrypoint=KEEPALIVE[:1],
+                    command=KEEPALIVE[1:],
+                    user=spec.user or "",
+                    working_dir=spec.workdir,
+                    environment=spec.env,
+                    labels=labels,
+                    host_config=host_config,
+                )
+                cid = created["Id"]
+                await self._call(self.api.start, cid)
+            except docker.errors.APIError as exc:
+                raise TaskContainerError(
+                    f"{owner}: the engine refused its container: {exc.explanation or exc}"
+                ) from None
             box = TaskContainer(self, cid, spec, name)
             probe = await self._exec(box, ["sh", "-c", "command -v timeout"], 60, "root", "/", None, 1000)
             box.has_timeout = probe.exit_code == 0
             yield box
-        except docker.errors.APIError as exc:
-            raise TaskContainerError(f"{owner}: the engine refused its container: {exc.explanation or exc}") from None
         finally:
             if cid is not None:
                 await asyncio.shield(self._remove(cid))
