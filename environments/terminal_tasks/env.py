@@ -155,6 +155,11 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             tasks = [t for t in tasks if t.has_solution]
         tasks = tasks[: cfg.limit]
         harbor = [t.id for t in tasks if t.format == "harbor"]
+        if harbor and cfg.bootstrap_tests_with_sandbox_pytest and self._sandboxes_per_image():
+            self._report(
+                "--env.bootstrap_tests_with_sandbox_pytest is for the local backend only: on "
+                f"{cfg.sandbox.backend.kind} each task's test.sh fetches its own test tools, as published"
+            )
         if harbor and self._sandboxes_per_image() and not self._in_task_containers_backend():
             self._report(
                 f"Harbor tasks on {cfg.sandbox.backend.kind} run in slots (unprivileged, read-only image, setup replayed): "
