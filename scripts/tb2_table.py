@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import re
-import socket
 import subprocess
 import tempfile
 import time
@@ -31,7 +29,12 @@ from pathlib import Path
 from backends.docker import DockerBackendConfig
 from backends.task_container import TaskContainerConfig, TaskContainers
 from environments.image_sandboxes import DockerImages, ImageUnavailable, infrastructure_cause
-from environments.terminal_tasks.container_run import task_container, task_spec, verify_in_container
+from environments.terminal_tasks.container_run import (
+    task_container,
+    task_spec,
+    unresolved_hosts,
+    verify_in_container,
+)
 from environments.terminal_tasks.harbor import load_harbor_task
 from environments.terminal_tasks.sandboxes import task_recipe
 from environments.terminal_tasks.verify import solution_script
@@ -40,7 +43,6 @@ MIRROR = Path("/work/.mirror/yujianll+skill-usage/repo")
 
 ENGINE = "unix:///var/run/docker.sock"
 LABEL = {"hermes-rl.tb2-table": "1"}
-_URL_HOST = re.compile(r"https?://([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
 
 
 def export_tasks(dest: Path) -> Path:
@@ -55,22 +57,6 @@ def export_tasks(dest: Path) -> Path:
         archive = subprocess.run(["git", "-C", str(MIRROR), "archive", "HEAD", path], capture_output=True, check=False)
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, capture_output=True, check=False)
     return dest / "terminal-bench-2"
-
-
-def unresolved_hosts(task_dir: Path) -> list[str]:
-    hosts: set[str] = set()
-    for p in task_dir.rglob("*"):
-        if p.is_file() and p.stat().st_size < 1_000_000 and p.suffix in ("", ".sh", ".py", ".toml", ".txt"):
-            hosts.update(_URL_HOST.findall(p.read_text(errors="replace")))
-        if p.name == "Dockerfile":
-            hosts.update(_URL_HOST.findall(p.read_text(errors="replace")))
-    missing = []
-    for host in sorted(hosts):
-        try:
-            socket.getaddrinfo(host, 443)
-        except OSError:
-            missing.append(host)
-    return missing
 
 
 async def run_agent(engines: TaskContainers, task, image: str, oracle: bool) -> tuple[str, str]:

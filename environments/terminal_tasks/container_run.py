@@ -25,15 +25,24 @@ import json
 import logging
 import re
 import secrets
+import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from backends.task_container import TaskContainer, TaskContainers, TaskContainerSpec
 from environments.terminal_tasks.tasks import TerminalTask
 from tools.executor import ExecResult
 
-__all__ = ["TaskContainerExecutor", "ContainerVerdict", "integrity_problems", "verify_in_container", "task_spec"]
+__all__ = [
+    "TaskContainerExecutor",
+    "ContainerVerdict",
+    "integrity_problems",
+    "verify_in_container",
+    "task_spec",
+    "unresolved_hosts",
+]
 
 log = logging.getLogger(__name__)
 
@@ -224,3 +233,29 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
         verdict = ContainerVerdict(reward, f"{source} (test.sh exit {run.exit_code})", rewards=rewards, log=out)
     executor.verdicts.append(verdict)
     return verdict
+
+
+_URL_HOST = re.compile(r"https?://([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
+
+
+def unresolved_hosts(task_dir: Path) -> list[str]:
+    """Hosts named in URLs of a task's files (Dockerfile, scripts, tests) that this machine cannot resolve.
+
+    Found before the run, so a step that downloads from one is known to fail for the machine's sake.
+    Blocking (DNS): call it in a thread.
+    """
+    hosts: set[str] = set()
+    for p in task_dir.rglob("*"):
+        if (
+            p.is_file()
+            and p.stat().st_size < 1_000_000
+            and (p.suffix in ("", ".sh", ".py", ".toml") or p.name == "Dockerfile")
+        ):
+            hosts.update(_URL_HOST.findall(p.read_text(errors="replace")))
+    missing = []
+    for host in sorted(hosts):
+        try:
+            socket.getaddrinfo(host, 443)
+        except OSError:
+            missing.append(host)
+    return missing

@@ -36,6 +36,7 @@ from environments.terminal_tasks.container_run import (
     TaskContainerExecutor,
     task_container,
     task_spec,
+    unresolved_hosts,
     verify_in_container,
 )
 from environments.terminal_tasks.sandboxes import task_recipe
@@ -165,6 +166,15 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
                 f"Harbor tasks on {cfg.sandbox.backend.kind} run in slots (unprivileged, read-only image, setup replayed): "
                 "a task container per trajectory is given on the docker backend only"
             )
+        if self._in_task_containers_backend():
+            for t in tasks:
+                if t.format == "harbor":
+                    missing = await asyncio.to_thread(unresolved_hosts, t.path)
+                    if missing:
+                        self._report(
+                            f"{t.id}: hosts its files name do not resolve here: {', '.join(missing)} (a step that "
+                            "downloads from one fails for this machine's sake: infrastructure, not the agent)"
+                        )
         self._report_network(tasks)
         for reason, n in sorted(self.skipped.items()):
             self._report(f"skipped {n} task(s): {reason}")
