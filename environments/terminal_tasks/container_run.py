@@ -74,11 +74,18 @@ def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") ->
     """
     paths = {p for _, p in changes}
     work = workdir.rstrip("/") + "/"
+    # A Python tree apt brings where the image had none (Debian's /usr/lib/python3.X, /usr/lib/python3): a
+    # new interpreter's own files, read by no interpreter of the image (a new user site dir is not exempt).
+    new_trees = tuple(
+        p + "/" for kind, p in changes if kind == "added" and re.fullmatch(r"/usr/lib/python3(\.\d+)?", p)
+    )
     # A "modified" entry that has changed entries below it is a directory whose listing changed.
     dirs = {str(p).rsplit("/", 1)[0] for p in paths}
     found = []
     for kind, path in changes:
         name = path.rsplit("/", 1)[-1]
+        if new_trees and path.startswith(new_trees):
+            continue
         if _LOADER.search(path):
             found.append(f"{kind} {path} (the dynamic loader's configuration)")
         elif _PY_HOOKS.search(path):

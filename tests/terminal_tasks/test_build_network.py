@@ -48,3 +48,23 @@ def test_build_logs_name_the_machines_network_needs():
     )
     assert "TLS" in (infrastructure_cause("SSL: CERTIFICATE_VERIFY_FAILED self-signed certificate in chain") or "")
     assert infrastructure_cause("E: Unable to locate package nosuchpkg") is None
+
+
+def test_a_python_tree_apt_adds_where_the_image_had_none_is_not_tampering():
+    from environments.terminal_tasks.container_run import integrity_problems
+
+    new_tree = [
+        ("added", "/usr/lib/python3.11"),
+        ("added", "/usr/lib/python3.11/dataclasses.py"),
+        ("added", "/usr/lib/python3"),
+        ("added", "/usr/lib/python3/dist-packages/distutils-precedence.pth"),
+    ]
+    assert integrity_problems(new_tree) == []
+    # The same files where the image had the tree (it shows as changed, not added) are flagged.
+    existing = [("modified", "/usr/lib/python3.11"), ("added", "/usr/lib/python3.11/dataclasses.py")]
+    assert integrity_problems(existing) == [
+        "added /usr/lib/python3.11/dataclasses.py (shadows Python's standard library)"
+    ]
+    # A user site directory the image lacked is read by the image's own Python: never exempt.
+    user_site = [("added", "/root/.local/lib/python3.13/site-packages/usercustomize.py")]
+    assert len(integrity_problems(user_site)) == 1
