@@ -26,6 +26,7 @@ import asyncio
 import concurrent.futures
 import io
 import logging
+import os
 import secrets
 import tarfile
 import uuid
@@ -113,6 +114,33 @@ class DockerBackendConfig(BaseModel):
     engine_threads: int = Field(4, ge=1, le=64, description="Threads for the engine's blocking API calls")
     request_timeout_s: float = Field(60.0, gt=0, description="Timeout of one engine API call")
     pull_timeout_s: float = Field(1800.0, gt=0, description="Timeout of pulling the image")
+    ca_bundle: str | None = Field(
+        "host",
+        description="CA bundle put into images built from task Dockerfiles (and trusted through SSL_CERT_FILE, "
+        "REQUESTS_CA_BUNDLE, PIP_CERT, CURL_CA_BUNDLE...): a path, 'host' (the host's SSL_CERT_FILE when set) or "
+        "None; for a TLS-intercepting proxy",
+    )
+    build_proxy: dict[str, str] = Field(
+        default_factory=dict,
+        description="HTTP_PROXY / HTTPS_PROXY / NO_PROXY given to image builds (Docker's predefined build args)",
+    )
+    task_storage: Literal["refuse", "unenforced"] = Field(
+        "refuse",
+        description="A task's storage_mb where the engine has no per-container quota: refuse the task, or run it "
+        "without the limit (said once)",
+    )
+
+    def ca_bundle_bytes(self) -> bytes | None:
+        """The CA bundle to inject, read here (the host's SSL_CERT_FILE is read in this one place)."""
+        path = os.environ.get("SSL_CERT_FILE") if self.ca_bundle == "host" else self.ca_bundle
+        if not path:
+            return None
+        try:
+            return Path(path).read_bytes()
+        except OSError as exc:
+            raise DockerBackendError(
+                f"cannot read the CA bundle {path} ({exc}); set ca_bundle to a readable file or None"
+            ) from None
 
     @property
     def in_containers(self) -> bool:

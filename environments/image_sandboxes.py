@@ -20,6 +20,7 @@ import asyncio
 import hashlib
 import io
 import logging
+import os
 import re
 import tarfile
 from collections.abc import AsyncIterator, Callable
@@ -31,6 +32,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from backends import BackendConfig, make_backend
+from backends.task_container import TaskContainerConfig, TaskContainers
 from environments.sandbox_backend import SandboxToolBackendConfig
 from slots.executor import ExecPolicy, SlotExecutor
 from slots.pool import SlotPool
@@ -78,32 +80,107 @@ def content_tag(repository: str, dockerfile: str, context_dir: Path | None, *ext
     return f"{repository}:{h.hexdigest()[:12]}"
 
 
-def _context_tar(recipe: ImageRecipe) -> bytes:
-    """The build context as a tar, its Dockerfile replaced by the recipe's text."""
+# Where the host's CA bundle goes in an image built here, and the variables that make the usual clients
+# (OpenSSL, pip/requests, curl, uv, node, git) trust it. Set after every FROM, so each stage's RUN has them.
+CA_FILE = "/usr/local/share/ca-certificates/hermes-host-ca.crt"
+CA_CONTEXT_NAME = "hermes-host-ca.crt"
+CA_ENV = ("SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "PIP_CERT", "CURL_CA_BUNDLE", "NODE_EXTRA_CA_CERTS", "GIT_SSL_CAINFO")
+_FROM = re.compile(r"^\s*FROM\s", re.I)
+
+
+def with_ca(dockerfile: str) -> str:
+    """`dockerfile` with the host CA bundle copied in and trusted right after each FROM."""
+    env = " ".join(f"{k}={CA_FILE}" for k in CA_ENV)
+    out, continued = [], False
+    for line in dockerfile.splitlines():
+        out.append(line)
+        if _FROM.match(line) and not continued:
+            out += [f"COPY {CA_CONTEXT_NAME} {CA_FILE}", f"ENV {env}"]
+        continued = line.rstrip().endswith("\\")
+    return "\n".join(out) + "\n"
+
+
+def _context_tar(recipe: ImageRecipe, ca_bundle: bytes | None = None) -> bytes:
+    """The build context as a tar, its Dockerfile replaced by the recipe's text (and the CA bundle, if given)."""
     assert recipe.dockerfile is not None
+    dockerfile = with_ca(recipe.dockerfile) if ca_bundle is not None else recipe.dockerfile
     buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w") as tar:
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tar:
         if recipe.context_dir is not None and recipe.context_dir.is_dir():
             for p in sorted(recipe.context_dir.rglob("*")):
                 rel = str(p.relative_to(recipe.context_dir))
                 if rel != "Dockerfile":
                     tar.add(p, arcname=rel, recursive=False)
-        data = recipe.dockerfile.encode()
-        info = tarfile.TarInfo("Dockerfile")
-        info.size, info.mode = len(data), 0o644
-        tar.addfile(info, io.BytesIO(data))
+        extra = {"Dockerfile": dockerfile.encode()}
+        if ca_bundle is not None:
+            extra[CA_CONTEXT_NAME] = ca_bundle
+        for name, data in extra.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o644
+            tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
+
+
+# A failed build's log lines that name a need of this machine's network, not of the task: (pattern, cause).
+_INFRASTRUCTURE = (
+    (
+        re.compile(
+            r"pull access denied|manifest unknown|failed to resolve reference|repository does not exist|"
+            r"not found: manifest|toomanyrequests|registry-1\.docker\.io",
+            re.I,
+        ),
+        "its base image is not on the engine and no registry answers",
+    ),
+    (
+        re.compile(
+            r"Could not resolve host:? *([\w.-]+)|Failed to resolve '([\w.-]+)'|"
+            r"Temporary failure in name resolution|Name or service not known|getaddrinfo failed",
+            re.I,
+        ),
+        "a host it downloads from does not resolve here",
+    ),
+    (
+        re.compile(
+            r"CERTIFICATE_VERIFY_FAILED|self[- ]signed certificate|certificate verify failed|"
+            r"unable to get local issuer",
+            re.I,
+        ),
+        "TLS to a download host is not trusted (give the proxy's CA: backend ca_bundle)",
+    ),
+    (
+        re.compile(r"Network is unreachable|Connection timed out|Connection refused", re.I),
+        "a host it downloads from is not reachable here",
+    ),
+)
+
+
+def infrastructure_cause(log_text: str) -> str | None:
+    """`infrastructure: <cause>` when a build log shows a need this machine's network cannot meet."""
+    for pattern, cause in _INFRASTRUCTURE:
+        m = pattern.search(log_text)
+        if m:
+            host = next((g for g in m.groups() if g), None) if m.groups() else None
+            return f"infrastructure: {cause}" + (f" ({host})" if host else "")
+    return None
 
 
 class DockerImages:
     """Resolves recipes to images on one Docker (or Podman) engine; each tag is built at most once at a time."""
 
     def __init__(
-        self, base_url: str | None = None, *, labels: dict[str, str] | None = None, pull: bool = False
+        self,
+        base_url: str | None = None,
+        *,
+        labels: dict[str, str] | None = None,
+        pull: bool = False,
+        ca_bundle: bytes | None = None,
+        proxy: dict[str, str] | None = None,
     ) -> None:
         self.base_url = base_url
         self.labels = dict(labels or {})
         self.pull = pull  # try pulling a named image the engine lacks before building (the backend's pull policy)
+        self.ca_bundle = ca_bundle  # the host's CA bundle, put into every image built here (with_ca)
+        self.proxy = dict(proxy or {})  # HTTP(S)_PROXY/NO_PROXY: Docker's predefined build args
         self._locks: dict[str, asyncio.Lock] = {}
         self._known: dict[str, str] = {}
         self._failed: dict[str, ImageUnavailable] = {}
@@ -141,26 +218,51 @@ class DockerImages:
         finally:
             client.close()
 
-    def _build(self, recipe: ImageRecipe, client: Any) -> None:
-        """A build through the engine API; its log's last lines go into the error when it fails."""
+    def tag_of(self, recipe: ImageRecipe) -> str:
+        """The tag a recipe is built under here: its content tag, plus the CA bundle's hash when one goes in."""
         assert recipe.tag is not None
-        labels = {**self.labels, IMAGE_LABEL: recipe.owner}
-        log: list[str] = []
-        stream = client.api.build(
-            fileobj=io.BytesIO(_context_tar(recipe)),
-            custom_context=True,
-            tag=recipe.tag,
-            labels=labels,
-            rm=True,
-            forcerm=True,
-            decode=True,
+        if self.ca_bundle is None:
+            return recipe.tag
+        return f"{recipe.tag}-ca{hashlib.sha256(self.ca_bundle).hexdigest()[:8]}"
+
+    async def _build(self, recipe: ImageRecipe, tag: str) -> None:
+        """`docker build` (the engine's classic builder, context on stdin) as a child process of ours.
+
+        A process, not an API call in a thread: on the build timeout it is killed, the engine sees its client
+        gone and cancels the build, and nothing is left waiting on the engine's stream.
+        """
+        argv = ["docker"] + (["-H", self.base_url] if self.base_url else [])
+        argv += ["build", "--rm", "--force-rm", "-t", tag]
+        for k, v in {**self.labels, IMAGE_LABEL: recipe.owner}.items():
+            argv += ["--label", f"{k}={v}"]
+        for k, v in self.proxy.items():
+            argv += ["--build-arg", f"{k}={v}"]
+        argv.append("-")
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "DOCKER_BUILDKIT": "0", "HOME": "/nonexistent"}
+        proc = await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
         )
-        for chunk in stream:
-            if "stream" in chunk:
-                log.extend(line for line in chunk["stream"].splitlines() if line.strip())
-            if "error" in chunk:
-                tail = "\n".join(log[-15:])
-                raise ImageUnavailable(f"{recipe.owner}: building its image failed: {chunk['error'].strip()}\n{tail}")
+        try:
+            context = await asyncio.get_running_loop().run_in_executor(
+                self._executor, _context_tar, recipe, self.ca_bundle
+            )
+            out, _ = await asyncio.wait_for(proc.communicate(context), recipe.build_timeout_s)
+        except BaseException:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            raise
+        if proc.returncode != 0:
+            text = out.decode(errors="replace")
+            tail = "\n".join(line for line in text.splitlines() if line.strip())[-3000:]
+            cause = infrastructure_cause(text)
+            head = f"{cause}: " if cause else ""
+            raise ImageUnavailable(f"{recipe.owner}: {head}building its image failed (exit {proc.returncode})\n{tail}")
 
     async def resolve(self, recipe: ImageRecipe) -> str:
         """The local image to run `recipe` in: its named image if the engine has it, else the (cached) build."""
@@ -191,27 +293,19 @@ class DockerImages:
                 f"{recipe.owner}: image {recipe.name} is not on the docker engine, {how}, and there is no "
                 "Dockerfile to build; load or build it first (`docker image ls`)"
             )
-        if await loop.run_in_executor(self._executor, self._exists, recipe.tag):
-            return recipe.tag
-        client = self._client(timeout=recipe.build_timeout_s + 30)
-        build = loop.run_in_executor(self._executor, self._build, recipe, client)
-        build.add_done_callback(lambda f: f.cancelled() or f.exception())  # read even when we stopped waiting
+        tag = self.tag_of(recipe)
+        if await loop.run_in_executor(self._executor, self._exists, tag):
+            return tag
         try:
-            await asyncio.wait_for(asyncio.shield(build), recipe.build_timeout_s)
+            await self._build(recipe, tag)
         except TimeoutError:
-            client.close()  # stop reading; the engine may finish the build anyway (the tag is then reused)
             raise ImageUnavailable(
-                f"{recipe.owner}: building its image took longer than build_timeout_sec = {recipe.build_timeout_s:g}; "
-                "raise it in task.toml or build the image beforehand"
+                f"{recipe.owner}: building its image took longer than build_timeout_sec = {recipe.build_timeout_s:g} "
+                "(the build was cancelled); raise it in task.toml or build the image beforehand"
             ) from None
-        except ImageUnavailable:
-            raise
-        except Exception as exc:  # the engine refused the build (bad context, API error)
-            raise ImageUnavailable(f"{recipe.owner}: building its image failed: {exc}") from exc
-        finally:
-            if build.done():
-                client.close()
-        return recipe.tag
+        except OSError as exc:  # no docker CLI
+            raise ImageUnavailable(f"{recipe.owner}: cannot run `docker build` ({exc})") from exc
+        return tag
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
@@ -240,8 +334,11 @@ class ImageSandboxes:
                 getattr(backend, "engine", None),
                 labels=getattr(backend, "labels", None),
                 pull=getattr(backend, "pull", "never") != "never",
+                ca_bundle=backend.ca_bundle_bytes(),
+                proxy=getattr(backend, "build_proxy", None),
             )
         self.images = images
+        self._task_containers: TaskContainers | None = None
 
     @property
     def per_image(self) -> bool:
@@ -258,6 +355,9 @@ class ImageSandboxes:
     async def stop(self) -> None:
         pools, self.pools = list(self.pools.values()), {}
         await asyncio.gather(*(p.stop() for p in pools), return_exceptions=True)
+        if self._task_containers is not None:
+            engines, self._task_containers = self._task_containers, None
+            await engines.close()
         if self.images is not None:
             self.images.close()
 
@@ -282,6 +382,28 @@ class ImageSandboxes:
         if recipe.registry_image is None and recipe.name is None:
             raise ImageUnavailable(f"{recipe.owner}: no image to run on {self.config.backend.kind}")
         return recipe.registry_image or recipe.name or ""
+
+    @property
+    def gives_task_containers(self) -> bool:
+        """A container per trajectory of the item's own image (backends/task_container.py): docker only."""
+        return self.config.backend.kind == "docker"
+
+    async def task_containers(self) -> TaskContainers:
+        """The docker engine's task containers (started on first use, stopped with this backend)."""
+        async with self._lock:
+            if self._task_containers is None:
+                backend = self.config.resolved_backend()
+                engines = TaskContainers(
+                    TaskContainerConfig(
+                        engine=getattr(backend, "engine", TaskContainerConfig().engine),
+                        storage=getattr(backend, "task_storage", "refuse"),
+                        labels=getattr(backend, "labels", {}),
+                        network=getattr(backend, "network", None),
+                    )
+                )
+                await engines.start()
+                self._task_containers = engines
+        return self._task_containers
 
     async def _pool(self, image: str | None, workspace: str | None) -> SlotPool:
         key = (image or "", workspace)

@@ -14,7 +14,8 @@ import logging
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,7 +30,15 @@ from environments.hermes_base_env import (
 )
 from environments.models.base import ChatModel
 from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
-from environments.image_sandboxes import ImageSandboxes
+from backends.task_container import TaskContainerError
+from environments.image_sandboxes import ImageRecipe, ImageSandboxes, ImageUnavailable
+from environments.terminal_tasks.container_run import (
+    TaskContainerExecutor,
+    task_container,
+    task_spec,
+    unresolved_hosts,
+    verify_in_container,
+)
 from environments.terminal_tasks.sandboxes import task_recipe
 from environments.terminal_tasks.loaders import load_endless_rows, load_tasks_dir
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask
@@ -87,6 +96,12 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
         description="Whether a task's allow_internet (Harbor's default: true) gives its commands network: allow | "
         "forbid | auto = allow where network is the container's own (docker/Nomad/Modal), forbid on the local backend, "
         "where it is this machine's, loopback included (run-api, the model server)",
+    )
+    harbor_runtime: Literal["task-container", "slots"] = Field(
+        "task-container",
+        description="Harbor tasks on the docker backend: a container of the task's image per trajectory, as Harbor "
+        "runs them (root, writable, tests copied in afterwards), or the shared slots (the older path); Nomad and "
+        "Modal run slots (their adapters give no task container yet)",
     )
     check_initial_state: bool = Field(
         True,
@@ -150,6 +165,26 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
                     self.skipped["no solution for the oracle"] += 1
             tasks = [t for t in tasks if t.has_solution]
         tasks = tasks[: cfg.limit]
+        harbor = [t.id for t in tasks if t.format == "harbor"]
+        if harbor and cfg.bootstrap_tests_with_sandbox_pytest and self._sandboxes_per_image():
+            self._report(
+                "--env.bootstrap_tests_with_sandbox_pytest is for the local backend only: on "
+                f"{cfg.sandbox.backend.kind} each task's test.sh fetches its own test tools, as published"
+            )
+        if harbor and self._sandboxes_per_image() and not self._in_task_containers_backend():
+            self._report(
+                f"Harbor tasks on {cfg.sandbox.backend.kind} run in slots (unprivileged, read-only image, setup replayed): "
+                "a task container per trajectory is given on the docker backend only"
+            )
+        if self._in_task_containers_backend():
+            for t in tasks:
+                if t.format == "harbor":
+                    missing = await asyncio.to_thread(unresolved_hosts, t.path)
+                    if missing:
+                        self._report(
+                            f"{t.id}: hosts its files name do not resolve here: {', '.join(missing)} (a step that "
+                            "downloads from one fails for this machine's sake: infrastructure, not the agent)"
+                        )
         self._report_network(tasks)
         for reason, n in sorted(self.skipped.items()):
             self._report(f"skipped {n} task(s): {reason}")
@@ -250,6 +285,13 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     def make_tool_backend(self) -> ImageSandboxes:
         return ImageSandboxes(self.config.sandbox)
 
+    def _in_task_containers_backend(self) -> bool:
+        return self.config.sandbox.backend.kind == "docker" and self.config.harbor_runtime == "task-container"
+
+    def in_task_container(self, item: TerminalTask) -> bool:
+        """Whether `item` runs in a task container of its own image (Harbor's semantics), not a slot."""
+        return item.format == "harbor" and self._in_task_containers_backend()
+
     def open_workspace(self, item: TerminalTask, task_id: str):
         image = task_recipe(item, self.config.image_registry) if self._sandboxes_per_image() else None
         backend = self.agent_runtime.tool_backend
@@ -257,9 +299,24 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             raise RuntimeError(
                 "rollout() outside the env's runtime; use process/serve/evaluate or `async with env.runtime()`"
             )
+        if image is not None and self.in_task_container(item):
+            return self._task_container(backend, item, image, task_id)
         return backend.trajectory(
             task_id, image=image, workspace=self.workspace_for(item), policy=self.exec_policy(item)
         )
+
+    @asynccontextmanager
+    async def _task_container(
+        self, backend: ImageSandboxes, item: TerminalTask, recipe: ImageRecipe, task_id: str
+    ) -> AsyncIterator[TaskContainerExecutor]:
+        image = await backend.image_for(recipe)
+        engines = await backend.task_containers()
+        spec = task_spec(item, image, network=item.allow_internet and self._task_network())
+        try:
+            async with task_container(engines, spec, item.id) as executor:
+                yield executor
+        except TaskContainerError as exc:
+            raise ImageUnavailable(str(exc)) from None  # refused for this engine: lost, not scored
 
     def format_prompt(self, item: TerminalTask) -> str:
         ws = self.workspace_for(item)
@@ -268,6 +325,8 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         return f"{instruction}\n\nTask: {item.id}\nWorking directory: {workdir}"
 
     async def setup_trajectory_workspace(self, item: TerminalTask, ctx: ToolContext) -> None:
+        if isinstance(ctx.executor, TaskContainerExecutor):
+            return  # the image is the task's initial state, as its Dockerfile built it
         ws = self.workspace_for(item)
         where = await ctx.executor.exec("pwd", timeout=30, max_output_bytes=1000)
         if where.output.strip() != ws:
@@ -293,6 +352,12 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
                 )
 
     async def compute_reward(self, item: TerminalTask, result: AgentResult, ctx: ToolContext) -> float:
+        if isinstance(ctx.executor, TaskContainerExecutor):
+            checked = await verify_in_container(ctx.executor, item)
+            if checked.flags:
+                self._report(f"FLAGGED {item.id}: {checked.reason}")
+            logger.info("task %s: reward %.3f (%s)", item.id, checked.reward, checked.reason)
+            return checked.reward
         script, payload, nonce = verify_script(item, self.workspace_for(item))
         run = await self._verifier_exec(ctx)(
             script, timeout=item.verifier_timeout_s + 30, max_output_bytes=200_000, stdin=payload

@@ -16,8 +16,16 @@ collect_ignore_glob = ["fixtures/*"]
 def make_env(base_url: str, tmp_path, backend=None, env_cls=TerminalTasksEnv, **overrides) -> TerminalTasksEnv:
     pool = SlotPoolConfig(slots_per_sandbox=6, min_sandboxes=1, max_sandboxes=2, health_interval_s=30)
     backend = backend or LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sandboxes"))
+    # The suites written for the slot path keep it on docker; task-container tests ask for theirs.
     settings = (
-        dict(tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1, tool_backend="sandbox")
+        dict(
+            tokenizer_name="embedded",
+            use_wandb=False,
+            group_size=2,
+            total_steps=1,
+            tool_backend="sandbox",
+            harbor_runtime="slots",
+        )
         | overrides
     )
     config = TerminalTasksEnvConfig(

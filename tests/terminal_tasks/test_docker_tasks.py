@@ -97,6 +97,8 @@ def _backend_config(test_id: str, path: Path) -> list[str]:
         "env:\n  sandbox:\n    backend:\n      kind: docker\n"
         f"      engine: {ENGINE}\n      pull: never\n      labels: {{{TEST_LABEL}: {test_id}}}\n"
         "      pool: {max_sandboxes: 1}\n"
+        # Harbor tasks run in task containers here; this engine (overlay2 on ext4) has no storage quota.
+        "      task_storage: unenforced\n"
     )
     return ["--config", str(path)]
 
@@ -130,7 +132,8 @@ async def _oracle_on_docker(scripted_server, tmp_path, test_id, names: list[str]
 
 @pytest.mark.parametrize("agent,accuracy", [("oracle", 1.0), ("noop", 0.0)])
 def test_tb2_tasks_installing_packages_score_in_their_own_images(task_images, test_id, tmp_path, agent, accuracy):
-    """evaluate on the docker backend: oracle 1.0 and no-op 0.0 on each task, every verdict from its own image."""
+    """evaluate on the docker backend: oracle 1.0 and no-op 0.0 on each task, each in a task container of its own
+    image (root, writable: the tasks' apt-installed tools are there), as Harbor runs them."""
     proc = run_cli(
         TerminalTasksEnv,
         "evaluate",
@@ -235,10 +238,11 @@ async def test_a_build_that_fails_or_times_out_names_the_task(engine, test_id, d
     # A build we stopped waiting for may still finish on the engine: its image (ours by label) goes next run.
     _remove_images(engine, f"{IMAGE_LABEL}=broken-task")
     images = DockerImages(engine, labels={TEST_LABEL: test_id})
+    nonce = uuid.uuid4().hex
     recipe = ImageRecipe(
         owner="broken-task",
         name="hermes-rl-tests/broken-task:20251127",
-        dockerfile=dockerfile.replace("{nonce}", uuid.uuid4().hex),
+        dockerfile=dockerfile.replace("{nonce}", nonce),
         tag=f"hermes-rl-test-broken/broken-task:{uuid.uuid4().hex[:12]}",
         build_timeout_s=timeout,
     )
@@ -248,6 +252,22 @@ async def test_a_build_that_fails_or_times_out_names_the_task(engine, test_id, d
     finally:
         images.close()
     assert str(info.value).startswith("broken-task: ") and message in str(info.value), str(info.value)
+    # The build was cancelled on the engine, not abandoned: its step's container goes (the build client was killed).
+    assert await _gone(engine, nonce), f"the build step {nonce} still runs on the engine"
+
+
+async def _gone(engine: str, nonce: str, rounds: int = 100) -> bool:
+    import docker
+
+    client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
+    try:
+        for _ in range(rounds):
+            if not any(nonce in " ".join(c.attrs.get("Args") or []) for c in client.containers.list()):
+                return True
+            await asyncio.sleep(0.1)
+        return False
+    finally:
+        client.close()
 
 
 async def test_a_task_whose_image_cannot_be_built_is_lost_to_infrastructure_not_scored(

@@ -1,0 +1,268 @@
+"""A Harbor task in its own container (backends/task_container.py), run as Harbor runs it.
+
+The container is the agent's machine: the task's image, root (the image's user), a writable filesystem,
+commands from the Dockerfile's final WORKDIR, `/logs/agent` and `/logs/verifier` made before the agent.
+The oracle runs solution/solve.sh there (agents.py). After the agent: the engine's diff of the container
+against its image is checked (`integrity_problems`), `/logs/verifier` is emptied, tests/ is copied to
+/tests and `bash /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1` runs as root from the workdir with
+the task's [verifier] env, under its timeout; the reward is read from /logs/verifier (reward.json, else
+reward.txt). A container whose interpreters or loader the agent changed scores 0 and is flagged.
+
+Reward integrity (the agent was root in the verifier's container; see docs/security.md): the tests run the
+image's bash, python3, pytest/uv and the dynamic loader; the agent could replace any of them (a `python3`
+that prints PASSED, an /etc/ld.so.preload library, a sitecustomize.py, a planted `uvx`). The engine's diff
+is computed by the engine from the container's writable layer, not by any program inside it, so the
+agent cannot hide a change from it. Any change to the loader's configuration or to a file under a
+program/library/site-packages directory that existed in the image, and any added program named as the
+tests' tooling, or an added *.pth/sitecustomize/usercustomize, flags the trajectory. New files a package
+install adds elsewhere (new libraries, programs with other names, dpkg's and apt's state, ld.so.cache) are
+allowed, so an honest `apt-get install` still scores.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import secrets
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from backends.task_container import TaskContainer, TaskContainers, TaskContainerSpec
+from environments.terminal_tasks.tasks import TerminalTask
+from tools.executor import ExecResult
+
+__all__ = [
+    "TaskContainerExecutor",
+    "ContainerVerdict",
+    "integrity_problems",
+    "verify_in_container",
+    "task_spec",
+    "unresolved_hosts",
+]
+
+log = logging.getLogger(__name__)
+
+VERIFIER_DIR = "/logs/verifier"
+AGENT_LOG_DIR = "/logs/agent"
+
+# Where programs and the libraries they load live (any prefix: /usr, /usr/local, /opt/x, a pyenv's): a change
+# to a file the image had there is a flag. Site-packages are the packages' own business (an honest `pip install
+# -U` changes them), except the test runner's packages and the start-up hooks below.
+# Not under the system's state and data trees (/var/lib/dpkg changes with every honest apt-get install).
+_NOT_STATE = r"^(?!/(var|etc|tmp|run|srv|home|logs|tests|proc|dev|sys)/)"
+_TOOL_DIRS = re.compile(_NOT_STATE + r"(.*/)?s?bin/[^/]+$")
+_LIB_DIRS = re.compile(_NOT_STATE + r"(.*/)?lib(32|64|x32|exec)?/")
+_SITE = re.compile(r"/(site|dist)-packages/")
+# Programs the tests run by name: adding one (where the image had none) shadows or supplies the tests' own.
+_TOOL_NAMES = re.compile(r"^(ba|da|z)?sh$|^python[\d.]*$|^pytest(-[\d.]+)?$|^py\.test$|^uvx?$|^pip[\d.]*$|^env$")
+_LOADER = re.compile(r"^/etc/ld\.so\.(preload|conf)$|^/etc/ld\.so\.conf\.d/")
+_PY_HOOKS = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|usercustomize)\.py$")
+# Python's own modules (a planted `os.py`/`encodings` under lib/python3.X beats site-packages).
+_PY_STDLIB = re.compile(r"^/(usr/(local/)?)?lib/python[\d.]+/[^/]+\.py$")
+# The test runner's own packages: one added to an earlier site directory shadows the image's.
+_PY_RUNNER = re.compile(r"/(site|dist)-packages/(pytest|_pytest|pluggy|iniconfig|py)(/|\.py$)")
+
+
+def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") -> list[str]:
+    """What in the engine's diff (kind, path) could change what the tests' tools do, one line each.
+
+    Programs and libraries under the task's working directory are the agent's work, not the tests' tools.
+    """
+    paths = {p for _, p in changes}
+    work = workdir.rstrip("/") + "/"
+    # A Python tree apt brings where the image had none (Debian's /usr/lib/python3.X, /usr/lib/python3): a
+    # new interpreter's own files, read by no interpreter of the image (a new user site dir is not exempt).
+    new_trees = tuple(
+        p + "/" for kind, p in changes if kind == "added" and re.fullmatch(r"/usr/lib/python3(\.\d+)?", p)
+    )
+    # A "modified" entry that has changed entries below it is a directory whose listing changed.
+    dirs = {str(p).rsplit("/", 1)[0] for p in paths}
+    found = []
+    for kind, path in changes:
+        name = path.rsplit("/", 1)[-1]
+        if new_trees and path.startswith(new_trees):
+            continue
+        if _LOADER.search(path):
+            found.append(f"{kind} {path} (the dynamic loader's configuration)")
+        elif _PY_HOOKS.search(path):
+            found.append(f"{kind} {path} (runs at every Python start)")
+        elif _PY_RUNNER.search(path) and path not in dirs and not path.endswith(".pyc"):
+            found.append(f"{kind} {path} (the test runner's own package)")
+        elif _SITE.search(path) or (path + "/").startswith(work):
+            continue
+        elif kind != "added" and path not in dirs and (_TOOL_DIRS.search(path) or _LIB_DIRS.search(path)):
+            if not path.endswith(".pyc"):
+                found.append(f"{kind} {path} (a program or library of the image)")
+        elif kind == "added" and _TOOL_DIRS.search(path) and _TOOL_NAMES.match(name):
+            found.append(f"added {path} (a program the tests run by name)")
+        elif kind == "added" and _PY_STDLIB.search(path):
+            found.append(f"added {path} (shadows Python's standard library)")
+    return found
+
+
+@dataclass
+class ContainerVerdict:
+    reward: float
+    reason: str
+    flags: list[str] = field(default_factory=list)
+    rewards: dict[str, float] = field(default_factory=dict)
+    log: str = ""
+
+
+class TaskContainerExecutor:
+    """The `ToolExecutor` over one task container: the agent's tools run here as the image's user."""
+
+    def __init__(self, box: TaskContainer) -> None:
+        self.box = box
+        self.verdicts: list[ContainerVerdict] = []
+
+    @property
+    def workspace(self) -> str:
+        return self.box.spec.workdir
+
+    @property
+    def python(self) -> str:
+        return "python3 -"
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        timeout: float,
+        max_output_bytes: int,
+        stdin: str | None = None,
+        network: bool | None = None,
+    ) -> ExecResult:
+        # The container's network is the task's (allow_internet), fixed when it was made.
+        if stdin is not None:
+            name = f"/tmp/.hermes-stdin-{secrets.token_hex(8)}"
+            await self.box.put_files("/tmp", {name.rsplit("/", 1)[1]: (stdin.encode(), 0o600)})
+            command = f"exec < {name}; rm -f {name}\n{command}"
+        return await self.box.exec(command, timeout=timeout, max_output_bytes=max_output_bytes)
+
+    async def read_file(self, path: str) -> bytes:
+        return await self.box.read_file(path)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        await self.box.write_file(path, data)
+
+
+def task_spec(task: TerminalTask, image: str, *, network: bool, env: dict[str, str] | None = None) -> TaskContainerSpec:
+    """The container a Harbor task's trajectory runs in (its limits and network from task.toml)."""
+    return TaskContainerSpec(
+        image=image,
+        workdir=task.workdir,
+        user=None,  # the image's own USER (root unless its Dockerfile names another), as Harbor's exec
+        env=env if env is not None else task.environment,
+        cpus=task.cpus,
+        memory_mb=task.memory_mb,
+        storage_mb=task.storage_mb,
+        network=network,
+    )
+
+
+@asynccontextmanager
+async def task_container(
+    engines: TaskContainers, spec: TaskContainerSpec, owner: str
+) -> AsyncIterator[TaskContainerExecutor]:
+    """A started task container with Harbor's log directories, as the trajectory's executor."""
+    async with engines.container(spec, owner) as box:
+        made = await box.exec(
+            f"mkdir -p {AGENT_LOG_DIR} {VERIFIER_DIR} && chmod 777 {AGENT_LOG_DIR} {VERIFIER_DIR}",
+            timeout=60,
+            user="root",
+            workdir="/",
+        )
+        if made.exit_code != 0:
+            raise RuntimeError(f"{owner}: cannot make /logs in its container: {made.output[-500:]}")
+        yield TaskContainerExecutor(box)
+
+
+def _files(task: TerminalTask) -> dict[str, tuple[bytes, int]]:
+    assert task.tests_dir is not None
+    return {
+        str(p.relative_to(task.tests_dir)): (p.read_bytes(), p.stat().st_mode & 0o777)
+        for p in sorted(task.tests_dir.rglob("*"))
+        if p.is_file()
+    }
+
+
+async def _read_rewards(box: TaskContainer) -> tuple[dict[str, float], str]:
+    """(rewards, where from): reward.json's numeric keys, else reward.txt's number; empty if neither."""
+    try:
+        raw = await box.read_file(f"{VERIFIER_DIR}/reward.json")
+        parsed = json.loads(raw)
+        if isinstance(parsed, dict):
+            numbers = {k: float(v) for k, v in parsed.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+            if numbers:
+                return numbers, "reward.json"
+    except (FileNotFoundError, ValueError):
+        pass
+    try:
+        text = (await box.read_file(f"{VERIFIER_DIR}/reward.txt")).decode(errors="replace").strip()
+        return {"reward": float(text)}, "reward.txt"
+    except (FileNotFoundError, ValueError):
+        return {}, "no reward file"
+
+
+async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTask) -> ContainerVerdict:
+    """Harbor's verifier in the trajectory's own container, after the integrity check."""
+    box = executor.box
+    flags = integrity_problems(await box.changes(), box.spec.workdir)
+    if flags:
+        verdict = ContainerVerdict(0.0, "flagged: the agent changed what the tests run: " + "; ".join(flags[:5]), flags)
+        executor.verdicts.append(verdict)
+        return verdict
+    reset = f"rm -rf {VERIFIER_DIR} /tests && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
+    await box.exec(reset, timeout=120, user="root", workdir="/")
+    await box.put_files("/tests", _files(task))
+    run = await box.exec(
+        f"bash /tests/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
+        timeout=task.verifier_timeout_s,
+        user="root",
+        env=task.verifier_env,
+    )
+    try:
+        out = (await box.read_file(f"{VERIFIER_DIR}/test-stdout.txt")).decode(errors="replace")
+    except FileNotFoundError:
+        out = run.output
+    rewards, source = await _read_rewards(box)
+    if run.timed_out:
+        verdict = ContainerVerdict(0.0, f"tests/test.sh ran over timeout_sec = {task.verifier_timeout_s:g}", log=out)
+    elif not rewards:
+        verdict = ContainerVerdict(0.0, f"tests/test.sh wrote no reward (exit {run.exit_code})", log=out)
+    else:
+        reward = rewards.get("reward", next(iter(rewards.values())))
+        verdict = ContainerVerdict(reward, f"{source} (test.sh exit {run.exit_code})", rewards=rewards, log=out)
+    executor.verdicts.append(verdict)
+    return verdict
+
+
+_URL_HOST = re.compile(r"https?://([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
+
+
+def unresolved_hosts(task_dir: Path) -> list[str]:
+    """Hosts named in URLs of a task's files (Dockerfile, scripts, tests) that this machine cannot resolve.
+
+    Found before the run, so a step that downloads from one is known to fail for the machine's sake.
+    Blocking (DNS): call it in a thread.
+    """
+    hosts: set[str] = set()
+    for p in task_dir.rglob("*"):
+        if (
+            p.is_file()
+            and p.stat().st_size < 1_000_000
+            and (p.suffix in ("", ".sh", ".py", ".toml") or p.name == "Dockerfile")
+        ):
+            hosts.update(_URL_HOST.findall(p.read_text(errors="replace")))
+    missing = []
+    for host in sorted(hosts):
+        try:
+            socket.getaddrinfo(host, 443)
+        except OSError:
+            missing.append(host)
+    return missing

@@ -1,0 +1,173 @@
+"""Oracle and no-op on every published Terminal-Bench 2 task, on the docker engine: a markdown table.
+
+    .venv/bin/python -m scripts.tb2_table --out docs/tb2_table.md [--only a,b] [--limit N] [--astral-mirror]
+
+Each task goes through what the terminal env runs on the docker backend (environments/terminal_tasks/
+container_run.py): its image resolved (docker_image if the engine has it, else its Dockerfile built with the
+host CA bundle), one task container for the oracle (solution/solve.sh as root from the workdir, under the
+task's agent timeout) and one for the no-op agent, each verified as Harbor does. A row says: built or why
+not, the oracle's and no-op's rewards, wall time, and an `infrastructure: <cause>` where a need of this
+machine's network (a host that does not resolve, a registry) decided it: those rows are not scores.
+Before a task runs, the hosts its files name are resolved here; the ones that do not resolve are listed.
+
+--astral-mirror serves astral.sh (uv's installer, from the uv wheel) on the task containers' network
+(tests/support/astral_mirror.py): every published test.sh fetches uv from there. The table states it.
+The tasks come from the mirror of yujianll/skill-usage (terminal-bench-2/), exported with git.
+The table is rewritten after every task, so a partial run leaves a partial table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import subprocess
+import tempfile
+import time
+from contextlib import ExitStack
+from pathlib import Path
+
+from backends.docker import DockerBackendConfig
+from backends.task_container import TaskContainerConfig, TaskContainers
+from environments.image_sandboxes import DockerImages, ImageUnavailable, infrastructure_cause
+from environments.terminal_tasks.container_run import (
+    task_container,
+    task_spec,
+    unresolved_hosts,
+    verify_in_container,
+)
+from environments.terminal_tasks.harbor import load_harbor_task
+from environments.terminal_tasks.sandboxes import task_recipe
+from environments.terminal_tasks.verify import solution_script
+
+MIRROR = Path("/work/.mirror/yujianll+skill-usage/repo")
+
+ENGINE = "unix:///var/run/docker.sock"
+LABEL = {"hermes-rl.tb2-table": "1"}
+
+
+def export_tasks(dest: Path) -> Path:
+    """terminal-bench-2/ of the mirror, as files, one task at a time (a blob the mirror lacks spoils one task only)."""
+    listing = subprocess.run(
+        ["git", "-C", str(MIRROR), "ls-tree", "--name-only", "HEAD", "terminal-bench-2/"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    for path in listing.stdout.split():
+        archive = subprocess.run(["git", "-C", str(MIRROR), "archive", "HEAD", path], capture_output=True, check=False)
+        subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, capture_output=True, check=False)
+    return dest / "terminal-bench-2"
+
+
+async def run_agent(engines: TaskContainers, task, image: str, oracle: bool) -> tuple[str, str]:
+    """(reward or `infrastructure: ...`, note) of one agent on one task."""
+    async with task_container(engines, task_spec(task, image, network=task.allow_internet), task.id) as ex:
+        if oracle:
+            ran = await ex.exec(
+                solution_script(task, task.workdir_root), timeout=task.agent_timeout_s, max_output_bytes=200_000
+            )
+            if ran.timed_out:
+                return "0", f"solve.sh ran over {task.agent_timeout_s:g}s"
+        verdict = await verify_in_container(ex, task)
+    cause = infrastructure_cause(verdict.log) if verdict.reward != 1.0 else None
+    if cause and "Could not resolve host" in verdict.log:
+        return cause, verdict.reason
+    note = "FLAGGED " + "; ".join(verdict.flags[:2]) if verdict.flags else verdict.reason
+    return f"{verdict.reward:g}", note
+
+
+def _base_present(task_dir: Path) -> bool:
+    dockerfile = task_dir / "environment" / "Dockerfile"
+    text = dockerfile.read_text(errors="replace") if dockerfile.is_file() else ""
+    base = next((ln.split()[1] for ln in text.splitlines() if ln.strip().upper().startswith("FROM ")), "")
+    found = subprocess.run(["docker", "image", "inspect", base], capture_output=True, check=False)
+    return found.returncode == 0
+
+
+def row(name: str, built: str, oracle: str, noop: str, wall: float, notes: str) -> str:
+    cells = [name, built, oracle, noop, f"{wall:.0f}", notes.replace("|", "/").replace("\n", " ")[:300]]
+    return "| " + " | ".join(cells) + " |"
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    with ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tb2-table-")))
+        root = args.tasks or export_tasks(tmp)
+        names = sorted(p.name for p in root.iterdir() if p.is_dir())
+        if args.only:
+            names = [n for n in names if n in args.only.split(",")]
+        if args.skip:
+            names = [n for n in names if n not in args.skip.split(",")]
+        names = names[: args.limit] if args.limit else names
+        # Tasks whose base image the engine lacks fail at once: their rows first, then the long builds.
+        names.sort(key=lambda n: (_base_present(root / n), n))
+        network, bundle, how = None, None, "the machine's network as it is"
+        if args.astral_mirror:
+            from tests.support.astral_mirror import astral_mirror  # noqa: PLC0415 - run from the repo root (-m)
+
+            mirror = stack.enter_context(astral_mirror(tmp))
+            network, bundle = mirror.network, str(mirror.ca_bundle)
+            how = "astral.sh served by tests/support/astral_mirror.py (uv from its wheel); the rest as it is"
+        backend = DockerBackendConfig(engine=ENGINE, ca_bundle=bundle or "host")
+        images = DockerImages(ENGINE, labels=LABEL, ca_bundle=backend.ca_bundle_bytes())
+        config = TaskContainerConfig(engine=ENGINE, storage="unenforced", labels=LABEL, network=network)
+        header = [
+            f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine ({how}); storage_mb not "
+            "enforced (no per-container quota here). Rewards are Harbor's (reward.txt/json); `infrastructure:` "
+            "rows are not scores.",
+            "",
+            "| task | built | oracle | no-op | wall s | notes |",
+            "|---|---|---|---|---|---|",
+        ]
+        rows: list[str] = []
+        done: set[str] = set()
+        async with TaskContainers(config) as engines:
+            for name in names:
+                started = time.monotonic()
+                task_dir = root / name
+                if not (task_dir / "task.toml").is_file():
+                    rows.append(
+                        row(name, "no: the mirror lacks some of its files (git archive failed)", "-", "-", 0, "")
+                    )
+                    done.add(name)
+                    continue
+                missing = unresolved_hosts(task_dir)
+                pre = f"hosts not resolving here: {', '.join(missing)}; " if missing else ""
+                try:
+                    task = load_harbor_task(task_dir)
+                    image = await images.resolve(task_recipe(task, "hermes-rl-tb2"))
+                except ImageUnavailable as exc:
+                    text = str(exc)
+                    cause = infrastructure_cause(text) or text.splitlines()[0]
+                    rows.append(row(name, f"no: {cause}", "-", "-", time.monotonic() - started, pre))
+                except Exception as exc:  # noqa: BLE001 - one task's failure is its row
+                    rows.append(row(name, f"no: {exc}", "-", "-", time.monotonic() - started, pre))
+                else:
+                    try:
+                        oracle, o_note = await run_agent(engines, task, image, oracle=True)
+                        noop, n_note = await run_agent(engines, task, image, oracle=False)
+                        notes = f"{pre}oracle: {o_note}; no-op: {n_note}"
+                    except Exception as exc:  # noqa: BLE001
+                        oracle, noop, notes = "error", "error", f"{pre}{type(exc).__name__}: {exc}"
+                    rows.append(row(name, "yes", oracle, noop, time.monotonic() - started, notes))
+                print(rows[-1], flush=True)
+                done.add(name)
+                not_run = [n for n in names if n not in done]
+                tail = ["", f"Not run (time ran out): {', '.join(not_run)}"] if not_run else []
+                args.out.write_text("\n".join(header + rows + tail) + "\n")
+        images.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--tasks", type=Path, help="A directory of TB2 task dirs (default: export the mirror)")
+    parser.add_argument("--only", help="Comma-separated task names")
+    parser.add_argument("--skip", help="Comma-separated task names to leave out")
+    parser.add_argument("--limit", type=int)
+    parser.add_argument("--astral-mirror", action="store_true", help="Serve astral.sh's uv installer locally")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
