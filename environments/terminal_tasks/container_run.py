@@ -21,7 +21,6 @@ allowed, so an honest `apt-get install` still scores.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 import secrets
@@ -32,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backends.task_container import TaskContainer, TaskContainers, TaskContainerSpec
+from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
 from tools.executor import ExecResult
 
@@ -106,7 +106,7 @@ def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") ->
 
 @dataclass
 class ContainerVerdict:
-    reward: float
+    reward: float | None  # None: Harbor's trial error (no, empty or unreadable reward file)
     reason: str
     flags: list[str] = field(default_factory=list)
     rewards: dict[str, float] = field(default_factory=dict)
@@ -191,22 +191,11 @@ def _files(task: TerminalTask) -> dict[str, tuple[bytes, int]]:
     }
 
 
-async def _read_rewards(box: TaskContainer) -> tuple[dict[str, float], str]:
-    """(rewards, where from): reward.json's numeric keys, else reward.txt's number; empty if neither."""
+async def _reward_file(box: TaskContainer, name: str) -> bytes | None:
     try:
-        raw = await box.read_file(f"{VERIFIER_DIR}/reward.json")
-        parsed = json.loads(raw)
-        if isinstance(parsed, dict):
-            numbers = {k: float(v) for k, v in parsed.items() if isinstance(v, int | float) and not isinstance(v, bool)}
-            if numbers:
-                return numbers, "reward.json"
-    except (FileNotFoundError, ValueError):
-        pass
-    try:
-        text = (await box.read_file(f"{VERIFIER_DIR}/reward.txt")).decode(errors="replace").strip()
-        return {"reward": float(text)}, "reward.txt"
-    except (FileNotFoundError, ValueError):
-        return {}, "no reward file"
+        return await box.read_file(f"{VERIFIER_DIR}/{name}")
+    except FileNotFoundError:
+        return None
 
 
 async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTask) -> ContainerVerdict:
@@ -230,14 +219,16 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
         out = (await box.read_file(f"{VERIFIER_DIR}/test-stdout.txt")).decode(errors="replace")
     except FileNotFoundError:
         out = run.output
-    rewards, source = await _read_rewards(box)
-    if run.timed_out:
+    if run.timed_out:  # scored 0, as a hang the agent caused must not escape its score
         verdict = ContainerVerdict(0.0, f"tests/test.sh ran over timeout_sec = {task.verifier_timeout_s:g}", log=out)
-    elif not rewards:
-        verdict = ContainerVerdict(0.0, f"tests/test.sh wrote no reward (exit {run.exit_code})", log=out)
     else:
-        reward = rewards.get("reward", next(iter(rewards.values())))
-        verdict = ContainerVerdict(reward, f"{source} (test.sh exit {run.exit_code})", rewards=rewards, log=out)
+        try:  # Harbor's rules, one implementation for both paths (reward.py)
+            read = read_rewards(await _reward_file(box, "reward.json"), await _reward_file(box, "reward.txt"))
+        except RewardError as exc:  # Harbor's trial error: no score, the rollout is lost to the verifier
+            verdict = ContainerVerdict(None, f"{exc} (test.sh exit {run.exit_code})", log=out)
+        else:
+            reason = f"{read.source} (test.sh exit {run.exit_code})"
+            verdict = ContainerVerdict(read.reward, reason, rewards=read.metrics, log=out)
     executor.verdicts.append(verdict)
     return verdict
 

@@ -356,6 +356,10 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             checked = await verify_in_container(ctx.executor, item)
             if checked.flags:
                 self._report(f"FLAGGED {item.id}: {checked.reason}")
+            if checked.reward is None:
+                raise VerifierError(
+                    f"{item.id}: the verifier gave no reward: {checked.reason}; log: {checked.log[-1500:]}"
+                )
             logger.info("task %s: reward %.3f (%s)", item.id, checked.reward, checked.reason)
             return checked.reward
         script, payload, nonce = verify_script(item, self.workspace_for(item))

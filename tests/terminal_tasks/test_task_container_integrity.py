@@ -221,3 +221,25 @@ async def test_a_storage_limit_the_engine_cannot_enforce_is_refused_in_one_line(
             async with task_container(refusing, task_spec(task, task_image, network=False), task.id):
                 pass
     assert "storage_mb = 10240 cannot be enforced" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("writes", "reward", "metrics"),
+    [
+        ("echo 0.5 > /logs/verifier/reward.txt", 0.5, {"reward": 0.5}),
+        ("echo 2.0 > /logs/verifier/reward.txt", 2.0, {"reward": 2.0}),  # raw, not clamped
+        # reward.json first, every numeric key kept, the headline is `reward`
+        ('echo 1 > /logs/verifier/reward.txt; echo \'{"reward": 0.25, "acc": 3}\' > /logs/verifier/reward.json',
+         0.25, {"reward": 0.25, "acc": 3.0}),
+        ("true", None, {}),  # no reward file: Harbor's trial error, no score
+        (": > /logs/verifier/reward.txt", None, {}),  # empty: the same
+    ],
+)  # fmt: skip
+async def test_reward_files_read_as_harbor_reads_them(engines, tmp_path, task_image, writes, reward, metrics):
+    """The task container's verifier reads the reward files with the local path's one reader (reward.py)."""
+    task_dir = write_task(tmp_path)
+    (task_dir / "tests" / "test.sh").write_text(f"#!/bin/bash\n{writes}\n")
+    task = load_harbor_task(task_dir)
+    async with task_container(engines, task_spec(task, task_image, network=False), task.id) as executor:
+        verdict = await verify_in_container(executor, task)
+    assert (verdict.reward, verdict.rewards) == (reward, metrics), verdict
