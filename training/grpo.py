@@ -81,6 +81,9 @@ class GRPOConfig(BaseModel):
     serve_port: int = Field(0, ge=0, le=65535, description="--sync embedded: the server's port (0: a free one)")
     serve_threads: int = Field(1, ge=1, description="--sync embedded: llama.cpp threads")
     serve_parallel: int = Field(4, ge=1, description="--sync embedded: concurrent request slots")
+    torch_threads: int = Field(
+        0, ge=0, description="torch's CPU threads (0: torch's default); 1 keeps a shared machine's cores for the server"
+    )
 
 
 class RunApiClient:
@@ -247,6 +250,8 @@ async def run(config: GRPOConfig) -> list[StepStats]:
 
     if config.sync == "embedded" and config.model != "embedded":
         raise ValueError("--sync embedded trains the embedded model: pass --model embedded")
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
     config.out.mkdir(parents=True, exist_ok=True)
     server = None
     if config.sync == "embedded":
