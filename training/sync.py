@@ -6,8 +6,8 @@ writes the trained weights as a float32 GGUF (`write_float_gguf`) and restarts t
 the same port with them. The env points at it (`--openai.base_url http://127.0.0.1:P/v1
 --env.token_server llamacpp`), so each batch after step k is sampled from the policy of step k.
 
-Why a restart and not a hot swap: xllamacpp's server takes its model when it starts (LoRA
-adapters can be rescaled at runtime, full weights cannot be replaced), and a restart of a 135M
+Why a restart and not a hot swap: xllamacpp's `Server` takes its model when it starts (it has
+no reload; LoRA adapters load at start too, only their scales change at runtime), and a restart of a 135M
 float32 model takes about a second. A request that arrives while the server is down fails to
 connect: an infrastructure failure, which the env retries (no group is lost, none is scored
 on an error). Owning the server in the trainer keeps one process responsible for "which

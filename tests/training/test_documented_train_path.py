@@ -28,7 +28,7 @@ def documented_train_path(doc: Path = DOC) -> list[list[str]]:
     block = re.search(r"```bash\n(.*?)```", doc.read_text(), re.S)
     assert block, f"{doc} has no bash block"
     found: dict[str, list[str]] = {}
-    for line in block.group(1).splitlines():
+    for line in block.group(1).replace("\\\n", " ").splitlines():  # continuation lines joined
         line = line.split("#", 1)[0].strip().removesuffix("&").strip()
         for name in COMMANDS:
             if name in line and name not in found:
@@ -49,6 +49,7 @@ def test_the_docs_show_the_whole_train_path_on_loopback():
     assert api[api.index("--host") + 1] == "127.0.0.1"  # docs/security.md: loopback only
     url = grpo[grpo.index("--api_url") + 1]
     assert serve[serve.index("--env.rollout_server_url") + 1] == url
+    assert serve[-1] == "96"  # the continuation line was read too
     assert url.endswith(":" + api[api.index("--port") + 1])
 
 
