@@ -143,7 +143,11 @@ def train(c: LearnConfig, tokenizer: Path) -> list[dict[str, float]]:
             c.out / "serve.log",
         )  # fmt: skip
         procs.append(serve)
-        if grpo.wait() != 0:
+        while grpo.poll() is None:
+            if serve.poll() not in (None, 0):  # the trainer would wait for batches that never come
+                raise SystemExit(f"learn: serve failed; see {c.out / 'serve.log'}")
+            time.sleep(2)
+        if grpo.returncode != 0:
             raise SystemExit(f"learn: the trainer failed; see {c.out / 'grpo.log'}")
         serve.wait(600)
     finally:

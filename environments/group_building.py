@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, final
@@ -138,6 +139,21 @@ class GroupBuilding(RolloutSettings):
             self._set_fatal(exc)
             raise
 
+    async def _model_server_came_back(self) -> bool:
+        """True when a model server did not answer and then answered again within server_down_wait_s."""
+        runtime = self.agent_runtime
+        deadline = time.monotonic() + self.config.server_down_wait_s
+        was_down = False
+        while True:
+            try:
+                await asyncio.gather(*(runtime.probe(i) for i in range(len(runtime.config.servers))))
+                return was_down
+            except Exception:  # any failure to answer is "down"; probe names the cause, the group's error says it
+                was_down = True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(1.0)
+
     async def _collect(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         rollouts = list(await asyncio.gather(*(self.rollout(item) for _ in range(self.config.group_size))))
         for _ in range(self.config.rollout_infra_retries):
@@ -151,6 +167,13 @@ class GroupBuilding(RolloutSettings):
         if failed:
             logger.warning("%d/%d rollouts hit infrastructure errors: %s", len(failed), len(rollouts), failed[0].error)
         if not usable:
+            if await self._model_server_came_back():
+                # A restart (training.grpo --sync reloading weights): the group is redone, and not counted.
+                print(
+                    f"[hermes-rl] model server was down and answers again; group retried: {failed[0].error}",
+                    file=sys.stderr,
+                )
+                return None, [item]
             self._consecutive_infra_failures += 1
             if self._consecutive_infra_failures >= self.config.max_consecutive_infra_failures:
                 raise HermesEnvError(
