@@ -15,7 +15,7 @@ from typing import Any, final
 from atroposlib.envs.base import ScoredDataGroup
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
-from environments.models.base import ChatModel
+from environments.models.base import ChatModel, ModelError
 from environments.models.chat_tokens import tokenize_conversation
 from environments.models.token_mode.wiring import finish_logprobs, trace_items
 from environments.rollout_settings import RolloutSettings
@@ -148,7 +148,7 @@ class GroupBuilding(RolloutSettings):
             try:
                 await asyncio.gather(*(runtime.probe(i) for i in range(len(runtime.config.servers))))
                 return was_down
-            except Exception:  # any failure to answer is "down"; probe names the cause, the group's error says it
+            except (HermesEnvError, ModelError):  # the probe's "does not answer" (chat or token protocol)
                 was_down = True
             if time.monotonic() > deadline:
                 return False
