@@ -93,6 +93,13 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     max_consecutive_infra_failures: int = Field(
         3, ge=1, description="Groups in a row lost to infrastructure errors before the command stops"
     )
+    server_down_wait_s: float = Field(
+        120.0,
+        ge=0,
+        description="When every rollout of a group failed on infrastructure: how long to wait for a model server "
+        "that does not answer; one that comes back (a restart, e.g. training.grpo --sync) gets the group again, "
+        "not counted as lost",
+    )
     inference_logprobs: Literal["raw_logits", "sampling_policy"] = Field(
         "raw_logits",
         description="Which distribution inference_logprobs describe: raw_logits = log-softmax of the model's logits "

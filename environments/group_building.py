@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, final
@@ -14,7 +15,7 @@ from typing import Any, final
 from atroposlib.envs.base import ScoredDataGroup
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
-from environments.models.base import ChatModel
+from environments.models.base import ChatModel, ModelError
 from environments.models.chat_tokens import tokenize_conversation
 from environments.models.token_mode.wiring import finish_logprobs, trace_items
 from environments.rollout_settings import RolloutSettings
@@ -138,6 +139,21 @@ class GroupBuilding(RolloutSettings):
             self._set_fatal(exc)
             raise
 
+    async def _model_server_came_back(self) -> bool:
+        """True when a model server did not answer and then answered again within server_down_wait_s."""
+        runtime = self.agent_runtime
+        deadline = time.monotonic() + self.config.server_down_wait_s
+        was_down = False
+        while True:
+            try:
+                await asyncio.gather(*(runtime.probe(i) for i in range(len(runtime.config.servers))))
+                return was_down
+            except (HermesEnvError, ModelError):  # the probe's "does not answer" (chat or token protocol)
+                was_down = True
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(1.0)
+
     async def _collect(self, item: Any) -> tuple[ScoredDataGroup | None, list[Any]]:
         rollouts = list(await asyncio.gather(*(self.rollout(item) for _ in range(self.config.group_size))))
         for _ in range(self.config.rollout_infra_retries):
@@ -151,6 +167,13 @@ class GroupBuilding(RolloutSettings):
         if failed:
             logger.warning("%d/%d rollouts hit infrastructure errors: %s", len(failed), len(rollouts), failed[0].error)
         if not usable:
+            if await self._model_server_came_back():
+                # A restart (training.grpo --sync reloading weights): the group is redone, and not counted.
+                print(
+                    f"[hermes-rl] model server was down and answers again; group retried: {failed[0].error}",
+                    file=sys.stderr,
+                )
+                return None, [item]
             self._consecutive_infra_failures += 1
             if self._consecutive_infra_failures >= self.config.max_consecutive_infra_failures:
                 raise HermesEnvError(

@@ -156,6 +156,37 @@ async def test_a_rollout_lost_to_infrastructure_is_run_again(tmp_path):
     assert "group_size" not in group["group_overrides"]  # complete again: run-api releases it
 
 
+async def test_a_group_lost_while_the_model_server_restarts_is_redone_and_not_counted(tmp_path):
+    # training.grpo --sync restarts the server between steps: chat and health both fail until the
+    # env has probed it once while down; then it is back.
+    state = {"down": False, "probes_while_down": 0}
+
+    def models_status() -> int:
+        if state["down"]:
+            state["probes_while_down"] += 1
+            state["down"] = False
+            return 503
+        return 200
+
+    def chat(request):
+        return 503 if state["down"] else writer("apple")(request)
+
+    async with ScriptedOpenAIServer([chat] * 40) as server:
+        server.models_status = models_status
+        env = make_env(
+            server.base_url, tmp_path, model_max_retries=0, max_consecutive_infra_failures=1, server_down_wait_s=600
+        )
+        async with env.runtime():
+            await env.setup()
+            item = await env.get_next_item()
+            state["down"] = True
+            group, backlog = await env.collect_trajectories(item)
+            assert group is None and backlog == [item]  # redone later, never scored
+            assert state["probes_while_down"] == 1 and env._consecutive_infra_failures == 0
+            group, backlog = await env.collect_trajectories(item)  # the server is back: the group is whole
+    assert backlog == [] and group["scores"] == [1.0, 1.0]
+
+
 async def test_partially_failed_group_keeps_only_usable_rollouts_and_says_its_size(tmp_path):
     async with ScriptedOpenAIServer([first_turn_fails({2})] * 3) as server:
         env = make_env(server.base_url, tmp_path, model_max_retries=0, rollout_infra_retries=0)

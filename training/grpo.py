@@ -4,6 +4,9 @@
     python -m training.grpo --api_url http://127.0.0.1:8000 --model embedded --out runs/grpo --steps 1 &
     python -m environments.gsm8k_agent_env serve --env.rollout_server_url http://127.0.0.1:8000
 
+With `--sync embedded --serve_port P` the trainer also serves the policy it trains (training.sync):
+point the env at it with `--openai.base_url http://127.0.0.1:P/v1 --env.token_server llamacpp`.
+
 It proves the data path end to end and is a template; real training stays on Atropos or Tinker
 trainers. One step, for every sequence of a batch:
 
@@ -32,11 +35,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from embedded_llm import EmbeddedLLMError
 from training.cli import parse_config
 from training.groups import IGNORE, NOT_SAMPLED, Group, parse_groups
 
@@ -72,6 +76,17 @@ class GRPOConfig(BaseModel):
     poll_interval_s: float = Field(1.0, gt=0)
     wandb_project: str = Field("hermes-rl", description="sent at registration (run-api requires it)")
     wandb_group: str = Field("grpo-reference", description="sent at registration (run-api requires it)")
+    sync: Literal["none", "embedded"] = Field(
+        "none",
+        description="'embedded': serve the policy being trained from a llama.cpp server this trainer owns "
+        "(float32 GGUF, restarted with the new weights after every step; training.sync)",
+    )
+    serve_port: int = Field(0, ge=0, le=65535, description="--sync embedded: the server's port (0: a free one)")
+    serve_threads: int = Field(1, ge=1, description="--sync embedded: llama.cpp threads")
+    serve_parallel: int = Field(4, ge=1, description="--sync embedded: concurrent request slots")
+    torch_threads: int = Field(
+        0, ge=0, description="torch's CPU threads (0: torch's default); 1 keeps a shared machine's cores for the server"
+    )
 
 
 class RunApiClient:
@@ -234,12 +249,25 @@ async def run(config: GRPOConfig) -> list[StepStats]:
 
     from training.models import copy_tokenizer, load_causal_lm
 
+    from training.sync import PolicyServer
+
+    if config.sync == "embedded" and config.model != "embedded":
+        raise ValueError("--sync embedded trains the embedded model: pass --model embedded")
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
     config.out.mkdir(parents=True, exist_ok=True)
+    server = None
+    if config.sync == "embedded":
+        server = PolicyServer(config.out, config.serve_port, config.serve_threads, config.serve_parallel)
     # Torch work runs in one worker thread; the event loop stays free for run-api.
     executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="grpo")
     loop = asyncio.get_running_loop()
     stats: list[StepStats] = []
     try:
+        if server is not None:
+            url = await loop.run_in_executor(executor, server.start)
+            assert server.llm is not None
+            print(f"[grpo] serving the policy at {url} (tokenizer {server.llm.tokenizer_dir})", flush=True)
         async with httpx.AsyncClient(timeout=30) as http:
             api = RunApiClient(config, http)
             await api.register()
@@ -255,6 +283,8 @@ async def run(config: GRPOConfig) -> list[StepStats]:
                 groups = list(parse_groups(batch, f"batch {step}"))
                 result = await loop.run_in_executor(executor, train_step, model, optimizer, groups, config, step)
                 stats.append(result)
+                if server is not None:  # the next batches are sampled from this step's weights
+                    await loop.run_in_executor(executor, server.publish, model)
                 line = json.dumps(asdict(result))
                 with (config.out / "metrics.jsonl").open("a", encoding="utf-8") as f:
                     f.write(line + "\n")
@@ -262,6 +292,8 @@ async def run(config: GRPOConfig) -> list[StepStats]:
         await loop.run_in_executor(executor, model.save_pretrained, str(config.out))
         copy_tokenizer(model_dir, config.out)
     finally:
+        if server is not None:
+            await loop.run_in_executor(executor, server.stop)
         executor.shutdown(wait=True)
     return stats
 
@@ -270,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
     config = parse_config(GRPOConfig, argv, "python -m training.grpo")
     try:
         stats = asyncio.run(run(config))
-    except (ValueError, TimeoutError, httpx.HTTPError) as exc:
+    except (ValueError, TimeoutError, httpx.HTTPError, EmbeddedLLMError) as exc:
         print(f"grpo: {exc}", file=sys.stderr)
         return 1
     if not all(math.isfinite(s.loss) for s in stats):

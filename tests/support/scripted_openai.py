@@ -39,6 +39,8 @@ class ScriptedOpenAIServer:
         self.max_in_flight = 0  # most requests the server held at once
         self._runner: web.AppRunner | None = None
         self.port = 0
+        # GET /v1/models answers this status when set (a server that is down for its health check too).
+        self.models_status: Callable[[], int] | None = None
 
     @property
     def base_url(self) -> str:
@@ -62,6 +64,9 @@ class ScriptedOpenAIServer:
         await self._runner.cleanup()
 
     async def _models(self, request: web.Request) -> web.Response:
+        status = self.models_status() if self.models_status is not None else 200
+        if status != 200:
+            return web.json_response({"error": {"message": f"scripted failure {status}"}}, status=status)
         return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
 
     async def _chat(self, request: web.Request) -> web.Response:
