@@ -2,7 +2,8 @@
 14 tools (the published toolkit's `think` is commented out there, so it is not offered here).
 
 Written from the benchmark's tool semantics (src/tau2/domains/airline/tools.py and its data model),
-not copied. What the published tools do and this module keeps, because gold replays depend on it:
+not copied; tests/tau/test_tau_upstream_diff.py checks it against the published package on every
+task. What the published tools do, and gold replays depend on:
 - "now" is 2024-05-15T15:00:00; new reservations take the first free id of HATHAT, HATHAU, HATHAV;
   `send_certificate` adds the first free id of certificate_3221322/3/4.
 - Booking prices each flight at its date's cabin price per passenger, plus 30 per passenger for
@@ -13,20 +14,15 @@ not copied. What the published tools do and this module keeps, because gold repl
   charge 50 per added non-free bag. Neither takes a certificate; a gift card must cover a charge.
 - Cancelling refunds every payment (a negative payment each) and releases no seats; changing
   flights does not touch seat counts either.
-- The tools enforce no policy: cancelling a basic-economy reservation, removing bags or changing a
-  basic-economy flight all succeed. The policy is the agent's to follow, and the DB hash checks it.
-Every write checks everything before it changes anything, so a refused call leaves the database as
-it was. One deliberate difference: a one-stop search whose first leg lands the next day looks for
-the second leg on the correctly formatted next date (the published code writes an unpadded day).
+- The tools enforce no policy (cancelling basic economy succeeds): the policy is the agent's to
+  follow, and the DB hash checks it.
 """
 
 from __future__ import annotations
 
-import datetime
 from typing import Any
 
-from environments.tau.domain import Domain, DomainTool
-from environments.tau.retail import CALCULATE, TRANSFER_TO_HUMAN_AGENTS
+from environments.tau.domain import CALCULATE, TRANSFER_TO_HUMAN_AGENTS, Domain, DomainTool
 
 __all__ = ["DOMAIN"]
 
@@ -40,28 +36,12 @@ FLIGHT_TYPES = ("round_trip", "one_way")
 INSURANCE = ("yes", "no")
 INSURANCE_FEE = 30
 BAG_FEE = 50
+# The airports list_all_airports names, in its order.
 AIRPORTS = (
-    ("SFO", "San Francisco"),
-    ("JFK", "New York"),
-    ("LAX", "Los Angeles"),
-    ("ORD", "Chicago"),
-    ("DFW", "Dallas"),
-    ("DEN", "Denver"),
-    ("SEA", "Seattle"),
-    ("ATL", "Atlanta"),
-    ("MIA", "Miami"),
-    ("BOS", "Boston"),
-    ("PHX", "Phoenix"),
-    ("IAH", "Houston"),
-    ("LAS", "Las Vegas"),
-    ("MCO", "Orlando"),
-    ("EWR", "Newark"),
-    ("CLT", "Charlotte"),
-    ("MSP", "Minneapolis"),
-    ("DTW", "Detroit"),
-    ("PHL", "Philadelphia"),
-    ("LGA", "LaGuardia"),
-)
+    "SFO:San Francisco,JFK:New York,LAX:Los Angeles,ORD:Chicago,DFW:Dallas,DEN:Denver,SEA:Seattle,ATL:Atlanta,"
+    "MIA:Miami,BOS:Boston,PHX:Phoenix,IAH:Houston,LAS:Las Vegas,MCO:Orlando,EWR:Newark,CLT:Charlotte,"
+    "MSP:Minneapolis,DTW:Detroit,PHL:Philadelphia,LGA:LaGuardia"
+).split(",")
 
 
 def _normalise(db: Db) -> None:
@@ -297,7 +277,7 @@ def get_flight_status(db: Db, flight_number: str, date: str) -> str:
 
 
 def list_all_airports(db: Db) -> list[dict[str, str]]:
-    return [{"iata": iata, "city": city} for iata, city in AIRPORTS]
+    return [dict(zip(("iata", "city"), airport.split(":"))) for airport in AIRPORTS]
 
 
 def search_direct_flight(db: Db, origin: str, destination: str, date: str) -> list[dict[str, Any]]:
@@ -305,14 +285,12 @@ def search_direct_flight(db: Db, origin: str, destination: str, date: str) -> li
 
 
 def search_onestop_flight(db: Db, origin: str, destination: str, date: str) -> list[list[dict[str, Any]]]:
-    try:
-        next_day = (datetime.date.fromisoformat(date) + datetime.timedelta(days=1)).isoformat()
-    except ValueError:
-        raise ValueError(f"date must be YYYY-MM-DD, got {date!r}") from None
     pairs = []
     for first in _direct(db, date, origin, None):
         first["date"] = date
-        date2 = next_day if "+1" in first["scheduled_arrival_time_est"] else date
+        # As published: a first leg landing the next day looks for the second on "2024-05-<day + 1>",
+        # written without zero padding (so before the 9th it finds nothing).
+        date2 = f"2024-05-{int(date[-2:]) + 1}" if "+1" in first["scheduled_arrival_time_est"] else date
         for second in _direct(db, date2, first["destination"], destination, first["scheduled_arrival_time_est"]):
             second["date"] = date2
             pairs.append([first, second])
@@ -321,11 +299,11 @@ def search_onestop_flight(db: Db, origin: str, destination: str, date: str) -> l
 
 def send_certificate(db: Db, user_id: str, amount: int) -> str:
     user = _user(db, user_id)
-    value = float(_int(amount, "amount"))
     for certificate_id in NEW_CERTIFICATE_IDS:
         if certificate_id not in user["payment_methods"]:
-            user["payment_methods"][certificate_id] = {"source": "certificate", "id": certificate_id, "amount": value}
-            return f"Certificate {certificate_id} added to user {user_id} with amount {_int(amount, 'amount')}."
+            method = {"source": "certificate", "id": certificate_id, "amount": float(amount)}
+            user["payment_methods"][certificate_id] = method
+            return f"Certificate {certificate_id} added to user {user_id} with amount {amount}."
     raise ValueError("Too many certificates")
 
 
@@ -512,4 +490,4 @@ _TOOLS = [
     ),
 ]
 
-DOMAIN = Domain("airline", {t.name: t for t in _TOOLS}, normalise=_normalise)
+DOMAIN = Domain("airline", "AirlineTools", {t.name: t for t in _TOOLS}, normalise=_normalise)

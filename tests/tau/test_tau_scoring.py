@@ -151,9 +151,9 @@ def test_nl_assertions_need_a_judge(bundled) -> None:
     db = RETAIL.load_db(copy.deepcopy(bundled.db))
     start = copy.deepcopy(db)
     messages = play(db, steps)
-    unjudged = score_episode(task, RETAIL, start, db, messages, ended="user_stop")
-    assert unjudged.nl is None and "NL_ASSERTION" in unjudged.unevaluated
-    assert unjudged.reward == 1.0  # DB and COMMUNICATE hold; NL assertions left out, and said so
+    # Never scored without a judge's verdicts (the benchmark raises too).
+    with pytest.raises(ValueError, match="scores on NL_ASSERTION and no judge's verdicts were given"):
+        score_episode(task, RETAIL, start, db, messages, ended="user_stop")
     judged = score_episode(task, RETAIL, start, db, messages, ended="user_stop", nl_verdicts=[True, False])
     assert judged.reward == 0.0 and judged.nl == [True, False]
     assert score_episode(task, RETAIL, start, db, messages, ended="user_stop", nl_verdicts=[True, True]).reward == 1.0
@@ -228,14 +228,16 @@ def test_refused_writes_leave_the_database_as_it_was(bundled) -> None:
             },
         ),  # one keyboard ordered, two returned
         ("modify_pending_order_payment", {"order_id": "#W1000001", "payment_method_id": "gift_card_2231890"}),
-        ("calculate", {"expression": "2 ** 10"}),
+        ("calculate", {"expression": "9 ** 9 ** 9"}),  # the benchmark's eval never returns; refused here
+        ("calculate", {"expression": "1 / 0"}),
         ("calculate", {"expression": "__import__('os')"}),
     ]
     for name, args in refused:
         with pytest.raises(ValueError):
             RETAIL.call(db, name, args)
         assert db_hash(db) == before, name
-    # Two items modified at once each take their own variant's price and options; the gift card pays.
+    # Two items modified at once: as published, both take the LAST new variant's price and options (the
+    # price difference, 8.76, is still the sum over the pairs); the gift card pays.
     order = RETAIL.call(
         db,
         "modify_pending_order_items",
@@ -246,7 +248,8 @@ def test_refused_writes_leave_the_database_as_it_was(bundled) -> None:
             "payment_method_id": "gift_card_2231890",
         },
     )
-    assert [(i["item_id"], i["price"]) for i in order["items"]] == [("7200000002", 31.75), ("7300000003", 21.5)]
+    assert [(i["item_id"], i["price"]) for i in order["items"]] == [("7200000002", 21.5), ("7300000003", 21.5)]
+    assert order["items"][0]["options"] == order["items"][1]["options"]
     assert order["payment_history"][-1] == {
         "transaction_type": "payment",
         "amount": 8.76,
@@ -255,3 +258,6 @@ def test_refused_writes_leave_the_database_as_it_was(bundled) -> None:
     assert db["users"]["mara_quint_4821"]["payment_methods"]["gift_card_2231890"]["balance"] == 31.24
     assert order["status"] == "pending (item modified)"
     assert RETAIL.call(db, "calculate", {"expression": "(31.75 + 21.5) * 2 / 3"}) == "35.5"
+    assert RETAIL.call(db, "calculate", {"expression": "2**3"}) == "8.0"  # as the benchmark's eval gives it
+    with pytest.raises(ValueError, match="^division by zero$"):
+        RETAIL.call(db, "calculate", {"expression": "1 / 0"})
