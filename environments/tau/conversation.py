@@ -89,8 +89,10 @@ def domain_tools(domain: Domain, db: dict[str, Any] | None, errors: _Errors | No
 
         return handler
 
+    # Never truncated: the benchmark hands the agent a whole answer (a one-stop search can be long).
     return [
-        Tool(t.name, f"tau2_{domain.name}", t.description, t.parameters, bind(t.name)) for t in domain.tools.values()
+        Tool(t.name, f"tau2_{domain.name}", t.description, t.parameters, bind(t.name), max_result_chars=10**9)
+        for t in domain.tools.values()
     ]
 
 
@@ -122,9 +124,7 @@ class TauConversation:
         db = await asyncio.to_thread(initial_db, self.task, self.domain, self.data.db)
         errors = _Errors()
         registry = ToolRegistry(domain_tools(self.domain, db, errors))
-        messages = list(messages)
-        if not self.rules.hide_greeting:
-            messages.append({"role": "assistant", "content": GREETING})
+        messages = list(messages)  # the env's prompt: the policy, then the greeting (TauEnv.format_prompt)
         result = TauResult(messages, 0, False, "finished", [], [], db=db)
         steps, said = 0, GREETING
 

@@ -34,7 +34,7 @@ from environments.tau.conversation import TauConversation, TauResult, TauRules, 
 from environments.tau.domain import Domain, get_domain
 from environments.tau.scoring import needs_judge, score_episode
 from environments.tau.tasks import BUNDLED_DATA_DIR, DomainData, RewardType, Task, load_domain_data
-from environments.tau.user_sim import JudgeConfig, UserModelConfig, UserSimulator, judge_nl_assertions
+from environments.tau.user_sim import GREETING, JudgeConfig, UserModelConfig, UserSimulator, judge_nl_assertions
 from environments.tool_backend import LocalToolBackend, ToolBackend
 from tools.context import ToolContext
 from tools.registry import ToolRegistry
@@ -133,12 +133,11 @@ class TauEnv(HermesAgentBaseEnv):
 
     def format_prompt(self, item: Task) -> list[dict[str, Any]]:
         head = self.config.system_prompt or AGENT_INSTRUCTIONS
-        return [
-            {
-                "role": "system",
-                "content": f"<instructions>\n{head}\n</instructions>\n<policy>\n{self.data().policy}\n</policy>",
-            }
-        ]
+        system = f"<instructions>\n{head}\n</instructions>\n<policy>\n{self.data().policy}\n</policy>"
+        prompt = [{"role": "system", "content": system}]
+        if not self.config.rules.hide_greeting:  # the benchmark's agent has its fixed greeting in its context
+            prompt.append({"role": "assistant", "content": GREETING})
+        return prompt
 
     # ---- the user simulator's and judge's clients, alive as long as the runtime ------------------
 

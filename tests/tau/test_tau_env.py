@@ -246,9 +246,9 @@ async def test_a_failing_user_simulator_is_infrastructure_never_the_agents_score
         env.config.user_model.max_retries = 0
         await env.setup()
         async with env.runtime():
-            r = await env.rollout(env.data().tasks[3], model=ScriptedAgent(TASK3_AGENT))
+            r = await env.rollout(env.data().tasks[0], model=ScriptedAgent(TASK3_AGENT))
             with pytest.raises(HermesEnvError, match="the user simulator's server refused the request"):
-                await env.rollout(env.data().tasks[3], model=ScriptedAgent(TASK3_AGENT))
+                await env.rollout(env.data().tasks[0], model=ScriptedAgent(TASK3_AGENT))
     assert r.infrastructure_failure and r.score is None
     assert "the user simulator failed" in (r.error or "")
 

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from environments.tau.domain import get_domain
-from environments.tau.scoring import gold_db, score_episode
+from environments.tau.scoring import gold_db, needs_judge, score_episode
 from environments.tau.tasks import BUNDLED_DATA_DIR, Task, load_domain_data
 from tests.tau import scripts
 from tests.tau.scripts import gold_steps
@@ -76,10 +76,12 @@ def test_the_published_task_gold_actions_score_one_and_skipping_the_exchange_sco
 def test_gold_actions_score_one_on_every_bundled_task(bundled) -> None:
     for task in bundled.tasks:
         said = [("say", f"Done. {info} is what you asked about.") for info in task.evaluation_criteria.communicate_info]
+        if needs_judge(task):  # task 3: never scored without a judge's verdicts
+            with pytest.raises(ValueError, match="no judge's verdicts"):
+                run(task, bundled.db, gold_steps(task) + said)
+            continue
         score = run(task, bundled.db, gold_steps(task) + said)
-        assert score.db_match, task.id
-        if task.id != "3":  # task 3 has NL assertions and no judge here
-            assert score.reward == 1.0, (task.id, score)
+        assert score.db_match and score.reward == 1.0, (task.id, score)
 
 
 def test_skipping_a_required_write_scores_zero(bundled) -> None:
@@ -252,7 +254,7 @@ def test_refused_writes_leave_the_database_as_it_was(bundled) -> None:
     assert order["items"][0]["options"] == order["items"][1]["options"]
     assert order["payment_history"][-1] == {
         "transaction_type": "payment",
-        "amount": 8.76,
+        "amount": pytest.approx(8.76),  # not rounded, as published (8.760000000000002)
         "payment_method_id": "gift_card_2231890",
     }
     assert db["users"]["mara_quint_4821"]["payment_methods"]["gift_card_2231890"]["balance"] == 31.24

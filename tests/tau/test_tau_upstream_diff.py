@@ -24,7 +24,7 @@ from environments.tau.conversation import TauConversation, TauResult, TauRules, 
 from environments.tau.domain import Domain, db_hash, get_domain
 from environments.tau.scoring import score_episode
 from environments.tau.tasks import DomainData, Task, load_domain_data
-from environments.tau.user_sim import UserModelConfig, UserSimulator
+from environments.tau.user_sim import GREETING, UserModelConfig, UserSimulator
 from tests.tau import upstream
 from tools.context import ToolContext
 
@@ -143,7 +143,9 @@ async def ours(case: Case, data: DomainData, domain: Domain) -> dict[str, Any]:
         user=user,  # type: ignore[arg-type]
         rules=case.rules,
     )
-    result = await conversation.run([{"role": "system", "content": "policy"}])
+    result = await conversation.run(
+        [{"role": "system", "content": "policy"}, {"role": "assistant", "content": GREETING}]
+    )
     assert isinstance(result, TauResult)
     score = score_episode(case.task, domain, data.db, result.db, result.messages, ended=result.ended)
     return {
