@@ -23,7 +23,7 @@ from environments.models.base import ModelTurn
 from environments.tau.conversation import TauConversation, TauResult, TauRules, domain_tools
 from environments.tau.domain import Domain, db_hash, get_domain
 from environments.tau.scoring import score_episode
-from environments.tau.tasks import DomainData, Task, load_domain_data
+from environments.tau.tasks import BUNDLED_DATA_DIR, DomainData, Task, load_domain_data
 from environments.tau.user_sim import GREETING, UserModelConfig, UserSimulator
 from tests.tau import upstream
 from tools.context import ToolContext
@@ -242,3 +242,23 @@ async def test_every_published_task_scores_as_upstream_scores_it(published: dict
     assert all(r == 1.0 for r in rewards["gold"]) and all(r == 1.0 for r in rewards["agent_stop"])
     assert 0.0 in rewards["reordered"] and 0.0 in rewards["wrong_write"] and set(rewards["no_communicate"]) == {0.0}
     assert set(rewards["ten_errors"]) == {0.0} and set(rewards["max_steps"]) == {0.0}
+
+
+async def test_deliberate_differences_are_flags_off_by_default() -> None:
+    """On the bundled sample (no upstream needed): the agent's ###STOP### ends and scores the run only with
+    `agent_stop`; by default the user answers it, as upstream's orchestrator does."""
+    data = load_domain_data(BUNDLED_DATA_DIR, "retail")
+    domain = get_domain("retail")
+    task = data.tasks[1]
+    (gold,) = [c for c in cases_of(domain, task, 5) if c.key.endswith("/gold")]
+    said = gold.agent[-1][1]
+    script = [*gold.agent[:-1], ("say", said + " ###STOP###", None)]
+    default = await ours(Case("x", "retail", task, script, [OPENING, BYE], TauRules()), data, domain)
+    assert default["termination"] == "user_stop" and default["messages"][-1] == {"role": "user", "content": BYE}
+    assert default["reward"] == 1.0
+    flagged = await ours(Case("x", "retail", task, script, [OPENING], TauRules(agent_stop=True)), data, domain)
+    assert flagged["termination"] == "agent_stop" and flagged["reward"] == 1.0
+    assert flagged["messages"][-1]["content"].endswith("###STOP###")
+    # Without the flag, a user that had nothing more to say would be asked again: the run cannot end there.
+    with pytest.raises(AssertionError, match="asked for more than the script has"):
+        await ours(Case("x", "retail", task, script, [OPENING], TauRules()), data, domain)
