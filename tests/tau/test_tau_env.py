@@ -69,7 +69,9 @@ async def test_gold_agent_scores_one_skipping_or_breaking_policy_scores_zero(tok
         names = {t["function"]["name"] for t in env.tool_schemas()}
         assert "exchange_delivered_order_items" in names and len(names) == 15 and "terminal" not in names
         system = env.initial_messages(exchange_task)
-        assert [m["role"] for m in system] == ["system"] and "Identify the customer first" in system[0]["content"]
+        assert [m["role"] for m in system] == ["system", "assistant"] and "Identify the customer first" in system[0][
+            "content"
+        ]
         async with env.runtime():
             gold = ScriptedAgent([*LOOKUPS, EXCHANGE, DONE])
             r_gold = await env.rollout(exchange_task, model=gold)

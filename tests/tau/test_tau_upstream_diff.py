@@ -143,9 +143,12 @@ async def ours(case: Case, data: DomainData, domain: Domain) -> dict[str, Any]:
         user=user,  # type: ignore[arg-type]
         rules=case.rules,
     )
-    result = await conversation.run(
-        [{"role": "system", "content": "policy"}, {"role": "assistant", "content": GREETING}]
-    )
+    try:
+        result = await conversation.run(
+            [{"role": "system", "content": "policy"}, {"role": "assistant", "content": GREETING}]
+        )
+    except AssertionError as exc:  # a script ran out: this side went on where the script (and upstream) did not
+        return {"termination": f"error: {exc}", "reward": None, "db_match": None, "db_hash": None, "messages": []}
     assert isinstance(result, TauResult)
     score = score_episode(case.task, domain, data.db, result.db, result.messages, ended=result.ended)
     return {
