@@ -183,6 +183,7 @@ def test_process_on_a_scripted_server_exports_a_multi_turn_trajectory(tokenizer_
     for t, messages in zip(trajs, group["messages"]):
         assert t["question"] == OPENING and t["task_id"].startswith("tau2-retail-0")
         assert [d["role"] for d in t["metadata"]["dialogue"]] == ["assistant", "user", "assistant", "user"]
+        assert t["metadata"]["opening"] == [{"role": "assistant", "content": "Hi! How can I help you today?"}]
         assert t["metadata"]["dialogue"][-1]["content"].endswith("###STOP###")
         # The export round-trips to the same conversation.
         assert exports.canonical_messages(exports.trajectory_to_messages(t)) == exports.canonical_messages(messages)
@@ -190,8 +191,9 @@ def test_process_on_a_scripted_server_exports_a_multi_turn_trajectory(tokenizer_
     # Per-tool SFT sets cut from the multi-turn trajectories keep the user's turns as context.
     assert exports.main(["sft", str(out), str(tmp_path / "sft"), "--val_fraction", "0"]) == 0
     (example,) = [json.loads(line) for line in (tmp_path / "sft" / "cancel_pending_order" / "train.jsonl").open()]
-    assert [m["role"] for m in example["messages"]] == ["system", "user", "assistant"]
-    assert example["messages"][1]["content"] == OPENING
+    # The agent's context: the policy, the fixed greeting, the customer's opening.
+    assert [m["role"] for m in example["messages"]] == ["system", "assistant", "user", "assistant"]
+    assert example["messages"][2]["content"] == OPENING
 
 
 def task3_user(body: dict[str, Any]) -> dict[str, Any]:
