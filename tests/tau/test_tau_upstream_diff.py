@@ -208,6 +208,8 @@ def published() -> dict[str, DomainData]:
     return {d: load_domain_data(root, d) for d in DOMAINS}
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(2400)  # ~350 conversations, each replayed and evaluated by upstream (3 DB copies, 3 hashes)
 async def test_every_published_task_scores_as_upstream_scores_it(published: dict[str, DomainData]) -> None:
     assert sum(len(published[d].tasks) for d in DOMAINS) == 164
     cases = [
