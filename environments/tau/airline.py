@@ -20,7 +20,9 @@ task. What the published tools do, and gold replays depend on:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
 
 from environments.tau.domain import CALCULATE, TRANSFER_TO_HUMAN_AGENTS, Domain, DomainTool
 
@@ -42,6 +44,17 @@ AIRPORTS = (
     "MIA:Miami,BOS:Boston,PHX:Phoenix,IAH:Houston,LAS:Las Vegas,MCO:Orlando,EWR:Newark,CLT:Charlotte,"
     "MSP:Minneapolis,DTW:Detroit,PHL:Philadelphia,LGA:LaGuardia"
 ).split(",")
+
+
+class Reservation(BaseModel):
+    """The fields of the published Reservation model its booking tool validates (named so that pydantic's
+    message names it as the published one does)."""
+
+    flight_type: Literal["round_trip", "one_way"]
+    cabin: Literal["business", "economy", "basic_economy"]
+    total_baggages: int
+    nonfree_baggages: int
+    insurance: Literal["yes", "no"]
 
 
 def _normalise(db: Db) -> None:
@@ -85,12 +98,6 @@ def _int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
         raise ValueError(f"{what} must be a whole number, got {value!r}")
     return int(value)
-
-
-def _choice(value: Any, allowed: tuple[str, ...], what: str) -> str:
-    if value not in allowed:
-        raise ValueError(f"{what} must be one of {list(allowed)}, got {value!r}")
-    return str(value)
 
 
 def _fields(obj: Any, keys: tuple[str, ...], what: str) -> dict[str, Any]:
@@ -190,21 +197,21 @@ def book_reservation(
     nonfree_baggages: int,
     insurance: str,
 ) -> dict[str, Any]:
-    _choice(flight_type, FLIGHT_TYPES, "flight_type")
-    _choice(cabin, CABINS, "cabin")
-    _choice(insurance, INSURANCE, "insurance")
     infos, people = _flight_infos(flights), _passengers(passengers)
     payments = [_fields(p, ("payment_id", "amount"), "payment_methods") for p in payment_methods]
     for p in payments:
         p["amount"] = _int(p["amount"], "a payment amount")
-    total_baggages, nonfree_baggages = (
-        _int(total_baggages, "total_baggages"),
-        _int(nonfree_baggages, "nonfree_baggages"),
-    )
     user = _user(db, user_id)
     reservation_id = next((r for r in NEW_RESERVATION_IDS if r not in db["reservations"]), None)
     if reservation_id is None:
         raise ValueError("Too many reservations")
+    # Checked where and as the published tool checks them: by its Reservation model (pydantic's message).
+    fields = {"flight_type": flight_type, "cabin": cabin, "total_baggages": total_baggages}
+    try:
+        checked = Reservation.model_validate({**fields, "nonfree_baggages": nonfree_baggages, "insurance": insurance})
+    except ValidationError as exc:
+        raise ValueError(str(exc)) from None
+    total_baggages, nonfree_baggages = checked.total_baggages, checked.nonfree_baggages
 
     segments, days, price = [], [], 0
     for info in infos:
@@ -326,7 +333,6 @@ def update_reservation_baggages(
 def update_reservation_flights(
     db: Db, reservation_id: str, cabin: str, flights: list[dict[str, Any]], payment_id: str
 ) -> dict[str, Any]:
-    _choice(cabin, CABINS, "cabin")
     infos = _flight_infos(flights)
     reservation = _reservation(db, reservation_id)
     user = _user(db, reservation["user_id"])
@@ -370,7 +376,7 @@ _S = {"type": "string"}
 _INT = {"type": "integer"}
 _RES = {"type": "string", "description": "The reservation id, such as 'ZFA04Y'"}
 _USER = {"type": "string", "description": "The user id, such as 'sara_doe_496'"}
-_CABIN = {"type": "string", "enum": list(CABINS)}
+_CABIN = {"type": "string", "description": "'business', 'economy' or 'basic_economy'"}
 _DATE = {"type": "string", "description": "YYYY-MM-DD, such as '2024-05-01'"}
 _AIRPORT = {"type": "string", "description": "IATA airport code, such as 'JFK'"}
 _PAY_ID = {
@@ -413,14 +419,14 @@ _TOOLS = [
             "user_id": _USER,
             "origin": _AIRPORT,
             "destination": _AIRPORT,
-            "flight_type": {"type": "string", "enum": list(FLIGHT_TYPES)},
+            "flight_type": {"type": "string", "description": "'round_trip' or 'one_way'"},
             "cabin": _CABIN,
             "flights": _FLIGHTS,
             "passengers": _PASSENGERS,
             "payment_methods": _PAYMENTS,
             "total_baggages": _INT,
             "nonfree_baggages": _INT,
-            "insurance": {"type": "string", "enum": list(INSURANCE)},
+            "insurance": {"type": "string", "description": "'yes' or 'no'"},
         },
     ),
     CALCULATE,
