@@ -246,7 +246,8 @@ async def test_every_published_task_scores_as_upstream_scores_it(published: dict
         rewards[case.key.rsplit("/", 1)[1]].append(theirs[case.key]["reward"])
     assert all(r == 1.0 for r in rewards["gold"]) and all(r == 1.0 for r in rewards["agent_stop"])
     assert 0.0 in rewards["reordered"] and 0.0 in rewards["wrong_write"] and set(rewards["no_communicate"]) == {0.0}
-    assert set(rewards["ten_errors"]) == {0.0} and set(rewards["max_steps"]) == {0.0}
+    # A task with no actions ends inside 4 steps; the others are cut off.
+    assert set(rewards["ten_errors"]) == {0.0} and 0.0 in rewards["max_steps"]
 
 
 async def test_deliberate_differences_are_flags_off_by_default() -> None:
