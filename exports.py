@@ -267,9 +267,12 @@ def to_trajectory(conv: Conversation, domain: str | None = None) -> dict[str, An
     actions: list[dict[str, Any]] = []
     # Several user turns: the turns after the question, and the agent's words between them, in order.
     dialogue: list[dict[str, Any]] | None = [] if len(users) > 1 else None
+    # What the prompt put in the agent's mouth before the question (τ²'s fixed greeting): kept apart.
+    first = next(i for i, m in enumerate(msgs) if m is users[0])
+    opening = [{"role": m["role"], "content": m.get("content")} for m in msgs[:first] if m.get("role") == "assistant"]
     final_answer = None
     turn = 0
-    for m in msgs:
+    for m in msgs[first:]:
         if m.get("role") == "user" and m is not users[0] and dialogue is not None:
             dialogue.append({"turn": turn, "role": "user", "content": m.get("content")})
         if m.get("role") != "assistant":
@@ -299,6 +302,8 @@ def to_trajectory(conv: Conversation, domain: str | None = None) -> dict[str, An
             )
         turn += 1
     metadata = {**conv.metadata, "system": system, "tools": conv.tools, "source": conv.source, "score": conv.score}
+    if opening:
+        metadata["opening"] = opening
     if dialogue is not None:
         metadata["dialogue"] = dialogue
     return {
@@ -315,6 +320,7 @@ def trajectory_to_messages(traj: dict[str, Any]) -> list[dict[str, Any]]:
     messages: list[dict[str, Any]] = []
     if traj["metadata"].get("system") is not None:
         messages.append({"role": "system", "content": traj["metadata"]["system"]})
+    messages.extend(traj["metadata"].get("opening") or [])
     messages.append({"role": "user", "content": traj["question"]})
     by_turn: dict[int, list[dict[str, Any]]] = {}
     for action in traj["actions"]:

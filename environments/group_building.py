@@ -206,7 +206,8 @@ class GroupBuilding(RolloutSettings):
                 if trace is not None:  # token mode: exact ids; one item per token sequence
                     produced = trace_items(trace)
                 else:
-                    produced = [(*tokenize_conversation(self.tokenizer, r.result.messages, tools), None)]
+                    prompt_len = len(self.initial_messages(r.item))
+                    produced = [(*tokenize_conversation(self.tokenizer, r.result.messages, tools, prompt_len), None)]
             except Exception as exc:  # one rollout's unusable data is its own error, never the command's
                 left_out.append(f"{type(exc).__name__}: {exc}")
                 logger.warning("a rollout was left out of its group: its tokens could not be built (%s)", left_out[-1])

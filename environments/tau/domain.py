@@ -13,14 +13,16 @@ module exposes `DOMAIN`. Adding telecom is one module and one line here.
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import importlib
 import json
+import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["DOMAINS", "Domain", "DomainTool", "db_hash", "get_domain"]
+__all__ = ["CALCULATE", "DOMAINS", "TRANSFER_TO_HUMAN_AGENTS", "Domain", "DomainTool", "db_hash", "get_domain"]
 
 DOMAINS = {"airline": "environments.tau.airline", "retail": "environments.tau.retail"}
 
@@ -43,6 +45,7 @@ class DomainTool:
 @dataclass(frozen=True)
 class Domain:
     name: str
+    toolkit: str  # the benchmark's toolkit class, which its argument errors name
     tools: dict[str, DomainTool]
     # Fills the optional fields the published schema defaults (so a hash sees what the benchmark's
     # model_dump sees); applied to a deep copy.
@@ -62,8 +65,70 @@ class Domain:
             raise ValueError(f"unknown tool {name!r}; the {self.name} domain has {sorted(self.tools)}")
         try:
             return tool.fn(db, **arguments)
-        except TypeError as exc:  # wrong argument names: the caller's mistake, said like a refusal
-            raise ValueError(f"{name}: {exc}") from None
+        except ValueError:
+            raise
+        except Exception as exc:  # wrong argument names or types: said as the benchmark says them
+            text = str(exc)
+            if text.startswith(f"{name}()"):  # the benchmark's tools are methods of its toolkit class
+                text = f"{self.toolkit}.{text}"
+            raise ValueError(text) from None
+
+
+# ---- the generic tools every domain has (the benchmark declares them alike in each) ---------------
+
+_BINARY = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Pow: operator.pow,
+}
+_MAX_EXPONENT = 10_000  # the benchmark evaluates `9**9**9` (and never returns); here it is refused
+
+
+def calculate(db: dict[str, Any], expression: str) -> str:
+    """What the benchmark's `eval` of an expression over digits, + - * / ( ) . and spaces gives, rounded to
+    cents; its exceptions' own messages (`division by zero`, `invalid syntax (<string>, line 1)`)."""
+    if not all(c in "0123456789+-*/(). " for c in expression):
+        raise ValueError("Invalid characters in expression")
+
+    def value(node: ast.AST) -> Any:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > _MAX_EXPONENT:
+                raise ValueError(f"exponent {right} is too large")
+            return _BINARY[type(node.op)](left, right)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+            return -value(node.operand) if isinstance(node.op, ast.USub) else value(node.operand)
+        raise ValueError("Invalid expression")  # e.g. `()` or `(1)(2)`: not arithmetic
+
+    try:
+        return str(round(float(value(ast.parse(expression, filename="<string>", mode="eval").body)), 2))
+    except (SyntaxError, ArithmeticError, TypeError) as exc:
+        raise ValueError(str(exc)) from None
+
+
+def transfer_to_human_agents(db: dict[str, Any], summary: str) -> str:
+    return "Transfer successful"
+
+
+_S = {"type": "string"}
+CALCULATE = DomainTool.of(
+    calculate,
+    "generic",
+    "Evaluate an arithmetic expression (numbers, + - * / and parentheses); the result to 2 decimals.",
+    {"expression": _S},
+)
+TRANSFER_TO_HUMAN_AGENTS = DomainTool.of(
+    transfer_to_human_agents,
+    "generic",
+    "Hand the user to a human agent with a summary of the issue; only when the user asks for one, or the policy "
+    "and tools cannot solve the issue.",
+    {"summary": _S},
+)
 
 
 def db_hash(db: dict[str, Any]) -> str:

@@ -15,6 +15,8 @@ evaluation of the conversation (environments/tau/scoring.py). Implemented domain
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
@@ -28,16 +30,18 @@ from environments.hermes_base_env import EMBEDDED, HermesAgentBaseEnv, HermesAge
 from environments.models.base import ChatModel
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.runtime import AgentFactory
-from environments.tau.conversation import TauConversation, TauResult, domain_tools
+from environments.tau.conversation import TauConversation, TauResult, TauRules, domain_tools
 from environments.tau.domain import Domain, get_domain
-from environments.tau.scoring import score_episode
+from environments.tau.scoring import needs_judge, score_episode
 from environments.tau.tasks import BUNDLED_DATA_DIR, DomainData, RewardType, Task, load_domain_data
-from environments.tau.user_sim import JudgeConfig, UserModelConfig, UserSimulator, judge_nl_assertions
+from environments.tau.user_sim import GREETING, JudgeConfig, UserModelConfig, UserSimulator, judge_nl_assertions
 from environments.tool_backend import LocalToolBackend, ToolBackend
 from tools.context import ToolContext
 from tools.registry import ToolRegistry
 
 __all__ = ["AGENT_INSTRUCTIONS", "TauEnv", "TauEnvConfig"]
+
+logger = logging.getLogger(__name__)
 
 AGENT_INSTRUCTIONS = (
     "You are a customer service agent. Help the user as the policy below allows. In each turn either "
@@ -53,6 +57,7 @@ class TauEnvConfig(HermesAgentEnvConfig):
     task_split: str | None = Field(None, description="A split of split_tasks.json (train/test/base); None: every task")
     user_model: UserModelConfig = Field(default_factory=UserModelConfig, description="The user simulator's model")
     judge: JudgeConfig = Field(default_factory=JudgeConfig, description="The NL-assertion judge (off by default)")
+    rules: TauRules = Field(default_factory=TauRules, description="The benchmark's limits; deliberate differences")
 
 
 class TauEnv(HermesAgentBaseEnv):
@@ -76,7 +81,8 @@ class TauEnv(HermesAgentBaseEnv):
     @classmethod
     def config_init(cls):
         config, servers = super().config_init()
-        return config.model_copy(update={"max_agent_turns": 12, "agent_max_tokens": 256}), servers
+        # The benchmark caps a run by steps (TauRules.max_steps), not model calls, and sends no token cap.
+        return config.model_copy(update={"max_agent_turns": 200, "agent_max_tokens": None}), servers
 
     def tool_registry(self) -> ToolRegistry:
         return ToolRegistry(domain_tools(self.domain, None))  # schemas; each conversation binds its own db
@@ -98,12 +104,28 @@ class TauEnv(HermesAgentBaseEnv):
             self._data = await asyncio.to_thread(load_domain_data, root, c.domain, c.task_split)
         except (ValueError, OSError) as exc:
             raise HermesEnvError(f"--env.data_dir {c.data_dir or '(bundled)'}: {exc}") from None
+        judged = []
         for task in self._data.tasks:
             criteria = task.evaluation_criteria
             if criteria and RewardType.ENV_ASSERTION in criteria.reward_basis and criteria.env_assertions:
                 missing = {a.func_name for a in criteria.env_assertions} - set(self.domain.assertions)
                 if missing:
                     raise HermesEnvError(f"task {task.id}: env assertions {sorted(missing)} are not implemented")
+            if needs_judge(task):
+                judged.append(task.id)
+        if judged and not c.judge.base_url:  # the benchmark raises rather than score such a task without one
+            kept = [t for t in self._data.tasks if t.id not in set(judged)]
+            if not kept:
+                raise HermesEnvError(
+                    f"every {c.domain} task scores on NL_ASSERTION, which needs a judge: pass --env.judge.base_url"
+                )
+            logger.warning(
+                "τ² %s: left out %d tasks that score on NL_ASSERTION (%s): no judge (--env.judge.base_url)",
+                c.domain,
+                len(judged),
+                ", ".join(judged),
+            )
+            self._data = dataclasses.replace(self._data, tasks=kept)
         return self._data.tasks
 
     async def eval_items(self) -> list[Task]:
@@ -111,12 +133,11 @@ class TauEnv(HermesAgentBaseEnv):
 
     def format_prompt(self, item: Task) -> list[dict[str, Any]]:
         head = self.config.system_prompt or AGENT_INSTRUCTIONS
-        return [
-            {
-                "role": "system",
-                "content": f"<instructions>\n{head}\n</instructions>\n<policy>\n{self.data().policy}\n</policy>",
-            }
-        ]
+        system = f"<instructions>\n{head}\n</instructions>\n<policy>\n{self.data().policy}\n</policy>"
+        prompt = [{"role": "system", "content": system}]
+        if not self.config.rules.hide_greeting:  # the benchmark's agent has its fixed greeting in its context
+            prompt.append({"role": "assistant", "content": GREETING})
+        return prompt
 
     # ---- the user simulator's and judge's clients, alive as long as the runtime ------------------
 
@@ -182,6 +203,7 @@ class TauEnv(HermesAgentBaseEnv):
                 domain=self.domain,
                 data=data,
                 user=user,
+                rules=self.config.rules,
                 max_user_turns=u.max_user_turns,
             )
 
@@ -226,7 +248,6 @@ class TauEnv(HermesAgentBaseEnv):
             "communicate": s.communicate if s else None,
             "actions_matched": s.actions if s else None,
             "nl_assertions": s.nl if s else None,
-            "unevaluated": s.unevaluated if s else None,
             "reward_breakdown": s.breakdown if s else None,
         }
 

@@ -1,21 +1,18 @@
-"""τ²-bench's retail domain: users, products with variants, orders; 16 tools.
+"""τ²-bench's retail domain: users, products with variants, orders; 15 tools.
 
 Written from the benchmark's tool semantics (src/tau2/domains/retail/tools.py and its data
-model), not copied. Every write checks everything it needs before it changes anything, so a
-refused call leaves the database as it was. One deliberate difference: when several items of a
-pending order are modified at once, each takes its own new variant's price and options (the
-published code gives every modified item those of the last variant in the list); a gold replay
-and the agent's run both use this module, so scores are unaffected unless a task relies on that.
+model), not copied, with its checks in its order and its error messages, and its quirks: a
+multi-item `modify_pending_order_items` gives every modified item the price and options of the
+last new variant in the list, and its price difference is not rounded (an exchange's is).
+tests/tau/test_tau_upstream_diff.py checks this against the published package on every task.
 """
 
 from __future__ import annotations
 
-import ast
 import json
-import operator
 from typing import Any
 
-from environments.tau.domain import Domain, DomainTool
+from environments.tau.domain import CALCULATE, TRANSFER_TO_HUMAN_AGENTS, Domain, DomainTool
 
 __all__ = ["DOMAIN"]
 
@@ -75,29 +72,28 @@ def _is_gift_card(method: dict[str, Any]) -> bool:
     return method.get("source") == "gift_card"
 
 
-def _cents(x: float) -> float:
-    return round(x, 2)
-
-
-def _check_items_in_order(order: dict[str, Any], item_ids: list[str]) -> None:
+def _check_counts(order: dict[str, Any], item_ids: list[str], message: str) -> None:
     held = [item["item_id"] for item in order["items"]]
     for item_id in item_ids:
         if item_ids.count(item_id) > held.count(item_id):
-            raise ValueError(f"{item_id} not found in the order (or asked for more times than it was ordered)")
+            raise ValueError(message.format(item_id=item_id))
 
 
-def _price_difference(db: Db, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str]) -> float:
-    """Checks each new item is an available variant of its old item's product; the summed price change."""
-    if len(item_ids) != len(new_item_ids):
-        raise ValueError("The number of items to be exchanged should match")
+def _price_difference(
+    db: Db, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str], *, distinct: bool
+) -> float:
+    """The summed price change of swapping each item for its new variant, unrounded, checked pair by pair
+    in the benchmark's order (`distinct`: a new item must differ from the one it replaces)."""
     diff = 0.0
     for item_id, new_id in zip(item_ids, new_item_ids):
+        if distinct and item_id == new_id:
+            raise ValueError("The new item id should be different from the old item id")
         old = next(item for item in order["items"] if item["item_id"] == item_id)
         variant = _variant(db, old["product_id"], new_id)
         if not variant["available"]:
             raise ValueError(f"New item {new_id} not found or available")
         diff += variant["price"] - old["price"]
-    return _cents(diff)
+    return diff
 
 
 def _address(address1: str, address2: str, city: str, state: str, country: str, zip: str) -> dict[str, str]:
@@ -106,34 +102,13 @@ def _address(address1: str, address2: str, city: str, state: str, country: str, 
 
 # ---- tools --------------------------------------------------------------------------------------
 
-_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
-
-
-def calculate(db: Db, expression: str) -> str:
-    if not all(c in "0123456789+-*/(). " for c in expression):
-        raise ValueError("Invalid characters in expression")
-
-    def value(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return float(node.value)
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
-            return _BINARY[type(node.op)](value(node.left), value(node.right))
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-            return -value(node.operand) if isinstance(node.op, ast.USub) else value(node.operand)
-        raise ValueError("Invalid expression")
-
-    try:
-        return str(round(value(ast.parse(expression, mode="eval").body), 2))
-    except (SyntaxError, ZeroDivisionError) as exc:
-        raise ValueError(f"Invalid expression: {exc}") from None
-
 
 def cancel_pending_order(db: Db, order_id: str, reason: str) -> dict[str, Any]:
     order = _order(db, order_id)
     if order["status"] != "pending":
         raise ValueError("Non-pending order cannot be cancelled")
     if reason not in CANCEL_REASONS:
-        raise ValueError(f"Invalid reason; it must be one of {list(CANCEL_REASONS)}")
+        raise ValueError("Invalid reason")
     methods = [_payment_method(db, order["user_id"], p["payment_method_id"]) for p in order["payment_history"]]
     refunds = []
     for payment, method in zip(order["payment_history"], methods):
@@ -145,33 +120,11 @@ def cancel_pending_order(db: Db, order_id: str, reason: str) -> dict[str, Any]:
             }
         )
         if _is_gift_card(method):  # gift cards are refunded at once, other methods in 5-7 days
-            method["balance"] = _cents(method["balance"] + payment["amount"])
+            method["balance"] = round(method["balance"] + payment["amount"], 2)
     order["status"] = "cancelled"
     order["cancel_reason"] = reason
     order["payment_history"].extend(refunds)
     return order
-
-
-def _priced_swap(
-    db: Db,
-    order: dict[str, Any],
-    item_ids: list[str],
-    new_item_ids: list[str],
-    payment_method_id: str,
-    what: str,
-    *,
-    distinct: bool = False,
-) -> tuple[float, dict[str, Any]]:
-    """The price difference of swapping items of `order`, and the payment method that pays it (checked in
-    the benchmark's order; `distinct`: each new item must differ from the one it replaces)."""
-    _check_items_in_order(order, item_ids)
-    if distinct and any(old == new for old, new in zip(item_ids, new_item_ids)):
-        raise ValueError("The new item id should be different from the old item id")
-    diff = _price_difference(db, order, item_ids, new_item_ids)
-    method = _payment_method(db, order["user_id"], payment_method_id)
-    if _is_gift_card(method) and method["balance"] < diff:
-        raise ValueError(f"Insufficient gift card balance to pay for {what}")
-    return diff, method
 
 
 def exchange_delivered_order_items(
@@ -180,7 +133,13 @@ def exchange_delivered_order_items(
     order = _order(db, order_id)
     if order["status"] != "delivered":
         raise ValueError("Non-delivered order cannot be exchanged")
-    diff, _ = _priced_swap(db, order, item_ids, new_item_ids, payment_method_id, "the price difference")
+    _check_counts(order, item_ids, "Number of {item_id} not found.")
+    if len(item_ids) != len(new_item_ids):
+        raise ValueError("The number of items to be exchanged should match.")
+    diff = round(_price_difference(db, order, item_ids, new_item_ids, distinct=False), 2)
+    method = _payment_method(db, order["user_id"], payment_method_id)
+    if _is_gift_card(method) and method["balance"] < diff:
+        raise ValueError("Insufficient gift card balance to pay for the price difference")
     order["status"] = "exchange requested"
     order["exchange_items"] = sorted(item_ids)
     order["exchange_new_items"] = sorted(new_item_ids)
@@ -216,13 +175,6 @@ def get_product_details(db: Db, product_id: str) -> dict[str, Any]:
     return _product(db, product_id)
 
 
-def get_item_details(db: Db, item_id: str) -> dict[str, Any]:
-    for product in db["products"].values():
-        if item_id in product["variants"]:
-            return dict(product["variants"][item_id])
-    raise ValueError("Item not found")
-
-
 def get_user_details(db: Db, user_id: str) -> dict[str, Any]:
     return _user(db, user_id)
 
@@ -247,7 +199,13 @@ def modify_pending_order_items(
     order = _order(db, order_id)
     if order["status"] != "pending":
         raise ValueError("Non-pending order cannot be modified")
-    diff, method = _priced_swap(db, order, item_ids, new_item_ids, payment_method_id, "the new item", distinct=True)
+    _check_counts(order, item_ids, "{item_id} not found")
+    if len(item_ids) != len(new_item_ids):
+        raise ValueError("The number of items to be exchanged should match")
+    diff = _price_difference(db, order, item_ids, new_item_ids, distinct=True)  # not rounded, as published
+    method = _payment_method(db, order["user_id"], payment_method_id)
+    if _is_gift_card(method) and method["balance"] < diff:
+        raise ValueError("Insufficient gift card balance to pay for the new item")
     order["payment_history"].append(
         {
             "transaction_type": "payment" if diff > 0 else "refund",
@@ -256,12 +214,13 @@ def modify_pending_order_items(
         }
     )
     if _is_gift_card(method):
-        method["balance"] = _cents(method["balance"] - diff)
+        method["balance"] = round(method["balance"] - diff, 2)
+    # As the published tool does: every modified item takes the price and options of the LAST new
+    # variant in the list (its loop reuses that variable), whatever its own new id.
+    last = _variant(db, next(i for i in order["items"] if i["item_id"] == item_ids[-1])["product_id"], new_item_ids[-1])
     for item_id, new_id in zip(item_ids, new_item_ids):
-        # The first not yet modified item with this id: a duplicated id is modified once per mention.
-        item = next(i for i in order["items"] if i["item_id"] == item_id)
-        variant = _variant(db, item["product_id"], new_id)
-        item.update(item_id=new_id, price=variant["price"], options=dict(variant["options"]))
+        item = next(i for i in order["items"] if i["item_id"] == item_id)  # a repeated id: the next one each time
+        item.update(item_id=new_id, price=last["price"], options=dict(last["options"]))
     order["status"] = "pending (item modified)"
     return order
 
@@ -283,9 +242,9 @@ def modify_pending_order_payment(db: Db, order_id: str, payment_method_id: str) 
     history.append({"transaction_type": "payment", "amount": amount, "payment_method_id": payment_method_id})
     history.append({"transaction_type": "refund", "amount": amount, "payment_method_id": old_id})
     if _is_gift_card(method):
-        method["balance"] = _cents(method["balance"] - amount)
+        method["balance"] = round(method["balance"] - amount, 2)
     if _is_gift_card(old_method):
-        old_method["balance"] = _cents(old_method["balance"] + amount)
+        old_method["balance"] = round(old_method["balance"] + amount, 2)
     return order
 
 
@@ -303,16 +262,12 @@ def return_delivered_order_items(db: Db, order_id: str, item_ids: list[str], pay
         raise ValueError("Non-delivered order cannot be returned")
     method = _payment_method(db, order["user_id"], payment_method_id)
     if not _is_gift_card(method) and payment_method_id != order["payment_history"][0]["payment_method_id"]:
-        raise ValueError("Payment method should be the original payment method or a gift card")
-    _check_items_in_order(order, item_ids)
+        raise ValueError("Payment method should be the original payment method")
+    _check_counts(order, item_ids, "Some item not found")
     order["status"] = "return requested"
     order["return_items"] = sorted(item_ids)
     order["return_payment_method_id"] = payment_method_id
     return order
-
-
-def transfer_to_human_agents(db: Db, summary: str) -> str:
-    return "Transfer successful"
 
 
 # ---- schemas ----------------------------------------------------------------------------------
@@ -324,21 +279,6 @@ _PAYMENT = {"type": "string", "description": "A payment method id of the user, e
 _ADDRESS = {k: _S for k in ("address1", "address2", "city", "state", "country", "zip")}
 
 
-# The two generic tools both domains have (the benchmark declares them the same way in each).
-CALCULATE = DomainTool.of(
-    calculate,
-    "generic",
-    "Evaluate an arithmetic expression (+ - * / and parentheses); result to 2 decimals.",
-    {"expression": _S},
-)
-TRANSFER_TO_HUMAN_AGENTS = DomainTool.of(
-    transfer_to_human_agents,
-    "generic",
-    "Hand the user to a human agent with a summary; only when the request is outside policy and tools, or "
-    "the user asks for a human.",
-    {"summary": _S},
-)
-
 _TOOLS = [
     CALCULATE,
     DomainTool.of(
@@ -346,7 +286,10 @@ _TOOLS = [
         "write",
         "Cancel a pending order; reason is 'no longer needed' or 'ordered by mistake'. Gift card payments are "
         "refunded at once, others in 5-7 business days. Needs the user's explicit confirmation first.",
-        {"order_id": _ORDER_ID, "reason": {"type": "string", "enum": list(CANCEL_REASONS)}},
+        {
+            "order_id": _ORDER_ID,
+            "reason": {"type": "string", "description": "'no longer needed' or 'ordered by mistake'"},
+        },
     ),
     DomainTool.of(
         exchange_delivered_order_items,
@@ -371,7 +314,6 @@ _TOOLS = [
         "A product and all its variants (item ids, options, availability, price).",
         {"product_id": _S},
     ),
-    DomainTool.of(get_item_details, "read", "One variant (item) by its item id.", {"item_id": _S}),
     DomainTool.of(
         get_user_details, "read", "A user's profile: name, address, email, payment methods, orders.", {"user_id": _S}
     ),
@@ -411,4 +353,4 @@ _TOOLS = [
     TRANSFER_TO_HUMAN_AGENTS,
 ]
 
-DOMAIN = Domain("retail", {t.name: t for t in _TOOLS}, normalise=_normalise)
+DOMAIN = Domain("retail", "RetailTools", {t.name: t for t in _TOOLS}, normalise=_normalise)

@@ -12,8 +12,9 @@
   message's text with commas removed.
 - ACTION: each gold action must match some tool call (same name; equal `compare_args`, or all
   arguments the call has when `compare_args` is null).
-- NL_ASSERTION: verdicts of a judge model (environments/tau/judge.py); without a judge they are
-  not evaluated and are left out of the product, and `unevaluated` says so.
+- NL_ASSERTION: verdicts of a judge model (environments/tau/user_sim.py); a task without
+  assertions scores 1 on it. Scoring a task whose basis has NL_ASSERTION and which has assertions
+  without verdicts raises (the benchmark raises too): such a task is never scored without a judge.
 
 The reward is the product over the task's `reward_basis` of these components (each 1 or 0).
 """
@@ -27,7 +28,7 @@ from typing import Any
 from environments.tau.domain import Domain, db_hash
 from environments.tau.tasks import RewardType, Task
 
-__all__ = ["ENDED_BY_STOP", "TauScore", "gold_db", "initial_db", "score_episode", "tool_calls"]
+__all__ = ["ENDED_BY_STOP", "TauScore", "gold_db", "initial_db", "needs_judge", "score_episode", "tool_calls"]
 
 # How a conversation may end and still be scored (the benchmark's AGENT_STOP / USER_STOP).
 ENDED_BY_STOP = frozenset({"user_stop", "agent_stop"})
@@ -42,8 +43,13 @@ class TauScore:
     env_assertions: list[bool] = field(default_factory=list)
     nl: list[bool] | None = None
     breakdown: dict[str, float] = field(default_factory=dict)
-    unevaluated: list[str] = field(default_factory=list)
     note: str | None = None
+
+
+def needs_judge(task: Task) -> bool:
+    """Whether scoring `task` takes a judge's verdicts: NL_ASSERTION in its basis, and assertions to judge."""
+    criteria = task.evaluation_criteria
+    return bool(criteria and RewardType.NL_ASSERTION in criteria.reward_basis and criteria.nl_assertions)
 
 
 def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
@@ -129,7 +135,6 @@ def score_episode(
     criteria = task.evaluation_criteria
     if criteria is None:
         return TauScore(1.0, note="the task has no evaluation criteria")
-    basis = set(criteria.reward_basis)
     score = TauScore(1.0)
 
     if criteria.actions is not None or criteria.env_assertions is not None:
@@ -147,14 +152,13 @@ def score_episode(
     calls = tool_calls(messages)
     score.actions = [any(a.matches(name, args) for name, args in calls) for a in criteria.actions or []]
 
-    if criteria.nl_assertions:
-        if nl_verdicts is not None:
-            if len(nl_verdicts) != len(criteria.nl_assertions):
-                raise ValueError(f"{len(nl_verdicts)} verdicts for {len(criteria.nl_assertions)} NL assertions")
-            score.nl = list(nl_verdicts)
-        elif RewardType.NL_ASSERTION in basis:
-            score.unevaluated.append(RewardType.NL_ASSERTION.value)
-    else:
+    if criteria.nl_assertions and nl_verdicts is not None:
+        if len(nl_verdicts) != len(criteria.nl_assertions):
+            raise ValueError(f"{len(nl_verdicts)} verdicts for {len(criteria.nl_assertions)} NL assertions")
+        score.nl = list(nl_verdicts)
+    elif needs_judge(task):
+        raise ValueError(f"task {task.id} scores on NL_ASSERTION and no judge's verdicts were given")
+    elif not criteria.nl_assertions:
         score.nl = []
 
     components = {

@@ -48,7 +48,11 @@ class UserModelConfig(BaseModel):
     max_tokens: int = Field(256, ge=1, description="Cap on tokens per simulated user turn")
     timeout_s: float = Field(120.0, gt=0, description="Timeout of one user simulator request")
     max_retries: int = Field(2, ge=0, description="Retries of a failed user simulator request (5xx, 429, connection)")
-    max_user_turns: int = Field(10, ge=1, description="Simulated user turns per conversation before it is cut off")
+    max_user_turns: int | None = Field(
+        None,
+        ge=1,
+        description="Deliberate difference: cut a conversation off after this many user turns (None: no cap)",
+    )
 
 
 class JudgeConfig(BaseModel):

@@ -67,9 +67,11 @@ async def test_gold_agent_scores_one_skipping_or_breaking_policy_scores_zero(tok
         await env.setup()
         exchange_task, address_task = env.data().tasks[1], env.data().tasks[2]
         names = {t["function"]["name"] for t in env.tool_schemas()}
-        assert "exchange_delivered_order_items" in names and len(names) == 16 and "terminal" not in names
+        assert "exchange_delivered_order_items" in names and len(names) == 15 and "terminal" not in names
         system = env.initial_messages(exchange_task)
-        assert [m["role"] for m in system] == ["system"] and "Identify the customer first" in system[0]["content"]
+        assert [m["role"] for m in system] == ["system", "assistant"] and "Identify the customer first" in system[0][
+            "content"
+        ]
         async with env.runtime():
             gold = ScriptedAgent([*LOOKUPS, EXCHANGE, DONE])
             r_gold = await env.rollout(exchange_task, model=gold)
@@ -123,7 +125,8 @@ async def test_gold_agent_scores_one_skipping_or_breaking_policy_scores_zero(tok
         assert OPENING in full and CONFIRM in full
         assert OPENING not in trained and CONFIRM not in trained and "###STOP###" not in trained
         assert "Confirm?" in trained  # the agent's own words are trained
-        assert "Hi! How can I help you today?" not in full  # the fixed greeting is not the policy's
+        # The fixed greeting is in the agent's context, as the benchmark puts it, and never trained.
+        assert "Hi! How can I help you today?" in full and "Hi! How can I help you today?" not in trained
 
 
 def test_process_on_a_scripted_server_exports_a_multi_turn_trajectory(tokenizer_dir: str, tmp_path: Path) -> None:
@@ -180,6 +183,7 @@ def test_process_on_a_scripted_server_exports_a_multi_turn_trajectory(tokenizer_
     for t, messages in zip(trajs, group["messages"]):
         assert t["question"] == OPENING and t["task_id"].startswith("tau2-retail-0")
         assert [d["role"] for d in t["metadata"]["dialogue"]] == ["assistant", "user", "assistant", "user"]
+        assert t["metadata"]["opening"] == [{"role": "assistant", "content": "Hi! How can I help you today?"}]
         assert t["metadata"]["dialogue"][-1]["content"].endswith("###STOP###")
         # The export round-trips to the same conversation.
         assert exports.canonical_messages(exports.trajectory_to_messages(t)) == exports.canonical_messages(messages)
@@ -187,8 +191,9 @@ def test_process_on_a_scripted_server_exports_a_multi_turn_trajectory(tokenizer_
     # Per-tool SFT sets cut from the multi-turn trajectories keep the user's turns as context.
     assert exports.main(["sft", str(out), str(tmp_path / "sft"), "--val_fraction", "0"]) == 0
     (example,) = [json.loads(line) for line in (tmp_path / "sft" / "cancel_pending_order" / "train.jsonl").open()]
-    assert [m["role"] for m in example["messages"]] == ["system", "user", "assistant"]
-    assert example["messages"][1]["content"] == OPENING
+    # The agent's context: the policy, the fixed greeting, the customer's opening.
+    assert [m["role"] for m in example["messages"]] == ["system", "assistant", "user", "assistant"]
+    assert example["messages"][2]["content"] == OPENING
 
 
 def task3_user(body: dict[str, Any]) -> dict[str, Any]:
@@ -206,8 +211,8 @@ TASK3_AGENT = [
 
 
 async def test_nl_assertions_are_judged_only_by_a_configured_judge(tokenizer_dir: str) -> None:
-    """Task 3's basis holds NL_ASSERTION: the judge's verdicts gate the reward; without a judge the
-    assertions are reported unevaluated and left out."""
+    """Task 3's basis holds NL_ASSERTION: the judge's verdicts gate the reward; without a judge the task
+    is left out (never scored without one)."""
 
     def judge(verdicts: list[bool]):
         def answer(body: dict[str, Any]) -> dict[str, Any]:
@@ -232,12 +237,10 @@ async def test_nl_assertions_are_judged_only_by_a_configured_judge(tokenizer_dir
             one = await env.rollout(task, model=ScriptedAgent(TASK3_AGENT))
         unjudged = _env(tokenizer_dir, agent_server.base_url, user_server.base_url)
         await unjudged.setup()
-        async with unjudged.runtime():
-            none = await unjudged.rollout(task, model=ScriptedAgent(TASK3_AGENT))
+        assert [t.id for t in unjudged.data().tasks] == ["0", "1", "2"]
     assert (both.score, one.score) == (1.0, 0.0)
     assert one.result.score_detail.nl == [True, False] and one.result.score_detail.db_match
     assert len(judge_server.requests) == 2
-    assert none.score == 1.0 and none.result.score_detail.unevaluated == ["NL_ASSERTION"]
 
 
 async def test_a_failing_user_simulator_is_infrastructure_never_the_agents_score(tokenizer_dir: str) -> None:
@@ -247,16 +250,16 @@ async def test_a_failing_user_simulator_is_infrastructure_never_the_agents_score
         env.config.user_model.max_retries = 0
         await env.setup()
         async with env.runtime():
-            r = await env.rollout(env.data().tasks[3], model=ScriptedAgent(TASK3_AGENT))
+            r = await env.rollout(env.data().tasks[0], model=ScriptedAgent(TASK3_AGENT))
             with pytest.raises(HermesEnvError, match="the user simulator's server refused the request"):
-                await env.rollout(env.data().tasks[3], model=ScriptedAgent(TASK3_AGENT))
+                await env.rollout(env.data().tasks[0], model=ScriptedAgent(TASK3_AGENT))
     assert r.infrastructure_failure and r.score is None
     assert "the user simulator failed" in (r.error or "")
 
 
 def test_evaluate_runs_every_task_and_reports_db_match(tokenizer_dir: str, tmp_path: Path) -> None:
-    """An agent that only talks: the three tasks that need a write score 0, read-only task 3 scores 1
-    (its DB is unchanged, "3" is said, its NL assertions are unevaluated without a judge)."""
+    """An agent that only talks: the three tasks that need a write score 0; task 3 needs a judge, and
+    without one it is left out."""
     evals = tmp_path / "eval"
     with (
         serving_in_a_thread(ScriptedOpenAIServer([{"content": "There are 3 options. Anything else?"}] * 8)) as agent,
@@ -279,10 +282,10 @@ def test_evaluate_runs_every_task_and_reports_db_match(tokenizer_dir: str, tmp_p
         assert proc.returncode == 0, proc.stderr[-3000:]
     assert all(r["temperature"] == 0.0 for r in agent.requests)
     metrics = json.loads((evals / "metrics.json").read_text())["results"]["all"]
-    assert (metrics["eval/n"], metrics["eval/accuracy"], metrics["eval/db_match"]) == (4, 0.25, 0.25)
+    assert (metrics["eval/n"], metrics["eval/accuracy"], metrics["eval/db_match"]) == (3, 0.0, 0.0)
     samples = [json.loads(line) for line in (evals / "samples.jsonl").read_text().splitlines()]
     by_id = {s["item"]["id"]: s for s in samples}
-    assert by_id["3"]["score"] == 1.0 and by_id["3"]["unevaluated"] == ["NL_ASSERTION"]
+    assert "3" not in by_id
     assert by_id["0"]["ended"] == "user_stop" and by_id["0"]["db_match"] is False
 
 

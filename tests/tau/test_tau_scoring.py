@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from environments.tau.domain import get_domain
-from environments.tau.scoring import gold_db, score_episode
+from environments.tau.scoring import gold_db, needs_judge, score_episode
 from environments.tau.tasks import BUNDLED_DATA_DIR, Task, load_domain_data
 from tests.tau import scripts
 from tests.tau.scripts import gold_steps
@@ -76,10 +76,12 @@ def test_the_published_task_gold_actions_score_one_and_skipping_the_exchange_sco
 def test_gold_actions_score_one_on_every_bundled_task(bundled) -> None:
     for task in bundled.tasks:
         said = [("say", f"Done. {info} is what you asked about.") for info in task.evaluation_criteria.communicate_info]
+        if needs_judge(task):  # task 3: never scored without a judge's verdicts
+            with pytest.raises(ValueError, match="no judge's verdicts"):
+                run(task, bundled.db, gold_steps(task) + said)
+            continue
         score = run(task, bundled.db, gold_steps(task) + said)
-        assert score.db_match, task.id
-        if task.id != "3":  # task 3 has NL assertions and no judge here
-            assert score.reward == 1.0, (task.id, score)
+        assert score.db_match and score.reward == 1.0, (task.id, score)
 
 
 def test_skipping_a_required_write_scores_zero(bundled) -> None:
@@ -151,9 +153,9 @@ def test_nl_assertions_need_a_judge(bundled) -> None:
     db = RETAIL.load_db(copy.deepcopy(bundled.db))
     start = copy.deepcopy(db)
     messages = play(db, steps)
-    unjudged = score_episode(task, RETAIL, start, db, messages, ended="user_stop")
-    assert unjudged.nl is None and "NL_ASSERTION" in unjudged.unevaluated
-    assert unjudged.reward == 1.0  # DB and COMMUNICATE hold; NL assertions left out, and said so
+    # Never scored without a judge's verdicts (the benchmark raises too).
+    with pytest.raises(ValueError, match="scores on NL_ASSERTION and no judge's verdicts were given"):
+        score_episode(task, RETAIL, start, db, messages, ended="user_stop")
     judged = score_episode(task, RETAIL, start, db, messages, ended="user_stop", nl_verdicts=[True, False])
     assert judged.reward == 0.0 and judged.nl == [True, False]
     assert score_episode(task, RETAIL, start, db, messages, ended="user_stop", nl_verdicts=[True, True]).reward == 1.0
@@ -228,14 +230,16 @@ def test_refused_writes_leave_the_database_as_it_was(bundled) -> None:
             },
         ),  # one keyboard ordered, two returned
         ("modify_pending_order_payment", {"order_id": "#W1000001", "payment_method_id": "gift_card_2231890"}),
-        ("calculate", {"expression": "2 ** 10"}),
+        ("calculate", {"expression": "9 ** 9 ** 9"}),  # the benchmark's eval never returns; refused here
+        ("calculate", {"expression": "1 / 0"}),
         ("calculate", {"expression": "__import__('os')"}),
     ]
     for name, args in refused:
         with pytest.raises(ValueError):
             RETAIL.call(db, name, args)
         assert db_hash(db) == before, name
-    # Two items modified at once each take their own variant's price and options; the gift card pays.
+    # Two items modified at once: as published, both take the LAST new variant's price and options (the
+    # price difference, 8.76, is still the sum over the pairs); the gift card pays.
     order = RETAIL.call(
         db,
         "modify_pending_order_items",
@@ -246,12 +250,16 @@ def test_refused_writes_leave_the_database_as_it_was(bundled) -> None:
             "payment_method_id": "gift_card_2231890",
         },
     )
-    assert [(i["item_id"], i["price"]) for i in order["items"]] == [("7200000002", 31.75), ("7300000003", 21.5)]
+    assert [(i["item_id"], i["price"]) for i in order["items"]] == [("7200000002", 21.5), ("7300000003", 21.5)]
+    assert order["items"][0]["options"] == order["items"][1]["options"]
     assert order["payment_history"][-1] == {
         "transaction_type": "payment",
-        "amount": 8.76,
+        "amount": pytest.approx(8.76),  # not rounded, as published (8.760000000000002)
         "payment_method_id": "gift_card_2231890",
     }
     assert db["users"]["mara_quint_4821"]["payment_methods"]["gift_card_2231890"]["balance"] == 31.24
     assert order["status"] == "pending (item modified)"
     assert RETAIL.call(db, "calculate", {"expression": "(31.75 + 21.5) * 2 / 3"}) == "35.5"
+    assert RETAIL.call(db, "calculate", {"expression": "2**3"}) == "8.0"  # as the benchmark's eval gives it
+    with pytest.raises(ValueError, match="^division by zero$"):
+        RETAIL.call(db, "calculate", {"expression": "1 / 0"})
