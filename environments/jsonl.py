@@ -7,9 +7,11 @@ character would cut its record in two.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
+from typing import Any
 
-__all__ = ["jsonl_lines"]
+__all__ = ["jsonl_lines", "jsonl_rows"]
 
 
 def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
@@ -17,3 +19,14 @@ def jsonl_lines(text: str) -> Iterator[tuple[int, str]]:
     for n, line in enumerate(text.split("\n"), 1):
         if line.strip():
             yield n, line
+
+
+def jsonl_rows(text: str, source: object) -> list[Any]:
+    """Every record of a JSONL text; a line that is not JSON is a ValueError naming `source`:line."""
+    rows = []
+    for n, line in jsonl_lines(text):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{source}:{n} is not JSON ({exc.msg})") from None
+    return rows

@@ -89,6 +89,7 @@ class RolloutSettings(TaskHooks):
         """What can be checked before a server starts: toolsets, token protocol, logprob
         semantics, the trainer's needs. Returns (token-server kind, request fields to send)."""
         self.tool_schemas()
+        self.check_data()
         if command == "serve" and self.config.split_sequences == "all":
             raise HermesEnvError(
                 "--env.split_sequences all makes groups of more than group_size sequences, which run-api buffers "

@@ -30,6 +30,11 @@ class TaskHooks:
         """The training items, loaded once by `setup`; `get_next_item` cycles through them."""
         raise NotImplementedError(f"{type(self).__name__} must implement items() (or setup and get_next_item)")
 
+    def check_data(self) -> None:
+        """Refuse, as a HermesEnvError, data that cannot be read (missing, unparsable, empty): called before
+        any model server, file or process starts (default: nothing to check). A local file read here
+        may be kept for `items()`."""
+
     async def eval_items(self) -> Sequence[Any]:
         """The items `evaluate` runs at temperature 0 (default: none)."""
         return []

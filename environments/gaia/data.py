@@ -10,13 +10,12 @@ its deterministic file writers are in environments/gaia/offline.py.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from environments.gaia.offline import OFFLINE_DIR, write_offline_dataset
-from environments.jsonl import jsonl_lines
+from environments.jsonl import jsonl_rows
 
 __all__ = [
     "GaiaAccessError",
@@ -57,13 +56,7 @@ def _read_metadata(directory: Path) -> list[dict[str, Any]]:
         import pyarrow.parquet as pq  # noqa: PLC0415 - only the 2025 layout needs it
 
         return pq.read_table(parquet).to_pylist()
-    rows = []
-    for n, line in jsonl_lines((directory / "metadata.jsonl").read_text(encoding="utf-8")):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{directory / 'metadata.jsonl'}:{n} is not JSON ({exc.msg})") from None
-    return rows
+    return jsonl_rows((directory / "metadata.jsonl").read_text(encoding="utf-8"), directory / "metadata.jsonl")
 
 
 def _attachment(directory: Path, task: dict[str, Any]) -> Path:

@@ -8,13 +8,12 @@ A local source is a JSONL file of such rows or a directory written by `datasets`
 
 from __future__ import annotations
 
-import json
 import random
 import re
 from collections.abc import Callable
 from pathlib import Path
 
-from environments.jsonl import jsonl_lines
+from environments.jsonl import jsonl_rows
 
 __all__ = ["synthetic_gsm8k", "load_gsm8k", "load_local_gsm8k", "dataset_kind", "gold_answer", "OFFLINE_NAMES"]
 
@@ -152,12 +151,7 @@ def load_local_gsm8k(path: Path) -> tuple[list[dict[str, str]], list[dict[str, s
     """(train, test) from a JSONL file (the same rows serve both) or a `save_to_disk` directory."""
     path = Path(path).expanduser()
     if path.is_file():
-        rows = []
-        for n, line in jsonl_lines(path.read_text(encoding="utf-8")):
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n} is not JSON ({exc.msg})") from None
+        rows = jsonl_rows(path.read_text(encoding="utf-8"), path)
         problems = _checked(rows, str(path))
         return problems, problems
     from datasets import Dataset, DatasetDict, load_from_disk

@@ -25,6 +25,7 @@ from environments.agent_loop import AgentResult
 from environments.gsm8k.answers import has_marked_answer
 from environments.gsm8k.data import dataset_kind, gold_answer, load_gsm8k, load_local_gsm8k, synthetic_gsm8k
 from environments.isolated_call import CheckTimeout, IsolatedCall
+from environments.dataset_source import dataset_error
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from tools.context import ToolContext
 
@@ -60,11 +61,26 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
     default_toolsets = ["python"]
     default_system_prompt = SYSTEM_PROMPT
 
+    _local: tuple[list[dict[str, str]], list[dict[str, str]]] | None = None  # a local dataset, read by check_data
+
     @classmethod
     def config_init(cls):
         config, servers = super().config_init()
         # group_size 4: more rollouts per group, more often scores that differ.
         return config.model_copy(update={"max_agent_turns": 4, "agent_max_tokens": 256, "group_size": 4}), servers
+
+    def check_data(self) -> None:
+        # A local file or directory is read (and kept) before anything starts; a hub name loads in items().
+        cfg: GSM8kAgentEnvConfig = self.config
+        try:
+            if dataset_kind(cfg.dataset) != "local":
+                return
+            train, test = load_local_gsm8k(Path(cfg.dataset))
+        except (ValueError, OSError) as exc:
+            raise HermesEnvError(dataset_error(cfg.dataset, exc)) from None
+        if not train or not test:
+            raise HermesEnvError(f"--env.dataset {cfg.dataset!r} holds no rows; pass a file with at least one problem")
+        self._local = (train, test)
 
     async def _split(self, split: str) -> list[dict[str, str]]:
         cfg: GSM8kAgentEnvConfig = self.config
@@ -75,7 +91,10 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
                     return synthetic_gsm8k(cfg.synthetic_size, seed=cfg.seed)
                 return synthetic_gsm8k(cfg.eval_size, seed=cfg.seed + 1_000_003)
             if kind == "local":
-                train, test = await asyncio.to_thread(load_local_gsm8k, Path(cfg.dataset))
+                if self._local is None:
+                    await asyncio.to_thread(self.check_data)
+                assert self._local is not None
+                train, test = self._local
                 return train if split == "train" else test
             return await asyncio.to_thread(load_gsm8k, split, cfg.dataset)
         except ValueError as exc:

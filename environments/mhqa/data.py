@@ -22,7 +22,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from environments.jsonl import jsonl_lines
+from environments.jsonl import jsonl_rows
 
 __all__ = ["OFFLINE_PATH", "load_items", "to_item"]
 
@@ -99,13 +99,7 @@ def _read_rows(source: str, split: str, hub_config: str | None) -> list[Any]:
             if not isinstance(rows, list):
                 raise ValueError(f"{path} is not a JSON array of rows (HotpotQA's own files are)")
             return rows
-        out = []
-        for n, line in jsonl_lines(text):
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path}:{n} is not JSON ({exc.msg})") from None
-        return out
+        return jsonl_rows(text, path)
     from datasets import Dataset, DatasetDict, load_dataset, load_from_disk  # noqa: PLC0415 - heavy import
 
     if path.is_dir():

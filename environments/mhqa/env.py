@@ -26,6 +26,7 @@ from pydantic import Field
 
 from environments.agent_loop import AgentResult
 from environments.gaia.env import extract_final_answer
+from environments.dataset_source import dataset_error, looks_local
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from environments.mhqa.data import OFFLINE_PATH, load_items
 from environments.mhqa.scoring import SetScores, best_answer_scores, joint_scores, sp_scores
@@ -96,6 +97,7 @@ class MHQAEnv(HermesAgentBaseEnv):
 
     def __init__(self, config: MHQAEnvConfig, server_configs, slurm: bool = False, testing: bool = False) -> None:
         self._items: list[dict[str, Any]] = []
+        self._preloaded: list[dict[str, Any]] | None = None
         self._corpus: ParagraphIndex | None = None
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: MHQAEnvConfig = config
@@ -122,13 +124,25 @@ class MHQAEnv(HermesAgentBaseEnv):
                 seen.setdefault((p["title"], tuple(p["sentences"])), p)  # rows share Wikipedia paragraphs
         return ParagraphIndex(list(seen.values()))
 
-    async def items(self) -> list[dict[str, Any]]:
+    def _load(self) -> list[dict[str, Any]]:
         c = self.config
         source = str(OFFLINE_PATH) if c.dataset == "offline" else c.dataset
         try:
-            self._items = await asyncio.to_thread(load_items, source, c.split, c.hub_config)
+            items = load_items(source, c.split, c.hub_config)
         except (ValueError, OSError) as exc:
-            raise HermesEnvError(f"--env.dataset {c.dataset!r}: {exc}") from None
+            raise HermesEnvError(dataset_error(c.dataset, exc)) from None
+        if not items:
+            raise HermesEnvError(f"--env.dataset {c.dataset!r} holds no rows; pass a file with at least one question")
+        return items
+
+    def check_data(self) -> None:
+        # A local file (or a path that is not there) is read now, before anything starts; a hub name loads in items().
+        if self.config.dataset != "offline" and looks_local(self.config.dataset):
+            self._preloaded = self._load()
+
+    async def items(self) -> list[dict[str, Any]]:
+        c = self.config
+        self._items = self._preloaded if self._preloaded is not None else await asyncio.to_thread(self._load)
         if c.search_scope == "dataset":
             self._corpus = await asyncio.to_thread(self._index_corpus, self._items)
         return self._items

@@ -33,22 +33,20 @@ from __future__ import annotations
 import asyncio
 import collections
 import json
-import re
 import shlex
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any, Literal
-
-from pydantic import Field
+from typing import Any
 
 from environments.agent_loop import AgentResult
-from environments.check_agents import NoOpAgent, OneCallOracle
+from environments.check_agents import NoOpAgent
 from environments.image_sandboxes import ImageSandboxes
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesEnvError, Rollout
 from environments.models.base import ChatModel
-from environments.swe_smith.deps import DEFAULT_INSTALL, PreparedRepoEnv, RepoEnvConfig, RepoEnvError, prepare_repo_env
+from environments.swe_smith.config import SweSmithOracleEnvConfig
+from environments.swe_smith.deps import DEFAULT_INSTALL, PreparedRepoEnv, RepoEnvError, prepare_repo_env
 from environments.swe_smith.instances import (
     DEFAULT_TEST_CMD,
     IMAGE_ENV_PREFIX,
@@ -62,6 +60,7 @@ from environments.swe_smith.instances import (
     profile_for,
     read_rows,
 )
+from environments.swe_smith.oracle import OracleAgent
 from environments.swe_smith.snapshots import SnapshotStore
 from environments.verifier import (
     GIT_SAFE,
@@ -118,81 +117,7 @@ def _failing_tests(item: SweSmithInstance, mode: str) -> str:
     return f"\nFailing tests: {len(item.FAIL_TO_PASS)} in {', '.join(files[:20])}{more}"
 
 
-# -- deterministic agents -------------------------------------------------------------------------
-
-_INSTANCE_RE = re.compile(r"^Instance: (\S+)$", re.MULTILINE)
-_PATH_RE = re.compile(r"^Repository path: (\S+)$", re.MULTILINE)
-
-
-class OracleAgent(OneCallOracle):
-    """Knows every instance's bug patch and applies it in reverse with one terminal call."""
-
-    done = "Applied the fix; the failing tests pass now."
-    unknown = "I do not know this instance."
-
-    def __init__(self, instances: Mapping[str, SweSmithInstance]) -> None:
-        self.instances = dict(instances)
-
-    def arguments(self, prompt: str) -> dict[str, Any] | None:
-        inst_match, path_match = _INSTANCE_RE.search(prompt), _PATH_RE.search(prompt)
-        if not inst_match or not path_match or inst_match.group(1) not in self.instances:
-            return None
-        patch = self.instances[inst_match.group(1)].patch
-        return {
-            "command": f"cd {shlex.quote(path_match.group(1))} && git apply -R <<'HERMES_PATCH'\n{patch}HERMES_PATCH"
-        }
-
-
 # -- the env ----------------------------------------------------------------------------------------------
-
-
-class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
-    tool_backend: Literal["local", "sandbox"] = Field("sandbox", description="SWE-smith instances run in sandbox slots")
-    dataset: str = Field(
-        "offline",
-        description="offline (bundled), a hub dataset name, or a path: JSONL/JSON of instances or a saved dataset dir",
-    )
-    split: str = Field("train", description="Split of a hub dataset or saved DatasetDict")
-    limit: int | None = Field(None, ge=1, description="Use at most this many instances")
-    mirror_base: str = Field(
-        "https://github.com",
-        description="Where the mirrors live: {mirror_base}/{repo}.git; a URL or a local dir of bare repos",
-    )
-    cache_dir: str | None = Field(None, description="This machine's bare mirrors and snapshots (default: a temp dir)")
-    profiles: str | None = Field(
-        None, description="JSON file {repo: {test_cmd, language}} adding to SWE-smith's published profiles"
-    )
-    image_policy: Literal["auto", "skip", "base"] = Field(
-        "auto",
-        description="Instances naming an image: auto = run them in that image on docker, nomad and modal (repository "
-        "at /testbed), and on the local backends when --env.deps.mode venv provides their dependencies, else "
-        "skip them; skip; base = run them on the base environment (you installed their dependencies)",
-    )
-    agent: Literal["model", "oracle", "noop"] = Field("model", description="model, or a scripted check agent")
-    prompt_tests: Literal["files", "ids", "none"] = Field(
-        "files",
-        description="What the prompt says of FAIL_TO_PASS: the files holding them with a count (files), every "
-        "test id (ids: can exceed the context, one instance lists 34 KB), or nothing (none)",
-    )
-    install_command: str | None = Field(
-        None, description="Run in the verified checkout before the tests (no network there; see --env.deps)"
-    )
-    deps: RepoEnvConfig = Field(
-        default_factory=RepoEnvConfig,
-        description="Each repository's dependencies without its image (docs/swe_smith.md)",
-    )
-    pytest_plugin_autoload: bool = Field(
-        False,
-        description="Let pytest load every installed plugin (the sandbox interpreter's); the offline repos need none "
-        "and skipping them saves seconds per run; turn on for repositories whose tests rely on plugins (in the "
-        "instance's image and in a --env.deps.mode venv env they always load: those environments are the repository's)",
-    )
-    verify_in: Literal["fresh_slot", "same_slot"] = Field(
-        "fresh_slot", description="Where the tests run: a fresh slot (default), or a new directory of the agent's slot"
-    )
-    write_preds: bool = Field(True, description="Write preds.jsonl (SWE-bench predictions) beside the groups file")
-    setup_timeout_s: float = Field(300.0, gt=0, description="Cloning and preparing the worktree")
-    test_timeout_s: float = Field(300.0, gt=0, description="Running the instance's tests")
 
 
 def _on_images(cfg: SweSmithOracleEnvConfig) -> bool:

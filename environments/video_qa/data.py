@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from environments.jsonl import jsonl_lines
+from environments.jsonl import jsonl_rows
 from tools.documents import Caption, parse_captions
 
 __all__ = ["OFFLINE_PATH", "LETTERS", "captions_of", "load_items", "to_item"]
@@ -92,13 +92,7 @@ def _rows(path: Path) -> list[Any]:
     if path.suffix == ".json":
         rows = json.loads(text)
         return rows if isinstance(rows, list) else [rows]
-    out = []
-    for n, line in jsonl_lines(text):
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n} is not JSON ({exc.msg})") from None
-    return out
+    return jsonl_rows(text, path)
 
 
 def load_items(path: Path, captions_dir: Path | None = None, answers_file: Path | None = None) -> list[dict[str, Any]]:

@@ -19,6 +19,7 @@ from pydantic import Field
 
 from environments.agent_loop import AgentResult
 from environments.gaia.env import extract_final_answer
+from environments.dataset_source import dataset_error
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
 from environments.video_qa.data import LETTERS, OFFLINE_PATH, captions_of, load_items
 from tools.context import ToolContext
@@ -56,6 +57,7 @@ class VideoQAEnv(HermesAgentBaseEnv):
     default_system_prompt = SYSTEM_PROMPT
 
     def __init__(self, config: VideoQAEnvConfig, server_configs, slurm: bool = False, testing: bool = False) -> None:
+        self._items: list[dict[str, Any]] = []
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: VideoQAEnvConfig = config
 
@@ -67,15 +69,22 @@ class VideoQAEnv(HermesAgentBaseEnv):
     def tool_registry(self) -> ToolRegistry:
         return ToolRegistry(caption_tools())
 
-    async def items(self) -> list[dict[str, Any]]:
+    def check_data(self) -> None:
+        # Every source is a local file: read (and kept) before anything starts.
         c = self.config
         path = OFFLINE_PATH if c.dataset == "offline" else Path(c.dataset).expanduser()
         captions = Path(c.captions_dir).expanduser() if c.captions_dir else None
         answers = Path(c.answers_file).expanduser() if c.answers_file else None
         try:
-            self._items = await asyncio.to_thread(load_items, path, captions, answers)
+            self._items = load_items(path, captions, answers)
         except (ValueError, OSError) as exc:
-            raise HermesEnvError(f"--env.dataset {c.dataset!r}: {exc}") from None
+            raise HermesEnvError(dataset_error(c.dataset, exc)) from None
+        if not self._items:
+            raise HermesEnvError(f"--env.dataset {c.dataset!r} holds no rows; pass a file with at least one question")
+
+    async def items(self) -> list[dict[str, Any]]:
+        if not self._items:
+            await asyncio.to_thread(self.check_data)
         return self._items
 
     async def eval_items(self) -> list[dict[str, Any]]:
