@@ -8,6 +8,10 @@ against its image is checked (`integrity_problems`), `/logs/verifier` is emptied
 the task's [verifier] env, under its timeout; the reward is read from /logs/verifier (reward.json, else
 reward.txt). A container whose interpreters or loader the agent changed scores 0 and is flagged.
 
+An Endless Terminals task runs the same way in the image its container.def builds (apptainer.py), as its
+harness runs it: every command as root from /home/user with HOME=/home/user and `%environment` sourced; after
+the agent, test_final_state.py is copied to /tests and run with the image's pytest (pass = 1, else 0).
+
 Reward integrity (the agent was root in the verifier's container; see docs/security.md): the tests run the
 image's bash, python3, pytest/uv and the dynamic loader; the agent could replace any of them (a `python3`
 that prints PASSED, an /etc/ld.so.preload library, a sitecustomize.py, a planted `uvx`). The engine's diff
@@ -24,6 +28,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import shlex
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,12 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backends.task_container import TaskContainer, TaskContainers, TaskContainerSpec
+from environments.terminal_tasks.apptainer import environment_prefix
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
 from tools.executor import ExecResult
 
 __all__ = [
     "TaskContainerExecutor",
+    "command_prefix",
     "ContainerVerdict",
     "integrity_problems",
     "verify_in_container",
@@ -116,8 +123,9 @@ class ContainerVerdict:
 class TaskContainerExecutor:
     """The `ToolExecutor` over one task container: the agent's tools run here as the image's user."""
 
-    def __init__(self, box: TaskContainer) -> None:
+    def __init__(self, box: TaskContainer, prefix: str = "") -> None:
         self.box = box
+        self.prefix = prefix  # shell text before every command (an Endless task's %environment and home)
         self.verdicts: list[ContainerVerdict] = []
 
     @property
@@ -142,7 +150,7 @@ class TaskContainerExecutor:
             name = f"/tmp/.hermes-stdin-{secrets.token_hex(8)}"
             await self.box.put_files("/tmp", {name.rsplit("/", 1)[1]: (stdin.encode(), 0o600)})
             command = f"exec < {name}; rm -f {name}\n{command}"
-        return await self.box.exec(command, timeout=timeout, max_output_bytes=max_output_bytes)
+        return await self.box.exec(self.prefix + command, timeout=timeout, max_output_bytes=max_output_bytes)
 
     async def read_file(self, path: str) -> bytes:
         return await self.box.read_file(path)
@@ -152,7 +160,12 @@ class TaskContainerExecutor:
 
 
 def task_spec(task: TerminalTask, image: str, *, network: bool, env: dict[str, str] | None = None) -> TaskContainerSpec:
-    """The container a Harbor task's trajectory runs in (its limits and network from task.toml)."""
+    """The container a task's trajectory runs in (a Harbor task's limits and network from task.toml; an Endless
+    task's as its harness gives it: root in /home/user, HOME there, its %environment sourced by each command)."""
+    if task.format == "endless":
+        return TaskContainerSpec(
+            image=image, workdir=task.workdir, user="root", env={"HOME": task.workdir}, network=network
+        )
     return TaskContainerSpec(
         image=image,
         workdir=task.workdir,
@@ -167,9 +180,10 @@ def task_spec(task: TerminalTask, image: str, *, network: bool, env: dict[str, s
 
 @asynccontextmanager
 async def task_container(
-    engines: TaskContainers, spec: TaskContainerSpec, owner: str
+    engines: TaskContainers, spec: TaskContainerSpec, owner: str, prefix: str = ""
 ) -> AsyncIterator[TaskContainerExecutor]:
-    """A started task container with Harbor's log directories, as the trajectory's executor."""
+    """A started task container with Harbor's log directories, as the trajectory's executor (`prefix`: shell
+    text before each of its commands, `command_prefix(task)`)."""
     async with engines.container(spec, owner) as box:
         made = await box.exec(
             f"mkdir -p {AGENT_LOG_DIR} {VERIFIER_DIR} && chmod 777 {AGENT_LOG_DIR} {VERIFIER_DIR}",
@@ -179,7 +193,12 @@ async def task_container(
         )
         if made.exit_code != 0:
             raise RuntimeError(f"{owner}: cannot make /logs in its container: {made.output[-500:]}")
-        yield TaskContainerExecutor(box)
+        yield TaskContainerExecutor(box, prefix)
+
+
+def command_prefix(task: TerminalTask) -> str:
+    """What runs before each command of `task`'s trajectory: an Endless task's %environment and home."""
+    return environment_prefix(task.workdir) if task.format == "endless" else ""
 
 
 def _files(task: TerminalTask) -> dict[str, tuple[bytes, int]]:
@@ -204,6 +223,10 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
     flags = integrity_problems(await box.changes(), box.spec.workdir)
     if flags:
         verdict = ContainerVerdict(0.0, "flagged: the agent changed what the tests run: " + "; ".join(flags[:5]), flags)
+        executor.verdicts.append(verdict)
+        return verdict
+    if task.format == "endless":
+        verdict = await _endless_final_state(executor, task)
         executor.verdicts.append(verdict)
         return verdict
     reset = f"rm -rf {VERIFIER_DIR} /tests && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
@@ -231,6 +254,24 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
             verdict = ContainerVerdict(read.reward, reason, rewards=read.metrics, log=out)
     executor.verdicts.append(verdict)
     return verdict
+
+
+async def _endless_final_state(executor: TaskContainerExecutor, task: TerminalTask) -> ContainerVerdict:
+    """test_final_state.py copied in after the agent and run with the image's pytest, as Endless' harness does."""
+    assert task.final_test is not None
+    box = executor.box
+    await box.exec("rm -rf /tests", timeout=120, user="root", workdir="/")
+    await box.put_files("/tests", {task.final_test.name: (task.final_test.read_bytes(), 0o644)})
+    run = await box.exec(
+        executor.prefix + f"python3 -m pytest -q -p no:cacheprovider /tests/{shlex.quote(task.final_test.name)}",
+        timeout=task.verifier_timeout_s,
+        user="root",
+        max_output_bytes=200_000,
+    )
+    if run.timed_out:
+        return ContainerVerdict(0.0, f"test_final_state.py ran over {task.verifier_timeout_s:g} s", log=run.output)
+    reward = 1.0 if run.exit_code == 0 else 0.0
+    return ContainerVerdict(reward, f"test_final_state.py: pytest exit {run.exit_code}", log=run.output)
 
 
 _URL_HOST = re.compile(r"https?://([A-Za-z0-9.-]+\.[A-Za-z]{2,})")
