@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backends.task_container import TaskContainer, TaskContainers, TaskContainerSpec
-from environments.terminal_tasks.apptainer import environment_prefix
+from environments.terminal_tasks.apptainer import APPTAINER_ENV_FILE, environment_prefix
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
 from tools.executor import ExecResult
@@ -72,6 +72,8 @@ _PY_HOOKS = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|userc
 _PY_STDLIB = re.compile(r"^/(usr/(local/)?)?lib/python[\d.]+/[^/]+\.py$")
 # The test runner's own packages: one added to an earlier site directory shadows the image's.
 _PY_RUNNER = re.compile(r"/(site|dist)-packages/(pytest|_pytest|pluggy|iniconfig|py)(/|\.py$)")
+# What every command of an Endless task sources before it runs (its %environment): the verifier's too.
+_APPTAINER_ENV = re.compile("^" + re.escape(APPTAINER_ENV_FILE.rsplit("/", 2)[0]) + "(/|$)")
 
 
 def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") -> list[str]:
@@ -95,6 +97,8 @@ def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") ->
             continue
         if _LOADER.search(path):
             found.append(f"{kind} {path} (the dynamic loader's configuration)")
+        elif _APPTAINER_ENV.search(path) and path not in dirs:
+            found.append(f"{kind} {path} (the environment every test command sources)")
         elif _PY_HOOKS.search(path):
             found.append(f"{kind} {path} (runs at every Python start)")
         elif _PY_RUNNER.search(path) and path not in dirs and not path.endswith(".pyc"):
@@ -230,7 +234,7 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
         executor.verdicts.append(verdict)
         return verdict
     reset = f"rm -rf {VERIFIER_DIR} /tests && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
-    await box.exec(reset, timeout=120, user="root", workdir="/")
+    await box.exec(reset, timeout=120, user="root", workdir="/", login=False)
     await box.put_files("/tests", _files(task))
     run = await box.exec(
         f"bash /tests/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
@@ -257,16 +261,28 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
 
 
 async def _endless_final_state(executor: TaskContainerExecutor, task: TerminalTask) -> ContainerVerdict:
-    """test_final_state.py copied in after the agent and run with the image's pytest, as Endless' harness does."""
+    """test_final_state.py copied in after the agent and run with the image's pytest, as Endless' harness does.
+
+    The agent was root here, so nothing it can leave outside the engine's diff steers the run: no login shell
+    (profiles), a clean environment as Apptainer's --cleanenv (then %environment, checked by the diff), `python3
+    -I` (no cwd, PYTHON* or user site on sys.path), our own pytest.ini in /tests (no ini file or conftest.py
+    above it), no auto-loaded plugins."""
     assert task.final_test is not None
     box = executor.box
-    await box.exec("rm -rf /tests", timeout=120, user="root", workdir="/")
-    await box.put_files("/tests", {task.final_test.name: (task.final_test.read_bytes(), 0o644)})
+    await box.exec("rm -rf /tests", timeout=120, user="root", workdir="/", login=False)
+    test = task.final_test.name
+    await box.put_files("/tests", {test: (task.final_test.read_bytes(), 0o644), "pytest.ini": (b"[pytest]\n", 0o644)})
+    pytest = (
+        "exec python3 -I -m pytest -q -p no:cacheprovider -c /tests/pytest.ini --rootdir=/tests "
+        f"--confcutdir=/tests /tests/{shlex.quote(test)}"
+    )
+    clean = "/usr/bin/env -i PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 /bin/bash --noprofile --norc -c "
     run = await box.exec(
-        executor.prefix + f"python3 -m pytest -q -p no:cacheprovider /tests/{shlex.quote(task.final_test.name)}",
+        clean + shlex.quote(executor.prefix + pytest),
         timeout=task.verifier_timeout_s,
         user="root",
         max_output_bytes=200_000,
+        login=False,
     )
     if run.timed_out:
         return ContainerVerdict(0.0, f"test_final_state.py ran over {task.verifier_timeout_s:g} s", log=run.output)

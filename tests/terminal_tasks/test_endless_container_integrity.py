@@ -96,6 +96,8 @@ async def test_oracle_scores_one_noop_zero(engines, image):
     ],
     ids=["python3", "environment", "cwd-pytest", "ini", "conftest", "root-profile", "etc-profile"],
 )
-async def test_root_agent_tampering_scores_zero(engines, image, attack):
+async def test_root_agent_tampering_scores_zero(engines, image, attack, request):
     verdict = await run(engines, image, attack)
     assert verdict.reward == 0.0, verdict
+    if request.node.callspec.id in ("python3", "environment"):  # changes the engine's diff shows: flagged too
+        assert verdict.flags, verdict
