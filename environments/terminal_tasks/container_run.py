@@ -44,6 +44,7 @@ from tools.executor import ExecResult
 __all__ = [
     "TaskContainerExecutor",
     "command_prefix",
+    "endless_pytest",
     "ContainerVerdict",
     "integrity_problems",
     "verify_in_container",
@@ -230,7 +231,8 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
         executor.verdicts.append(verdict)
         return verdict
     if task.format == "endless":
-        verdict = await _endless_final_state(executor, task)
+        assert task.final_test is not None
+        verdict = await endless_pytest(executor, task, task.final_test)
         executor.verdicts.append(verdict)
         return verdict
     reset = f"rm -rf {VERIFIER_DIR} /tests && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
@@ -260,18 +262,18 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
     return verdict
 
 
-async def _endless_final_state(executor: TaskContainerExecutor, task: TerminalTask) -> ContainerVerdict:
-    """test_final_state.py copied in after the agent and run with the image's pytest, as Endless' harness does.
+async def endless_pytest(executor: TaskContainerExecutor, task: TerminalTask, test_file: Path) -> ContainerVerdict:
+    """An Endless task's test file (test_final_state.py after the agent; test_initial_state.py before it) copied
+    to /tests and run with the image's pytest, as Endless' harness does; /tests removed afterwards.
 
     The agent was root here, so nothing it can leave outside the engine's diff steers the run: no login shell
     (profiles), a clean environment as Apptainer's --cleanenv (then %environment, checked by the diff), `python3
     -I` (no cwd, PYTHON* or user site on sys.path), our own pytest.ini in /tests (no ini file or conftest.py
     above it), no auto-loaded plugins."""
-    assert task.final_test is not None
     box = executor.box
     await box.exec("rm -rf /tests", timeout=120, user="root", workdir="/", login=False)
-    test = task.final_test.name
-    await box.put_files("/tests", {test: (task.final_test.read_bytes(), 0o644), "pytest.ini": (b"[pytest]\n", 0o644)})
+    test = test_file.name
+    await box.put_files("/tests", {test: (test_file.read_bytes(), 0o644), "pytest.ini": (b"[pytest]\n", 0o644)})
     pytest = (
         "exec python3 -I -m pytest -q -p no:cacheprovider -c /tests/pytest.ini --rootdir=/tests "
         f"--confcutdir=/tests /tests/{shlex.quote(test)}"
@@ -284,10 +286,10 @@ async def _endless_final_state(executor: TaskContainerExecutor, task: TerminalTa
         max_output_bytes=200_000,
         login=False,
     )
+    await box.exec("rm -rf /tests", timeout=120, user="root", workdir="/", login=False)
     if run.timed_out:
-        return ContainerVerdict(0.0, f"test_final_state.py ran over {task.verifier_timeout_s:g} s", log=run.output)
-    reward = 1.0 if run.exit_code == 0 else 0.0
-    return ContainerVerdict(reward, f"test_final_state.py: pytest exit {run.exit_code}", log=run.output)
+        return ContainerVerdict(0.0, f"{test} ran over {task.verifier_timeout_s:g} s", log=run.output)
+    return ContainerVerdict(1.0 if run.exit_code == 0 else 0.0, f"{test}: pytest exit {run.exit_code}", log=run.output)
 
 
 _URL_HOST = re.compile(r"https?://([A-Za-z0-9.-]+\.[A-Za-z]{2,})")

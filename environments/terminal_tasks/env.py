@@ -36,6 +36,7 @@ from environments.image_sandboxes import ImageRecipe, ImageSandboxes, ImageUnava
 from environments.terminal_tasks.container_run import (
     TaskContainerExecutor,
     command_prefix,
+    endless_pytest,
     task_container,
     task_spec,
     unresolved_hosts,
@@ -342,7 +343,12 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
 
     async def setup_trajectory_workspace(self, item: TerminalTask, ctx: ToolContext) -> None:
         if isinstance(ctx.executor, TaskContainerExecutor):
-            return  # the image is the task's initial state, as its Dockerfile built it
+            # The image is the task's initial state, as its Dockerfile (container.def) built it.
+            if item.format == "endless" and self.config.check_initial_state and item.initial_test is not None:
+                checked = await endless_pytest(ctx.executor, item, item.initial_test)
+                if checked.reward != 1.0:
+                    raise RuntimeError(f"{item.id}: its built image fails test_initial_state.py: {checked.log[-1500:]}")
+            return
         ws = self.workspace_for(item)
         where = await ctx.executor.exec("pwd", timeout=30, max_output_bytes=1000)
         if where.output.strip() != ws:

@@ -19,7 +19,13 @@ import pytest
 from backends.task_container import TaskContainerConfig, TaskContainers
 from environments.image_sandboxes import DockerImages
 from environments.terminal_tasks.agents import sampled_solution_script
-from environments.terminal_tasks.container_run import command_prefix, task_container, task_spec, verify_in_container
+from environments.terminal_tasks.container_run import (
+    command_prefix,
+    endless_pytest,
+    task_container,
+    task_spec,
+    verify_in_container,
+)
 from environments.terminal_tasks.endless import load_endless_task
 from environments.terminal_tasks.sandboxes import endless_recipe
 from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, remove_labelled
@@ -101,3 +107,17 @@ async def test_root_agent_tampering_scores_zero(engines, image, attack, request)
     assert verdict.reward == 0.0, verdict
     if request.node.callspec.id in ("python3", "environment"):  # changes the engine's diff shows: flagged too
         assert verdict.flags, verdict
+
+
+async def test_initial_state_test_runs_in_the_container_as_the_final_one(engines, image):
+    task = load_endless_task(TASK_DIR)
+    assert task.initial_test is not None
+    async with task_container(engines, task_spec(task, image, network=False), task.id, command_prefix(task)) as ex:
+        fresh = await endless_pytest(ex, task, task.initial_test)
+        listing = await ex.exec("ls /tests 2>&1; true", timeout=60, max_output_bytes=10_000)
+        # The built image is the state the task was written against; its test leaves nothing for the agent.
+        assert (fresh.reward, fresh.reason) == (1.0, "test_initial_state.py: pytest exit 0"), fresh
+        assert "No such file" in listing.output, listing.output
+        broken = await ex.exec("touch /home/user/artifacts/permissions_log.txt", timeout=60, max_output_bytes=10_000)
+        assert broken.exit_code == 0, broken.output
+        assert (await endless_pytest(ex, task, task.initial_test)).reward == 0.0
