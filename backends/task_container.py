@@ -122,9 +122,12 @@ class TaskContainer:
         workdir: str | None = None,
         env: dict[str, str] | None = None,
         max_output_bytes: int = 1_000_000,
+        login: bool = True,
     ) -> ExecResult:
-        """`bash -lc command` in the container; stdout and stderr together, capped at `max_output_bytes`."""
-        argv = ["bash", "-lc", command]
+        """`bash -lc command` in the container; stdout and stderr together, capped at `max_output_bytes`.
+
+        `login=False`: `bash -c`, no profile read (our own steps: a root agent may have rewritten the profiles)."""
+        argv = ["bash", "-lc" if login else "-c", command]
         if self.has_timeout:
             argv = ["timeout", "-k", "5", f"{max(timeout, 1):g}", *argv]
         return await self._engines._exec(
@@ -133,7 +136,7 @@ class TaskContainer:
 
     async def put_files(self, directory: str, files: dict[str, tuple[bytes, int]]) -> None:
         """Files (relative name -> (content, mode)) into `directory` (made if missing), owned by root."""
-        await self.exec(f"mkdir -p {shlex.quote(directory)}", timeout=60, user="root", workdir="/")
+        await self.exec(f"mkdir -p {shlex.quote(directory)}", timeout=60, user="root", workdir="/", login=False)
         await self._engines._call(self._engines.api.put_archive, self.id, directory, _tar(files))
 
     async def write_file(self, path: str, data: bytes) -> None:

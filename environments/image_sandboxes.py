@@ -61,6 +61,9 @@ class ImageRecipe(BaseModel, frozen=True):
     registry_image: str | None = Field(
         None, description="What Nomad/Modal run instead (the recipe plus the sandbox layer, pushed by the user)"
     )
+    carries_ca: bool = Field(
+        False, description="The recipe gives the host's CA bundle to its build steps itself (an Apptainer %post)"
+    )
 
     @property
     def key(self) -> str:
@@ -221,7 +224,7 @@ class DockerImages:
     def tag_of(self, recipe: ImageRecipe) -> str:
         """The tag a recipe is built under here: its content tag, plus the CA bundle's hash when one goes in."""
         assert recipe.tag is not None
-        if self.ca_bundle is None:
+        if self.ca_bundle is None or recipe.carries_ca:
             return recipe.tag
         return f"{recipe.tag}-ca{hashlib.sha256(self.ca_bundle).hexdigest()[:8]}"
 
@@ -249,7 +252,7 @@ class DockerImages:
         )
         try:
             context = await asyncio.get_running_loop().run_in_executor(
-                self._executor, _context_tar, recipe, self.ca_bundle
+                self._executor, _context_tar, recipe, None if recipe.carries_ca else self.ca_bundle
             )
             out, _ = await asyncio.wait_for(proc.communicate(context), recipe.build_timeout_s)
         except BaseException:

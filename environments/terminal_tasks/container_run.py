@@ -8,6 +8,10 @@ against its image is checked (`integrity_problems`), `/logs/verifier` is emptied
 the task's [verifier] env, under its timeout; the reward is read from /logs/verifier (reward.json, else
 reward.txt). A container whose interpreters or loader the agent changed scores 0 and is flagged.
 
+An Endless Terminals task runs the same way in the image its container.def builds (apptainer.py), as its
+harness runs it: every command as root from /home/user with HOME=/home/user and `%environment` sourced; after
+the agent, test_final_state.py is copied to /tests and run with the image's pytest (pass = 1, else 0).
+
 Reward integrity (the agent was root in the verifier's container; see docs/security.md): the tests run the
 image's bash, python3, pytest/uv and the dynamic loader; the agent could replace any of them (a `python3`
 that prints PASSED, an /etc/ld.so.preload library, a sitecustomize.py, a planted `uvx`). The engine's diff
@@ -24,6 +28,7 @@ from __future__ import annotations
 import logging
 import re
 import secrets
+import shlex
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -31,12 +36,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backends.task_container import TaskContainer, TaskContainers, TaskContainerSpec
+from environments.terminal_tasks.apptainer import APPTAINER_ENV_FILE, environment_prefix
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
 from tools.executor import ExecResult
 
 __all__ = [
     "TaskContainerExecutor",
+    "command_prefix",
+    "endless_pytest",
     "ContainerVerdict",
     "integrity_problems",
     "verify_in_container",
@@ -65,6 +73,8 @@ _PY_HOOKS = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|userc
 _PY_STDLIB = re.compile(r"^/(usr/(local/)?)?lib/python[\d.]+/[^/]+\.py$")
 # The test runner's own packages: one added to an earlier site directory shadows the image's.
 _PY_RUNNER = re.compile(r"/(site|dist)-packages/(pytest|_pytest|pluggy|iniconfig|py)(/|\.py$)")
+# What every command of an Endless task sources before it runs (its %environment): the verifier's too.
+_APPTAINER_ENV = re.compile("^" + re.escape(APPTAINER_ENV_FILE.rsplit("/", 2)[0]) + "(/|$)")
 
 
 def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") -> list[str]:
@@ -88,6 +98,8 @@ def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") ->
             continue
         if _LOADER.search(path):
             found.append(f"{kind} {path} (the dynamic loader's configuration)")
+        elif _APPTAINER_ENV.search(path) and path not in dirs:
+            found.append(f"{kind} {path} (the environment every test command sources)")
         elif _PY_HOOKS.search(path):
             found.append(f"{kind} {path} (runs at every Python start)")
         elif _PY_RUNNER.search(path) and path not in dirs and not path.endswith(".pyc"):
@@ -116,8 +128,9 @@ class ContainerVerdict:
 class TaskContainerExecutor:
     """The `ToolExecutor` over one task container: the agent's tools run here as the image's user."""
 
-    def __init__(self, box: TaskContainer) -> None:
+    def __init__(self, box: TaskContainer, prefix: str = "") -> None:
         self.box = box
+        self.prefix = prefix  # shell text before every command (an Endless task's %environment and home)
         self.verdicts: list[ContainerVerdict] = []
 
     @property
@@ -142,7 +155,7 @@ class TaskContainerExecutor:
             name = f"/tmp/.hermes-stdin-{secrets.token_hex(8)}"
             await self.box.put_files("/tmp", {name.rsplit("/", 1)[1]: (stdin.encode(), 0o600)})
             command = f"exec < {name}; rm -f {name}\n{command}"
-        return await self.box.exec(command, timeout=timeout, max_output_bytes=max_output_bytes)
+        return await self.box.exec(self.prefix + command, timeout=timeout, max_output_bytes=max_output_bytes)
 
     async def read_file(self, path: str) -> bytes:
         return await self.box.read_file(path)
@@ -152,7 +165,12 @@ class TaskContainerExecutor:
 
 
 def task_spec(task: TerminalTask, image: str, *, network: bool, env: dict[str, str] | None = None) -> TaskContainerSpec:
-    """The container a Harbor task's trajectory runs in (its limits and network from task.toml)."""
+    """The container a task's trajectory runs in (a Harbor task's limits and network from task.toml; an Endless
+    task's as its harness gives it: root in /home/user, HOME there, its %environment sourced by each command)."""
+    if task.format == "endless":
+        return TaskContainerSpec(
+            image=image, workdir=task.workdir, user="root", env={"HOME": task.workdir}, network=network
+        )
     return TaskContainerSpec(
         image=image,
         workdir=task.workdir,
@@ -167,9 +185,10 @@ def task_spec(task: TerminalTask, image: str, *, network: bool, env: dict[str, s
 
 @asynccontextmanager
 async def task_container(
-    engines: TaskContainers, spec: TaskContainerSpec, owner: str
+    engines: TaskContainers, spec: TaskContainerSpec, owner: str, prefix: str = ""
 ) -> AsyncIterator[TaskContainerExecutor]:
-    """A started task container with Harbor's log directories, as the trajectory's executor."""
+    """A started task container with Harbor's log directories, as the trajectory's executor (`prefix`: shell
+    text before each of its commands, `command_prefix(task)`)."""
     async with engines.container(spec, owner) as box:
         made = await box.exec(
             f"mkdir -p {AGENT_LOG_DIR} {VERIFIER_DIR} && chmod 777 {AGENT_LOG_DIR} {VERIFIER_DIR}",
@@ -179,7 +198,12 @@ async def task_container(
         )
         if made.exit_code != 0:
             raise RuntimeError(f"{owner}: cannot make /logs in its container: {made.output[-500:]}")
-        yield TaskContainerExecutor(box)
+        yield TaskContainerExecutor(box, prefix)
+
+
+def command_prefix(task: TerminalTask) -> str:
+    """What runs before each command of `task`'s trajectory: an Endless task's %environment and home."""
+    return environment_prefix(task.workdir) if task.format == "endless" else ""
 
 
 def _files(task: TerminalTask) -> dict[str, tuple[bytes, int]]:
@@ -206,8 +230,13 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
         verdict = ContainerVerdict(0.0, "flagged: the agent changed what the tests run: " + "; ".join(flags[:5]), flags)
         executor.verdicts.append(verdict)
         return verdict
+    if task.format == "endless":
+        assert task.final_test is not None
+        verdict = await endless_pytest(executor, task, task.final_test)
+        executor.verdicts.append(verdict)
+        return verdict
     reset = f"rm -rf {VERIFIER_DIR} /tests && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
-    await box.exec(reset, timeout=120, user="root", workdir="/")
+    await box.exec(reset, timeout=120, user="root", workdir="/", login=False)
     await box.put_files("/tests", _files(task))
     run = await box.exec(
         f"bash /tests/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
@@ -231,6 +260,36 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
             verdict = ContainerVerdict(read.reward, reason, rewards=read.metrics, log=out)
     executor.verdicts.append(verdict)
     return verdict
+
+
+async def endless_pytest(executor: TaskContainerExecutor, task: TerminalTask, test_file: Path) -> ContainerVerdict:
+    """An Endless task's test file (test_final_state.py after the agent; test_initial_state.py before it) copied
+    to /tests and run with the image's pytest, as Endless' harness does; /tests removed afterwards.
+
+    The agent was root here, so nothing it can leave outside the engine's diff steers the run: no login shell
+    (profiles), a clean environment as Apptainer's --cleanenv (then %environment, checked by the diff), `python3
+    -I` (no cwd, PYTHON* or user site on sys.path), our own pytest.ini in /tests (no ini file or conftest.py
+    above it), no auto-loaded plugins."""
+    box = executor.box
+    await box.exec("rm -rf /tests", timeout=120, user="root", workdir="/", login=False)
+    test = test_file.name
+    await box.put_files("/tests", {test: (test_file.read_bytes(), 0o644), "pytest.ini": (b"[pytest]\n", 0o644)})
+    pytest = (
+        "exec python3 -I -m pytest -q -p no:cacheprovider -c /tests/pytest.ini --rootdir=/tests "
+        f"--confcutdir=/tests /tests/{shlex.quote(test)}"
+    )
+    clean = "/usr/bin/env -i PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 /bin/bash --noprofile --norc -c "
+    run = await box.exec(
+        clean + shlex.quote(executor.prefix + pytest),
+        timeout=task.verifier_timeout_s,
+        user="root",
+        max_output_bytes=200_000,
+        login=False,
+    )
+    await box.exec("rm -rf /tests", timeout=120, user="root", workdir="/", login=False)
+    if run.timed_out:
+        return ContainerVerdict(0.0, f"{test} ran over {task.verifier_timeout_s:g} s", log=run.output)
+    return ContainerVerdict(1.0 if run.exit_code == 0 else 0.0, f"{test}: pytest exit {run.exit_code}", log=run.output)
 
 
 _URL_HOST = re.compile(r"https?://([A-Za-z0-9.-]+\.[A-Za-z]{2,})")

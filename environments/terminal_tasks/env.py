@@ -13,6 +13,7 @@ import asyncio
 import logging
 import re
 import sys
+import tempfile
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -34,12 +35,14 @@ from backends.task_container import TaskContainerError
 from environments.image_sandboxes import ImageRecipe, ImageSandboxes, ImageUnavailable
 from environments.terminal_tasks.container_run import (
     TaskContainerExecutor,
+    command_prefix,
+    endless_pytest,
     task_container,
     task_spec,
     unresolved_hosts,
     verify_in_container,
 )
-from environments.terminal_tasks.sandboxes import task_recipe
+from environments.terminal_tasks.sandboxes import endless_recipe, task_recipe
 from environments.terminal_tasks.loaders import load_endless_rows, load_tasks_dir
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask
 from environments.terminal_tasks.verify import parse_verdict, setup_script, verify_script
@@ -289,8 +292,10 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         return self.config.sandbox.backend.kind == "docker" and self.config.harbor_runtime == "task-container"
 
     def in_task_container(self, item: TerminalTask) -> bool:
-        """Whether `item` runs in a task container of its own image (Harbor's semantics), not a slot."""
-        return item.format == "harbor" and self._in_task_containers_backend()
+        """Whether `item` runs in a task container of its own image (Harbor's semantics; an Endless task's
+        container.def built as Apptainer builds it), not a slot."""
+        own_image = item.format == "harbor" or (item.format == "endless" and item.image_recipe is not None)
+        return own_image and self._in_task_containers_backend()
 
     def open_workspace(self, item: TerminalTask, task_id: str):
         image = task_recipe(item, self.config.image_registry) if self._sandboxes_per_image() else None
@@ -309,14 +314,26 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     async def _task_container(
         self, backend: ImageSandboxes, item: TerminalTask, recipe: ImageRecipe, task_id: str
     ) -> AsyncIterator[TaskContainerExecutor]:
-        image = await backend.image_for(recipe)
+        if item.format == "endless":
+            image = await self._endless_image(backend, item)
+        else:
+            image = await backend.image_for(recipe)
         engines = await backend.task_containers()
         spec = task_spec(item, image, network=item.allow_internet and self._task_network())
         try:
-            async with task_container(engines, spec, item.id) as executor:
+            async with task_container(engines, spec, item.id, command_prefix(item)) as executor:
                 yield executor
         except TaskContainerError as exc:
             raise ImageUnavailable(str(exc)) from None  # refused for this engine: lost, not scored
+
+    async def _endless_image(self, backend: ImageSandboxes, item: TerminalTask) -> str:
+        """The image of an Endless task's container.def (%post as root at build; the host CA for its downloads)."""
+        ca = backend.images.ca_bundle if backend.images is not None else None
+        with tempfile.TemporaryDirectory(prefix="hermes-endless-") as context:
+            recipe = await asyncio.to_thread(
+                endless_recipe, item, self.config.image_registry, Path(context), ca_bundle=ca
+            )
+            return await backend.image_for(recipe)
 
     def format_prompt(self, item: TerminalTask) -> str:
         ws = self.workspace_for(item)
@@ -326,7 +343,12 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
 
     async def setup_trajectory_workspace(self, item: TerminalTask, ctx: ToolContext) -> None:
         if isinstance(ctx.executor, TaskContainerExecutor):
-            return  # the image is the task's initial state, as its Dockerfile built it
+            # The image is the task's initial state, as its Dockerfile (container.def) built it.
+            if item.format == "endless" and self.config.check_initial_state and item.initial_test is not None:
+                checked = await endless_pytest(ctx.executor, item, item.initial_test)
+                if checked.reward != 1.0:
+                    raise RuntimeError(f"{item.id}: its built image fails test_initial_state.py: {checked.log[-1500:]}")
+            return
         ws = self.workspace_for(item)
         where = await ctx.executor.exec("pwd", timeout=30, max_output_bytes=1000)
         if where.output.strip() != ws:

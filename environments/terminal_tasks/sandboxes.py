@@ -105,6 +105,7 @@ def endless_recipe(
         context_dir=context,
         tag=content_tag(f"{registry.rstrip('/')}/{_slug(task.id)}", dockerfile, context),
         build_timeout_s=task.build_timeout_s,
+        carries_ca=ca_bundle is not None,
     )
 
 
