@@ -217,8 +217,10 @@ def main() -> None:
     )
     print(header)
     print("-" * len(header))
-    for family in sorted(LAYOUTS) if args.families is None else args.families.split(","):
-        name, write = LAYOUTS[family]
+    # qwen: our hermes parser under the name the peer registers for Qwen2.5's (same markup).
+    layouts = {**LAYOUTS, "qwen": ("qwen", LAYOUTS["hermes"][1])}
+    for family in sorted(layouts) if args.families is None else args.families.split(","):
+        name, write = layouts[family]
         texts = [
             (prose + "\n" if prose and calls else prose) + (write(calls) if calls else "") for prose, calls in turns
         ]
