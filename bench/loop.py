@@ -132,7 +132,8 @@ async def trajectories(loop_module: types.ModuleType, n: int, turns: int) -> lis
 
 def worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
     module = importlib.import_module("environments.agent_loop")  # of the tree this process runs in
-    if impl == "baseline":  # the baseline predates environments/gc_tuning.py: CPython's collector, as it ran
+    if impl == "baseline" and not (ROOT / "environments" / "gc_tuning.py").is_file():
+        # a baseline that predates environments/gc_tuning.py ran under CPython's collector
         if gc_profile != "cpython":
             raise SystemExit(f"the baseline runs under the cpython collector only, not {gc_profile!r}")
         return measure(module, impl, n, turns)
@@ -240,9 +241,13 @@ def main() -> None:
     rows = {}
     plan = [("current", p, n) for p in profiles for n in sizes]
     baseline_sizes = [n for n in sizes if n in (1_000, 10_000)]
+    # The baseline runs under our first profile when its tree has the collector profiles (9fb32dd
+    # does: the same collector on both sides), else under CPython's, as it ran.
+    has_profiles = (baseline_tree(args.baseline) / "environments" / "gc_tuning.py").is_file()
+    base_profile = profiles[0] if has_profiles else "cpython"
     if not args.no_baseline:
         for n in baseline_sizes:  # next to ours at the same size, so load drifts hit both
-            plan.insert(plan.index(("current", profiles[0], n)) + 1, ("baseline", "cpython", n))
+            plan.insert(plan.index(("current", profiles[0], n)) + 1, ("baseline", base_profile, n))
     for impl, profile, n in plan:
         runs = [run_worker(impl, n, turns, profile, args.baseline) for _ in range(args.repeats)]
         r = sorted(runs, key=lambda r: r["tool_turns_per_s"])[len(runs) // 2]
@@ -257,14 +262,14 @@ def main() -> None:
             flush=True,
         )
     for n in baseline_sizes:
-        base = rows.get(("baseline", "cpython", n))
+        base = rows.get(("baseline", base_profile, n))
         for profile in profiles:
             ours = rows.get(("current", profile, n))
             if base and ours:
                 ratio = ours["tool_turns_per_s"] / base["tool_turns_per_s"]
                 cpu_ratio = ours["tool_turns_per_cpu_s"] / base["tool_turns_per_cpu_s"]
                 print(
-                    f"ours ({profile} collector) / {args.baseline} (cpython collector) "
+                    f"ours ({profile} collector) / {args.baseline} ({base_profile} collector) "
                     f"at {n:,} trajectories: {ratio:.2f}x (per CPU second: {cpu_ratio:.2f}x)"
                 )
     print(load_note())
