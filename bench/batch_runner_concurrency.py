@@ -10,6 +10,8 @@ same run; with latency-bound prompts the ratio should approach the concurrency.
 
 from __future__ import annotations
 
+from bench.machine import load_note
+
 import argparse
 import asyncio
 import io
@@ -94,4 +96,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    print(load_note(), flush=True)  # idle or loaded: how to read the ratios below
     asyncio.run(main())

@@ -11,6 +11,8 @@ spin count (the baseline) and at `EmbeddedLLMConfig.omp_spin_count`, each also i
 
 from __future__ import annotations
 
+from bench.machine import load_note
+
 import argparse
 import asyncio
 import statistics
@@ -111,4 +113,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(load_note(), flush=True)  # idle or loaded: how to read the ratios below
     main()

@@ -3,20 +3,20 @@
 Every trajectory makes `--turns` tool turns and then answers; the model and the tool each
 answer at once but yield to the event loop once (the least a network round trip costs), so
 all N trajectories are alive together. Each configuration runs in a fresh process (its own
-heap, GC state and peak RSS). The baseline is commit 22ffc7b as it was: `git archive` puts its
-tree in build/, this harness is copied into it and run there in a process of its own, so the
-baseline's loop runs with its own model types, tools and registry; only the printed numbers
-are compared.
+heap, GC state and peak RSS). The baseline is a commit as it was (`--baseline`, default 9fb32dd,
+the last round's loop): `git archive` puts its tree in build/, this harness is copied into it
+and run there in a process of its own, so the baseline's loop runs with its own model types,
+tools and registry; only the printed numbers are compared. The baseline runs at 1,000 and 10,000.
 
-    .venv/bin/python -m bench.loop [--quick] [--sizes 1000,10000,65000] [--turns 10] [--gc scaled,cpython] [--repeats 3]
+    .venv/bin/python -m bench.loop [--quick] [--sizes 1000,10000,65000] [--turns 10] [--gc scaled,cpython] [--repeats 3] [--baseline REF]
 
 Each row is the median of `--repeats` processes. Prints tool-turns/s per wall second and per
 CPU second of the process (the second is steadier on a shared machine: other jobs stretch
 wall time, not much the CPU time a run needs), the share of wall time spent in the garbage
 collector, peak RSS per trajectory, and the ratios the targets are stated in: each size
 against this run's first size under the same collector settings (by wall and by CPU time),
-and ours against the baseline at 10,000 (the baseline under CPython's own collector
-settings, as it ran). Each `--gc` profile (environments/gc_tuning.py; `scaled:2` sets its
+and ours against the baseline at 1,000 and 10,000 (the baseline under CPython's own collector
+settings, as it ran), with the load average (bench/machine.py: idle or loaded). Each `--gc` profile (environments/gc_tuning.py; `scaled:2` sets its
 `middle_share`) is applied the way a runner applies it; `scaled` is what
 process/serve/evaluate and batch_runner use unless told otherwise.
 """
@@ -38,22 +38,25 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-BASELINE_COMMIT = "22ffc7b"
+from bench.machine import load_note
+
+BASELINE_COMMIT = "9fb32dd"  # the last round's loop, before tool-argument validation
 ROOT = Path(__file__).resolve().parent.parent
 SYSTEM = "You are a careful agent. Use the echo tool, then answer."
 ARGS = json.dumps({"text": "ping"})
 
 
-def baseline_tree() -> Path:
-    """build/bench-baseline-<commit>: BASELINE_COMMIT's tree (extracted once) with this harness in it."""
-    tree = ROOT / "build" / f"bench-baseline-{BASELINE_COMMIT}"
+def baseline_tree(commit: str = BASELINE_COMMIT) -> Path:
+    """build/bench-baseline-<commit>: the commit's tree (extracted once) with this harness in it."""
+    tree = ROOT / "build" / f"bench-baseline-{commit}"
     if not tree.is_dir():
         staging = tree.with_name(f"{tree.name}.{uuid.uuid4().hex[:8]}")  # renamed into place when complete
         staging.mkdir(parents=True)
-        archive = subprocess.run(["git", "archive", BASELINE_COMMIT], cwd=ROOT, check=True, capture_output=True).stdout
+        archive = subprocess.run(["git", "archive", commit], cwd=ROOT, check=True, capture_output=True).stdout
         subprocess.run(["tar", "-x", "-C", str(staging)], input=archive, check=True)
         staging.rename(tree)
-    shutil.copyfile(Path(__file__), tree / "bench" / "loop.py")  # the same workload and measurement
+    for name in ("loop.py", "machine.py"):  # the same workload and measurement
+        shutil.copyfile(Path(__file__).with_name(name), tree / "bench" / name)
     return tree
 
 
@@ -129,7 +132,8 @@ async def trajectories(loop_module: types.ModuleType, n: int, turns: int) -> lis
 
 def worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
     module = importlib.import_module("environments.agent_loop")  # of the tree this process runs in
-    if impl == "baseline":  # the baseline predates environments/gc_tuning.py: CPython's collector, as it ran
+    if impl == "baseline" and not (ROOT / "environments" / "gc_tuning.py").is_file():
+        # a baseline that predates environments/gc_tuning.py ran under CPython's collector
         if gc_profile != "cpython":
             raise SystemExit(f"the baseline runs under the cpython collector only, not {gc_profile!r}")
         return measure(module, impl, n, turns)
@@ -180,8 +184,8 @@ def measure(module: types.ModuleType, impl: str, n: int, turns: int) -> dict[str
     }
 
 
-def run_worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
-    tree = baseline_tree() if impl == "baseline" else ROOT
+def run_worker(impl: str, n: int, turns: int, gc_profile: str, commit: str = BASELINE_COMMIT) -> dict[str, Any]:
+    tree = baseline_tree(commit) if impl == "baseline" else ROOT
     out = subprocess.run(
         [
             sys.executable,
@@ -214,7 +218,8 @@ def main() -> None:
     )
     ap.add_argument("--turns", type=int, default=10, help="tool turns per trajectory")
     ap.add_argument("--quick", action="store_true", help="5 tool turns per trajectory (about half the time)")
-    ap.add_argument("--no-baseline", action="store_true", help="skip the 22ffc7b loop at 10,000")
+    ap.add_argument("--no-baseline", action="store_true", help="skip the baseline loop")
+    ap.add_argument("--baseline", default=BASELINE_COMMIT, help="git ref whose loop is the baseline")
     ap.add_argument("--gc", default="scaled,cpython", help="collector profiles to run ours under")
     ap.add_argument("--repeats", type=int, default=3, help="processes per row; the median is reported")
     ap.add_argument("--worker", choices=("current", "baseline"), help=argparse.SUPPRESS)
@@ -228,16 +233,23 @@ def main() -> None:
     sizes = [int(s) for s in args.sizes.split(",")]
     profiles = args.gc.split(",")
     print(f"agent loop, instant model, {turns} tool turns per trajectory, one process per row")
+    print(load_note())
     print(
         f"{'loop':<9} {'collector':<10} {'trajectories':>12} {'tool-turns/s':>13} {'GC % wall':>9} {'full GCs':>8} "
         f"{'KB/traj':>8} {'vs ' + format(sizes[0], ','):>9} {'turns/CPU s':>11} {'CPU vs ' + format(sizes[0], ','):>13}"
     )
     rows = {}
     plan = [("current", p, n) for p in profiles for n in sizes]
+    baseline_sizes = [n for n in sizes if n in (1_000, 10_000)]
+    # The baseline runs under our first profile when its tree has the collector profiles (9fb32dd
+    # does: the same collector on both sides), else under CPython's, as it ran.
+    has_profiles = (baseline_tree(args.baseline) / "environments" / "gc_tuning.py").is_file()
+    base_profile = profiles[0] if has_profiles else "cpython"
     if not args.no_baseline:
-        plan.insert(min(2, len(plan)), ("baseline", "cpython", 10_000))
+        for n in baseline_sizes:  # next to ours at the same size, so load drifts hit both
+            plan.insert(plan.index(("current", profiles[0], n)) + 1, ("baseline", base_profile, n))
     for impl, profile, n in plan:
-        runs = [run_worker(impl, n, turns, profile) for _ in range(args.repeats)]
+        runs = [run_worker(impl, n, turns, profile, args.baseline) for _ in range(args.repeats)]
         r = sorted(runs, key=lambda r: r["tool_turns_per_s"])[len(runs) // 2]
         r["tool_turns_per_cpu_s"] = statistics.median(x["tool_turns_per_cpu_s"] for x in runs)
         rows[impl, profile, n] = r
@@ -249,16 +261,18 @@ def main() -> None:
             f"{r['tool_turns_per_cpu_s']:>11,.0f} {r['tool_turns_per_cpu_s'] / first_cpu:>13.2f}",
             flush=True,
         )
-    base = rows.get(("baseline", "cpython", 10_000))
-    for profile in profiles:
-        ours = rows.get(("current", profile, 10_000))
-        if base and ours:
-            ratio = ours["tool_turns_per_s"] / base["tool_turns_per_s"]
-            cpu_ratio = ours["tool_turns_per_cpu_s"] / base["tool_turns_per_cpu_s"]
-            print(
-                f"ours ({profile} collector) / {BASELINE_COMMIT} (cpython collector) "
-                f"at 10,000 trajectories: {ratio:.2f}x (per CPU second: {cpu_ratio:.2f}x)"
-            )
+    for n in baseline_sizes:
+        base = rows.get(("baseline", base_profile, n))
+        for profile in profiles:
+            ours = rows.get(("current", profile, n))
+            if base and ours:
+                ratio = ours["tool_turns_per_s"] / base["tool_turns_per_s"]
+                cpu_ratio = ours["tool_turns_per_cpu_s"] / base["tool_turns_per_cpu_s"]
+                print(
+                    f"ours ({profile} collector) / {args.baseline} ({base_profile} collector) "
+                    f"at {n:,} trajectories: {ratio:.2f}x (per CPU second: {cpu_ratio:.2f}x)"
+                )
+    print(load_note())
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ bare SQLite FTS5 query on the main thread and a bare HTTP GET of the same page.
 
 from __future__ import annotations
 
+from bench.machine import load_note
+
 import argparse
 import asyncio
 import time
@@ -52,4 +54,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
+    print(load_note(), flush=True)  # idle or loaded: how to read the ratios below
     asyncio.run(main())

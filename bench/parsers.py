@@ -8,7 +8,12 @@ any parser must do. `x json` is how many times that floor a family costs. `vs 22
 is each family's speed over the same family as of commit 22ffc7b, read from git and timed
 in the same run, interleaved (above 1.00: faster than then).
 
-    .venv/bin/python -m bench.parsers [--repeats 5] [--min-seconds 0.3] [--quick] [--families mistral,hermes]
+    .venv/bin/python -m bench.parsers [--repeats 5] [--min-seconds 0.3] [--quick] [--families mistral,hermes] [--peer DIR]
+
+`--peer DIR` adds a column `vs peer`: DIR holds another project's `environments/tool_call_parsers`
+(hermes-agent's, say), timed on the same texts in a process of its own (its package has our
+package's import name), one family at a time, alternating with ours. A family whose parser the
+peer lacks, or that finds a different number of calls there, prints `-`.
 
 A second table times hostile inputs (thousands of broken or unterminated blocks in one
 long text): the worst case per family, with the plain-corpus time per MB for scale. A
@@ -30,6 +35,7 @@ import types
 from pathlib import Path
 from typing import Callable
 
+from bench.machine import load_note
 from environments.tool_call_parsers import get_parser
 from environments.tool_call_parsers.testing import LAYOUTS, Call
 
@@ -118,16 +124,79 @@ def timed_pair(
     return statistics.median(a), statistics.median(b)
 
 
+# Runs in the peer's tree (cwd DIR, so `environments` is the peer's): one JSON request per line,
+# {"name", "texts", "min_seconds"}, answered with {"calls", "seconds"} (seconds null: no such parser).
+PEER_WORKER = """
+import json, sys, time
+from environments.tool_call_parsers import get_parser
+for line in sys.stdin:
+    req = json.loads(line)
+    try:
+        parser = get_parser(req["name"])
+    except Exception:
+        print(json.dumps({"calls": 0, "seconds": None}), flush=True)
+        continue
+    texts = req["texts"]
+    calls = sum(len(parser.parse(t)[1] or ()) for t in texts)
+    loops = 1
+    while True:
+        t0 = time.process_time()
+        for _ in range(loops):
+            for t in texts:
+                parser.parse(t)
+        sec = time.process_time() - t0
+        if sec >= req["min_seconds"]:
+            break
+        loops *= 2
+    print(json.dumps({"calls": calls, "seconds": sec / loops}), flush=True)
+"""
+
+# Our family names where the peer registered the same parser under another name.
+PEER_NAMES = {"llama3_json": "llama3_json", "deepseek_v31": "deepseek_v3_1"}
+
+
+class Peer:
+    """The peer's parser package in a process of its own, asked one family at a time."""
+
+    def __init__(self, root: Path) -> None:
+        if not (root / "environments" / "tool_call_parsers" / "__init__.py").is_file():
+            raise SystemExit(
+                f"--peer {root}: no environments/tool_call_parsers/__init__.py there; pass the tree's root"
+            )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", PEER_WORKER], cwd=root, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+
+    def seconds(self, name: str, texts: list[str], min_seconds: float) -> tuple[int, float | None]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        request = {"name": PEER_NAMES.get(name, name), "texts": texts, "min_seconds": min_seconds}
+        self.proc.stdin.write(json.dumps(request) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise SystemExit("the peer's parser process ended; its error is above")
+        answer = json.loads(line)
+        return answer["calls"], answer["seconds"]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--min-seconds", type=float, default=0.3)
     ap.add_argument("--quick", action="store_true", help="3 repeats of at least 0.1 s, no hostile table")
     ap.add_argument("--families", default=None, help="comma-separated families to time (default: all)")
+    ap.add_argument("--peer", type=Path, default=None, help="a tree with another environments/tool_call_parsers")
     args = ap.parse_args()
     if args.quick:
         args.repeats, args.min_seconds = 3, 0.1
     old = baseline_package()
+    peer = Peer(args.peer.resolve()) if args.peer else None
+    print(load_note())
 
     turns = corpus_calls()
     n_calls = sum(len(c) for _, c in turns)
@@ -142,11 +211,16 @@ def main() -> None:
         f"corpus: {len(turns)} turns, {n_calls} calls; baseline json.loads of the arguments: {n_calls / base:,.0f} calls/s"
     )
     print()
-    header = f"{'family':<14} {'MB':>6} {'calls/s':>11} {'MB/s':>7} {'us/turn':>8} {'x json':>7} {'vs ' + BASELINE_COMMIT:>11}"
+    header = (
+        f"{'family':<14} {'MB':>6} {'calls/s':>11} {'MB/s':>7} {'us/turn':>8} {'x json':>7} {'vs ' + BASELINE_COMMIT:>11}"
+        + (f" {'vs peer':>8}" if peer else "")
+    )
     print(header)
     print("-" * len(header))
-    for family in sorted(LAYOUTS) if args.families is None else args.families.split(","):
-        name, write = LAYOUTS[family]
+    # qwen: our hermes parser under the name the peer registers for Qwen2.5's (same markup).
+    layouts = {**LAYOUTS, "qwen": ("qwen", LAYOUTS["hermes"][1])}
+    for family in sorted(layouts) if args.families is None else args.families.split(","):
+        name, write = layouts[family]
         texts = [
             (prose + "\n" if prose and calls else prose) + (write(calls) if calls else "") for prose, calls in turns
         ]
@@ -168,10 +242,24 @@ def main() -> None:
                 parser.parse(t)
 
         sec, old_sec = timed_pair(run, run_old, args.repeats, args.min_seconds)
+        vs_peer = ""
+        if peer:
+            ours, theirs = [], []
+            for _ in range(args.repeats):  # alternating, so load changes hit both alike
+                ours.append(timed(run, 1, args.min_seconds))
+                calls, peer_sec = peer.seconds(name, texts, args.min_seconds)
+                if peer_sec is None or calls != n_calls:
+                    break
+                theirs.append(peer_sec)
+            vs_peer = f" {statistics.median(theirs) / statistics.median(ours):>7.2f}x" if theirs else f" {'-':>8}"
         print(
             f"{family:<14} {size_mb:>6.2f} {n_calls / sec:>11,.0f} {size_mb / sec:>7.1f} "
-            f"{sec / len(texts) * 1e6:>8.1f} {sec / base:>7.1f} {old_sec / sec:>10.2f}x"
+            f"{sec / len(texts) * 1e6:>8.1f} {sec / base:>7.1f} {old_sec / sec:>10.2f}x{vs_peer}",
+            flush=True,
         )
+    if peer:
+        peer.close()
+    print(load_note())
     if not args.quick:
         hostile_table()
 

@@ -22,6 +22,8 @@ pids cgroup (needs root and cgroup v1 pids), so a regression cannot take the mac
 
 from __future__ import annotations
 
+from bench.machine import load_note
+
 import argparse
 import asyncio
 import os
@@ -264,7 +266,7 @@ def summary(pairs: list[tuple[dict[str, float], dict[str, float] | None]]) -> No
         print(f"  {name:44s} min {fmt.format(min(values))}  median {fmt.format(statistics.median(values))}  {target}")
 
     new = [n for n, _ in pairs]
-    print(f"summary over {len(pairs)} run(s); load: {os.getloadavg()[0]:.1f}")
+    print(f"summary over {len(pairs)} run(s); {load_note()}")
     line("slot exec p50 (ms)", [n["slot_p50"] * 1000 for n in new], "{:6.2f}", "(target <= 5 ms)")
     line(
         "32-slot throughput, slot / plain",
@@ -368,6 +370,7 @@ async def attack(n: int) -> None:
 
 
 if __name__ == "__main__":
+    print(load_note(), flush=True)  # idle or loaded: how to read the ratios below
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--round-trips", type=int, default=200)
     ap.add_argument("--per-slot", type=int, default=10)

@@ -21,6 +21,8 @@ the output (must be 0), and every prompt present.
 
 from __future__ import annotations
 
+from bench.machine import load_note
+
 import argparse
 import asyncio
 import json
@@ -305,4 +307,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(load_note(), flush=True)  # idle or loaded: how to read the ratios below
     main()

@@ -20,6 +20,8 @@ carry the same system text.
 
 from __future__ import annotations
 
+from bench.machine import load_note
+
 import argparse
 import asyncio
 import json
@@ -191,4 +193,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    print(load_note(), flush=True)  # idle or loaded: how to read the ratios below
     main()

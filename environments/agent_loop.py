@@ -163,7 +163,7 @@ class HermesAgentLoop:
         self.context = context
         self.config = config or AgentLoopConfig()
         self.registry = registry or default_registry()
-        self._allowed = [t["function"]["name"] for t in tools]
+        self._allowed = frozenset(t["function"]["name"] for t in tools)  # built once, not per call
 
     async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
         messages = list(messages)
@@ -187,15 +187,20 @@ class HermesAgentLoop:
                 # an infrastructure failure, never a 0 for the model. (A timer, not a task.)
                 async with asyncio.timeout(config.model_timeout_s):
                     choice = config.turn_tool_choice(index)
-                    # `auto` is not passed: a ChatModel written before tool_choice existed still runs.
-                    constrained = {"tool_choice": choice} if choice != "auto" else {}
-                    turn: ModelTurn = await self.model.chat(
-                        messages,
-                        self.tools,
-                        temperature=config.temperature,
-                        max_tokens=config.max_tokens,
-                        **constrained,
-                    )
+                    # `auto` is not passed: a ChatModel written before tool_choice existed still runs
+                    # (and the common turn builds no keyword dict).
+                    if choice == "auto":
+                        turn: ModelTurn = await self.model.chat(
+                            messages, self.tools, temperature=config.temperature, max_tokens=config.max_tokens
+                        )
+                    else:
+                        turn = await self.model.chat(
+                            messages,
+                            self.tools,
+                            temperature=config.temperature,
+                            max_tokens=config.max_tokens,
+                            tool_choice=choice,
+                        )
             except TimeoutError:
                 return _end(
                     done, "model_timeout", f"the model server did not answer within {config.model_timeout_s:.0f}s"

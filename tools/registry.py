@@ -6,7 +6,9 @@ string with an `error` field, because the model must always get an answer.
 
 Arguments are checked against the tool's JSON schema (jsonschema, one validator compiled per
 tool at registration) before the handler runs: a handler never acts on a guess such as the
-string "no" read as true.
+string "no" read as true. A schema made only of flat typed properties also gets a precompiled
+check that can only say "valid" (per call it allocates nothing); anything it does not accept
+goes to jsonschema, which decides and words the error, so the two can never disagree.
 """
 
 from __future__ import annotations
@@ -67,6 +69,51 @@ _BOUNDS = {
 }
 
 
+# JSON Schema's primitive types as Python checks (bool is not a number; 1.0 is an integer).
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: type(v) is str,
+    "boolean": lambda v: type(v) is bool,
+    "integer": lambda v: type(v) is int or (type(v) is float and v.is_integer()),
+    "number": lambda v: type(v) is int or type(v) is float,
+}
+_ANNOTATIONS = frozenset({"description", "title", "examples", "$comment"})  # keywords that never reject
+
+
+def _fast_check(schema: dict[str, Any]) -> Callable[[dict[str, Any]], bool] | None:
+    """A check for a schema of flat typed properties that says True only when jsonschema would;
+    None when the schema has anything else (then jsonschema alone decides)."""
+    if not set(schema) <= {"type", "properties", "required"} | _ANNOTATIONS or schema.get("type", "object") != "object":
+        return None
+    properties = schema.get("properties", {})
+    required = schema.get("required", [])
+    if not isinstance(properties, dict) or not isinstance(required, list):
+        return None
+    typed: list[tuple[str, Callable[[Any], bool]]] = []
+    for key, sub in properties.items():
+        if not isinstance(sub, dict) or not set(sub) <= {"type"} | _ANNOTATIONS:
+            return None
+        if "type" in sub:
+            is_type = _TYPE_CHECKS.get(sub["type"]) if isinstance(sub["type"], str) else None
+            if is_type is None:
+                return None
+            typed.append((key, is_type))
+    needed = tuple(required)
+    checks = tuple(typed)
+    if not needed and not checks:  # accepts any object: nothing to check per call
+        return lambda arguments: True
+
+    def check(arguments: dict[str, Any]) -> bool:
+        for key in needed:
+            if key not in arguments:
+                return False
+        for key, ok in checks:
+            if key in arguments and not ok(arguments[key]):
+                return False
+        return True
+
+    return check
+
+
 def _argument_error(name: str, error: ValidationError) -> str:
     """One line: the tool, the argument (a path for nested values) and what is wrong with it."""
     path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
@@ -84,6 +131,7 @@ class ToolRegistry:
     def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Validator] = {}
+        self._fast: dict[str, Callable[[dict[str, Any]], bool] | None] = {}
         for tool in tools:
             self.register(tool)
 
@@ -96,6 +144,7 @@ class ToolRegistry:
         except SchemaError as exc:  # the tool's author must fix it; said at startup, not to the model
             raise ValueError(f"tool {tool.name!r} has an invalid parameters schema: {exc.message}") from None
         self._validators[tool.name] = cls(tool.parameters)
+        self._fast[tool.name] = _fast_check(tool.parameters)
         self._tools[tool.name] = tool
 
     def get(self, name: str) -> Tool | None:
@@ -136,7 +185,9 @@ class ToolRegistry:
     ) -> str:
         """Run one tool call; always returns the string the model will see."""
         tool = self._tools.get(name)
-        if tool is None or (allowed is not None and name not in set(allowed)):
+        if allowed is not None and not isinstance(allowed, (set, frozenset)):
+            allowed = frozenset(allowed)  # a caller calling often passes a set it built once
+        if tool is None or (allowed is not None and name not in allowed):
             known = sorted(allowed) if allowed is not None else sorted(self._tools)
             return tool_error(f"unknown tool {name!r}; available tools: {known}")
         if isinstance(arguments, str):
@@ -150,12 +201,14 @@ class ToolRegistry:
             arguments = {}
         if not isinstance(arguments, dict):
             return tool_error(f"arguments of {name!r} must be a JSON object, got {type(arguments).__name__}")
-        missing = [p for p in tool.parameters.get("required", []) if p not in arguments]
-        if missing:
-            return tool_error(f"{name!r} is missing required argument(s) {missing}")
-        validator = self._validators[name]
-        if not validator.is_valid(arguments):
-            return tool_error(_argument_error(name, best_match(validator.iter_errors(arguments))))
+        fast = self._fast[name]
+        if fast is None or not fast(arguments):
+            missing = [p for p in tool.parameters.get("required", []) if p not in arguments]
+            if missing:
+                return tool_error(f"{name!r} is missing required argument(s) {missing}")
+            validator = self._validators[name]
+            if not validator.is_valid(arguments):
+                return tool_error(_argument_error(name, best_match(validator.iter_errors(arguments))))
         try:
             result = await tool.handler(arguments, context)
         except ToolInfrastructureError:

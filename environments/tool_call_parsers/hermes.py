@@ -14,6 +14,7 @@ twice as a JSON string, a list of calls inside one block, and a Python dict lite
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -30,6 +31,7 @@ from ._core import (
     join_content,
     make_call,
     strip_code_fence,
+    valid_name,
 )
 from ._registry import register_parser
 
@@ -48,6 +50,15 @@ class JsonTagSpec:
 
 
 HERMES = JsonTagSpec(start="<tool_call>", end="</tool_call>")
+
+# The body as templates write it: `{"name": "<plain name>", "arguments": ` then one object.
+# Matched, only the arguments are decoded and kept as written (no second encoding); any other
+# body takes the general path, which decides everything this one does not.
+_USUAL_HEAD = re.compile(
+    r'[ \t\r\n]*\{[ \t\r\n]*"name"[ \t\r\n]*:[ \t\r\n]*"([^"\\\x00-\x1f]*)"[ \t\r\n]*,[ \t\r\n]*"arguments"[ \t\r\n]*:[ \t\r\n]*(?=\{)'
+)
+_JSON_SPACE = re.compile(r"[ \t\r\n]*")  # inside the object: JSON's whitespace only
+_SPACE = re.compile(r"\s*")  # after it: what the general path's str.strip() skips
 
 
 def calls_in_json(body: str, spec: JsonTagSpec) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
@@ -120,6 +131,13 @@ class JsonTagParser(ToolCallParser):
             if s == -1:
                 break
             body_start = s + len(spec.start)
+            usual = None if budget.exhausted else self._usual_body(text, body_start)
+            if usual is not None:
+                name, arguments, encoded, block_end = usual
+                pieces.append(text[copied:s])
+                calls.append(make_call(name, arguments, encoded=encoded))
+                copied = i = block_end
+                continue
             found = None if budget.exhausted else self._plain_body(text, body_start, budget, starts, ends)
             if found is not None:
                 # One JSON value right after the tag (the usual case): decoded once, and a
@@ -143,6 +161,29 @@ class JsonTagParser(ToolCallParser):
             i = block_end
         pieces.append(text[copied:])
         return ParseResult(join_content(pieces), calls, errors)
+
+    def _usual_body(self, text: str, body_start: int) -> tuple[str, dict[str, Any], str, int] | None:
+        """(name, arguments, their text, where the block ends) for the usual body closed by its tag."""
+        spec = self.spec
+        if "name" not in spec.name_keys or "arguments" not in spec.arg_keys:
+            return None
+        head = _USUAL_HEAD.match(text, body_start)
+        if head is None:
+            return None
+        name = head.group(1)
+        if name != name.strip() or not valid_name(name):
+            return None
+        try:
+            arguments, stop = JSON_DECODER.raw_decode(text, head.end())
+        except ValueError:
+            return None  # the general path decodes it again and counts the failure
+        close = _JSON_SPACE.match(text, stop).end()  # type: ignore[union-attr]  # `*` always matches
+        if not text.startswith("}", close):
+            return None
+        tag = _SPACE.match(text, close + 1).end()  # type: ignore[union-attr]
+        if not text.startswith(spec.end, tag):
+            return None
+        return name, arguments, text[head.end() : stop], tag + len(spec.end)
 
     def _plain_body(
         self, text: str, body_start: int, budget: DecodeBudget, starts: Finder, ends: Finder
