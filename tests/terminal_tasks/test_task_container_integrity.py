@@ -8,6 +8,7 @@ and writes reward.txt from its status, as published TB2 test.sh files do.
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 import uuid
@@ -243,3 +244,22 @@ async def test_reward_files_read_as_harbor_reads_them(engines, tmp_path, task_im
     async with task_container(engines, task_spec(task, task_image, network=False), task.id) as executor:
         verdict = await verify_in_container(executor, task)
     assert (verdict.reward, verdict.rewards) == (reward, metrics), verdict
+
+
+@pytest.mark.parametrize(
+    "startup",
+    ["/etc/profile.d/zz-forge.sh", "/root/.bashrc", "/root/.profile", "/etc/bash.bashrc"],
+)
+async def test_a_login_startup_file_cannot_write_the_reward(engines, tmp_path, task_image, startup):
+    """test.sh runs in a login shell as Harbor runs it; a root agent's profile script that writes reward 1 and
+    exits before test.sh runs must not score (test.sh then runs without the profiles)."""
+    forge = "echo 1 > /logs/verifier/reward.txt; exit 0"
+    verdict = await run(engines, tmp_path, task_image, f"echo {shlex.quote(forge)} >> {startup}")
+    assert verdict.reward == 0.0, verdict
+
+
+async def test_an_honest_bashrc_edit_still_scores(engines, tmp_path, task_image):
+    verdict = await run(
+        engines, tmp_path, task_image, "echo 'export EDITOR=vim' >> /root/.bashrc", "echo 42 > /app/answer.txt"
+    )
+    assert verdict.reward == 1.0, verdict
