@@ -77,6 +77,12 @@ _PY_RUNNER = re.compile(r"/(site|dist)-packages/(pytest|_pytest|pluggy|iniconfig
 _APPTAINER_ENV = re.compile("^" + re.escape(APPTAINER_ENV_FILE.rsplit("/", 2)[0]) + "(/|$)")
 
 
+# What a login bash reads before its command (as root: HOME is /root).
+_LOGIN_STARTUP = re.compile(
+    r"^/etc/(profile|profile\.d/.*|bash\.bashrc)$|^/root/\.(bash_profile|bash_login|profile|bashrc)$"
+)
+
+
 def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") -> list[str]:
     """What in the engine's diff (kind, path) could change what the tests' tools do, one line each.
 
@@ -225,7 +231,8 @@ async def _reward_file(box: TaskContainer, name: str) -> bytes | None:
 async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTask) -> ContainerVerdict:
     """Harbor's verifier in the trajectory's own container, after the integrity check."""
     box = executor.box
-    flags = integrity_problems(await box.changes(), box.spec.workdir)
+    changes = await box.changes()
+    flags = integrity_problems(changes, box.spec.workdir)
     if flags:
         verdict = ContainerVerdict(0.0, "flagged: the agent changed what the tests run: " + "; ".join(flags[:5]), flags)
         executor.verdicts.append(verdict)
@@ -238,12 +245,17 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
     reset = f"rm -rf {VERIFIER_DIR} /tests && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
     await box.exec(reset, timeout=120, user="root", workdir="/", login=False)
     await box.put_files("/tests", _files(task))
+    # Harbor's login shell runs the profiles first: where the agent changed one, it could act before test.sh
+    # (write the reward, exit), so test.sh then runs without them. An honest edit still scores.
+    startup = sorted({p for _, p in changes if _LOGIN_STARTUP.search(p)})
     run = await box.exec(
         f"bash /tests/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
         timeout=task.verifier_timeout_s,
         user="root",
         env=task.verifier_env,
+        login=not startup,
     )
+    without = f"; no login shell: the agent changed {', '.join(startup[:3])}" if startup else ""
     try:
         out = (await box.read_file(f"{VERIFIER_DIR}/test-stdout.txt")).decode(errors="replace")
     except FileNotFoundError:
@@ -256,7 +268,7 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
         except RewardError as exc:  # Harbor's trial error: no score, the rollout is lost to the verifier
             verdict = ContainerVerdict(None, f"{exc} (test.sh exit {run.exit_code})", log=out)
         else:
-            reason = f"{read.source} (test.sh exit {run.exit_code})"
+            reason = f"{read.source} (test.sh exit {run.exit_code}{without})"
             verdict = ContainerVerdict(read.reward, reason, rewards=read.metrics, log=out)
     executor.verdicts.append(verdict)
     return verdict
