@@ -137,7 +137,8 @@ class BatchConfig(BaseModel):
             ModelServer(
                 base_url=url, model=self.model, api_key=self.resolved_api_key(), timeout_s=self.request_timeout_s
             )
-            for url in self.base_url
+            # model_copy(update=...) skips validation: a single URL may still be a string here
+            for url in ([self.base_url] if isinstance(self.base_url, str) else self.base_url)
         ]
         loop = AgentLoopConfig(
             max_turns=self.max_turns,

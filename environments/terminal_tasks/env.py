@@ -392,7 +392,7 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         if verdict.reward is None:
             # Harbor's trial error (no/empty/unreadable reward file): the rollout is lost to the verifier, not a 0.
             raise VerifierError(f"{item.id}: the verifier gave no reward: {verdict.reason}; log: {verdict.log[-1500:]}")
-        logger.info("task %s: reward %.3f (%s) metrics %s", item.id, verdict.reward, verdict.reason, verdict.metrics)
+        logger.info("task %s: reward %.3f metrics %s (%s)", item.id, verdict.reward, verdict.metrics, verdict.reason)
         return verdict.reward
 
     @staticmethod

@@ -37,6 +37,7 @@ LOCAL_TOOLS = (
 )
 CLI_DEFAULT = "the CLI as a user runs it: no backend configured (local), or the refusals and opt-out of confinement"
 TEXT = "the written groups' text and tokens, whatever backend ran the tools (the CLI's default)"
+SUBTESTS = "local only: pytest 9 (the probe's reading of its subtest reports is the same on every backend)"
 ALLOWED = {
     "test_local_backend.py::test_no_descendant_survives_the_command_or_its_timeout": LOCAL_TOOLS,
     "test_local_backend.py::test_search_path_cannot_become_a_flag_or_follow_a_link_out": LOCAL_TOOLS,
@@ -62,6 +63,11 @@ ALLOWED = {
     "test_reward_integrity.py::test_verifying_in_the_agents_slot_is_refused_in_the_instances_image": (
         "docker only: the refusal on instance images"
     ),
+    # Local only: pytest >= 9's own subtest reports, read by the probe the same way on every backend; the venv
+    # with pytest 9 is this machine's (the docker images here have no pytest 9).
+    "test_probe_subtests.py::test_passing_subtests_are_the_runners_own_reports": SUBTESTS,
+    "test_probe_subtests.py::test_a_failing_subtest_fails_its_test": SUBTESTS,
+    "test_probe_subtests.py::test_subtest_reports_forged_by_the_code_under_test_do_not_pass_a_test": SUBTESTS,
     # Local only: --env.deps.mode venv prepares on this machine; on docker the instance's image is the twin test.
     "test_reward_trust_root.py::test_shadowing_modules_score_zero_and_are_flagged_with_a_prepared_venv": (
         "local only: a prepared venv"

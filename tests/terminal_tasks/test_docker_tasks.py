@@ -332,7 +332,10 @@ async def test_a_root_verifier_still_stops_what_the_tested_code_leaves_writing_t
             f"{stray}disown\nEOF\n"
         )
     results = await _oracle_on_docker(scripted_server, tmp_path, test_id, list(ROOT_STRAYS))
-    assert results == {name: (None, 0.0) for name in ROOT_STRAYS}, results
+    # Nothing scores: 0, or (where the guard left test.sh no reward file) Harbor's trial error, which no
+    # training group takes (reward.py): never the stray's 1.
+    for name, (error, score) in results.items():
+        assert (error, score) == (None, 0.0) or (score is None and "gave no reward" in str(error)), (name, error)
 
 
 async def test_a_root_verifier_scores_zero_when_the_tested_program_kills_the_guarded_shell(
