@@ -265,6 +265,3 @@ async def test_deliberate_differences_are_flags_off_by_default() -> None:
     flagged = await ours(Case("x", "retail", task, script, [OPENING], TauRules(agent_stop=True)), data, domain)
     assert flagged["termination"] == "agent_stop" and flagged["reward"] == 1.0
     assert flagged["messages"][-1]["content"].endswith("###STOP###")
-    # Without the flag, a user that had nothing more to say would be asked again: the run cannot end there.
-    with pytest.raises(AssertionError, match="asked for more than the script has"):
-        await ours(Case("x", "retail", task, script, [OPENING], TauRules()), data, domain)
