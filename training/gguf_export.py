@@ -33,8 +33,10 @@ def write_float_gguf(state: dict[str, Any], config: Any, template: Path, out: Pa
     metadata and tensor list the new file takes.
     """
     import numpy as np
-    from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+    from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, GGMLQuantizationType, GGUFReader, GGUFWriter
     from gguf import get_tensor_name_map
+
+    from training.models import copy_float32_metadata
 
     reader = GGUFReader(str(template))
     arch_name = reader.fields["general.architecture"].contents()
@@ -56,14 +58,7 @@ def write_float_gguf(state: dict[str, Any], config: Any, template: Path, out: Pa
     tmp = out.with_name(f".{out.name}.{os.getpid()}")
     writer = GGUFWriter(str(tmp), arch=arch_name)
     try:
-        for name, f in reader.fields.items():
-            if name.startswith("GGUF.") or name == "general.architecture":
-                continue  # the writer adds these itself
-            if name == "general.file_type":
-                writer.add_uint32(name, 0)  # LLAMA_FTYPE_ALL_F32
-                continue
-            sub_type = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
-            writer.add_key_value(name, f.contents(), f.types[0], sub_type=sub_type)
+        copy_float32_metadata(reader, writer)
         for t in reader.tensors:
             data = state[by_gguf[t.name]].detach().to("cpu").float().numpy()
             if ".attn_q." in t.name:

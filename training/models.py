@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
@@ -110,7 +110,7 @@ def embedded_checkpoint(cache_dir: Path | None = None) -> Path:
 def embedded_float_gguf(cache_dir: Path | None = None) -> Path:
     """The embedded GGUF with every tensor dequantized to float32 (same metadata), cached."""
     import numpy as np
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType, GGUFWriter
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
     from gguf.quants import dequantize
 
     gguf = _embedded_gguf()
@@ -124,14 +124,7 @@ def embedded_float_gguf(cache_dir: Path | None = None) -> Path:
     reader = GGUFReader(str(gguf))
     writer = GGUFWriter(str(tmp), arch=reader.fields["general.architecture"].contents())
     try:
-        for name, f in reader.fields.items():
-            if name.startswith("GGUF.") or name == "general.architecture":
-                continue  # the writer adds these itself
-            if name == "general.file_type":
-                writer.add_uint32(name, 0)  # LLAMA_FTYPE_ALL_F32
-                continue
-            sub_type = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
-            writer.add_key_value(name, f.contents(), f.types[0], sub_type=sub_type)
+        copy_float32_metadata(reader, writer)
         for t in reader.tensors:
             data = dequantize(t.data, t.tensor_type).astype(np.float32)
             writer.add_tensor(
@@ -145,6 +138,20 @@ def embedded_float_gguf(cache_dir: Path | None = None) -> Path:
     finally:
         tmp.unlink(missing_ok=True)
     return target
+
+
+def copy_float32_metadata(reader: Any, writer: Any) -> None:
+    """Every metadata field of a GGUF into a writer of the same model in float32 (the file type says so)."""
+    from gguf import GGUFValueType
+
+    for name, f in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue  # the writer adds these itself
+        if name == "general.file_type":
+            writer.add_uint32(name, 0)  # LLAMA_FTYPE_ALL_F32
+            continue
+        sub_type = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(name, f.contents(), f.types[0], sub_type=sub_type)
 
 
 def _dequantize(gguf: Path, out: Path) -> None:
