@@ -12,9 +12,9 @@ into the pipe do not verify. The probe also snapshots the runner's functions and
 reports any that were replaced, and reports plugins registered from the files the agent changed and
 expected failures raised from them. It is built only from the standard library: before importing anything
 else it puts the stdlib first on sys.path (the repository's paths after it), and it starts
-`verifier_watch` (shipped beside it) for values and file reads the tests' comparisons depend on.
-A determined in-process attacker can still defeat all of this
-(e.g. by finding the key in memory); the verifier's static screen of the diff is the other half.
+`verifier_watch` (shipped beside it) for values and file reads the tests' comparisons depend on. A
+determined in-process attacker can still defeat all of this (e.g. by finding the key in memory); the
+verifier's static screen of the diff is the other half.
 """
 
 from __future__ import annotations
@@ -22,9 +22,8 @@ from __future__ import annotations
 import os
 import sys
 
-# The test command's own PYTHONPATH (the repository's source root), which the verifier moves here: on PYTHONPATH
-# it would come before the standard library, so a `src/json/__init__.py` of the agent's would run as the
-# interpreter starts and be what this probe is built from.
+# The test command's PYTHONPATH, moved here by the verifier: on PYTHONPATH it would come before the stdlib, so an
+# agent's `src/json/__init__.py` would run as the interpreter starts and be what this probe is built from.
 _PATH_VAR = "HERMES_PROBE_PYTHONPATH"
 
 
