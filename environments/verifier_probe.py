@@ -50,8 +50,7 @@ def _stdlib_first() -> list[str]:
         early += [*given, entry] if os.path.realpath(entry or ".") == here else [entry]
     if here not in map(os.path.realpath, before):
         early += given
-    # A rearrangement of the test process's own search path, the one place the probe edits it: the order is
-    # the trust root (the stdlib's modules are this probe's; what comes after is the code under test's).
+    # The one edit of the test process's search path: this order is the trust root (stdlib first).
     sys.path[:] = [e for e in after if is_stdlib(e)] + early + [e for e in after if not is_stdlib(e)]
     if given:
         os.environ["PYTHONPATH"] = os.pathsep.join(given)
@@ -134,8 +133,7 @@ def _before_the_probe() -> list[str]:
 
 
 _BEFORE = _before_the_probe()
-# Bound now (as are sha256, hmac.new and json.dumps above): later replacements of the standard library's
-# functions, e.g. a json.dumps that rewrites outcomes, do not reach the probe.
+# Bound now (as are sha256, hmac.new, json.dumps above): a later replaced stdlib function does not reach the probe.
 _write = os.write
 _urandom = os.urandom
 
