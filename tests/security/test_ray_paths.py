@@ -89,6 +89,9 @@ def test_a_serve_log_line_of_any_length_does_not_end_serve_ray() -> None:
     )  # fmt: skip
     err = run.stderr.decode(errors="replace")
     assert run.returncode == 0, err[-3000:]
-    assert "worker 0 done: serve exited 0" in err and "serve done" in err
+    # The long line no longer ends the worker's forwarding (LimitOverrunError ended the run): the worker saw its
+    # serve to the end. Its last lines reach the driver through Ray's own log forwarding, which may still be
+    # under way when the driver exits (twice missing in CI under load), so "serve done" is not asserted.
+    assert "worker 0 done: serve exited 0" in err
     # Control characters from a log are not replayed on the driver's terminal (Ray's own colours may be).
     assert "\x1b]0;" not in err and "\x1b[2J" not in err
