@@ -1,12 +1,15 @@
 """Published Endless Terminals tasks through the env's `evaluate` on the docker backend, on the real engine.
 
-Each trajectory runs in a task container of the image its container.def builds (%post as root at build: its
-users and chowns are the image's), commands as root in /home/user with %environment sourced, and
-test_final_state.py copied in after the agent and run with the image's pytest. The tasks are every published
-task with a non-empty definition except the three whose own files decide their score (test_endless_images.py's
-PUBLISHED_DEFECTS, argued in docs/terminal_tasks.md); seven of them add users in %post and chown files to them.
-The images are the ones test_endless_images.py builds (same registry, same content tags: a session that built
-them is reused, and both agents' runs here use the same images).
+Each container.def task's trajectory runs in a task container of the image its definition builds (%post as root
+at build: its users and chowns are the image's), commands as root in /home/user with %environment sourced, and
+test_final_state.py copied in after the agent and run with the image's pytest. They are every published task with
+a non-empty definition except the three whose own files decide their score (test_endless_images.py's
+PUBLISHED_DEFECTS, argued in docs/terminal_tasks.md); seven add users in %post and chown files to them.
+The tenth is the generator's Harbor export of a task (fixtures/endless-harbor-published): its image from its
+Dockerfile, solve.sh and test.sh as Harbor runs them, test.sh with the image's pytest in place of its uv/CPython
+download (--env.bootstrap_tests_with_sandbox_pytest: github.com does not resolve here).
+The container.def images are the ones test_endless_images.py builds (same registry, same content tags: a session
+that built them is reused); both agents' runs here use the same images.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ TASKS = (
     "task_000000_ebb97dfa",
     "task_000000_f6642236",
 )
+HARBOR_EXPORT = Path(__file__).parent / "fixtures" / "endless-harbor-published" / "task_000000_659a19e1"
+ALL = (*TASKS, HARBOR_EXPORT.name)
 REGISTRY = "hermes-rl-test-endless"  # test_endless_images.py's
 
 
@@ -75,7 +80,7 @@ def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str) -> dict[str
     config.write_text(
         "env:\n  sandbox:\n    backend:\n      kind: docker\n"
         f"      engine: {ENGINE}\n      pull: never\n      labels: {{{TEST_LABEL}: {test_id}}}\n"
-        "      pool: {max_sandboxes: 2}\n"
+        "      pool: {max_sandboxes: 2}\n      task_storage: unenforced\n"  # the export's storage_mb
     )
     out = tmp_path / agent
     proc = run_cli(
@@ -87,6 +92,8 @@ def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str) -> dict[str
         str(tasks),
         "--env.harbor_runtime",
         "task-container",
+        "--env.bootstrap_tests_with_sandbox_pytest",
+        "true",
         "--env.image_registry",
         REGISTRY,
         "--config",
@@ -97,10 +104,14 @@ def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str) -> dict[str
         str(out / "g.jsonl"),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert f"'eval/n': {len(TASKS)}" in proc.stdout, proc.stdout[-2000:]
+    assert f"'eval/n': {len(ALL)}" in proc.stdout, proc.stdout[-2000:]
+    assert "'eval/tests_bootstrapped_with_sandbox_pytest': 1.0" in proc.stdout, proc.stdout[-2000:]
+    assert f"{HARBOR_EXPORT.name}: tests/test.sh runs with the image's pytest" in proc.stderr, proc.stderr[-2000:]
     assert "'eval/infrastructure_failures': 0" in proc.stdout, proc.stdout[-2000:]
     assert "FLAGGED" not in proc.stderr, proc.stderr[-2000:]
     samples = [json.loads(line) for p in (out / "eval").rglob("*.jsonl") for line in p.read_text().splitlines()]
+    bootstrapped = [s["item"]["id"] for s in samples if s.get("item", {}).get("tests_bootstrapped_with_sandbox_pytest")]
+    assert bootstrapped == [HARBOR_EXPORT.name], bootstrapped
     return {s["item"]["id"]: s["score"] for s in samples if "item" in s}
 
 
@@ -108,5 +119,6 @@ def test_published_endless_tasks_oracle_one_noop_zero_through_evaluate(test_id, 
     tasks = tmp_path / "tasks"
     for name in TASKS:
         shutil.copytree(FIXTURES / name, tasks / name)
+    shutil.copytree(HARBOR_EXPORT, tasks / HARBOR_EXPORT.name)
     scores = {agent: _evaluate(tmp_path, tasks, test_id, agent) for agent in ("oracle", "noop")}
-    assert scores == {"oracle": dict.fromkeys(TASKS, 1.0), "noop": dict.fromkeys(TASKS, 0.0)}, scores
+    assert scores == {"oracle": dict.fromkeys(ALL, 1.0), "noop": dict.fromkeys(ALL, 0.0)}, scores
