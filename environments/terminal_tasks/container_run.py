@@ -244,7 +244,10 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
         return verdict
     reset = f"rm -rf {VERIFIER_DIR} /tests && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
     await box.exec(reset, timeout=120, user="root", workdir="/", login=False)
-    await box.put_files("/tests", _files(task))
+    files = _files(task)
+    if task.test_script is not None:  # --env.bootstrap_tests_with_sandbox_pytest: the image's own pytest
+        files["test.sh"] = (task.test_script.encode(), 0o755)
+    await box.put_files("/tests", files)
     # Harbor's login shell runs the profiles first: where the agent changed one, it could act before test.sh
     # (write the reward, exit), so test.sh then runs without them. An honest edit still scores.
     startup = sorted({p for _, p in changes if _LOGIN_STARTUP.search(p)})

@@ -91,8 +91,8 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     setup_timeout_s: float = Field(300.0, gt=0, description="Building a task's initial state in its slot")
     bootstrap_tests_with_sandbox_pytest: bool = Field(
         False,
-        description="Local backend: run a task whose only blocker is test.sh fetching its test tools "
-        "(curl, uv, uvx pytest) with the sandbox's own pytest instead; stated in each result",
+        description="Local backend and docker task containers: run a task's test.sh without its fetching of test "
+        "tools (curl, uv, uvx pytest), with the sandbox's (the image's) own pytest instead; stated in each result",
     )
     task_network: Literal["auto", "allow", "forbid"] = Field(
         "auto",
@@ -161,6 +161,8 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
                     self._report(f"skipped {t.id}: {t.image_skip}")
                     self.skipped["its image cannot be built as published"] += 1
             tasks = [t for t in tasks if not t.image_skip]
+            if cfg.bootstrap_tests_with_sandbox_pytest and self._in_task_containers_backend():
+                tasks = [self._bootstrapped(t) for t in tasks]
         if cfg.agent == "oracle":
             for t in tasks:
                 if not t.has_solution:
@@ -169,11 +171,12 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             tasks = [t for t in tasks if t.has_solution]
         tasks = tasks[: cfg.limit]
         harbor = [t.id for t in tasks if t.format == "harbor"]
-        if harbor and cfg.bootstrap_tests_with_sandbox_pytest and self._sandboxes_per_image():
-            self._report(
-                "--env.bootstrap_tests_with_sandbox_pytest is for the local backend only: on "
-                f"{cfg.sandbox.backend.kind} each task's test.sh fetches its own test tools, as published"
-            )
+        if harbor and cfg.bootstrap_tests_with_sandbox_pytest and not self._in_task_containers_backend():
+            if self._sandboxes_per_image():
+                self._report(
+                    "--env.bootstrap_tests_with_sandbox_pytest is for the local backend and docker task containers: "
+                    f"on {cfg.sandbox.backend.kind} slots each task's test.sh fetches its own test tools, as published"
+                )
         if harbor and self._sandboxes_per_image() and not self._in_task_containers_backend():
             self._report(
                 f"Harbor tasks on {cfg.sandbox.backend.kind} run in slots (unprivileged, read-only image, setup replayed): "
@@ -200,6 +203,13 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     @staticmethod
     def _report(line: str) -> None:
         print(f"[hermes-rl] {line}", file=sys.stderr)
+
+    def _bootstrapped(self, task: TerminalTask) -> TerminalTask:
+        """In a task container: test.sh with its test-tool fetching replaced by the image's own pytest (opt-in)."""
+        if task.format != "harbor" or task.sandbox_pytest_test_script is None:
+            return task
+        self._report(f"{task.id}: tests/test.sh runs with the image's pytest instead of fetching its test tools")
+        return task.model_copy(update={"test_script": task.sandbox_pytest_test_script})
 
     def _local(self, task: TerminalTask) -> TerminalTask:
         """The task as the local backend runs it: every reason it cannot, printed with its name."""

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from environments.image_sandboxes import DockerImages
+from environments.terminal_tasks.agents import sampled_solution_script
 from environments.terminal_tasks.apptainer import Unreproducible, def_dockerfile, environment_prefix, parse_def
 from environments.terminal_tasks.endless import load_endless_task
 from environments.terminal_tasks.sandboxes import endless_recipe
@@ -139,7 +140,7 @@ def test_published_task_oracle_one_noop_zero(engine, images, name) -> None:
             rc, out = box.pytest(task.initial_test)
             assert rc == 0, f"{name}: the built image fails its test_initial_state.py:\n{out[-3000:]}"
             if agent == "oracle":
-                box.shell("\n".join(task.solution_commands) + "\n")
+                box.shell(sampled_solution_script(task, task.workdir) + "\n")
             assert task.final_test is not None
             rc, outputs[agent] = box.pytest(task.final_test)
             scores[agent] = 1.0 if rc == 0 else 0.0
