@@ -174,14 +174,10 @@ class HermesAgentLoop:
         started = clock()
         deadline = started + self.config.time_budget_s
         config = self.config
-        chat, tools, call_tool, context, allowed = (
-            self.model.chat,
-            self.tools,
-            self.registry.call,
-            self.context,
-            self._allowed,
-        )
+        # Locals, not attributes per turn; bound methods are not kept (each would be an object per trajectory).
+        tools, context, allowed = self.tools, self.context, self._allowed
         temperature, max_tokens, model_timeout_s = config.temperature, config.max_tokens, config.model_timeout_s
+        first_choice, later_choice = config.turn_tool_choice(0), config.turn_tool_choice(1)
 
         # Ends through _end, not a closure: its cells and function would be six more objects per trajectory.
         done = (messages, turns, tool_errors, started)
@@ -196,14 +192,16 @@ class HermesAgentLoop:
                 # scored trajectory (the budget is checked before the next step); a silent one is
                 # an infrastructure failure, never a 0 for the model.
                 watchdog.arm(t0 + model_timeout_s)
-                choice = config.turn_tool_choice(index)
+                choice = later_choice if index else first_choice
                 try:
                     # `auto` is not passed: a ChatModel written before tool_choice existed still runs
                     # (and the common turn builds no keyword dict).
                     if choice == "auto":
-                        turn: ModelTurn = await chat(messages, tools, temperature=temperature, max_tokens=max_tokens)
+                        turn: ModelTurn = await self.model.chat(
+                            messages, tools, temperature=temperature, max_tokens=max_tokens
+                        )
                     else:
-                        turn = await chat(
+                        turn = await self.model.chat(
                             messages, tools, temperature=temperature, max_tokens=max_tokens, tool_choice=choice
                         )
                 except asyncio.CancelledError:
@@ -218,7 +216,6 @@ class HermesAgentLoop:
                     if isinstance(exc, ModelRequestError):
                         raise  # a 4xx: the request is wrong for every rollout; the env stops the command
                     return _end(done, "model_error", str(exc))
-                watchdog.settle()
                 t1 = clock()
                 calls = turn.tool_calls
                 for call in calls:
@@ -245,9 +242,9 @@ class HermesAgentLoop:
                 if not out_of_time:
                     watchdog.arm(deadline)
                     try:
-                        if len(calls) == 1:  # the common case needs no task of its own
+                        if len(calls) == 1:  # the common case needs no task (nor a list) of its own
                             fn = calls[0]["function"]
-                            results = [await call_tool(fn["name"], fn.get("arguments"), context, allowed)]
+                            result = await self.registry.call(fn["name"], fn.get("arguments"), context, allowed)
                         else:
                             results = await self._run_calls(calls)
                     except asyncio.CancelledError:
@@ -257,15 +254,16 @@ class HermesAgentLoop:
                     except ToolInfrastructureError as exc:
                         record.tools_s = clock() - t1
                         return _end(done, "infrastructure_error", str(exc))
-                    else:
-                        watchdog.settle()
                 record.tools_s = clock() - t1
                 if out_of_time:
                     for call in calls:
                         self._answer(messages, tool_errors, index, call, _OUT_OF_TIME)
                     return _end(done, "time_budget")
-                for call, result in zip(calls, results):
-                    self._answer(messages, tool_errors, index, call, result)
+                if len(calls) == 1:
+                    self._answer(messages, tool_errors, index, calls[0], result)
+                else:
+                    for call, result in zip(calls, results):
+                        self._answer(messages, tool_errors, index, call, result)
             return _end(done, "max_turns")
         finally:
             watchdog.close()

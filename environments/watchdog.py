@@ -39,17 +39,20 @@ class Watchdog:
 
     def arm(self, due: float) -> None:
         """The current step must end by `due` (loop time); replaces the previous step's limit."""
+        if self._fired:  # the last step finished although its time ran out (it swallowed the cancel)
+            self._settle()
         self._due = due
         if due < self._at:  # the pending timer would fire too late: the only case that makes a new one
             if self._handle is not None:
                 self._handle.cancel()
             self._at = due
-            self._handle = self._loop.call_at(due, self._fire)
+            self._handle = self._loop.call_at(due, self)
 
-    def _fire(self) -> None:
+    def __call__(self) -> None:
+        """The timer's callback (the watchdog itself: no bound method kept per trajectory)."""
         if self._due > self._at:  # the step it was set for is over; a later one runs until _due
             self._at = self._due
-            self._handle = self._loop.call_at(self._due, self._fire)
+            self._handle = self._loop.call_at(self._due, self)
             return
         self._handle, self._at = None, inf
         self._fired = True
@@ -63,14 +66,15 @@ class Watchdog:
         self._fired = False
         return self._task.uncancel() <= self._cancelling
 
-    def settle(self) -> None:
-        """After a step that ended without CancelledError: a timeout that fired as the step was
-        finishing (its cancel swallowed inside) is taken back, as `asyncio.timeout` does."""
-        if self._fired:
-            self._fired = False
-            self._task.uncancel()
+    def _settle(self) -> None:
+        # A step that finished without CancelledError although it timed out keeps its result, and
+        # the cancel is taken back, as `asyncio.timeout` does (here at the next arm or close).
+        self._fired = False
+        self._task.uncancel()
 
     def close(self) -> None:
+        if self._fired:
+            self._settle()
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
