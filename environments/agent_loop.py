@@ -119,11 +119,15 @@ _OUT_OF_TIME = json.dumps({"error": "the trajectory's time budget ran out before
 
 
 def _end(
-    state: tuple[list[dict[str, Any]], list[TurnRecord], list[ToolErrorRecord], float],
+    messages: list[dict[str, Any]],
+    turns: list[TurnRecord],
+    tool_errors: list[ToolErrorRecord],
+    started: float,
     reason: StopReason,
     error: str | None = None,
 ) -> AgentResult:
-    messages, turns, tool_errors, started = state
+    # A function given the state, not a closure (its cells and function would be six more objects
+    # per trajectory) nor a tuple of the state (one more).
     return AgentResult(
         messages=messages,
         turns_used=len(turns),
@@ -170,8 +174,9 @@ class HermesAgentLoop:
         messages = list(messages)
         turns: list[TurnRecord] = []
         tool_errors: list[ToolErrorRecord] = []
-        clock = asyncio.get_running_loop().time  # time.monotonic, the clock asyncio's timers use
-        started = clock()
+        # loop.time() is the clock asyncio's timers use; called on the loop, no bound method is kept.
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         deadline = started + self.config.time_budget_s
         config = self.config
         # Locals, not attributes per turn; bound methods are not kept (each would be an object per trajectory).
@@ -179,15 +184,13 @@ class HermesAgentLoop:
         temperature, max_tokens, model_timeout_s = config.temperature, config.max_tokens, config.model_timeout_s
         first_choice, later_choice = config.turn_tool_choice(0), config.turn_tool_choice(1)
 
-        # Ends through _end, not a closure: its cells and function would be six more objects per trajectory.
-        done = (messages, turns, tool_errors, started)
         # Both limits on one timer per trajectory (environments/watchdog.py), not a timer per step.
         watchdog = Watchdog()
         try:
             for index in range(config.max_turns):
-                t0 = clock()
+                t0 = loop.time()
                 if t0 >= deadline:
-                    return _end(done, "time_budget")
+                    return _end(messages, turns, tool_errors, started, "time_budget")
                 # Bounded by the request timeout, not the budget: a slow but answering server gives a
                 # scored trajectory (the budget is checked before the next step); a silent one is
                 # an infrastructure failure, never a 0 for the model.
@@ -204,19 +207,18 @@ class HermesAgentLoop:
                         turn = await self.model.chat(
                             messages, tools, temperature=temperature, max_tokens=max_tokens, tool_choice=choice
                         )
-                except asyncio.CancelledError:
-                    if not watchdog.expired():
+                except (asyncio.CancelledError, TimeoutError) as exc:
+                    if isinstance(exc, asyncio.CancelledError) and not watchdog.expired():
                         raise  # cancelled from outside: the caller's, not a timeout
-                    return _end(done, "model_timeout", f"the model server did not answer within {model_timeout_s:.0f}s")
-                except TimeoutError:
-                    return _end(done, "model_timeout", f"the model server did not answer within {model_timeout_s:.0f}s")
+                    error = f"the model server did not answer within {model_timeout_s:.0f}s"
+                    return _end(messages, turns, tool_errors, started, "model_timeout", error)
                 except ModelError as exc:
                     if _is_context_overflow(str(exc)):
-                        return _end(done, "context_full", str(exc))
+                        return _end(messages, turns, tool_errors, started, "context_full", str(exc))
                     if isinstance(exc, ModelRequestError):
                         raise  # a 4xx: the request is wrong for every rollout; the env stops the command
-                    return _end(done, "model_error", str(exc))
-                t1 = clock()
+                    return _end(messages, turns, tool_errors, started, "model_error", str(exc))
+                t1 = loop.time()
                 calls = turn.tool_calls
                 for call in calls:
                     if "id" not in call:  # not setdefault: a fresh id per call would be wasted work
@@ -236,7 +238,7 @@ class HermesAgentLoop:
                 )
                 turns.append(record)
                 if not calls:
-                    return _end(done, "finished")
+                    return _end(messages, turns, tool_errors, started, "finished")
                 del turn  # not kept alive across the tool calls: one object fewer for the collector
                 out_of_time = t1 >= deadline  # the model answered after the deadline: no time for tools
                 if not out_of_time:
@@ -252,19 +254,19 @@ class HermesAgentLoop:
                             raise
                         out_of_time = True
                     except ToolInfrastructureError as exc:
-                        record.tools_s = clock() - t1
-                        return _end(done, "infrastructure_error", str(exc))
-                record.tools_s = clock() - t1
+                        record.tools_s = loop.time() - t1
+                        return _end(messages, turns, tool_errors, started, "infrastructure_error", str(exc))
+                record.tools_s = loop.time() - t1
                 if out_of_time:
                     for call in calls:
                         self._answer(messages, tool_errors, index, call, _OUT_OF_TIME)
-                    return _end(done, "time_budget")
+                    return _end(messages, turns, tool_errors, started, "time_budget")
                 if len(calls) == 1:
                     self._answer(messages, tool_errors, index, calls[0], result)
                 else:
                     for call, result in zip(calls, results):
                         self._answer(messages, tool_errors, index, call, result)
-            return _end(done, "max_turns")
+            return _end(messages, turns, tool_errors, started, "max_turns")
         finally:
             watchdog.close()
 
