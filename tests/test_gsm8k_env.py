@@ -12,7 +12,7 @@ import yaml
 
 from environments.gsm8k.answers import is_correct
 from environments.gsm8k.data import gold_answer, synthetic_gsm8k
-from environments.gsm8k_agent_env import GSM8kAgentEnv
+from environments.gsm8k.env import GSM8kAgentEnv
 from tests.support.cli import CliRun, run_cli
 from tests.support.embedded import embedded_model_flags, small_group_flags
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from environments.gsm8k_agent_env import GSM8kAgentEnv
+from environments.gsm8k.env import GSM8kAgentEnv
 from environments.mhqa_env import MHQAEnv
 from environments.video_qa_env import VideoQAEnv
 from tests.support.cli import run_cli

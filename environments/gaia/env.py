@@ -23,7 +23,7 @@ import logging
 import re
 import string
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -123,6 +123,13 @@ def efficiency(tool_calls: int, free_calls: int, max_calls: int) -> float:
 
 
 class GaiaAgentEnvConfig(HermesAgentEnvConfig):
+    # Research questions with attachments need longer trajectories than the base defaults.
+    task_defaults: ClassVar[dict[str, Any]] = {
+        "total_steps": 12,
+        "max_token_length": 8192,
+        "max_agent_turns": 8,
+        "agent_max_tokens": 512,
+    }
     data_dir: str = Field(
         str(OFFLINE_DIR),
         description="GAIA split directory (metadata.parquet or metadata.jsonl + attachments) or a GAIA snapshot root",
@@ -158,13 +165,6 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: GaiaAgentEnvConfig = config
         self._correct_since_log: list[bool] = []
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        # Research questions with attachments need longer trajectories than the base defaults.
-        update = {"total_steps": 12, "max_token_length": 8192, "max_agent_turns": 8, "agent_max_tokens": 512}
-        return config.model_copy(update=update), servers
 
     async def items(self) -> list[dict[str, Any]]:
         tasks = await asyncio.to_thread(load_tasks, Path(self.config.data_dir), self.config.split)

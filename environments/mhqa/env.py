@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
@@ -74,6 +74,7 @@ def score_response(item: dict[str, Any], response: str | None) -> dict[str, SetS
 
 
 class MHQAEnvConfig(HermesAgentEnvConfig):
+    task_defaults: ClassVar[dict[str, Any]] = {"max_agent_turns": 6, "agent_max_tokens": 256}
     dataset: str = Field(
         "offline",
         description="'offline' (bundled), a .jsonl/.json/.parquet file or save_to_disk dir of HotpotQA/MuSiQue rows, "
@@ -101,11 +102,6 @@ class MHQAEnv(HermesAgentBaseEnv):
         self._corpus: ParagraphIndex | None = None
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: MHQAEnvConfig = config
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        return config.model_copy(update={"max_agent_turns": 6, "agent_max_tokens": 256}), servers
 
     def tool_registry(self) -> ToolRegistry:
         return ToolRegistry(paragraph_tools(self.corpus if self.config.search_scope == "dataset" else None))

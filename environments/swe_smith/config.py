@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from environments.hermes_base_env import HermesAgentEnvConfig
+from environments.env_config import HermesAgentEnvConfig
 from environments.swe_smith.deps import RepoEnvConfig
 
 __all__ = ["SweSmithOracleEnvConfig"]
 
 
 class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
+    # A repository and its test output need a longer context than the base defaults.
+    task_defaults: ClassVar[dict[str, Any]] = {"max_token_length": 8192, "max_agent_turns": 6, "agent_max_tokens": 512}
     tool_backend: Literal["local", "sandbox"] = Field("sandbox", description="SWE-smith instances run in sandbox slots")
     dataset: str = Field(
         "offline",

@@ -127,6 +127,7 @@ def _on_images(cfg: SweSmithOracleEnvConfig) -> bool:
 
 
 class SweSmithOracleEnv(HermesAgentBaseEnv):
+    config: SweSmithOracleEnvConfig  # this env's own settings class
     name = "swe_smith_oracle"
     env_config_cls = SweSmithOracleEnvConfig
     default_toolsets = ["terminal", "file"]
@@ -151,13 +152,6 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         self.verdicts: dict[str, Verdict] = {}
         self._preds_lock = asyncio.Lock()
         self._preds_path: Path | None = None
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        # A repository and its test output need a longer context than the base defaults.
-        update = {"max_token_length": 8192, "max_agent_turns": 6, "agent_max_tokens": 512}
-        return config.model_copy(update=update), servers
 
     def _runs_images(self) -> bool:
         """Whether rows naming an image run: on that image, or here with their dependencies provided."""

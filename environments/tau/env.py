@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -50,6 +50,8 @@ AGENT_INSTRUCTIONS = (
 
 
 class TauEnvConfig(HermesAgentEnvConfig):
+    # The benchmark caps a run by steps (TauRules.max_steps), not model calls, and sends no token cap.
+    task_defaults: ClassVar[dict[str, Any]] = {"max_agent_turns": 200, "agent_max_tokens": None}
     data_dir: str | None = Field(
         None, description="tau2-bench's data/tau2 directory (domains/<domain>/...); None: the bundled offline sample"
     )
@@ -77,12 +79,6 @@ class TauEnv(HermesAgentBaseEnv):
         self._judge_url = ""
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: TauEnvConfig = config
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        # The benchmark caps a run by steps (TauRules.max_steps), not model calls, and sends no token cap.
-        return config.model_copy(update={"max_agent_turns": 200, "agent_max_tokens": None}), servers
 
     def tool_registry(self) -> ToolRegistry:
         return ToolRegistry(domain_tools(self.domain, None))  # schemas; each conversation binds its own db

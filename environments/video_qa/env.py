@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -45,6 +45,7 @@ def chosen_option(response: str | None) -> int | None:
 
 
 class VideoQAEnvConfig(HermesAgentEnvConfig):
+    task_defaults: ClassVar[dict[str, Any]] = {"max_agent_turns": 5, "agent_max_tokens": 256}
     dataset: str = Field("offline", description="'offline' (bundled) or a .jsonl/.json/.csv file of question rows")
     captions_dir: str | None = Field(None, description="Caption files <video>.txt (default: captions/ beside the rows)")
     answers_file: str | None = Field(None, description="EgoSchema's subset_answers.json when the rows carry no answer")
@@ -60,11 +61,6 @@ class VideoQAEnv(HermesAgentBaseEnv):
         self._items: list[dict[str, Any]] = []
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: VideoQAEnvConfig = config
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        return config.model_copy(update={"max_agent_turns": 5, "agent_max_tokens": 256}), servers
 
     def tool_registry(self) -> ToolRegistry:
         return ToolRegistry(caption_tools())

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from environments.models.token_mode.servers import TokenServerConfig, _REQUESTS, _RESPONSES
-from environments.gsm8k_agent_env import GSM8kAgentEnv
+from environments.gsm8k.env import GSM8kAgentEnv
 from tests.support.cli import run_cli
 from tests.support.tinker_atropos_double import tinker_datums
 
