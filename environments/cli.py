@@ -25,6 +25,7 @@ from environments.cli_help import help_text
 from environments.cli_parse import COMMANDS, CliError, Invocation, config_dump, install_secret_filter, parse_invocation
 from environments.env_entry import EnvEntry
 from environments.errors import HermesEnvError
+from environments.model_server import preflight_model
 
 __all__ = ["main"]
 
@@ -88,6 +89,9 @@ def main(env: Any, argv: list[str] | None = None) -> int:
         if inv.verbose:
             logging.getLogger().setLevel(logging.INFO)
             print(config_dump(inv), file=sys.stderr)
+        for server in inv.server_configs:  # a model the server does not serve: refused before anything starts
+            if str(server.base_url).startswith(("http://", "https://")):
+                asyncio.run(preflight_model(str(server.base_url), server.model_name, server.api_key))
         env_cls = env.load() if isinstance(env, EnvEntry) else env
         instance = env_cls(
             config=inv.env_config, server_configs=inv.server_configs, slurm=inv.slurm, testing=inv.testing

@@ -14,6 +14,8 @@ from atroposlib.envs.base import BaseEnvConfig
 from environments.gsm8k.env import GSM8kAgentEnv
 from environments.gsm8k_agent_env import ENTRY
 from environments.hermes_base_env import HermesAgentEnvConfig
+from environments.swe_smith.env import SweSmithOracleEnv
+from environments.swe_smith_oracle_env import ENTRY as SWE_ENTRY
 from environments.upstream_config import UpstreamEnvConfig, unused_reason
 from tests.support.cli import run_cli
 
@@ -46,14 +48,22 @@ def test_a_setting_nothing_reads_is_refused_in_one_line(name, tmp_path):
     assert not out.exists()
 
 
-def test_the_entry_gives_the_env_class_defaults():
-    entry_config, entry_servers = ENTRY.config_init()
-    class_config, class_servers = GSM8kAgentEnv.config_init()
+@pytest.mark.parametrize(
+    "entry, env_cls, own",
+    [
+        (ENTRY, GSM8kAgentEnv, {"group_size": 4, "max_agent_turns": 4}),
+        (SWE_ENTRY, SweSmithOracleEnv, {"max_token_length": 8192}),
+    ],
+    ids=["gsm8k", "swe_smith"],
+)
+def test_the_entry_gives_the_env_class_defaults(entry, env_cls, own):
+    entry_config, entry_servers = entry.config_init()
+    class_config, class_servers = env_cls.config_init()
     assert entry_config.model_dump() == class_config.model_dump()
     assert [s.model_dump() for s in entry_servers] == [s.model_dump() for s in class_servers]
-    assert class_config.group_size == 4 and class_config.max_agent_turns == 4  # the task's own defaults
-    assert ENTRY.load() is GSM8kAgentEnv
-    assert issubclass(GSM8kAgentEnv.env_config_cls, HermesAgentEnvConfig)
+    assert {k: getattr(class_config, k) for k in own} == own  # the task's own defaults
+    assert entry.load() is env_cls
+    assert issubclass(env_cls.env_config_cls, HermesAgentEnvConfig)
 
 
 HEAVY = ("atroposlib.envs.base", "transformers", "torch")

@@ -7,9 +7,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import Field
 
 from environments.env_config import HermesAgentEnvConfig
+from environments.env_entry import EnvEntry
 from environments.swe_smith.deps import RepoEnvConfig
 
-__all__ = ["SweSmithOracleEnvConfig"]
+__all__ = ["ENTRY", "SweSmithOracleEnvConfig"]
 
 
 class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
@@ -61,3 +62,11 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
     write_preds: bool = Field(True, description="Write preds.jsonl (SWE-bench predictions) beside the groups file")
     setup_timeout_s: float = Field(300.0, gt=0, description="Cloning and preparing the worktree")
     test_timeout_s: float = Field(300.0, gt=0, description="Running the instance's tests")
+
+
+ENTRY = EnvEntry(
+    "environments.swe_smith.env:SweSmithOracleEnv",
+    "swe_smith_oracle",
+    SweSmithOracleEnvConfig,
+    summary="SWE-smith tasks in sandbox slots: fix an injected bug, scored by the repo's own tests.",
+)

@@ -45,7 +45,7 @@ from environments.check_agents import NoOpAgent
 from environments.image_sandboxes import ImageSandboxes
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesEnvError, Rollout
 from environments.models.base import ChatModel
-from environments.swe_smith.config import SweSmithOracleEnvConfig
+from environments.swe_smith.config import ENTRY, SweSmithOracleEnvConfig
 from environments.swe_smith.deps import DEFAULT_INSTALL, PreparedRepoEnv, RepoEnvError, prepare_repo_env
 from environments.swe_smith.instances import (
     DEFAULT_TEST_CMD,
@@ -128,7 +128,7 @@ def _on_images(cfg: SweSmithOracleEnvConfig) -> bool:
 
 class SweSmithOracleEnv(HermesAgentBaseEnv):
     config: SweSmithOracleEnvConfig  # this env's own settings class
-    name = "swe_smith_oracle"
+    name = ENTRY.name
     env_config_cls = SweSmithOracleEnvConfig
     default_toolsets = ["terminal", "file"]
     default_system_prompt = SYSTEM_PROMPT

@@ -57,7 +57,7 @@ def _env(tokenizer_dir: str, agent_url: str, user_url: str) -> TauEnv:
         data_path_to_save_groups=None,
         user_model=UserModelConfig(base_url=user_url, model="customer"),
     )
-    server = APIServerConfig(base_url=agent_url, model_name="agent", api_key="x", server_type="openai")
+    server = APIServerConfig(base_url=agent_url, model_name="scripted", api_key="x", server_type="openai")
     return TauEnv(config, [server])
 
 
@@ -312,4 +312,4 @@ async def test_config_errors_say_what_to_pass(tokenizer_dir: str) -> None:
 
 
 def _server(server: ScriptedOpenAIServer) -> APIServerConfig:
-    return APIServerConfig(base_url=server.base_url, model_name="agent", api_key="x", server_type="openai")
+    return APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="x", server_type="openai")
