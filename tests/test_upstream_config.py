@@ -14,6 +14,10 @@ from atroposlib.envs.base import BaseEnvConfig
 from environments.gsm8k.env import GSM8kAgentEnv
 from environments.gsm8k_agent_env import ENTRY
 from environments.hermes_base_env import HermesAgentEnvConfig
+from environments.mhqa.env import MHQAEnv
+from environments.mhqa_env import ENTRY as MHQA_ENTRY
+from environments.video_qa.env import VideoQAEnv
+from environments.video_qa_env import ENTRY as VIDEO_QA_ENTRY
 from environments.swe_smith.env import SweSmithOracleEnv
 from environments.swe_smith_oracle_env import ENTRY as SWE_ENTRY
 from environments.upstream_config import UpstreamEnvConfig, unused_reason
@@ -53,8 +57,10 @@ def test_a_setting_nothing_reads_is_refused_in_one_line(name, tmp_path):
     [
         (ENTRY, GSM8kAgentEnv, {"group_size": 4, "max_agent_turns": 4}),
         (SWE_ENTRY, SweSmithOracleEnv, {"max_token_length": 8192}),
+        (MHQA_ENTRY, MHQAEnv, {"max_agent_turns": 6}),
+        (VIDEO_QA_ENTRY, VideoQAEnv, {"max_agent_turns": 5}),
     ],
-    ids=["gsm8k", "swe_smith"],
+    ids=["gsm8k", "swe_smith", "mhqa", "video_qa"],
 )
 def test_the_entry_gives_the_env_class_defaults(entry, env_cls, own):
     entry_config, entry_servers = entry.config_init()

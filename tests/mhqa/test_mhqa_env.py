@@ -158,7 +158,7 @@ def test_process_and_evaluate_on_a_scripted_server_export_with_the_domain(tokeni
             "--openai.base_url",
             server.base_url,
             "--openai.model_name",
-            "s",
+            "scripted",
             "--env.tokenizer_name",
             tokenizer_dir,
         ]
@@ -200,7 +200,7 @@ def test_process_and_evaluate_on_a_scripted_server_export_with_the_domain(tokeni
             "--openai.base_url",
             server.base_url,
             "--openai.model_name",
-            "s",
+            "scripted",
             "--env.tokenizer_name",
             tokenizer_dir,
         ]

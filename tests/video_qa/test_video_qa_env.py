@@ -144,7 +144,7 @@ def test_process_and_evaluate_on_a_scripted_server(tokenizer_dir: str, tmp_path:
             "--openai.base_url",
             server.base_url,
             "--openai.model_name",
-            "s",
+            "scripted",
             "--env.tokenizer_name",
             tokenizer_dir,
         ]
@@ -171,7 +171,7 @@ def test_process_and_evaluate_on_a_scripted_server(tokenizer_dir: str, tmp_path:
             "--openai.base_url",
             server.base_url,
             "--openai.model_name",
-            "s",
+            "scripted",
             "--env.tokenizer_name",
             tokenizer_dir,
         ]
