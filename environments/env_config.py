@@ -1,5 +1,5 @@
-"""The settings of a hermes-rl env: atroposlib's env settings (environments/upstream_config.py) plus the agent's model, tools,
-limits, retries and token handling, each an `--env.*` flag (environments/cli.py)."""
+"""The settings of a hermes-rl env: atroposlib's env settings (environments/upstream_config.py) plus the
+agent's model, tools, limits, retries and token handling, each an `--env.*` flag (environments/cli.py)."""
 
 from __future__ import annotations
 
