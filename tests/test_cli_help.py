@@ -13,7 +13,7 @@ from environments.gsm8k_agent_env import ENTRY as GSM8K_ENTRY
 from environments.swe_smith_oracle_env import ENTRY as SWE_SMITH_ENTRY
 from environments.mhqa.env import MHQAEnv
 from environments.swe_smith.env import SweSmithOracleEnv
-from environments.tau_env import TauEnv
+from environments.tau.env import TauEnv
 from environments.terminal_tasks import BUNDLED_TASKS, TerminalTasksEnv
 from environments.video_qa.env import VideoQAEnv
 from environments.upstream_config import unused_reason

@@ -14,6 +14,8 @@ from atroposlib.envs.base import BaseEnvConfig
 from environments.gsm8k.env import GSM8kAgentEnv
 from environments.gsm8k_agent_env import ENTRY
 from environments.hermes_base_env import HermesAgentEnvConfig
+from environments.tau.env import TauEnv
+from environments.tau_env import ENTRY as TAU_ENTRY
 from environments.mhqa.env import MHQAEnv
 from environments.mhqa_env import ENTRY as MHQA_ENTRY
 from environments.video_qa.env import VideoQAEnv
@@ -59,8 +61,9 @@ def test_a_setting_nothing_reads_is_refused_in_one_line(name, tmp_path):
         (SWE_ENTRY, SweSmithOracleEnv, {"max_token_length": 8192}),
         (MHQA_ENTRY, MHQAEnv, {"max_agent_turns": 6}),
         (VIDEO_QA_ENTRY, VideoQAEnv, {"max_agent_turns": 5}),
+        (TAU_ENTRY, TauEnv, {"max_agent_turns": 200, "agent_max_tokens": None}),
     ],
-    ids=["gsm8k", "swe_smith", "mhqa", "video_qa"],
+    ids=["gsm8k", "swe_smith", "mhqa", "video_qa", "tau"],
 )
 def test_the_entry_gives_the_env_class_defaults(entry, env_cls, own):
     entry_config, entry_servers = entry.config_init()
