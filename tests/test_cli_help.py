@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-from environments.gaia_agent_env import GaiaAgentEnv
+from environments.gaia.env import GaiaAgentEnv
 from environments.gsm8k.env import GSM8kAgentEnv
 from environments.gsm8k_agent_env import ENTRY as GSM8K_ENTRY
 from environments.swe_smith_oracle_env import ENTRY as SWE_SMITH_ENTRY

@@ -14,6 +14,8 @@ from atroposlib.envs.base import BaseEnvConfig
 from environments.gsm8k.env import GSM8kAgentEnv
 from environments.gsm8k_agent_env import ENTRY
 from environments.hermes_base_env import HermesAgentEnvConfig
+from environments.gaia.env import GaiaAgentEnv
+from environments.gaia_agent_env import ENTRY as GAIA_ENTRY
 from environments.tau.env import TauEnv
 from environments.tau_env import ENTRY as TAU_ENTRY
 from environments.mhqa.env import MHQAEnv
@@ -62,8 +64,9 @@ def test_a_setting_nothing_reads_is_refused_in_one_line(name, tmp_path):
         (MHQA_ENTRY, MHQAEnv, {"max_agent_turns": 6}),
         (VIDEO_QA_ENTRY, VideoQAEnv, {"max_agent_turns": 5}),
         (TAU_ENTRY, TauEnv, {"max_agent_turns": 200, "agent_max_tokens": None}),
+        (GAIA_ENTRY, GaiaAgentEnv, {"total_steps": 12, "max_agent_turns": 8}),
     ],
-    ids=["gsm8k", "swe_smith", "mhqa", "video_qa", "tau"],
+    ids=["gsm8k", "swe_smith", "mhqa", "video_qa", "tau", "gaia"],
 )
 def test_the_entry_gives_the_env_class_defaults(entry, env_cls, own):
     entry_config, entry_servers = entry.config_init()
