@@ -1,11 +1,10 @@
-"""The settings of a hermes-rl env: atroposlib's `BaseEnvConfig` plus the agent's model, tools,
-limits, retries and token handling, each an `--env.*` flag (environments/cli.py)."""
+"""The settings of a hermes-rl env: atroposlib's env settings (environments/upstream_config.py) plus the
+agent's model, tools, limits, retries and token handling, each an `--env.*` flag (environments/cli.py)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
-from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field
 
 from environments.agent_loop import AgentLoopConfig
@@ -13,15 +12,22 @@ from environments.gc_tuning import GCConfig
 from environments.models.tool_choice import ToolChoice
 from environments.models.token_mode.wiring import TokenServerChoice
 from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.trainer_boundary import SplitSequences
+from environments.upstream_config import UpstreamEnvConfig
 from tools.web import WebConfig
 
-__all__ = ["HermesAgentEnvConfig"]
+__all__ = ["HermesAgentEnvConfig", "SplitSequences"]
 
 _LOOP_DEFAULTS = AgentLoopConfig()  # one set of loop defaults for the env and batch_runner
 
 
-class HermesAgentEnvConfig(BaseEnvConfig):
+# Rollouts spanning several token sequences: what a group keeps (environments/trainer_boundary.py).
+SplitSequences = Literal["last", "all"]
+
+
+class HermesAgentEnvConfig(UpstreamEnvConfig):
+    # A task's own defaults for the CLI (environments/env_entry.py default_config), e.g. {"group_size": 4}.
+    task_defaults: ClassVar[dict[str, Any]] = {}
+
     enabled_toolsets: list[str] | None = Field(
         None, description="Toolsets offered to the model (None: the env's default)"
     )

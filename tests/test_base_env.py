@@ -14,11 +14,12 @@ from environments.runtime import AgentRuntime
 from tests.support.cli import run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tests.support.tiny_env import WriteWordEnv
+from tests.support.embedded import embedded_tokenizer
 
 
 def make_env(base_url: str, tmp_path, **overrides) -> WriteWordEnv:
     config = HermesAgentEnvConfig(
-        tokenizer_name="embedded",
+        tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         group_size=2,
         total_steps=2,
@@ -211,7 +212,7 @@ async def test_unreachable_server_fails_before_any_rollout(tmp_path):
 
 def test_bad_server_list_and_unknown_toolsets_are_errors(tmp_path):
     with pytest.raises(HermesEnvError, match="non-empty list of APIServerConfig"):
-        WriteWordEnv(HermesAgentEnvConfig(tokenizer_name="embedded", use_wandb=False), APIServerConfig())
+        WriteWordEnv(HermesAgentEnvConfig(tokenizer_name=embedded_tokenizer(), use_wandb=False), APIServerConfig())
     env = make_env("http://127.0.0.1:9/v1", tmp_path, enabled_toolsets=["nope"])
     with pytest.raises(HermesEnvError, match="known toolsets"):
         env.tool_schemas()

@@ -129,6 +129,7 @@ def load_dataset_tasks(
 
 
 class TerminalTasksEnv(HermesAgentBaseEnv):
+    config: TerminalTasksEnvConfig  # this env's own settings class
     name = "terminal_tasks"
     env_config_cls = TerminalTasksEnvConfig
     default_toolsets = ["terminal", "file"]
