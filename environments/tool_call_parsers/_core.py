@@ -63,6 +63,34 @@ _NAME = re.compile(NAME_PATTERN)
 match_name = _NAME.fullmatch
 
 
+# A call object as templates write it: `{"name": "<valid name>", "arguments"|"parameters": ` then
+# one object, JSON whitespace anywhere between.
+_USUAL_CALL = re.compile(
+    r'[ \t\r\n]*\{[ \t\r\n]*"name"[ \t\r\n]*:[ \t\r\n]*"('
+    + NAME_PATTERN
+    + r')"[ \t\r\n]*,[ \t\r\n]*"(arguments|parameters)"[ \t\r\n]*:[ \t\r\n]*(?=\{)'
+)
+_OBJECT_END = re.compile(r"[ \t\r\n]*\}")
+
+
+def usual_call_object(text: str, at: int, arg_keys: tuple[str, ...]) -> tuple[str, dict[str, Any], str, int] | None:
+    """(name, arguments, their JSON text, where the object ends) for the call object at `at` as
+    templates write it; only the arguments are decoded, and kept as written (no second encoding).
+    None for any other text: the family's general path decides it, with the same outcome for this."""
+    head = _USUAL_CALL.match(text, at)
+    if head is None or head[2] not in arg_keys:
+        return None
+    start = head.end()
+    try:
+        arguments, stop = _SCAN(text, start)
+    except (StopIteration, ValueError):
+        return None  # the general path decodes it again and says what is wrong
+    close = _OBJECT_END.match(text, stop)
+    if close is None:
+        return None
+    return head[1], arguments, text[start:stop], close.end()
+
+
 def valid_name(name: str) -> bool:
     return match_name(name) is not None
 

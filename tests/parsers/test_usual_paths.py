@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 import random
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from environments.tool_call_parsers import get_parser
-from environments.tool_call_parsers.hermes import JsonTagParser
+from environments.tool_call_parsers.hermes import HERMES, JsonTagParser
+from environments.tool_call_parsers.llama import BareJsonParser
 from environments.tool_call_parsers._token_calls import TokenCallParser
 from environments.tool_call_parsers.testing import (
     DS_BEGIN,
@@ -54,6 +56,13 @@ def general_twin(parser: Any) -> Any:
             def _usual_body(self, text, body_start):
                 return None
 
+    elif isinstance(parser, BareJsonParser):
+
+        class Twin(type(parser)):  # type: ignore[misc,valid-type,no-redef]
+            def __init__(self):
+                super().__init__()
+                self._usual = None
+
     else:
         raise AssertionError(f"no usual path known for {type(parser).__name__}")
     return Twin()
@@ -78,12 +87,14 @@ def assert_same(family: str, text: str) -> None:
 
 
 # LongCat's JSON layout is the Hermes engine with other tags.
-FAMILIES = ["deepseek_v3", "deepseek_v31", "kimi_k2", "hermes"]
+FAMILIES = ["deepseek_v3", "deepseek_v31", "kimi_k2", "hermes", "llama3_json", "llama4_json"]
 TOKENS = {
     "deepseek_v3": (DS_BEGIN, DS_END, DS_CALL, DS_CALL_END, DS_SEP),
     "deepseek_v31": (DS_BEGIN, DS_END, DS_CALL, DS_CALL_END, DS_SEP),
     "kimi_k2": (K_BEGIN, K_END, K_CALL, K_CALL_END, K_ARGS),
     "hermes": ("<tool_call>", "</tool_call>"),
+    "llama3_json": ("; ", '"name"', '"parameters"', "```json\n"),
+    "llama4_json": ("<|python_start|>", "<|python_end|>", "<|python_tag|>", "; ", '"parameters"'),
 }
 
 
@@ -114,6 +125,25 @@ def edge_cases(family: str) -> list[str]:
         one[: len(one) // 2],
         one[:-1],
     ]
+    if family in ("hermes", "llama3_json", "llama4_json"):  # the call object around the arguments
+        key = '"arguments"' if family == "hermes" else '"parameters"'
+        other = '"parameters"' if family == "hermes" else '"arguments"'
+        cases += [
+            one.replace(key, other),
+            one.replace(key, '"args"'),
+            one.replace('"get_weather"', '" get_weather"'),
+            one.replace('"get_weather"', '"get_\\u0077eather"'),
+            one.replace('"celsius"}', '"celsius"}, "extra": 1'),
+            one.replace('"celsius"}', '"celsius"}, ' + other + ': {"x": 1}'),
+            one.replace('{"name": "get_weather", ', "{" + other + ': {}, "name": "get_weather", '),
+            one.replace('{"name"', '{ \n "name"').replace('"celsius"}}', '"celsius"} \n}'),
+            one.replace('"celsius"}}', '"celsius"}]'),
+            "```json\n" + one + "\n```\nDone.",
+            "Call: " + one,
+            "<|python_tag|>" + one,
+            "<|python_tag|> " + one.replace("{", "[", 1),
+            'prose {"name": "x", "parameters": {}} prose\n' + one,
+        ]
     for token in TOKENS[family]:  # every token quoted inside an argument, and dropped or doubled
         cases.append(write([("note", {"text": f"see {token} here", "n": 1})]))
         cases.append(one.replace(token, "", 1))
@@ -150,3 +180,14 @@ def test_the_usual_path_is_taken(family):
     text = LAYOUTS[family][1]([("f", {"a": [1, 2]})]).replace('{"a": [1, 2]}', '{"a":[1,2]}')
     (call,) = get_parser(LAYOUTS[family][0]).parse(text)[1]
     assert call["function"]["arguments"] == '{"a":[1,2]}'
+
+
+def test_a_spec_without_the_written_key_is_not_read_as_usual():
+    # A family whose spec takes only `arguments` ignores a `parameters` key (general path: no arguments).
+    class ArgumentsOnly(JsonTagParser):
+        spec = replace(HERMES, arg_keys=("arguments",))
+
+    text = '<tool_call>\n{"name": "f", "parameters": {"x": 1}}\n</tool_call>'
+    (call,) = ArgumentsOnly().parse(text)[1]
+    assert json.loads(call["function"]["arguments"]) == {}
+    assert decided(ArgumentsOnly().parse_detailed(text)) == decided(general_twin(ArgumentsOnly()).parse_detailed(text))
