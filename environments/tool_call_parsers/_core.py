@@ -95,9 +95,12 @@ def valid_name(name: str) -> bool:
     return match_name(name) is not None
 
 
+_KEY = re.compile(r"[^<>\n\r]+")
+
+
 def valid_key(key: str) -> bool:
     """A parameter name written in markup: not empty, no tag characters or line breaks."""
-    return bool(key) and not any(c in key for c in "<>\n\r")
+    return _KEY.fullmatch(key) is not None
 
 
 @dataclass(frozen=True)
