@@ -198,7 +198,9 @@ def make_call(
     """
     if encoded is None:
         encoded = _ENCODE(arguments if type(arguments) is dict else dict(arguments))
-    return {"id": call_id or new_call_id(), "type": "function", "function": {"name": name, "arguments": encoded}}
+    if not call_id:
+        call_id = "call_" + getrandbits(96).to_bytes(12, "big").hex()  # new_call_id(), without its frame per call
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": encoded}}
 
 
 def arguments_object(raw: Any) -> dict[str, Any] | str:
@@ -345,7 +347,8 @@ class ToolCallParser:
         schemas = tool_schemas(tools) if tools is not None else self._schemas
         try:
             result = self._parse(text, schemas)
-            self._unique_ids(result.tool_calls)
+            if len(result.tool_calls) > 1:
+                self._unique_ids(result.tool_calls)
             return result
         except Exception as exc:  # the never-raise contract; the fuzz tests keep this path empty
             return ParseResult(
