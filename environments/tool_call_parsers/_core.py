@@ -166,7 +166,11 @@ class DecodeBudget:
     def decode(self, text: str, at: int) -> tuple[Any, int]:
         """`JSON_DECODER.raw_decode(text, at)`, counting failures (raises the same errors)."""
         try:
-            return JSON_DECODER.raw_decode(text, at)
+            return _SCAN(text, at)  # the same rules in C, without raw_decode's frame
+        except (StopIteration, ValueError):
+            pass
+        try:
+            return JSON_DECODER.raw_decode(text, at)  # fails too, with json's message
         except ValueError:
             self.failures += 1
             raise
