@@ -114,12 +114,10 @@ class MistralParser(ToolCallParser):
             except json.JSONDecodeError as exc:
                 return [], pos, f"invalid JSON arguments for {m.group(1)}: {exc.msg}"
             # An object is kept as the model wrote it; anything else is normalised first.
-            if type(value) is dict:
-                args, written = value, text[m.end() : stop]
-            else:
-                args, written = arguments_object(value), None
-                if isinstance(args, str):
-                    return [], pos, args
+            written = text[m.end() : stop] if type(value) is dict else None
+            args = value if written is not None else arguments_object(value)
+            if isinstance(args, str):
+                return [], pos, args
             out.append(make_call(m.group(1), args, call_id=m.group(2) or mistral_call_id(), encoded=written))
             k = stop
             if text.startswith(_TOKEN, k):  # the usual next call, with a token of its own
