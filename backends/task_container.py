@@ -93,12 +93,12 @@ class TaskContainerSpec(BaseModel):
     network: bool = Field(False, description="allow_internet: the engine's default bridge, else no network at all")
 
 
-def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
+def _tar(files: dict[str, tuple[bytes, int]], owner: int = 0) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, (data, mode) in sorted(files.items()):
             info = tarfile.TarInfo(name.lstrip("/"))
-            info.size, info.mode, info.uid, info.gid, info.mtime = len(data), mode, 0, 0, int(time.time())
+            info.size, info.mode, info.uid, info.gid, info.mtime = len(data), mode, owner, owner, int(time.time())
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
@@ -134,10 +134,11 @@ class TaskContainer:
             self, argv, timeout, user or self.spec.user or "", workdir, env, max_output_bytes
         )
 
-    async def put_files(self, directory: str, files: dict[str, tuple[bytes, int]]) -> None:
-        """Files (relative name -> (content, mode)) into `directory` (made if missing), owned by root."""
+    async def put_files(self, directory: str, files: dict[str, tuple[bytes, int]], owner: int = 0) -> None:
+        """Files (relative name -> (content, mode)) into `directory` (made if missing), owned by uid and gid `owner`
+        (the engine keeps the archive's owners)."""
         await self.exec(f"mkdir -p {shlex.quote(directory)}", timeout=60, user="root", workdir="/", login=False)
-        await self._engines._call(self._engines.api.put_archive, self.id, directory, _tar(files))
+        await self._engines._call(self._engines.api.put_archive, self.id, directory, _tar(files, owner))
 
     async def write_file(self, path: str, data: bytes) -> None:
         p = PurePosixPath(path if path.startswith("/") else f"{self.spec.workdir}/{path}")

@@ -116,7 +116,9 @@ def images(engine, tmp_path_factory) -> dict[str, str]:
             out = {}
             for name in BUILT:
                 task = load_endless_task(FIXTURES / name)
-                recipe = endless_recipe(task, REGISTRY, tmp_path_factory.mktemp(name), ca_bundle=ca)
+                recipe = endless_recipe(
+                    task, REGISTRY, tmp_path_factory.mktemp(name), ca_bundle=ca, endless_user="root"
+                )
                 out[name] = await docker_images.resolve(recipe)
             return out
         finally:
