@@ -238,9 +238,11 @@ async def task_container(
 ) -> AsyncIterator[TaskContainerExecutor]:
     """A started task container with Harbor's log directories, as the trajectory's executor (`prefix`: shell
     text before each of its commands, `command_prefix(task)`)."""
+    # The image's root directory is the engine's (root's, whatever a build chowned): the invoking user owns it too.
+    own_root = f" && chown {INVOKING_USER} /" if spec.user == INVOKING_USER else ""
     async with engines.container(spec, owner) as box:
         made = await box.exec(
-            f"mkdir -p {AGENT_LOG_DIR} {VERIFIER_DIR} && chmod 777 {AGENT_LOG_DIR} {VERIFIER_DIR}",
+            f"mkdir -p {AGENT_LOG_DIR} {VERIFIER_DIR} && chmod 777 {AGENT_LOG_DIR} {VERIFIER_DIR}{own_root}",
             timeout=60,
             user="root",
             workdir="/",
