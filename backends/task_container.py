@@ -86,6 +86,11 @@ class TaskContainerSpec(BaseModel):
     user: str | None = Field(
         None, description="Who the agent's commands run as (None: the image's own USER, root unless it names one)"
     )
+    keepalive_user: str | None = Field(
+        None,
+        description="Who the container's keep-alive process runs as (None: `user`); root keeps the engine's "
+        "capabilities for root's own steps where the commands run as another user",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="The task's environment for every command")
     cpus: float | None = Field(None, gt=0)
     memory_mb: int | None = Field(None, gt=0)
@@ -193,7 +198,7 @@ class TaskContainers:
         found = await self._call(self.api.containers, all=True, filters={"label": LABEL_TASK})
         for c in found:
             if owner_gone(c.get("Labels") or {}, self.owner.host, self.owner.pidns):
-                await self._call(self.api.remove_container, c["Id"], force=True)
+                await self._remove(c["Id"])
 
     async def close(self) -> None:
         if self._client is None:
@@ -214,6 +219,9 @@ class TaskContainers:
             await self._call(self.api.remove_container, cid, force=True)
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError as exc:  # another run sweeping the same leftover got there first
+            if exc.status_code != 409:
+                raise
 
     async def storage_quota(self) -> bool:
         """Whether the engine gives containers a size quota (overlay2 needs xfs with pquota)."""
@@ -268,7 +276,7 @@ class TaskContainers:
                     name=name,
                     entrypoint=KEEPALIVE[:1],
                     command=KEEPALIVE[1:],
-                    user=spec.user or "",
+                    user=spec.keepalive_user or spec.user or "",
                     working_dir=spec.workdir,
                     environment=spec.env,
                     labels=labels,

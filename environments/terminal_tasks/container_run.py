@@ -217,8 +217,14 @@ def task_spec(
     by each command; `endless_user` must match how its image was built, sandboxes.endless_recipe)."""
     if task.format == "endless":
         user = INVOKING_USER if endless_user == "invoking" else "root"
+        # The keep-alive as root: a root exec in a container made for another user has no capabilities (chown /).
         return TaskContainerSpec(
-            image=image, workdir=task.workdir, user=user, env={"HOME": task.workdir}, network=network
+            image=image,
+            workdir=task.workdir,
+            user=user,
+            keepalive_user="root",
+            env={"HOME": task.workdir},
+            network=network,
         )
     return TaskContainerSpec(
         image=image,
