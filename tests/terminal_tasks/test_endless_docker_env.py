@@ -1,15 +1,17 @@
 """Published Endless Terminals tasks through the env's `evaluate` on the docker backend, on the real engine.
 
 Each container.def task's trajectory runs in a task container of the image its definition builds (%post as root
-at build: its users and chowns are the image's), commands as root in /home/user with %environment sourced, and
-test_final_state.py copied in after the agent and run with the image's pytest. They are every published task with
+at build: its users and chowns are the image's; test_initial_state.py checked as root there), then every file
+chowned to the publisher's invoking user (the default --env.endless_user invoking), commands as uid/gid 1000 in
+/home/user with %environment sourced, and test_final_state.py copied in after the agent and run with the image's
+pytest as that user. They are every published task with
 a non-empty definition except the three whose own files decide their score (test_endless_images.py's
 PUBLISHED_DEFECTS, argued in docs/terminal_tasks.md); seven add users in %post and chown files to them.
 The tenth is the generator's Harbor export of a task (fixtures/endless-harbor-published): its image from its
 Dockerfile, solve.sh and test.sh as Harbor runs them, test.sh with the image's pytest in place of its uv/CPython
 download (--env.bootstrap_tests_with_sandbox_pytest: github.com does not resolve here).
-The container.def images are the ones test_endless_images.py builds (same registry, same content tags: a session
-that built them is reused); both agents' runs here use the same images.
+The container.def images share their %post layers with the root images test_endless_images.py builds (same
+registry, build cache); both agents' runs here use the same images.
 """
 
 from __future__ import annotations
