@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from environments.terminal_tasks import TerminalTasksEnv
+
 from backends.task_container import TaskContainerConfig, TaskContainers
 from environments.image_sandboxes import DockerImages
 from environments.terminal_tasks.apptainer import EndlessUser
@@ -34,6 +36,7 @@ from environments.terminal_tasks.container_run import (
 )
 from environments.terminal_tasks.endless import load_endless_task
 from environments.terminal_tasks.sandboxes import endless_recipe
+from tests.support.cli import run_cli
 from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, remove_labelled
 
 pytestmark = [
@@ -78,6 +81,8 @@ def task_dir(tmp_path_factory) -> Path:
     (d / "task.json").write_text(json.dumps({"name": "endless-owner-check", "description": "Write report.txt."}))
     (d / "test_initial_state.py").write_text(INITIAL_TEST)
     (d / "test_final_state.py").write_text(FINAL_TEST)
+    (d / "solution").mkdir()
+    (d / "solution" / "solve.sh").write_text(AGENT + "\n")  # the oracle: the model's commands above
     return d
 
 
@@ -143,3 +148,40 @@ async def test_root_flag_keeps_the_older_semantics(engines, task_dir, images):
 async def test_noop_scores_zero_as_the_invoking_user(engines, task_dir, images):
     _, _, verdict = await _trajectory(engines, task_dir, images["invoking"], "invoking")
     assert verdict.reward == 0.0, verdict.log
+
+
+@pytest.mark.parametrize(("user", "score"), [(None, 1.0), ("root", 0.0)], ids=["default-invoking", "flag-root"])
+def test_evaluate_scores_the_task_as_the_publisher_unless_the_root_flag(task_dir, images, tmp_path, user, score):
+    """Through the env's `evaluate` (image build, initial check, oracle, final test): the default scores the oracle
+    as at the publisher's; `--env.endless_user root` is the older behaviour, named."""
+    label = f"endless-user-{uuid.uuid4().hex[:8]}"
+    config = tmp_path / "docker.yaml"
+    config.write_text(
+        "env:\n  sandbox:\n    backend:\n      kind: docker\n"
+        f"      engine: {ENGINE}\n      pull: never\n      labels: {{{TEST_LABEL}: {label}}}\n"
+    )
+    flag = ["--env.endless_user", user] if user else []
+    try:
+        proc = run_cli(
+            TerminalTasksEnv,
+            "evaluate",
+            "--env.agent",
+            "oracle",
+            "--env.tasks_dir",
+            str(task_dir.parent),
+            "--env.image_registry",
+            REGISTRY,
+            "--config",
+            str(config),
+            "--env.data_dir_to_save_evals",
+            str(tmp_path / "eval"),
+            "--env.data_path_to_save_groups",
+            str(tmp_path / "g.jsonl"),
+            *flag,
+        )
+    finally:
+        remove_labelled(ENGINE, f"{TEST_LABEL}={label}")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "'eval/n': 1" in proc.stdout and "'eval/infrastructure_failures': 0" in proc.stdout, proc.stdout[-2000:]
+    samples = [json.loads(line) for p in (tmp_path / "eval").rglob("*.jsonl") for line in p.read_text().splitlines()]
+    assert [s["score"] for s in samples if "item" in s] == [score], samples
