@@ -36,6 +36,7 @@ from environments.terminal_tasks.container_run import (
 )
 from environments.terminal_tasks.endless import load_endless_task
 from environments.terminal_tasks.sandboxes import endless_recipe
+from tools.executor import FileOpError
 from tests.support.cli import run_cli
 from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, remove_labelled
 
@@ -143,6 +144,19 @@ async def test_root_flag_keeps_the_older_semantics(engines, task_dir, images):
     assert initial is None  # a root image is checked in the container instead
     assert "hosts-exit=0" in agent and who.strip() == "0", (agent, who)
     assert verdict.reward == 0.0, verdict.log  # the report is root's, /etc/hosts writable
+
+
+async def test_file_tool_writes_as_the_invoking_user(engines, task_dir, images):
+    """The agent's file tool writes as the user its commands run as: owned by it, refused where it may not write."""
+    task = load_endless_task(task_dir)
+    spec = task_spec(task, images["invoking"], network=False)
+    async with task_container(engines, spec, task.id, command_prefix(task)) as ex:
+        await ex.write_file("notes/a.txt", b"x\n")
+        owner = await ex.exec("stat -c %u:%g notes notes/a.txt; cat notes/a.txt", timeout=60, max_output_bytes=1000)
+        assert owner.output.split() == ["1000:1000", "1000:1000", "x"], owner.output
+        with pytest.raises(FileOpError, match="/etc/hosts"):
+            await ex.write_file("/etc/hosts", b"10.0.0.1 artifacts\n")
+        assert b"artifacts" not in await ex.read_file("/etc/hosts")
 
 
 async def test_noop_scores_zero_as_the_invoking_user(engines, task_dir, images):
