@@ -77,7 +77,7 @@ def test_the_tasks_include_post_sections_that_add_users_and_chown_to_them() -> N
     assert len(adds_and_chowns) >= 7, adds_and_chowns
 
 
-def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str) -> dict[str, float]:
+def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str, user: str) -> dict[str, float]:
     config = tmp_path / "docker.yaml"
     config.write_text(
         "env:\n  sandbox:\n    backend:\n      kind: docker\n"
@@ -98,6 +98,8 @@ def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str) -> dict[str
         "true",
         "--env.image_registry",
         REGISTRY,
+        "--env.endless_user",
+        user,
         "--config",
         str(config),
         "--env.data_dir_to_save_evals",
@@ -117,10 +119,12 @@ def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str) -> dict[str
     return {s["item"]["id"]: s["score"] for s in samples if "item" in s}
 
 
-def test_published_endless_tasks_oracle_one_noop_zero_through_evaluate(test_id, tmp_path):
+# invoking: the default, as the publisher ran them; root: the older behaviour, kept by name.
+@pytest.mark.parametrize("user", ["invoking", "root"])
+def test_published_endless_tasks_oracle_one_noop_zero_through_evaluate(test_id, tmp_path, user):
     tasks = tmp_path / "tasks"
     for name in TASKS:
         shutil.copytree(FIXTURES / name, tasks / name)
     shutil.copytree(HARBOR_EXPORT, tasks / HARBOR_EXPORT.name)
-    scores = {agent: _evaluate(tmp_path, tasks, test_id, agent) for agent in ("oracle", "noop")}
+    scores = {agent: _evaluate(tmp_path, tasks, test_id, agent, user) for agent in ("oracle", "noop")}
     assert scores == {"oracle": dict.fromkeys(ALL, 1.0), "noop": dict.fromkeys(ALL, 0.0)}, scores
