@@ -34,9 +34,11 @@ from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
 from backends.task_container import TaskContainerError
 from environments.image_sandboxes import ImageRecipe, ImageSandboxes, ImageUnavailable
 from environments.terminal_tasks.container_run import (
+    EndlessUser,
     TaskContainerExecutor,
     command_prefix,
     endless_pytest,
+    initial_state_from_build,
     task_container,
     task_spec,
     unresolved_hosts,
@@ -109,6 +111,12 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     check_initial_state: bool = Field(
         True,
         description="Run an Endless Terminals task's test_initial_state.py once built (failing it voids the rollout)",
+    )
+    endless_user: EndlessUser = Field(
+        "invoking",
+        description="Endless Terminals tasks in docker task containers: who the agent, the oracle and the final test "
+        "run as. invoking = as the publisher's Apptainer ran them (uid/gid 1000 owning every file of the image, "
+        "test_initial_state.py checked as root at build); root = as root on the owners %post set",
     )
 
 
@@ -330,7 +338,9 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         else:
             image = await backend.image_for(recipe)
         engines = await backend.task_containers()
-        spec = task_spec(item, image, network=item.allow_internet and self._task_network())
+        spec = task_spec(
+            item, image, network=item.allow_internet and self._task_network(), endless_user=self.config.endless_user
+        )
         try:
             async with task_container(engines, spec, item.id, command_prefix(item)) as executor:
                 yield executor
@@ -338,11 +348,17 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             raise ImageUnavailable(str(exc)) from None  # refused for this engine: lost, not scored
 
     async def _endless_image(self, backend: ImageSandboxes, item: TerminalTask) -> str:
-        """The image of an Endless task's container.def (%post as root at build; the host CA for its downloads)."""
+        """The image of an Endless task's container.def (%post as root at build; the host CA for its downloads;
+        then the invoking user's unless --env.endless_user root)."""
         ca = backend.images.ca_bundle if backend.images is not None else None
         with tempfile.TemporaryDirectory(prefix="hermes-endless-") as context:
             recipe = await asyncio.to_thread(
-                endless_recipe, item, self.config.image_registry, Path(context), ca_bundle=ca
+                endless_recipe,
+                item,
+                self.config.image_registry,
+                Path(context),
+                ca_bundle=ca,
+                endless_user=self.config.endless_user,
             )
             return await backend.image_for(recipe)
 
@@ -355,8 +371,10 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     async def setup_trajectory_workspace(self, item: TerminalTask, ctx: ToolContext) -> None:
         if isinstance(ctx.executor, TaskContainerExecutor):
             # The image is the task's initial state, as its Dockerfile (container.def) built it.
+            built = await initial_state_from_build(ctx.executor) if item.format == "endless" else None  # then removed
             if item.format == "endless" and self.config.check_initial_state and item.initial_test is not None:
-                checked = await endless_pytest(ctx.executor, item, item.initial_test)
+                # As the generator checks it: as root on the owners %post set (at build for an `invoking` image).
+                checked = built or await endless_pytest(ctx.executor, item, item.initial_test, user="root")
                 if checked.reward != 1.0:
                     raise RuntimeError(f"{item.id}: its built image fails test_initial_state.py: {checked.log[-1500:]}")
             return

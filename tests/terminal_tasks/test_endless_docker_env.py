@@ -1,15 +1,17 @@
 """Published Endless Terminals tasks through the env's `evaluate` on the docker backend, on the real engine.
 
 Each container.def task's trajectory runs in a task container of the image its definition builds (%post as root
-at build: its users and chowns are the image's), commands as root in /home/user with %environment sourced, and
-test_final_state.py copied in after the agent and run with the image's pytest. They are every published task with
+at build: its users and chowns are the image's; test_initial_state.py checked as root there), then every file
+chowned to the publisher's invoking user (the default --env.endless_user invoking), commands as uid/gid 1000 in
+/home/user with %environment sourced, and test_final_state.py copied in after the agent and run with the image's
+pytest as that user. They are every published task with
 a non-empty definition except the three whose own files decide their score (test_endless_images.py's
 PUBLISHED_DEFECTS, argued in docs/terminal_tasks.md); seven add users in %post and chown files to them.
 The tenth is the generator's Harbor export of a task (fixtures/endless-harbor-published): its image from its
 Dockerfile, solve.sh and test.sh as Harbor runs them, test.sh with the image's pytest in place of its uv/CPython
 download (--env.bootstrap_tests_with_sandbox_pytest: github.com does not resolve here).
-The container.def images are the ones test_endless_images.py builds (same registry, same content tags: a session
-that built them is reused); both agents' runs here use the same images.
+The container.def images share their %post layers with the root images test_endless_images.py builds (same
+registry, build cache); both agents' runs here use the same images.
 """
 
 from __future__ import annotations
@@ -75,7 +77,7 @@ def test_the_tasks_include_post_sections_that_add_users_and_chown_to_them() -> N
     assert len(adds_and_chowns) >= 7, adds_and_chowns
 
 
-def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str) -> dict[str, float]:
+def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str, user: str) -> dict[str, float]:
     config = tmp_path / "docker.yaml"
     config.write_text(
         "env:\n  sandbox:\n    backend:\n      kind: docker\n"
@@ -96,6 +98,8 @@ def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str) -> dict[str
         "true",
         "--env.image_registry",
         REGISTRY,
+        "--env.endless_user",
+        user,
         "--config",
         str(config),
         "--env.data_dir_to_save_evals",
@@ -115,10 +119,12 @@ def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str) -> dict[str
     return {s["item"]["id"]: s["score"] for s in samples if "item" in s}
 
 
-def test_published_endless_tasks_oracle_one_noop_zero_through_evaluate(test_id, tmp_path):
+# invoking: the default, as the publisher ran them; root: the older behaviour, kept by name.
+@pytest.mark.parametrize("user", ["invoking", "root"])
+def test_published_endless_tasks_oracle_one_noop_zero_through_evaluate(test_id, tmp_path, user):
     tasks = tmp_path / "tasks"
     for name in TASKS:
         shutil.copytree(FIXTURES / name, tasks / name)
     shutil.copytree(HARBOR_EXPORT, tasks / HARBOR_EXPORT.name)
-    scores = {agent: _evaluate(tmp_path, tasks, test_id, agent) for agent in ("oracle", "noop")}
+    scores = {agent: _evaluate(tmp_path, tasks, test_id, agent, user) for agent in ("oracle", "noop")}
     assert scores == {"oracle": dict.fromkeys(ALL, 1.0), "noop": dict.fromkeys(ALL, 0.0)}, scores

@@ -3,7 +3,8 @@
 The fixtures (fixtures/endless-published, see its README) are the tasks of github.com/kanishkg/endless-terminals as
 published. Each image is built as Apptainer builds the definition (environments/terminal_tasks/apptainer.py:
 `%post` as root at build time, its users, chowns and writes outside /home/user kept), then run as Endless
-Terminals' harness runs it (generator/env.py): a shell as root in /home/user with `%environment` sourced, the
+Terminals' harness runs it (generator/env.py), here with `endless_user="root"` (the image as %post left it; the
+default invoking user is test_endless_invoking_user.py's): a shell as root in /home/user with `%environment` sourced, the
 agent's commands in that one shell, then test_final_state.py copied in and run with pytest (pass = 1).
 The oracle replays the first solved run of the published sampled solutions; the no-op does nothing.
 """
@@ -116,7 +117,9 @@ def images(engine, tmp_path_factory) -> dict[str, str]:
             out = {}
             for name in BUILT:
                 task = load_endless_task(FIXTURES / name)
-                recipe = endless_recipe(task, REGISTRY, tmp_path_factory.mktemp(name), ca_bundle=ca)
+                recipe = endless_recipe(
+                    task, REGISTRY, tmp_path_factory.mktemp(name), ca_bundle=ca, endless_user="root"
+                )
                 out[name] = await docker_images.resolve(recipe)
             return out
         finally:
