@@ -60,7 +60,9 @@ class TurnRecord:
     index: int
     model_s: float
     tools_s: float
-    tool_calls: list[str]  # tool names, in call order
+    # Tool names, in call order. A tuple of strings: CPython untracks it at its first young collection,
+    # so the middle and full collections never walk it (tens of thousands of trajectories keep ten each).
+    tool_calls: tuple[str, ...]
     finish_reason: str | None
     usage: dict[str, int] | None
     calls_from_text: bool = False
@@ -230,7 +232,7 @@ class HermesAgentLoop:
                     index=index,
                     model_s=t1 - t0,
                     tools_s=0.0,
-                    tool_calls=[c["function"]["name"] for c in calls],
+                    tool_calls=tuple([c["function"]["name"] for c in calls]),
                     finish_reason=turn.finish_reason,
                     usage=turn.usage,
                     calls_from_text=turn.calls_from_text,

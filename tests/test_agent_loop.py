@@ -45,7 +45,7 @@ async def test_tool_call_then_answer(tmp_path):
     assert {t["function"]["name"] for t in server.requests[0]["tools"]} == {"python", "terminal"}
     assert server.requests[1]["messages"][2]["role"] == "tool"
     assert all("reasoning_content" not in m for m in server.requests[1]["messages"])
-    assert result.turns[0].tool_calls == ["python"] and result.turns[0].usage["total_tokens"] == 15
+    assert result.turns[0].tool_calls == ("python",) and result.turns[0].usage["total_tokens"] == 15
 
 
 async def test_two_calls_in_one_turn_run_concurrently_and_keep_order(tmp_path):

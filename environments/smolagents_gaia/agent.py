@@ -159,7 +159,7 @@ class CodeActAgentRun:
                 index=i,
                 model_s=0.0,
                 tools_s=0.0,
-                tool_calls=[],
+                tool_calls=(),
                 finish_reason=call.finish_reason,
                 usage=call.usage,
             )
