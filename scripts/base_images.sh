@@ -69,7 +69,19 @@ make_image() {  # tag suite mirror [extra debootstrap args...] [-- debootstrap s
     --change "LABEL hermes-rl.stand-in=\"debootstrap --variant=minbase $suite\"" \
     - "$tag" >/dev/null
   rm -rf "$root" "$root.log"
+  case $suite in noble | trixie | bullseye) upgraded "$tag" ;; esac
   echo "[base-images] made $tag"
+}
+
+# An official image is remade with every update: its packages are the -updates/-security ones. debootstrap
+# gives the release's, which an `apt-get install` would upgrade (a change to a library of the image).
+upgraded() {  # tag
+  local ctx
+  ctx=$(mktemp -d /var/tmp/hermes-upgrade.XXXXXX)
+  printf 'FROM %s\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get -y dist-upgrade && apt-get clean && rm -rf /var/lib/apt/lists/*\n' \
+    "$1" >"$ctx/Dockerfile"
+  DOCKER_BUILDKIT=0 docker build -q -t "$1" "$ctx" >/dev/null
+  rm -rf "$ctx"
 }
 
 make_image debian:bookworm bookworm http://deb.debian.org/debian &

@@ -188,7 +188,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     image = await images.resolve(task_recipe(task, "hermes-rl-tb2"))
                 except ImageUnavailable as exc:
                     text = str(exc)
-                    cause = infrastructure_cause(text) or text.splitlines()[0]
+                    cause = network_cause(text) or infrastructure_cause(text) or text.splitlines()[0]
                     rows.append(row(name, f"no: {cause}", "-", "-", time.monotonic() - started, pre))
                 except Exception as exc:  # noqa: BLE001 - one task's failure is its row
                     rows.append(row(name, f"no: {exc}", "-", "-", time.monotonic() - started, pre))
