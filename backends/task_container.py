@@ -78,6 +78,11 @@ class TaskContainerConfig(BaseModel):
     )
     labels: dict[str, str] = Field(default_factory=dict, description="Extra labels on every container")
     engine_threads: int = Field(4, ge=1, le=64, description="Threads for the engine's blocking API calls")
+    engine_timeout_s: int = Field(
+        600,
+        gt=0,
+        description="Read timeout of one engine call (a large container's diff takes minutes on a busy engine)",
+    )
 
 
 class TaskContainerSpec(BaseModel):
@@ -192,7 +197,9 @@ class TaskContainers:
 
         self._executor = ThreadPoolExecutor(self.config.engine_threads, thread_name_prefix="task-containers")
         try:
-            self._client = await self._call(docker.DockerClient, base_url=self.config.engine, version="auto")
+            self._client = await self._call(
+                docker.DockerClient, base_url=self.config.engine, version="auto", timeout=self.config.engine_timeout_s
+            )
         except docker.errors.DockerException as exc:
             raise TaskContainerError(f"no container engine answers at {self.config.engine} ({exc})") from None
         found = await self._call(self.api.containers, all=True, filters={"label": LABEL_TASK})

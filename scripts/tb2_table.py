@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import subprocess
 import tempfile
 import time
@@ -59,29 +60,74 @@ def export_tasks(dest: Path) -> Path:
     return dest / "terminal-bench-2"
 
 
-async def run_agent(engines: TaskContainers, task, image: str, oracle: bool) -> tuple[str, str]:
-    """(reward or `infrastructure: ...`, note) of one agent on one task."""
+_DOWNLOAD = re.compile(r"Failed to download:? `?https?://([\w.-]+)")
+
+
+def network_cause(log: str) -> str | None:
+    """`infrastructure: ...` where a test log failed on a host this machine cannot resolve (curl's message, or
+    uv's when it fetches a CPython the image lacks from github.com), else None."""
+    cause = infrastructure_cause(log)
+    if not cause or "does not resolve" not in cause:
+        return None
+    uv = _DOWNLOAD.search(log)
+    if uv and "(" not in cause:
+        why = ": uv fetches a CPython the image lacks" if "python-build-standalone" in log else ""
+        return f"{cause} ({uv.group(1)}{why})"
+    return cause
+
+
+def failed_tests(log: str) -> str:
+    """What a test log says went wrong, briefly: pytest's FAILED/ERROR summary lines, else its last line."""
+    lines = [ln.strip() for ln in log.splitlines() if ln.strip()]
+    failed = [ln[:120] for ln in lines if ln.startswith(("FAILED ", "ERROR "))]
+    return "; ".join(failed[:3]) if failed else (lines[-1][:160] if lines else "no output")
+
+
+async def run_agent(engines: TaskContainers, task, image: str, oracle: bool, logs: Path | None) -> tuple[str, str]:
+    """(reward or `infrastructure: ...`, note) of one agent on one task; its logs to `logs` when given."""
+    agent = "oracle" if oracle else "noop"
     async with task_container(engines, task_spec(task, image, network=task.allow_internet), task.id) as ex:
         if oracle:
             ran = await ex.exec(
                 solution_script(task, task.workdir_root), timeout=task.agent_timeout_s, max_output_bytes=200_000
             )
+            if logs:
+                (logs / f"{task.id}.solve.txt").write_text(ran.output)
             if ran.timed_out:
                 return "0", f"solve.sh ran over {task.agent_timeout_s:g}s"
         verdict = await verify_in_container(ex, task)
-    cause = infrastructure_cause(verdict.log) if verdict.reward != 1.0 else None
-    if cause and "Could not resolve host" in verdict.log:
+    if logs:
+        (logs / f"{task.id}.{agent}.test.txt").write_text(verdict.log)
+    cause = network_cause(verdict.log) if verdict.reward != 1.0 else None
+    if cause:
         return cause, verdict.reason
     note = "FLAGGED " + "; ".join(verdict.flags[:2]) if verdict.flags else verdict.reason
-    return f"{verdict.reward:g}", note
+    if not verdict.flags and verdict.reward != (1.0 if oracle else 0.0):
+        note += f" [{failed_tests(verdict.log)}]"
+    return f"{verdict.reward:g}" if verdict.reward is not None else "none", note
+
+
+def _base(task_dir: Path) -> str:
+    dockerfile = task_dir / "environment" / "Dockerfile"
+    text = dockerfile.read_text(errors="replace") if dockerfile.is_file() else ""
+    return next((ln.split()[1] for ln in text.splitlines() if ln.strip().upper().startswith("FROM ")), "")
 
 
 def _base_present(task_dir: Path) -> bool:
-    dockerfile = task_dir / "environment" / "Dockerfile"
-    text = dockerfile.read_text(errors="replace") if dockerfile.is_file() else ""
-    base = next((ln.split()[1] for ln in text.splitlines() if ln.strip().upper().startswith("FROM ")), "")
-    found = subprocess.run(["docker", "image", "inspect", base], capture_output=True, check=False)
+    found = subprocess.run(["docker", "image", "inspect", _base(task_dir)], capture_output=True, check=False)
     return found.returncode == 0
+
+
+def built_on(task_dir: Path) -> str:
+    """`yes`, or `yes, on a stand-in for <base>` where the base image is one scripts/base_images.sh made."""
+    base = _base(task_dir)
+    label = subprocess.run(
+        ["docker", "image", "inspect", "-f", '{{index .Config.Labels "hermes-rl.stand-in"}}', base],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    return f"yes, on a stand-in for {base}" if label and label != "<no value>" else "yes"
 
 
 def row(name: str, built: str, oracle: str, noop: str, wall: float, notes: str) -> str:
@@ -99,13 +145,17 @@ async def main_async(args: argparse.Namespace) -> None:
         if args.skip:
             names = [n for n in names if n not in args.skip.split(",")]
         names = names[: args.limit] if args.limit else names
+        if args.logs:
+            args.logs.mkdir(parents=True, exist_ok=True)
         # Tasks whose base image the engine lacks fail at once: their rows first, then the long builds.
         names.sort(key=lambda n: (_base_present(root / n), n))
         network, bundle, how = None, None, "the machine's network as it is"
         if args.astral_mirror:
             from tests.support.astral_mirror import astral_mirror  # noqa: PLC0415 - run from the repo root (-m)
 
-            mirror = stack.enter_context(astral_mirror(tmp))
+            # One CA across runs (build/tb2-table-ca): the image tags carry the bundle's hash, so a second run
+            # reuses the first one's images.
+            mirror = stack.enter_context(astral_mirror(tmp, ca_dir=Path("build/tb2-table-ca")))
             network, bundle = mirror.network, str(mirror.ca_bundle)
             how = "astral.sh served by tests/support/astral_mirror.py (uv from its wheel); the rest as it is"
         backend = DockerBackendConfig(engine=ENGINE, ca_bundle=bundle or "host")
@@ -138,18 +188,18 @@ async def main_async(args: argparse.Namespace) -> None:
                     image = await images.resolve(task_recipe(task, "hermes-rl-tb2"))
                 except ImageUnavailable as exc:
                     text = str(exc)
-                    cause = infrastructure_cause(text) or text.splitlines()[0]
+                    cause = network_cause(text) or infrastructure_cause(text) or text.splitlines()[0]
                     rows.append(row(name, f"no: {cause}", "-", "-", time.monotonic() - started, pre))
                 except Exception as exc:  # noqa: BLE001 - one task's failure is its row
                     rows.append(row(name, f"no: {exc}", "-", "-", time.monotonic() - started, pre))
                 else:
                     try:
-                        oracle, o_note = await run_agent(engines, task, image, oracle=True)
-                        noop, n_note = await run_agent(engines, task, image, oracle=False)
+                        oracle, o_note = await run_agent(engines, task, image, oracle=True, logs=args.logs)
+                        noop, n_note = await run_agent(engines, task, image, oracle=False, logs=args.logs)
                         notes = f"{pre}oracle: {o_note}; no-op: {n_note}"
                     except Exception as exc:  # noqa: BLE001
                         oracle, noop, notes = "error", "error", f"{pre}{type(exc).__name__}: {exc}"
-                    rows.append(row(name, "yes", oracle, noop, time.monotonic() - started, notes))
+                    rows.append(row(name, built_on(task_dir), oracle, noop, time.monotonic() - started, notes))
                 print(rows[-1], flush=True)
                 done.add(name)
                 not_run = [n for n in names if n not in done]
@@ -166,6 +216,7 @@ def main() -> None:
     parser.add_argument("--skip", help="Comma-separated task names to leave out")
     parser.add_argument("--limit", type=int)
     parser.add_argument("--astral-mirror", action="store_true", help="Serve astral.sh's uv installer locally")
+    parser.add_argument("--logs", type=Path, help="A directory for each task's solve.sh and test.sh output")
     asyncio.run(main_async(parser.parse_args()))
 
 

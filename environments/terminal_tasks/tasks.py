@@ -155,7 +155,7 @@ class PathMap:
             mapping["/tests"] = f"{verify_dir}/tests"
             mapping["/logs"] = f"{verify_dir}/logs"
         if solution_dir:
-            mapping["/solution"] = solution_dir
+            mapping["/solution"] = f"{solution_dir}/solution"
         return cls(mapping)
 
     def __call__(self, text: str) -> str:

@@ -84,7 +84,15 @@ def uv_binaries() -> dict[str, bytes]:
 
 
 def make_ca(where: Path) -> tuple[Path, Path, Path]:
-    """(ca.crt, site.crt, site.key): a CA made here and astral.sh's certificate signed by it."""
+    """(ca.crt, site.crt, site.key): a CA made here and astral.sh's certificate signed by it; the ones already
+    in `where` when all three are there and valid for another day."""
+    made = where / "ca.crt", where / "site.crt", where / "site.key"
+    if all(p.is_file() for p in made):
+        check = ["openssl", "x509", "-checkend", "86400", "-noout", "-in", str(made[0])]
+        fresh = subprocess.run(check, capture_output=True, check=False)
+        if fresh.returncode == 0:
+            return made
+    where.mkdir(parents=True, exist_ok=True)
 
     def ssl(*args: str) -> None:
         subprocess.run(["openssl", *args], cwd=where, check=True, capture_output=True)
@@ -100,7 +108,7 @@ def make_ca(where: Path) -> tuple[Path, Path, Path]:
         "-out",
         "ca.crt",
         "-days",
-        "2",
+        "7",
         "-subj",
         "/CN=hermes-test-ca",
     )
@@ -108,7 +116,7 @@ def make_ca(where: Path) -> tuple[Path, Path, Path]:
     (where / "ext.cnf").write_text("subjectAltName=DNS:astral.sh\n")
     ssl(
         *("x509", "-req", "-in", "site.csr", "-CA", "ca.crt", "-CAkey", "ca.key", "-CAcreateserial"),
-        *("-days", "2", "-extfile", "ext.cnf", "-out", "site.crt"),
+        *("-days", "7", "-extfile", "ext.cnf", "-out", "site.crt"),
     )
     return where / "ca.crt", where / "site.crt", where / "site.key"
 
@@ -124,8 +132,9 @@ def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
 
 
 @contextmanager
-def astral_mirror(workdir: Path, engine: str = ENGINE) -> Iterator[AstralMirror]:
-    """astral.sh on a fresh network; everything made is labelled and removed on exit."""
+def astral_mirror(workdir: Path, engine: str = ENGINE, ca_dir: Path | None = None) -> Iterator[AstralMirror]:
+    """astral.sh on a fresh network; everything made is labelled and removed on exit. `ca_dir` keeps the CA
+    (and so the bundle's hash in image tags) across runs; by default each mirror makes its own in `workdir`."""
     import docker
 
     client = docker.DockerClient(base_url=engine, version="auto", timeout=120)
@@ -135,7 +144,7 @@ def astral_mirror(workdir: Path, engine: str = ENGINE) -> Iterator[AstralMirror]
         client.close()
         raise MirrorUnavailable(f"{BASE} is not on the engine: run scripts/base_images.sh") from None
     binaries = uv_binaries()
-    ca, crt, key = make_ca(workdir)
+    ca, crt, key = make_ca(ca_dir or workdir)
     host_bundle = os.environ.get("SSL_CERT_FILE")
     bundle = workdir / "bundle.pem"
     bundle.write_bytes((Path(host_bundle).read_bytes() if host_bundle else b"") + b"\n" + ca.read_bytes())
