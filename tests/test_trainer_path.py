@@ -134,7 +134,7 @@ async def test_a_short_group_survives_wandb_rollout_logging(tmp_path):
             "1",
             "--env.rollout_infra_retries",
             "0",
-            "--env.model_max_retries",
+            "--env.runtime.model_max_retries",
             "0",
             "--env.use_wandb",
             "true",

@@ -6,7 +6,7 @@
         --config gaia.yaml --openai.base_url URL --openai.model_name M
 
 (nested settings go in the YAML file, e.g. `env: {web: {backend: tavily}}`; the key is
-read from $TAVILY_API_KEY unless `env.web.tavily.api_key` is set.)
+read from $TAVILY_API_KEY unless `env.runtime.web.tavily.api_key` is set.)
 
 Offline by default: a dozen GAIA-format tasks bundled in environments/data/gaia/offline,
 and the embedded offline web (tools/web) that answers `web_search`/`web_extract`.
@@ -163,8 +163,8 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
     def config_init(cls):
         config, servers = super().config_init()
         # Research questions with attachments need longer trajectories than the base defaults.
-        update = {"total_steps": 12, "max_token_length": 8192, "max_agent_turns": 8, "agent_max_tokens": 512}
-        return config.model_copy(update=update), servers
+        update = {"total_steps": 12, "max_token_length": 8192}
+        return config.with_loop(max_turns=8, max_tokens=512).model_copy(update=update), servers
 
     async def items(self) -> list[dict[str, Any]]:
         tasks = await asyncio.to_thread(load_tasks, Path(self.config.data_dir), self.config.split)

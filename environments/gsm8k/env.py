@@ -67,7 +67,7 @@ class GSM8kAgentEnv(HermesAgentBaseEnv):
     def config_init(cls):
         config, servers = super().config_init()
         # group_size 4: more rollouts per group, more often scores that differ.
-        return config.model_copy(update={"max_agent_turns": 4, "agent_max_tokens": 256, "group_size": 4}), servers
+        return config.with_loop(max_turns=4, max_tokens=256).model_copy(update={"group_size": 4}), servers
 
     def check_data(self) -> None:
         # A local file or directory is read (and kept) before anything starts; a hub name loads in items().

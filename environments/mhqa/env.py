@@ -105,7 +105,7 @@ class MHQAEnv(HermesAgentBaseEnv):
     @classmethod
     def config_init(cls):
         config, servers = super().config_init()
-        return config.model_copy(update={"max_agent_turns": 6, "agent_max_tokens": 256}), servers
+        return config.with_loop(max_turns=6, max_tokens=256), servers
 
     def tool_registry(self) -> ToolRegistry:
         return ToolRegistry(paragraph_tools(self.corpus if self.config.search_scope == "dataset" else None))

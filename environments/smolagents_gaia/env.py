@@ -74,7 +74,7 @@ class SmolagentsGaiaEnv(GaiaAgentEnv):
     def config_init(cls):
         config, servers = super().config_init()
         # The embedded model serves 4096 tokens per sequence; smolagents' system prompt alone is ~2.4k.
-        return config.model_copy(update={"max_token_length": 4096, "max_agent_turns": 6}), servers
+        return config.with_loop(max_turns=6).model_copy(update={"max_token_length": 4096}), servers
 
     async def items(self) -> list[dict[str, Any]]:
         tasks = await super().items()

@@ -13,7 +13,6 @@ __all__ = ["SweSmithOracleEnvConfig"]
 
 
 class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
-    tool_backend: Literal["local", "sandbox"] = Field("sandbox", description="SWE-smith instances run in sandbox slots")
     dataset: str = Field(
         "offline",
         description="offline (bundled), a hub dataset name, or a path: JSONL/JSON of instances or a saved dataset dir",

@@ -82,7 +82,7 @@ class TauEnv(HermesAgentBaseEnv):
     def config_init(cls):
         config, servers = super().config_init()
         # The benchmark caps a run by steps (TauRules.max_steps), not model calls, and sends no token cap.
-        return config.model_copy(update={"max_agent_turns": 200, "agent_max_tokens": None}), servers
+        return config.with_loop(max_turns=200, max_tokens=None), servers
 
     def tool_registry(self) -> ToolRegistry:
         return ToolRegistry(domain_tools(self.domain, None))  # schemas; each conversation binds its own db
@@ -162,7 +162,7 @@ class TauEnv(HermesAgentBaseEnv):
     def _server_url(self, url: str, flag: str) -> str:
         if url != EMBEDDED:
             return url
-        servers = self.agent_runtime.config.servers
+        servers = self.agent_runtime.servers
         for i, server in enumerate(servers):
             if server.base_url == EMBEDDED and i < len(self.agent_runtime.base_urls):
                 return self.agent_runtime.base_urls[i]

@@ -64,7 +64,7 @@ class VideoQAEnv(HermesAgentBaseEnv):
     @classmethod
     def config_init(cls):
         config, servers = super().config_init()
-        return config.model_copy(update={"max_agent_turns": 5, "agent_max_tokens": 256}), servers
+        return config.with_loop(max_turns=5, max_tokens=256), servers
 
     def tool_registry(self) -> ToolRegistry:
         return ToolRegistry(caption_tools())

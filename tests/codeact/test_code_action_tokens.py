@@ -94,11 +94,11 @@ def test_process_on_the_embedded_model_writes_scored_groups(embedded_llm, tmp_pa
         *embedded_model_flags(embedded_llm),
         "--env.total_steps",
         "1",
-        "--env.token_server",
+        "--env.runtime.token_server",
         "llamacpp",
         "--env.max_token_length",
         "4000",  # the test server's context is 4096; smolagents' system prompt alone is ~2.4k tokens
-        "--env.sandbox.backend.data_root",
+        "--env.runtime.sandbox.backend.data_root",
         str(tmp_path / "sb"),
         *small_group_flags(out, max_turns=1, max_tokens=32),
     )

@@ -83,9 +83,9 @@ def test_lone_surrogates_written_by_a_token_model_are_replaced_and_the_group_is_
     out = tmp_path / "groups.jsonl"
     with serving_in_a_thread(ScriptedTokenServerDouble(script)) as server:  # type: ignore[arg-type]  # same async context protocol
         code, err = _process(
-            "--openai.base_url", server.url, "--openai.model_name", "scripted", "--env.token_server", "vllm",
+            "--openai.base_url", server.url, "--openai.model_name", "scripted", "--env.runtime.token_server", "vllm",
             "--env.tokenizer_name", str(tokenizer_dir), "--env.data_path_to_save_groups", str(out),
-            "--env.max_agent_turns", "2",
+            "--env.runtime.loop.max_turns", "2",
         )  # fmt: skip
     assert code == 0, err[-3000:]
     (group,) = _groups(out)

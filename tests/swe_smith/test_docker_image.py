@@ -163,16 +163,17 @@ def backend_yaml(instance: dict, docker_test_id: str) -> str:
     return textwrap.dedent(
         f"""\
         env:
-          tool_backend: sandbox
-          sandbox:
-            backend:
-              kind: docker
-              engine: {ENGINE}
-              image: {instance["image"]}
-              pull: never
-              runtime_dir: {instance["runtime_dir"]}
-              labels: {{"{TEST_LABEL}": "{docker_test_id}"}}
-              pool: {{slots_per_sandbox: 2, min_sandboxes: 1, max_sandboxes: 1, health_interval_s: 30}}
+          runtime:
+            tool_backend: sandbox
+            sandbox:
+              backend:
+                kind: docker
+                engine: {ENGINE}
+                image: {instance["image"]}
+                pull: never
+                runtime_dir: {instance["runtime_dir"]}
+                labels: {{"{TEST_LABEL}": "{docker_test_id}"}}
+                pool: {{slots_per_sandbox: 2, min_sandboxes: 1, max_sandboxes: 1, health_interval_s: 30}}
         """
     )
 
@@ -339,8 +340,8 @@ async def test_oracle_scores_1_and_noop_0_in_the_instances_image_on_modal(tmp_pa
     class OnModal(SweSmithOracleEnv):
         def make_tool_backend(self):
             if super().make_tool_backend() is None:  # one pool over the backend's image
-                return on_modal(self.config.sandbox.resolved_backend())
-            return ImageSandboxes(self.config.sandbox, factory=on_modal)
+                return on_modal(self.config.runtime.sandbox.resolved_backend())
+            return ImageSandboxes(self.config.runtime.sandbox, factory=on_modal)
 
     pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
     backend = ModalBackendConfig(

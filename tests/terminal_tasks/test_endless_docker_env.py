@@ -53,9 +53,9 @@ def test_endless_tasks_score_in_task_containers_of_their_definitions(test_id, tm
         shutil.copytree(FIXTURES / name, tasks / name)
     config = tmp_path / "docker.yaml"
     config.write_text(
-        "env:\n  sandbox:\n    backend:\n      kind: docker\n"
-        f"      engine: {ENGINE}\n      pull: never\n      labels: {{{TEST_LABEL}: {test_id}}}\n"
-        "      pool: {max_sandboxes: 1}\n"
+        "env:\n  runtime:\n    sandbox:\n      backend:\n        kind: docker\n"
+        f"        engine: {ENGINE}\n        pull: never\n        labels: {{{TEST_LABEL}: {test_id}}}\n"
+        "        pool: {max_sandboxes: 1}\n"
     )
     proc = run_cli(
         TerminalTasksEnv,
