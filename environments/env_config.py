@@ -56,7 +56,7 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     @classmethod
     def _old_names(cls, data: Any) -> Any:
         """Old names given in Python (`HermesAgentEnvConfig(max_agent_turns=4)`), moved like old flags."""
-        return renamed_keys(cls.renamed, data, "", "HermesAgentEnvConfig(...)") if isinstance(data, dict) else data
+        return renamed_keys(cls.renamed, data, "", f"{cls.__name__}(...)") if isinstance(data, dict) else data
 
     enabled_toolsets: list[str] | None = Field(
         None, description="Toolsets offered to the model (None: the env's default)"

@@ -125,7 +125,7 @@ def test_a_command_builds_its_runtime_once(tmp_path):
 
 async def test_infrastructure_failures_are_not_scored_and_stop_the_command(tmp_path):
     async with ScriptedOpenAIServer([500] * 50) as server:
-        env = make_env(server.base_url, tmp_path, max_consecutive_infra_failures=2, model_max_retries=0)
+        env = make_env(server.base_url, tmp_path, max_consecutive_infra_failures=2, runtime={"model_max_retries": 0})
         with pytest.raises(HermesEnvError, match="groups in a row failed on infrastructure errors"):
             await env.process_manager()
     assert not (tmp_path / "groups.jsonl").exists(), "no empty/partial output may be left behind"
@@ -148,7 +148,7 @@ def first_turn_fails(failing: set[int]):
 
 async def test_a_rollout_lost_to_infrastructure_is_run_again(tmp_path):
     async with ScriptedOpenAIServer([first_turn_fails({2})] * 5) as server:
-        env = make_env(server.base_url, tmp_path, model_max_retries=0)
+        env = make_env(server.base_url, tmp_path, runtime={"model_max_retries": 0})
         async with env.runtime():
             await env.setup()
             group, backlog = await env.collect_trajectories(await env.get_next_item())
@@ -174,7 +174,11 @@ async def test_a_group_lost_while_the_model_server_restarts_is_redone_and_not_co
     async with ScriptedOpenAIServer([chat] * 40) as server:
         server.models_status = models_status
         env = make_env(
-            server.base_url, tmp_path, model_max_retries=0, max_consecutive_infra_failures=1, server_down_wait_s=600
+            server.base_url,
+            tmp_path,
+            runtime={"model_max_retries": 0},
+            max_consecutive_infra_failures=1,
+            server_down_wait_s=600,
         )
         async with env.runtime():
             await env.setup()
@@ -189,7 +193,7 @@ async def test_a_group_lost_while_the_model_server_restarts_is_redone_and_not_co
 
 async def test_partially_failed_group_keeps_only_usable_rollouts_and_says_its_size(tmp_path):
     async with ScriptedOpenAIServer([first_turn_fails({2})] * 3) as server:
-        env = make_env(server.base_url, tmp_path, model_max_retries=0, rollout_infra_retries=0)
+        env = make_env(server.base_url, tmp_path, runtime={"model_max_retries": 0}, rollout_infra_retries=0)
         async with env.runtime():
             await env.setup()
             item = await env.get_next_item()

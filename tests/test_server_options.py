@@ -57,7 +57,11 @@ class Switchable(ScriptedOpenAIServer):
 
 def _env(tmp_path, servers: list[Switchable], **server_options) -> WriteWordEnv:
     config = HermesAgentEnvConfig(
-        tokenizer_name="embedded", use_wandb=False, group_size=4, model_max_retries=0, data_path_to_save_groups=None
+        tokenizer_name="embedded",
+        use_wandb=False,
+        group_size=4,
+        runtime={"model_max_retries": 0},
+        data_path_to_save_groups=None,
     )
     configs = [
         APIServerConfig(base_url=s.base_url, model_name="scripted", api_key="x", **server_options) for s in servers

@@ -72,6 +72,7 @@ async def run_batch(
         await runtime.__aenter__()  # model server(s), web and tool backends; fails fast naming the URL
     except HermesEnvError as exc:
         flags = str(exc).replace("--openai.base_url", "--base_url").replace("--openai.api_key", "--api_key")
+        flags = flags.replace("--env.runtime.", "--runtime.")
         raise BatchError(flags) from exc
     try:  # the input is good and the servers answer: only now does the run leave files behind
         _start_run_dir(config)

@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
 from environments.hermes_base_env import (
@@ -71,6 +71,17 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
         default_factory=lambda: RuntimeConfig(tool_limits=ToolLimits(max_timeout_s=3600.0)),
         description="How rollouts run (environments/runtime.py); terminal tasks run in sandbox slots",
     )
+
+    @field_validator("runtime", mode="before")
+    @classmethod
+    def _hour_long_commands(cls, value: Any) -> Any:
+        """A runtime given as a mapping keeps this env's longest command timeout unless it names one."""
+        if not isinstance(value, dict):
+            return value
+        limits = dict(value.get("tool_limits") or {})
+        limits.setdefault("max_timeout_s", 3600.0)
+        return {**value, "tool_limits": limits}
+
     tasks_dir: str | None = Field(
         None, description="Directory of Harbor and/or Endless Terminals tasks (default: the bundled ones)"
     )

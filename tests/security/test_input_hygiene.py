@@ -138,7 +138,7 @@ async def test_line_separators_in_model_text_do_not_break_batch_output_or_resume
         distribution="math",
         base_url="",
         retry_backoff_s=0.01,
-        request_retries=0,
+        runtime={"model_max_retries": 0},
     )
     async with ScriptedOpenAIServer([{"content": prose}] * 2) as server:
         stats = await run_batch(config.model_copy(update={"base_url": server.base_url}))

@@ -185,8 +185,7 @@ def _oracle_config(tmp_path: Path, instance: dict, backend) -> SweSmithOracleEnv
         use_wandb=False,
         group_size=1,
         total_steps=1,
-        tool_backend="sandbox",
-        sandbox=SandboxToolBackendConfig(backend=backend),
+        runtime={"tool_backend": "sandbox", "sandbox": SandboxToolBackendConfig(backend=backend)},
         dataset=str(tmp_path / "instances.jsonl"),
         mirror_base=str(instance["mirrors"]),
         profiles=str(tmp_path / "profiles.json"),
@@ -306,8 +305,7 @@ def test_verifying_in_the_agents_slot_is_refused_on_images():
     config = SweSmithOracleEnvConfig(
         tokenizer_name="embedded",
         use_wandb=False,
-        tool_backend="sandbox",
-        sandbox=SandboxToolBackendConfig(backend=backend),
+        runtime={"tool_backend": "sandbox", "sandbox": SandboxToolBackendConfig(backend=backend)},
         verify_in="same_slot",
     )
     with pytest.raises(HermesEnvError, match="same_slot cannot verify in the instance's image"):

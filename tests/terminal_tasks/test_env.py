@@ -32,7 +32,7 @@ class SleepingAgent:
 
 
 async def test_a_harbor_agent_timeout_caps_the_trajectory(scripted_server, tmp_path):
-    env = make_env(scripted_server.base_url, tmp_path, agent_time_budget_s=120)
+    env = make_env(scripted_server.base_url, tmp_path, loop={"time_budget_s": 120})
     async with env.runtime():
         await env.setup()
         task = next(t for t in env.tasks if t.format == "harbor").model_copy(update={"agent_timeout_s": 2.0})
