@@ -86,6 +86,11 @@ class TaskContainerSpec(BaseModel):
     user: str | None = Field(
         None, description="Who the agent's commands run as (None: the image's own USER, root unless it names one)"
     )
+    keepalive_user: str | None = Field(
+        None,
+        description="Who the container's keep-alive process runs as (None: `user`); root keeps the engine's "
+        "capabilities for root's own steps where the commands run as another user",
+    )
     env: dict[str, str] = Field(default_factory=dict, description="The task's environment for every command")
     cpus: float | None = Field(None, gt=0)
     memory_mb: int | None = Field(None, gt=0)
@@ -93,12 +98,12 @@ class TaskContainerSpec(BaseModel):
     network: bool = Field(False, description="allow_internet: the engine's default bridge, else no network at all")
 
 
-def _tar(files: dict[str, tuple[bytes, int]]) -> bytes:
+def _tar(files: dict[str, tuple[bytes, int]], owner: int = 0) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, (data, mode) in sorted(files.items()):
             info = tarfile.TarInfo(name.lstrip("/"))
-            info.size, info.mode, info.uid, info.gid, info.mtime = len(data), mode, 0, 0, int(time.time())
+            info.size, info.mode, info.uid, info.gid, info.mtime = len(data), mode, owner, owner, int(time.time())
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
 
@@ -134,10 +139,11 @@ class TaskContainer:
             self, argv, timeout, user or self.spec.user or "", workdir, env, max_output_bytes
         )
 
-    async def put_files(self, directory: str, files: dict[str, tuple[bytes, int]]) -> None:
-        """Files (relative name -> (content, mode)) into `directory` (made if missing), owned by root."""
+    async def put_files(self, directory: str, files: dict[str, tuple[bytes, int]], owner: int = 0) -> None:
+        """Files (relative name -> (content, mode)) into `directory` (made if missing), owned by uid and gid `owner`
+        (the engine keeps the archive's owners)."""
         await self.exec(f"mkdir -p {shlex.quote(directory)}", timeout=60, user="root", workdir="/", login=False)
-        await self._engines._call(self._engines.api.put_archive, self.id, directory, _tar(files))
+        await self._engines._call(self._engines.api.put_archive, self.id, directory, _tar(files, owner))
 
     async def write_file(self, path: str, data: bytes) -> None:
         p = PurePosixPath(path if path.startswith("/") else f"{self.spec.workdir}/{path}")
@@ -192,7 +198,7 @@ class TaskContainers:
         found = await self._call(self.api.containers, all=True, filters={"label": LABEL_TASK})
         for c in found:
             if owner_gone(c.get("Labels") or {}, self.owner.host, self.owner.pidns):
-                await self._call(self.api.remove_container, c["Id"], force=True)
+                await self._remove(c["Id"])
 
     async def close(self) -> None:
         if self._client is None:
@@ -213,6 +219,9 @@ class TaskContainers:
             await self._call(self.api.remove_container, cid, force=True)
         except docker.errors.NotFound:
             pass
+        except docker.errors.APIError as exc:  # another run sweeping the same leftover got there first
+            if exc.status_code != 409:
+                raise
 
     async def storage_quota(self) -> bool:
         """Whether the engine gives containers a size quota (overlay2 needs xfs with pquota)."""
@@ -267,7 +276,7 @@ class TaskContainers:
                     name=name,
                     entrypoint=KEEPALIVE[:1],
                     command=KEEPALIVE[1:],
-                    user=spec.user or "",
+                    user=spec.keepalive_user or spec.user or "",
                     working_dir=spec.workdir,
                     environment=spec.env,
                     labels=labels,

@@ -28,6 +28,7 @@ from pathlib import Path
 import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
+from bench.machine import load_note
 from embedded_llm import EmbeddedLLM, EmbeddedLLMConfig
 from training.cli import parse_config
 
@@ -181,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
     c = parse_config(LearnConfig, argv, "python -m bench.learn")
     c.out.mkdir(parents=True, exist_ok=True)
     print("$ python -m bench.learn " + shlex.join(argv if argv is not None else sys.argv[1:]), flush=True)
+    print(load_note(), flush=True)  # rewards do not depend on load; the step times printed do
     base = embedded_float_gguf()
     tokenizer = EmbeddedLLM(EmbeddedLLMConfig(model_path=base)).tokenizer_dir
     before = evaluate(c, base, "before")
@@ -200,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     (c.out / "learn.json").write_text(json.dumps(result, indent=1))
     plot(metrics, before, after, c.png or c.out / "learn.png")
     print(f"[learn] {json.dumps({k: v for k, v in result.items() if k != 'config'})}", flush=True)
+    print(load_note(), flush=True)
     return 0 if result["learned"] else 1
 
 

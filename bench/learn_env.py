@@ -8,7 +8,7 @@ words or more, or no final reply). Run like any env: `python -m bench.learn_env 
 
 from __future__ import annotations
 
-from environments.gsm8k_agent_env import GSM8kAgentEnv
+from environments.gsm8k.env import GSM8kAgentEnv
 
 WORDS_FOR_ZERO = 50
 

@@ -17,6 +17,7 @@ from pydantic import BaseModel, Field
 
 from environments.models.base import ChatModel, ModelError, ModelRequestError, ModelTurn
 from environments.models.tool_choice import ToolChoice
+from environments.watchdog import Watchdog
 from model_tools import default_registry
 from tools.context import ToolContext
 from tools.executor import ToolInfrastructureError
@@ -120,11 +121,15 @@ _OUT_OF_TIME = json.dumps({"error": "the trajectory's time budget ran out before
 
 
 def _end(
-    state: tuple[list[dict[str, Any]], list[TurnRecord], list[ToolErrorRecord], float],
+    messages: list[dict[str, Any]],
+    turns: list[TurnRecord],
+    tool_errors: list[ToolErrorRecord],
+    started: float,
     reason: StopReason,
     error: str | None = None,
 ) -> AgentResult:
-    messages, turns, tool_errors, started = state
+    # A function given the state, not a closure (its cells and function would be six more objects
+    # per trajectory) nor a tuple of the state (one more).
     return AgentResult(
         messages=messages,
         turns_used=len(turns),
@@ -146,8 +151,8 @@ class HermesAgentLoop:
     """Runs trajectories; one instance may run many concurrently.
 
     Built for tens of thousands of concurrent trajectories in one process: the model call and
-    the tool calls are each bounded by an `asyncio.timeout` (a timer, where `wait_for` made a
-    task, a waiter and a timer), a lone tool call is awaited directly (no task), and each turn
+    the tool calls are bounded by one timer per trajectory (environments/watchdog.py; a timer
+    per step was a quarter of the loop's time), a lone tool call is awaited directly (no task), and each turn
     keeps as few objects alive as it can, because every live object is one more the garbage
     collector walks in each full collection.
     """
@@ -171,93 +176,101 @@ class HermesAgentLoop:
         messages = list(messages)
         turns: list[TurnRecord] = []
         tool_errors: list[ToolErrorRecord] = []
-        clock = asyncio.get_running_loop().time  # time.monotonic, the clock asyncio's timers use
-        started = clock()
+        # loop.time() is the clock asyncio's timers use; called on the loop, no bound method is kept.
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         deadline = started + self.config.time_budget_s
         config = self.config
+        # Locals, not attributes per turn; bound methods are not kept (each would be an object per trajectory).
+        tools, context, allowed = self.tools, self.context, self._allowed
+        temperature, max_tokens, model_timeout_s = config.temperature, config.max_tokens, config.model_timeout_s
+        first_choice, later_choice = config.turn_tool_choice(0), config.turn_tool_choice(1)
 
-        # Ends through _end, not a closure: its cells and function would be six more objects per trajectory.
-        done = (messages, turns, tool_errors, started)
-
-        for index in range(config.max_turns):
-            t0 = clock()
-            if t0 >= deadline:
-                return _end(done, "time_budget")
-            try:
+        # Both limits on one timer per trajectory (environments/watchdog.py), not a timer per step.
+        watchdog = Watchdog()
+        try:
+            for index in range(config.max_turns):
+                t0 = loop.time()
+                if t0 >= deadline:
+                    return _end(messages, turns, tool_errors, started, "time_budget")
                 # Bounded by the request timeout, not the budget: a slow but answering server gives a
                 # scored trajectory (the budget is checked before the next step); a silent one is
-                # an infrastructure failure, never a 0 for the model. (A timer, not a task.)
-                async with asyncio.timeout(config.model_timeout_s):
-                    choice = config.turn_tool_choice(index)
+                # an infrastructure failure, never a 0 for the model.
+                watchdog.arm(t0 + model_timeout_s)
+                choice = later_choice if index else first_choice
+                try:
                     # `auto` is not passed: a ChatModel written before tool_choice existed still runs
                     # (and the common turn builds no keyword dict).
                     if choice == "auto":
                         turn: ModelTurn = await self.model.chat(
-                            messages, self.tools, temperature=config.temperature, max_tokens=config.max_tokens
+                            messages, tools, temperature=temperature, max_tokens=max_tokens
                         )
                     else:
                         turn = await self.model.chat(
-                            messages,
-                            self.tools,
-                            temperature=config.temperature,
-                            max_tokens=config.max_tokens,
-                            tool_choice=choice,
+                            messages, tools, temperature=temperature, max_tokens=max_tokens, tool_choice=choice
                         )
-            except TimeoutError:
-                return _end(
-                    done, "model_timeout", f"the model server did not answer within {config.model_timeout_s:.0f}s"
-                )
-            except ModelError as exc:
-                if _is_context_overflow(str(exc)):
-                    return _end(done, "context_full", str(exc))
-                if isinstance(exc, ModelRequestError):
-                    raise  # a 4xx: the request is wrong for every rollout; the env stops the command
-                return _end(done, "model_error", str(exc))
-            t1 = clock()
-            calls = turn.tool_calls
-            for call in calls:
-                if "id" not in call:  # not setdefault: a fresh id per call would be wasted work
-                    call["id"] = f"call_{getrandbits(48):012x}"
-                if "type" not in call:
-                    call["type"] = "function"
-            messages.append(turn.as_message())
-            record = TurnRecord(
-                index=index,
-                model_s=t1 - t0,
-                tools_s=0.0,
-                tool_calls=[c["function"]["name"] for c in calls],
-                finish_reason=turn.finish_reason,
-                usage=turn.usage,
-                calls_from_text=turn.calls_from_text,
-                parse_errors=tuple(turn.parse_errors),
-            )
-            turns.append(record)
-            if not calls:
-                return _end(done, "finished")
-            del turn  # not kept alive across the tool calls: one object fewer for the collector
-            try:
-                if t1 >= deadline:
-                    raise TimeoutError  # the model answered after the deadline: no time for tools
-                async with asyncio.timeout_at(deadline):
-                    if len(calls) == 1:  # the common case needs no task of its own
-                        fn = calls[0]["function"]
-                        results = [
-                            await self.registry.call(fn["name"], fn.get("arguments"), self.context, self._allowed)
-                        ]
-                    else:
-                        results = await self._run_calls(calls)
-            except ToolInfrastructureError as exc:
-                record.tools_s = clock() - t1
-                return _end(done, "infrastructure_error", str(exc))
-            except TimeoutError:
-                record.tools_s = clock() - t1
+                except (asyncio.CancelledError, TimeoutError) as exc:
+                    if isinstance(exc, asyncio.CancelledError) and not watchdog.expired():
+                        raise  # cancelled from outside: the caller's, not a timeout
+                    error = f"the model server did not answer within {model_timeout_s:.0f}s"
+                    return _end(messages, turns, tool_errors, started, "model_timeout", error)
+                except ModelError as exc:
+                    if _is_context_overflow(str(exc)):
+                        return _end(messages, turns, tool_errors, started, "context_full", str(exc))
+                    if isinstance(exc, ModelRequestError):
+                        raise  # a 4xx: the request is wrong for every rollout; the env stops the command
+                    return _end(messages, turns, tool_errors, started, "model_error", str(exc))
+                t1 = loop.time()
+                calls = turn.tool_calls
                 for call in calls:
-                    self._answer(messages, tool_errors, index, call, _OUT_OF_TIME)
-                return _end(done, "time_budget")
-            record.tools_s = clock() - t1
-            for call, result in zip(calls, results):
-                self._answer(messages, tool_errors, index, call, result)
-        return _end(done, "max_turns")
+                    if "id" not in call:  # not setdefault: a fresh id per call would be wasted work
+                        call["id"] = f"call_{getrandbits(48):012x}"
+                    if "type" not in call:
+                        call["type"] = "function"
+                messages.append(turn.as_message())
+                record = TurnRecord(
+                    index=index,
+                    model_s=t1 - t0,
+                    tools_s=0.0,
+                    tool_calls=[c["function"]["name"] for c in calls],
+                    finish_reason=turn.finish_reason,
+                    usage=turn.usage,
+                    calls_from_text=turn.calls_from_text,
+                    parse_errors=tuple(turn.parse_errors),
+                )
+                turns.append(record)
+                if not calls:
+                    return _end(messages, turns, tool_errors, started, "finished")
+                del turn  # not kept alive across the tool calls: one object fewer for the collector
+                out_of_time = t1 >= deadline  # the model answered after the deadline: no time for tools
+                if not out_of_time:
+                    watchdog.arm(deadline)
+                    try:
+                        if len(calls) == 1:  # the common case needs no task (nor a list) of its own
+                            fn = calls[0]["function"]
+                            result = await self.registry.call(fn["name"], fn.get("arguments"), context, allowed)
+                        else:
+                            results = await self._run_calls(calls)
+                    except asyncio.CancelledError:
+                        if not watchdog.expired():
+                            raise
+                        out_of_time = True
+                    except ToolInfrastructureError as exc:
+                        record.tools_s = loop.time() - t1
+                        return _end(messages, turns, tool_errors, started, "infrastructure_error", str(exc))
+                record.tools_s = loop.time() - t1
+                if out_of_time:
+                    for call in calls:
+                        self._answer(messages, tool_errors, index, call, _OUT_OF_TIME)
+                    return _end(messages, turns, tool_errors, started, "time_budget")
+                if len(calls) == 1:
+                    self._answer(messages, tool_errors, index, calls[0], result)
+                else:
+                    for call, result in zip(calls, results):
+                        self._answer(messages, tool_errors, index, call, result)
+            return _end(messages, turns, tool_errors, started, "max_turns")
+        finally:
+            watchdog.close()
 
     @staticmethod
     def _answer(

@@ -23,8 +23,9 @@ from typing import Any
 
 from environments.cli_help import help_text
 from environments.cli_parse import COMMANDS, CliError, Invocation, config_dump, install_secret_filter, parse_invocation
+from environments.env_entry import EnvEntry
 from environments.errors import HermesEnvError
-from environments.trainer_boundary import check_trainer
+from environments.model_server import preflight_model
 
 __all__ = ["main"]
 
@@ -68,18 +69,19 @@ def _raise_interrupted(signum: int, _frame: Any) -> None:
     raise Interrupted(signum)
 
 
-def main(env_cls: Any, argv: list[str] | None = None) -> int:
-    """Run one command; returns the exit code."""
+def main(env: Any, argv: list[str] | None = None) -> int:
+    """Run one command; returns the exit code. `env` is an env class, or an `EnvEntry` whose
+    class is imported only once the command line has been parsed and checked."""
     argv = sys.argv[1:] if argv is None else argv
     if "-h" in argv or "--help" in argv:  # wherever it is: help, and nothing started
-        print(help_text(env_cls, argv[0] if argv and argv[0] in COMMANDS else None))
+        print(help_text(env, argv[0] if argv and argv[0] in COMMANDS else None))
         return 0
     # Before the event loop runs, a signal still ends the command in one line.
     signal.signal(signal.SIGTERM, _raise_interrupted)
-    env = None
+    instance = None
     try:
         try:
-            inv = parse_invocation(env_cls, argv)
+            inv = parse_invocation(env, argv)
         except CliError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 2
@@ -87,20 +89,28 @@ def main(env_cls: Any, argv: list[str] | None = None) -> int:
         if inv.verbose:
             logging.getLogger().setLevel(logging.INFO)
             print(config_dump(inv), file=sys.stderr)
-        env = env_cls(config=inv.env_config, server_configs=inv.server_configs, slurm=inv.slurm, testing=inv.testing)
-        env.check_config(inv.command)  # toolsets, token server, trainer needs: before any server starts
+        for server in inv.server_configs:  # a model the server does not serve: refused before anything starts
+            if str(server.base_url).startswith(("http://", "https://")):
+                asyncio.run(preflight_model(str(server.base_url), server.model_name, server.api_key))
+        env_cls = env.load() if isinstance(env, EnvEntry) else env
+        instance = env_cls(
+            config=inv.env_config, server_configs=inv.server_configs, slurm=inv.slurm, testing=inv.testing
+        )
+        instance.check_config(inv.command)  # toolsets, token server, trainer needs: before any server starts
         if inv.command == "serve":
-            check_trainer(env.config)  # the trainer's batch and sequence sizes, before anything starts
+            from environments.trainer_boundary import check_trainer  # imports atroposlib's BaseEnv
+
+            check_trainer(instance.config)  # the trainer's batch and sequence sizes, before anything starts
         if inv.command == "process":
-            env.process_mode = True
-            env.n_groups_to_process = inv.env_config.total_steps
-            env.group_size_to_process = inv.env_config.group_size
-            entry = env.process_manager
+            instance.process_mode = True
+            instance.n_groups_to_process = inv.env_config.total_steps
+            instance.group_size_to_process = inv.env_config.group_size
+            entry = instance.process_manager
         elif inv.command == "serve":
-            entry = env.env_manager
+            entry = instance.env_manager
         else:
             _save_evaluate_config(inv)
-            entry = env._run_evaluate
+            entry = instance._run_evaluate
         asyncio.run(_run_interruptible(entry))
         return 0
     except HermesEnvError as exc:
@@ -108,7 +118,7 @@ def main(env_cls: Any, argv: list[str] | None = None) -> int:
         return 2
     except (Interrupted, KeyboardInterrupt) as exc:
         signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
-        print(f"[hermes-rl] stopped by {signal.Signals(signum).name}{_written(env)}", file=sys.stderr)
+        print(f"[hermes-rl] stopped by {signal.Signals(signum).name}{_written(instance)}", file=sys.stderr)
         return 128 + signum
 
 

@@ -5,14 +5,17 @@ from __future__ import annotations
 import sys
 import types
 import typing
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
-from atroposlib.envs.base import APIServerConfig
+from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from pydantic import BaseModel
 
 
 from environments.cli_parse import COMMANDS, REDACTED, SECRET_KEYS, _admits_str, _model_of
+from environments.env_entry import EnvEntry
+from environments.upstream_config import unused_reason
 
 __all__ = ["help_text"]
 
@@ -44,6 +47,8 @@ def _type_name(annotation: Any) -> str:
         return f"list[{_type_name(args[0])}]" if args else "list"
     if origin is dict:
         return "dict"
+    if isinstance(annotation, type) and issubclass(annotation, Enum):
+        return "|".join(str(member.value) for member in annotation)
     return getattr(annotation, "__name__", str(annotation))
 
 
@@ -59,6 +64,8 @@ def _flag_rows(model: type[BaseModel], prefix: str, values: Any, note: str = "")
     models tagged by `kind` lists each member's own fields, marked with the kind they belong to."""
     rows: list[tuple[str, str, str, str]] = []
     for name, field in model.model_fields.items():
+        if unused_reason(model, name) is not None:  # refused if set (environments/upstream_config.py)
+            continue
         value = (
             values.get(name)
             if isinstance(values, dict) and name in values
@@ -117,7 +124,7 @@ def help_text(env_cls: Any, command: str | None) -> str:
         f"usage: {prog} {{{','.join(COMMANDS)}}} [--config FILE] [--verbose] [--env.KEY VALUE ...] [--openai.KEY VALUE ...]",
         "",
     ]
-    doc = (env_cls.__doc__ or "").strip().splitlines()
+    doc = ((env_cls.summary if isinstance(env_cls, EnvEntry) else env_cls.__doc__) or "").strip().splitlines()
     if doc:
         lines += [doc[0], ""]
     lines.append("commands:")

@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from atroposlib.envs.base import APIServerConfig
+from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 from pydantic import BaseModel, ValidationError
+
+from environments.upstream_config import unused_reason
 
 
 __all__ = [
@@ -131,13 +133,20 @@ def _admits_str(annotation: Any) -> bool:
     return False
 
 
+def _honoured(model: type[BaseModel]) -> list[str]:
+    return [name for name in model.model_fields if unused_reason(model, name) is None]
+
+
 def check_keys(model: type[BaseModel], data: dict[str, Any], where: str, suffix: str = "") -> None:
     """Every key must name a field, at every depth of nested config models."""
     fields = model.model_fields
     what = "flag" if where.startswith("--") else "key"
     for key, value in data.items():
         if key not in fields:
-            raise _unknown(what, str(key), list(fields), where, suffix)
+            raise _unknown(what, str(key), _honoured(model), where, suffix)
+        why = unused_reason(model, key)
+        if why is not None:
+            raise CliError(f"{what} {where}{key}{suffix} is an atroposlib setting hermes-rl does not use: {why}")
         sub = _model_of(fields[key].annotation, value)
         if sub is not None and isinstance(value, dict):
             check_keys(sub, value, f"{where}{key}.", suffix)
@@ -332,7 +341,7 @@ def parse_invocation(env_cls: Any, argv: list[str]) -> Invocation:
             continue
         choices = [
             *GLOBAL_FLAGS,
-            *(f"env.{f}" for f in config_cls.model_fields),
+            *(f"env.{f}" for f in _honoured(config_cls)),
             *(f"openai.{f}" for f in APIServerConfig.model_fields),
         ]
         raise _unknown("flag", key, choices, "--")

@@ -1,19 +1,19 @@
-"""The settings of a hermes-rl env: atroposlib's `BaseEnvConfig`, the runtime (`--env.runtime.*`: the
-same `RuntimeConfig` batch_runner embeds) and what only an env decides (toolsets, groups, logprob handling)."""
+"""The settings of a hermes-rl env: atroposlib's env settings (environments/upstream_config.py), the runtime
+(`--env.runtime.*`: the same `RuntimeConfig` batch_runner embeds) and what only an env decides (toolsets, groups,
+logprob handling), each an `--env.*` flag (environments/cli.py)."""
 
 from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-from atroposlib.envs.base import BaseEnvConfig
 from pydantic import Field, model_validator
 
 from environments.cli_parse import renamed_keys
 from environments.gc_tuning import GCConfig
 from environments.runtime import RuntimeConfig
-from environments.trainer_boundary import SplitSequences
+from environments.upstream_config import UpstreamEnvConfig
 
-__all__ = ["ENV_RENAMED", "HermesAgentEnvConfig"]
+__all__ = ["ENV_RENAMED", "HermesAgentEnvConfig", "SplitSequences"]
 
 # Old `--env.*` names (before the runtime was one embedded RuntimeConfig) -> their new place; they still
 # work for one release, with a one-line notice (environments/cli_parse.py).
@@ -49,8 +49,15 @@ ENV_RENAMED: dict[str, str] = {
 }
 
 
-class HermesAgentEnvConfig(BaseEnvConfig):
+# Rollouts spanning several token sequences: what a group keeps (environments/trainer_boundary.py).
+SplitSequences = Literal["last", "all"]
+
+
+class HermesAgentEnvConfig(UpstreamEnvConfig):
     renamed: ClassVar[dict[str, str]] = ENV_RENAMED
+    # A task's own defaults for the CLI (environments/env_entry.py default_config), keyed as its flags are
+    # named after `--env.`, e.g. {"group_size": 4, "runtime.loop.max_turns": 6}.
+    task_defaults: ClassVar[dict[str, Any]] = {}
 
     @model_validator(mode="before")
     @classmethod
@@ -104,8 +111,3 @@ class HermesAgentEnvConfig(BaseEnvConfig):
     gc: GCConfig = Field(
         default_factory=GCConfig, description="Collector settings while the command runs (environments/gc_tuning.py)"
     )
-
-    def with_loop(self, **loop: Any) -> HermesAgentEnvConfig:
-        """A copy whose agent loop has `loop` changed (a task env's own defaults, in `config_init`)."""
-        runtime = self.runtime.model_copy(update={"loop": self.runtime.loop.model_copy(update=loop)})
-        return self.model_copy(update={"runtime": runtime})

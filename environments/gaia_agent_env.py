@@ -1,8 +1,12 @@
-"""Entry module: `python -m environments.gaia_agent_env process|serve|evaluate`; the task lives in environments/gaia/."""
+"""Entry module: `python -m environments.gaia_agent_env process|serve|evaluate`; the task lives in environments/gaia/.
 
-from environments.gaia.env import GaiaAgentEnv, GaiaAgentEnvConfig
+It imports the env class only once the command line is parsed and checked (environments/env_entry.py).
+"""
 
-__all__ = ["GaiaAgentEnv", "GaiaAgentEnvConfig"]
+from environments.cli import main
+from environments.gaia.config import ENTRY, GaiaAgentEnvConfig
+
+__all__ = ["ENTRY", "GaiaAgentEnvConfig"]
 
 if __name__ == "__main__":
-    GaiaAgentEnv.cli()
+    raise SystemExit(main(ENTRY))

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import jsonlines
-from atroposlib.envs.base import APIServerConfig, BaseEnv
+from atroposlib.envs.base import APIServerConfig, BaseEnv, EvalHandlingEnum
 
 from environments.cli import main as cli_main
 from environments.env_config import HermesAgentEnvConfig
@@ -44,7 +44,8 @@ from environments.group_building import GroupBuilding
 from environments.html_view import write_html_view
 from environments.models.base import ChatModel
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
-from environments.rollout_settings import embedded_server_configs, model_servers
+from environments.env_entry import default_config, embedded_server_configs
+from environments.rollout_settings import model_servers
 from environments.runtime import EMBEDDED, AgentRuntime, HermesEnvError, Rollout, resolve_tokenizer_name
 from environments.server_options import refuse_unsupported
 from environments.trainer_boundary import RunApiBoundary, SendLedger
@@ -118,6 +119,8 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
         health_checks = [c.health_check and c.base_url != EMBEDDED for c in server_configs]
         for cfg in server_configs:
             cfg.health_check = False
+        # atroposlib compares eval_handling with its own enum's members (identity): hand it one.
+        config.eval_handling = EvalHandlingEnum(config.eval_handling.value)
         # atroposlib opens the groups file in __init__; here it is opened when a run starts
         # (_open_output), so a command refused by a later check leaves no file behind.
         output_path, config.data_path_to_save_groups = config.data_path_to_save_groups, None
@@ -160,27 +163,7 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
     @classmethod
     def config_init(cls) -> tuple[HermesAgentEnvConfig, list[APIServerConfig]]:
         """Defaults for the CLI: the env's config class on the embedded model, output under out/<name>."""
-        defaults: dict[str, Any] = dict(
-            tokenizer_name=EMBEDDED,
-            group_size=2,
-            total_steps=2,
-            max_token_length=4096,
-            use_wandb=False,
-            data_path_to_save_groups=f"out/{cls.name}.jsonl",
-            data_dir_to_save_evals=f"out/{cls.name}_eval",
-            # atroposlib cancels a serve group after 600 s and loses it; a group may take a full
-            # trajectory budget plus a slow model call (the request timeout) per rollout.
-            worker_timeout=1800,
-        )
-        # A field the task's config class declares again keeps the task's own default.
-        declared = {
-            name
-            for klass in cls.env_config_cls.__mro__
-            if issubclass(klass, HermesAgentEnvConfig) and klass is not HermesAgentEnvConfig
-            for name in vars(klass).get("__annotations__", {})
-        }
-        config = cls.env_config_cls(**{k: v for k, v in defaults.items() if k not in declared})
-        return config, embedded_server_configs()
+        return default_config(cls.env_config_cls, cls.name), embedded_server_configs()
 
     # ---- defaults atroposlib asks for ------------------------------------------------------
 

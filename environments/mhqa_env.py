@@ -1,8 +1,12 @@
-"""Entry module: `python -m environments.mhqa_env process|serve|evaluate`; the task lives in environments/mhqa/."""
+"""Entry module: `python -m environments.mhqa_env process|serve|evaluate`; the task lives in environments/mhqa/.
 
-from environments.mhqa.env import MHQAEnv, MHQAEnvConfig
+It imports the env class only once the command line is parsed and checked (environments/env_entry.py).
+"""
 
-__all__ = ["MHQAEnv", "MHQAEnvConfig"]
+from environments.cli import main
+from environments.mhqa.config import ENTRY, MHQAEnvConfig
+
+__all__ = ["ENTRY", "MHQAEnvConfig"]
 
 if __name__ == "__main__":
-    MHQAEnv.cli()
+    raise SystemExit(main(ENTRY))

@@ -3,7 +3,6 @@ answer, and which tokenizer goes with it. The runtime (environments/runtime.py) 
 
 from __future__ import annotations
 
-import logging
 import re
 from pathlib import Path
 
@@ -12,9 +11,15 @@ from pydantic import BaseModel, Field
 
 from environments.errors import HermesEnvError
 
-__all__ = ["EMBEDDED", "EMBEDDED_MODEL_NAME", "ModelServer", "check_server", "resolve_tokenizer_name"]
-
-logger = logging.getLogger("environments.runtime")  # the runtime's log, as before the move
+__all__ = [
+    "EMBEDDED",
+    "EMBEDDED_MODEL_NAME",
+    "ModelServer",
+    "check_model_served",
+    "check_server",
+    "preflight_model",
+    "resolve_tokenizer_name",
+]
 
 # The bundled SmolLM2 model, as a base URL or a tokenizer name.
 EMBEDDED = "embedded"
@@ -36,37 +41,67 @@ class ModelServer(BaseModel):
 
 
 def resolve_tokenizer_name(name: str, servers: list[ModelServer]) -> str:
-    """'embedded' -> a served model's own tokenizer when it loads, else the GGUF's, built locally."""
+    """'embedded' -> the served model's own tokenizer, found on this machine (a directory or a hub repo
+    in the local cache); with only the embedded server, the GGUF's, built locally. A served model whose
+    tokenizer is not here is refused: tokens re-rendered with another model's tokenizer would be wrong."""
     if name != EMBEDDED:
         return name
     remote = [s for s in servers if s.base_url != EMBEDDED]
     if remote:
         candidate = remote[0].tokenizer or remote[0].model
-        # Only names that can be a hub repo ("org/name") or a local directory are worth a lookup;
-        # an API model name such as "gpt-4o" would only stall on the hub's retries.
-        looks_loadable = Path(candidate).is_dir() or re.fullmatch(r"[\w.-]+/[\w.-]+", candidate)
+        # Only a directory or an "org/name" can be a tokenizer; an API model name such as "gpt-4o" is not.
+        loadable = Path(candidate).is_dir() or re.fullmatch(r"[\w.-]+/[\w.-]+", candidate)
         try:
-            if not looks_loadable:
-                raise LookupError(f"{candidate!r} names no tokenizer repository")
+            if not loadable:
+                raise LookupError
             from transformers import AutoTokenizer
 
-            AutoTokenizer.from_pretrained(candidate)
+            AutoTokenizer.from_pretrained(candidate, local_files_only=True)  # offline: no minute of hub retries
             return candidate
-        except Exception as exc:  # offline, or a closed model such as gpt-4o
-            logger.warning(
-                "could not load tokenizer %r (%s); chat-mode tokens will use the embedded model's tokenizer. "
-                "Pass --env.tokenizer_name to choose one.",
-                candidate,
-                type(exc).__name__,
-            )
+        except Exception:  # not a tokenizer directory, or a repo not in the local cache
+            raise HermesEnvError(
+                f"no tokenizer for --openai.model_name {candidate!r} on this machine (a tokenizer directory or a "
+                "hub repo in the local cache); pass --env.tokenizer_name with the served model's tokenizer"
+            ) from None
     from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 
     embedded = EmbeddedLLMConfig()
     return str(ensure_gguf_tokenizer(embedded.model_path, chat_template=embedded.resolved_chat_template()))
 
 
-async def check_server(base_url: str, timeout_s: float = 10.0) -> None:
-    """Fail fast, naming the URL, when an OpenAI-compatible server does not answer."""
+def served_models(response: httpx.Response) -> list[str] | None:
+    """The model ids of an OpenAI-style GET /models answer (None: not such an answer)."""
+    try:
+        ids = [str(entry["id"]) for entry in response.json()["data"]]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return ids or None
+
+
+def check_model_served(base_url: str, model: str, response: httpx.Response) -> None:
+    """A server that lists its models and not this one would answer every request with 404."""
+    ids = served_models(response) if response.status_code == 200 else None
+    if ids is not None and model not in ids:
+        shown = ", ".join(repr(i) for i in ids[:5]) + (", ..." if len(ids) > 5 else "")
+        raise HermesEnvError(
+            f"--openai.model_name {model!r} is not served by {base_url} (it serves {shown}); pass one of those"
+        )
+
+
+async def preflight_model(base_url: str, model: str, api_key: str | None, timeout_s: float = 5.0) -> None:
+    """Before anything starts: refuse a model the server says it does not serve. A server that does
+    not answer is left to the runtime's check_server, which names it when the run starts."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        async with httpx.AsyncClient(timeout=timeout_s) as client:
+            response = await client.get(base_url.rstrip("/") + "/models", headers=headers)
+    except httpx.HTTPError:
+        return
+    check_model_served(base_url, model, response)
+
+
+async def check_server(base_url: str, timeout_s: float = 10.0, model: str | None = None) -> None:
+    """Fail fast, naming the URL, when an OpenAI-compatible server does not answer (or does not serve `model`)."""
     url = base_url.rstrip("/") + "/models"
     try:
         async with httpx.AsyncClient(timeout=timeout_s) as client:
@@ -85,3 +120,5 @@ async def check_server(base_url: str, timeout_s: float = 10.0) -> None:
             f"the model server at {base_url} answered GET /models with HTTP {response.status_code}; "
             "is this an OpenAI-compatible base URL (usually ending in /v1)?"
         )
+    if model is not None:
+        check_model_served(base_url, model, response)

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from atroposlib.envs.base import APIServerConfig
+from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
 from environments.agent_loop import AgentLoopConfig
 from environments.env_config import HermesAgentEnvConfig
-from environments.models.chat_mode import PLACEHOLDER_API_KEY
+from environments.env_entry import embedded_server_configs
 from environments.models.token_mode.wiring import TokenServerKind, resolve_token_server, sampling_setup
 from environments.runtime import (
     EMBEDDED,
-    EMBEDDED_MODEL_NAME,
     HermesEnvError,
     ModelServer,
     RuntimeConfig,
@@ -22,21 +21,6 @@ from environments.task_hooks import TaskHooks
 from tools.context import ToolLimits
 
 __all__ = ["RolloutSettings", "embedded_server_configs", "model_servers"]
-
-
-def embedded_server_configs() -> list[APIServerConfig]:
-    """The default server list: the embedded model, as a list (atroposlib 0.4 replaces a bare config)."""
-    return [
-        APIServerConfig(
-            base_url=EMBEDDED,
-            model_name=EMBEDDED_MODEL_NAME,
-            api_key=PLACEHOLDER_API_KEY,
-            server_type="openai",
-            health_check=False,
-            num_requests_for_eval=8,
-            timeout=600,
-        )
-    ]
 
 
 class RolloutSettings(TaskHooks):

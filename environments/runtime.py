@@ -271,8 +271,8 @@ class AgentRuntime:
         if kind is not None:
             self._token_models = await self._start_token_mode(kind, stack)
             return
-        for url in urls:
-            await check_server(url)
+        for url, server in zip(urls, self.servers):
+            await check_server(url, model=None if server.base_url == EMBEDDED else server.model)
             logger.warning(CHAT_MODE_NOTE.format(url=url))
         self._chat_clients = [
             OpenAIChatModel.make_client(url, s.api_key, s.timeout_s, c.model_max_retries)

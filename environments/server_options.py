@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the runtime routes with ServerRouter without importing atroposlib
-    from atroposlib.envs.base import APIServerConfig
+    from atroposlib.envs.server_handling.server_baseline import APIServerConfig
 
 __all__ = ["refuse_unsupported", "ServerRouter"]
 

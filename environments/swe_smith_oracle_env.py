@@ -1,8 +1,12 @@
-"""Entry module: `python -m environments.swe_smith_oracle_env process|serve|evaluate`; the task lives in environments/swe_smith/."""
+"""Entry module: `python -m environments.swe_smith_oracle_env process|serve|evaluate`; the task lives in environments/swe_smith/.
 
-from environments.swe_smith.env import SweSmithOracleEnv, SweSmithOracleEnvConfig
+It imports the env class only once the command line is parsed and checked (environments/env_entry.py).
+"""
 
-__all__ = ["SweSmithOracleEnv", "SweSmithOracleEnvConfig"]
+from environments.cli import main
+from environments.swe_smith.config import ENTRY, SweSmithOracleEnvConfig
+
+__all__ = ["ENTRY", "SweSmithOracleEnvConfig"]
 
 if __name__ == "__main__":
-    SweSmithOracleEnv.cli()
+    raise SystemExit(main(ENTRY))

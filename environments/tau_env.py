@@ -1,8 +1,12 @@
-"""Entry module: `python -m environments.tau_env process|serve|evaluate`; the task lives in environments/tau/."""
+"""Entry module: `python -m environments.tau_env process|serve|evaluate`; the task lives in environments/tau/.
 
-from environments.tau.env import TauEnv, TauEnvConfig
+It imports the env class only once the command line is parsed and checked (environments/env_entry.py).
+"""
 
-__all__ = ["TauEnv", "TauEnvConfig"]
+from environments.cli import main
+from environments.tau.config import ENTRY, TauEnvConfig
+
+__all__ = ["ENTRY", "TauEnvConfig"]
 
 if __name__ == "__main__":
-    TauEnv.cli()
+    raise SystemExit(main(ENTRY))

@@ -30,6 +30,8 @@ from typing import Any, Literal, TypeVar
 import httpx
 from atroposlib.envs.base import BaseEnv, ScoredDataGroup
 
+from environments.env_config import SplitSequences
+
 __all__ = [
     "SplitSequences",
     "RunApiAnswer",
@@ -40,7 +42,6 @@ __all__ = [
     "post_group",
 ]
 
-SplitSequences = Literal["last", "all"]
 T = TypeVar("T")
 
 

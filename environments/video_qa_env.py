@@ -1,8 +1,12 @@
-"""Entry module: `python -m environments.video_qa_env process|serve|evaluate`; the task lives in environments/video_qa/."""
+"""Entry module: `python -m environments.video_qa_env process|serve|evaluate`; the task lives in environments/video_qa/.
 
-from environments.video_qa.env import VideoQAEnv, VideoQAEnvConfig
+It imports the env class only once the command line is parsed and checked (environments/env_entry.py).
+"""
 
-__all__ = ["VideoQAEnv", "VideoQAEnvConfig"]
+from environments.cli import main
+from environments.video_qa.config import ENTRY, VideoQAEnvConfig
+
+__all__ = ["ENTRY", "VideoQAEnvConfig"]
 
 if __name__ == "__main__":
-    VideoQAEnv.cli()
+    raise SystemExit(main(ENTRY))

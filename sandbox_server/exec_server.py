@@ -16,7 +16,7 @@ import ctypes
 import gc
 import json
 import os
-import selectors
+import select
 import signal
 import socket
 import sys
@@ -97,10 +97,14 @@ def _kill_all(statuses: dict[int, int]) -> None:
             time.sleep(0.0002)
 
 
-def _receive(sock: socket.socket) -> tuple[bytes, list[int]]:
-    """One request and its descriptors, close-on-exec (socket.recv_fds drops its flags argument)."""
+def _receive(sock: socket.socket, buf: bytearray) -> tuple[bytes, list[int]]:
+    """One request and its descriptors, close-on-exec (socket.recv_fds drops its flags argument).
+
+    Into `buf`, allocated once: a fresh 256 KiB buffer per call is an mmap, mremap and munmap
+    (a TLB flush) per command."""
     fds = array.array("i")
-    msg, ancillary, _, _ = sock.recvmsg(_MAX_MESSAGE, socket.CMSG_LEN(8 * fds.itemsize), socket.MSG_CMSG_CLOEXEC)
+    n, ancillary, _, _ = sock.recvmsg_into([buf], socket.CMSG_LEN(8 * fds.itemsize), socket.MSG_CMSG_CLOEXEC)
+    msg = bytes(buf[:n])
     for level, kind, data in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(data[: len(data) - len(data) % fds.itemsize])
@@ -117,8 +121,6 @@ def _spawn(req: dict, fds: dict[str, int]) -> int:
     if "script" in fds:
         actions.append((os.POSIX_SPAWN_DUP2, fds["script"], 3))
     # Every other descriptor here is close-on-exec (the received ones by MSG_CMSG_CLOEXEC).
-    if os.getcwd() != req["cwd"]:
-        os.chdir(req["cwd"])
     argv = req["argv"]
     return os.posix_spawn(argv[0], argv, req["env"], file_actions=actions, setsid=True, setsigmask=())
 
@@ -151,18 +153,22 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str], ipc_s
         os.fstat(3)
     except OSError:  # keep fd 3 taken, so no received descriptor is already the script's target
         os.dup2(null, 3, inheritable=False)
-    sel = selectors.DefaultSelector()
-    sel.register(ctl, selectors.EVENT_READ, "ctl")
-    sel.register(exec_sock, selectors.EVENT_READ, "exec")
+    buf = bytearray(_MAX_MESSAGE)
     # As the subreaper we inherit the command's orphans: reap them as they die (zombies count
-    # against the slot's process limit), not only when the command ends.
+    # against the slot's process limit), not only when the command ends. The command's own
+    # exit is seen the same way (SIGCHLD, then its status from waitpid): no pidfd per command.
     chld_r, chld_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(chld_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    sel.register(chld_r, selectors.EVENT_READ, "sigchld")
-    child: dict = {}  # the running command: id, pid, pidfd, status
+    poll = select.epoll()
+    poll.register(ctl.fileno(), select.EPOLLIN)
+    poll.register(chld_r, select.EPOLLIN)
+    poll.register(exec_fd, select.EPOLLIN)
+    reading = True  # exec_fd is registered: it is taken out only if a request comes while a command runs
+    child: dict = {}  # the running command: id, pid, status
     last_done = 0  # ids only grow: a kill for an id up to this one is stale
     pending_kill = 0  # a kill for a command not read yet
+    cwd = os.getcwd()  # only this server changes it (the host sends the workspace, a mount point)
 
     bind_tops = {
         p.split("/")[2] for p in tmp_binds if p.count("/") >= 2
@@ -187,7 +193,8 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str], ipc_s
         ctl.send(b'{"id": %d, "exit": %d}' % (req_id, code))
 
     def start() -> None:
-        msg, passed = _receive(exec_sock)
+        nonlocal cwd
+        msg, passed = _receive(exec_sock, buf)
         if not msg:
             raise SystemExit(0)  # the host went away
         req = json.loads(msg)
@@ -198,6 +205,9 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str], ipc_s
                 report(req["id"], _KILLED)  # killed before it started: it never runs
                 return
             try:
+                if cwd != req["cwd"]:
+                    os.chdir(req["cwd"])
+                    cwd = req["cwd"]
                 pid = _spawn(req, fds)
             except OSError as exc:
                 os.write(fds["stdout"], f"sandbox: cannot start the command: {exc}\n".encode())
@@ -206,32 +216,34 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str], ipc_s
         finally:
             for fd in passed:
                 os.close(fd)
-        child.update(id=req["id"], pid=pid, pidfd=os.pidfd_open(pid), status={pid: -1})
-        sel.unregister(exec_sock)  # one command at a time: the next one waits in the socket
-        sel.register(child["pidfd"], selectors.EVENT_READ, "exit")
+        child.update(id=req["id"], pid=pid, status={pid: -1})
 
     def finish() -> None:
-        sel.unregister(child["pidfd"])
-        os.close(child["pidfd"])
-        _reap(child["status"])  # (a kill may have reaped it already)
+        nonlocal reading
         status = child["status"][child["pid"]]
-        if status == -1:  # not reaped yet (cannot happen once its pidfd is readable; be sure)
-            status = os.waitpid(child["pid"], 0)[1]
         _kill_all(child["status"])  # the command is over: nothing it started outlives it
         code = os.waitstatus_to_exitcode(status)
         report(child["id"], code if code >= 0 else 128 - code)
         child.clear()
         fresh_tmp(tmp_bytes)
-        sel.register(exec_sock, selectors.EVENT_READ, "exec")
+        if not reading:
+            poll.register(exec_fd, select.EPOLLIN)
+            reading = True
 
     ctl.send(json.dumps({"ready": os.getpid()}).encode())
     while True:
-        for key, _ in sel.select():
-            if key.data == "sigchld":
+        for fd, _ in poll.poll():
+            if fd == chld_r:
                 while os.read(chld_r, 4096) == 4096:
                     pass
                 _reap(child.get("status", {}))
-            elif key.data == "ctl":
+            elif fd == exec_fd:
+                if not child:
+                    start()
+                elif reading:  # one command at a time: the next one waits in the socket
+                    poll.unregister(exec_fd)
+                    reading = False
+            else:
                 msg = ctl.recv(_MAX_MESSAGE)
                 if not msg:
                     return  # the host went away; bwrap's --die-with-parent ends the namespace too
@@ -240,10 +252,9 @@ def serve(exec_fd: int, ctl_fd: int, tmp_bytes: int, tmp_binds: list[str], ipc_s
                     _kill_all(child["status"])
                 elif kill > last_done:
                     pending_kill = kill
-            elif key.data == "exec" and not child:
-                start()
-            elif key.data == "exit" and child:
-                finish()
+        # The command's main process has been reaped (by a SIGCHLD's reap or a kill's): it is over.
+        if child and child["status"][child["pid"]] != -1:
+            finish()
 
 
 if __name__ == "__main__":

@@ -102,9 +102,25 @@ def build_app(server: SandboxServer) -> web.Application:
             return web.Response(body=await one(0, calls[0]), content_type="application/x-ndjson")
         response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson"})
         await response.prepare(request)
-        # Lines go out as calls finish, so a slow command does not hold back quick ones.
-        for fut in asyncio.as_completed([one(i, c) for i, c in enumerate(calls)]):
-            await response.write(await fut)
+        # Lines go out as calls finish, so a slow command does not hold back quick ones; the lines
+        # of calls that finish in the same turn of the loop go out as one write (one wake-up for
+        # the client, not one each).
+        finished: list[bytes] = []
+        woken = asyncio.Event()
+
+        async def run(i: int, call: dict) -> None:
+            finished.append(await one(i, call))
+            woken.set()
+
+        tasks = [asyncio.ensure_future(run(i, c)) for i, c in enumerate(calls)]
+        sent = 0
+        while sent < len(tasks):
+            await woken.wait()
+            woken.clear()
+            lines = finished[:]
+            finished.clear()
+            sent += len(lines)
+            await response.write(b"".join(lines))
         await response.write_eof()
         return response
 

@@ -191,7 +191,7 @@ class SandboxServer:
         try:
             return await asyncio.shield(slot.shell)
         except SlotShellError as exc:
-            # e.g. a kernel without pidfd_open: stay on the slower path instead of retrying each call
+            # e.g. a kernel refusing its namespaces: stay on the slower path instead of retrying each call
             log.warning("slot %s: %s; running each command in a bwrap namespace of its own from now on", slot.id, exc)
             self._shell_error = str(exc)
             return None

@@ -149,7 +149,8 @@ static int run(int argc, char **argv, char **envp) {
     if (i + 1 >= argc) die("no command after --", EINVAL);
     for (long cap = 0; cap <= 63; cap++) {
         long rc = sys(SYS_prctl, PR_CAPBSET_DROP, cap, 0, 0);
-        if (rc < 0 && rc != -EINVAL) die("drop the bounding set", rc);
+        if (rc == -EINVAL) break; /* past the kernel's last capability (they are numbered without gaps) */
+        if (rc < 0) die("drop the bounding set", rc);
     }
     long rc;
     if ((rc = sys(SYS_setgroups, 0, 0, 0, 0)) < 0) die("setgroups", rc);

@@ -30,7 +30,8 @@ import socket
 
 __all__ = ["SlotChild", "SlotShell", "SlotShellError"]
 
-_MAX_MESSAGE = 256 * 1024
+# The exec server's replies: an id and an exit code, or its pid once it is ready.
+_REPLY_BYTES = 4096
 
 
 class SlotShellError(Exception):
@@ -69,6 +70,7 @@ class SlotShell:
         self._sock = sock
         self._children: dict[str, SlotChild] = {}
         self._next = 0
+        self._buf = bytearray(_REPLY_BYTES)
         self.alive = True
         self._ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         asyncio.get_running_loop().add_reader(sock.fileno(), self._on_readable)
@@ -111,25 +113,26 @@ class SlotShell:
         return shell
 
     def _on_readable(self) -> None:
-        while True:
-            try:
-                msg = self._sock.recv(_MAX_MESSAGE, socket.MSG_DONTWAIT)
-            except BlockingIOError:
-                return
-            except OSError:
-                msg = b""
-            if not msg:
-                self._gone()
-                return
-            reply = json.loads(msg)
-            if "ready" in reply:
-                if not self._ready.done():
-                    self._ready.set_result(reply["ready"])
-                continue
-            child = self._children.pop(str(reply["id"]), None)
-            if child is not None:
-                # a command the server could not start reads as bash's "cannot execute" (126)
-                child._finish(reply.get("exit", 126))
+        # One message per call, into a buffer made once: another one waiting makes the loop call
+        # again, so no second recv (EAGAIN) and no fresh buffer per exit code.
+        try:
+            size = self._sock.recv_into(self._buf, 0, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return
+        except OSError:
+            size = 0
+        if not size:
+            self._gone()
+            return
+        reply = json.loads(self._buf[:size])
+        if "ready" in reply:
+            if not self._ready.done():
+                self._ready.set_result(reply["ready"])
+            return
+        child = self._children.pop(str(reply["id"]), None)
+        if child is not None:
+            # a command the server could not start reads as bash's "cannot execute" (126)
+            child._finish(reply.get("exit", 126))
 
     def _gone(self) -> None:
         """The exec server (hence its namespace and every command in it) is gone."""

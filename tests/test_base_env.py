@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any, ClassVar
 
 import pytest
 from atroposlib.envs.base import APIServerConfig
@@ -14,11 +15,12 @@ from environments.runtime import AgentRuntime
 from tests.support.cli import run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tests.support.tiny_env import WriteWordEnv
+from tests.support.embedded import embedded_tokenizer
 
 
 def make_env(base_url: str, tmp_path, **overrides) -> WriteWordEnv:
     config = HermesAgentEnvConfig(
-        tokenizer_name="embedded",
+        tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         group_size=2,
         total_steps=2,
@@ -215,7 +217,7 @@ async def test_unreachable_server_fails_before_any_rollout(tmp_path):
 
 def test_bad_server_list_and_unknown_toolsets_are_errors(tmp_path):
     with pytest.raises(HermesEnvError, match="non-empty list of APIServerConfig"):
-        WriteWordEnv(HermesAgentEnvConfig(tokenizer_name="embedded", use_wandb=False), APIServerConfig())
+        WriteWordEnv(HermesAgentEnvConfig(tokenizer_name=embedded_tokenizer(), use_wandb=False), APIServerConfig())
     env = make_env("http://127.0.0.1:9/v1", tmp_path, enabled_toolsets=["nope"])
     with pytest.raises(HermesEnvError, match="known toolsets"):
         env.tool_schemas()
@@ -267,3 +269,28 @@ def test_default_config_init_keeps_a_task_configs_own_defaults():
     assert isinstance(servers, list)
     assert TerminalTasksEnv.config_init()[0].max_token_length == 8192
     assert CountFilesEnv.config_init()[0].max_token_length == 4096
+    assert TerminalTasksEnv.config_init()[0].runtime.tool_limits.max_timeout_s == 3600.0  # its own runtime default
+
+
+def test_task_defaults_keyed_like_flags_change_one_nested_value_and_a_subclass_adds_to_them():
+    from environments.agent_loop import AgentLoopConfig
+    from environments.env_entry import default_config
+
+    class ShortConfig(HermesAgentEnvConfig):
+        task_defaults: ClassVar[dict[str, Any]] = {
+            "group_size": 3,
+            "runtime.loop.max_turns": 3,
+            "runtime.tool_limits.default_timeout_s": 5.0,
+        }
+
+    class ShorterConfig(ShortConfig):
+        task_defaults: ClassVar[dict[str, Any]] = {**ShortConfig.task_defaults, "runtime.loop.max_turns": 2}
+
+    config = default_config(ShorterConfig, "shorter")
+    assert (config.group_size, config.runtime.loop.max_turns, config.runtime.tool_limits.default_timeout_s) == (
+        3,
+        2,
+        5.0,
+    )
+    assert config.runtime.loop.temperature == AgentLoopConfig().temperature  # the loop's other defaults stay
+    assert config.runtime.tool_limits.max_timeout_s == HermesAgentEnvConfig().runtime.tool_limits.max_timeout_s

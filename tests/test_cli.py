@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from environments.cli_parse import CliError, config_dump, parse_invocation, redact
-from environments.gsm8k_agent_env import GSM8kAgentEnv
+from environments.gsm8k.env import GSM8kAgentEnv
 from tests.support.cli import run_cli
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -7,20 +7,33 @@ import shutil
 
 import pytest
 
-from environments.gaia_agent_env import GaiaAgentEnv
-from environments.gsm8k_agent_env import GSM8kAgentEnv
-from environments.mhqa_env import MHQAEnv
-from environments.swe_smith_oracle_env import SweSmithOracleEnv
-from environments.tau_env import TauEnv
+from environments.gaia.env import GaiaAgentEnv
+from environments.gsm8k.env import GSM8kAgentEnv
+from environments.gsm8k_agent_env import ENTRY as GSM8K_ENTRY
+from environments.swe_smith_oracle_env import ENTRY as SWE_SMITH_ENTRY
+from environments.mhqa.env import MHQAEnv
+from environments.swe_smith.env import SweSmithOracleEnv
+from environments.tau.env import TauEnv
 from environments.terminal_tasks import BUNDLED_TASKS, TerminalTasksEnv
-from environments.video_qa_env import VideoQAEnv
+from environments.video_qa.env import VideoQAEnv
+from environments.upstream_config import unused_reason
 from tests.support.cli import run_cli
 
-ENVS = [TerminalTasksEnv, GSM8kAgentEnv, GaiaAgentEnv, SweSmithOracleEnv, MHQAEnv, VideoQAEnv, TauEnv]
+ENVS = [
+    TerminalTasksEnv,
+    GSM8kAgentEnv,
+    GSM8K_ENTRY,
+    SWE_SMITH_ENTRY,
+    GaiaAgentEnv,
+    SweSmithOracleEnv,
+    MHQAEnv,
+    VideoQAEnv,
+    TauEnv,
+]
 
 
 @pytest.mark.parametrize("command", ["evaluate", "process", "serve", None])
-@pytest.mark.parametrize("env_cls", ENVS, ids=lambda e: e.name)
+@pytest.mark.parametrize("env_cls", ENVS, ids=lambda e: e.name + ("" if isinstance(e, type) else "_entry"))
 def test_help_lists_every_flag_and_starts_nothing(env_cls, command, tmp_path):
     groups, evals = tmp_path / "groups.jsonl", tmp_path / "evals"
     # Flags a run would act on at once (a scripted agent, one task, where output goes): --help wins.
@@ -37,7 +50,8 @@ def test_help_lists_every_flag_and_starts_nothing(env_cls, command, tmp_path):
     assert all(s in out for s in sections), out[:2000]
     assert [out.index(s) for s in sections] == sorted(out.index(s) for s in sections)
     for name in env_cls.env_config_cls.model_fields:
-        assert f"--env.{name}" in out, name
+        listed = f"--env.{name} " in out or f"--env.{name}." in out
+        assert listed == (unused_reason(env_cls.env_config_cls, name) is None), name  # unused ones: refused, not listed
     for flag in ("--openai.base_url", "--openai.model_name", "--config", "--verbose", "--slurm", "--testing"):
         assert flag in out, flag
     # one line per flag: name, type, default, description

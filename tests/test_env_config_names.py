@@ -10,7 +10,7 @@ import yaml
 
 from environments.cli_parse import CliError, parse_invocation
 from environments.env_config import ENV_RENAMED, HermesAgentEnvConfig
-from environments.gsm8k_agent_env import GSM8kAgentEnv
+from environments.gsm8k.env import GSM8kAgentEnv
 from environments.runtime import RuntimeConfig
 
 

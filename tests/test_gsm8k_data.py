@@ -15,12 +15,13 @@ from environments.gsm8k.env import GSM8kAgentEnv, GSM8kAgentEnvConfig
 from environments.hermes_base_env import HermesEnvError
 from tests.support.cli import run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
+from tests.support.embedded import embedded_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def make_env(dataset: str, **kw) -> GSM8kAgentEnv:
-    config = GSM8kAgentEnvConfig(tokenizer_name="embedded", use_wandb=False, dataset=dataset, **kw)
+    config = GSM8kAgentEnvConfig(tokenizer_name=embedded_tokenizer(), use_wandb=False, dataset=dataset, **kw)
     return GSM8kAgentEnv(config, [APIServerConfig(base_url="http://127.0.0.1:9/v1", model_name="m", api_key="k")])
 
 
@@ -83,7 +84,7 @@ def test_the_cli_refuses_a_missing_file_in_one_line(tmp_path: Path) -> None:
             "--openai.model_name",
             "scripted",
             "--env.tokenizer_name",
-            "embedded",
+            embedded_tokenizer(),
             "--env.data_path_to_save_groups",
             str(out),
         )

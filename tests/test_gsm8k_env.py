@@ -12,9 +12,9 @@ import yaml
 
 from environments.gsm8k.answers import is_correct
 from environments.gsm8k.data import gold_answer, synthetic_gsm8k
-from environments.gsm8k_agent_env import GSM8kAgentEnv
+from environments.gsm8k.env import GSM8kAgentEnv
 from tests.support.cli import CliRun, run_cli
-from tests.support.embedded import embedded_model_flags, small_group_flags
+from tests.support.embedded import embedded_model_flags, embedded_tokenizer, small_group_flags
 
 
 # llama.cpp grammar: the model must write one hermes-format python call computing a product.
@@ -111,7 +111,7 @@ def test_unreachable_base_url_fails_fast_and_writes_nothing(tmp_path):
         "--openai.model_name",
         "m",
         "--env.tokenizer_name",
-        "embedded",
+        embedded_tokenizer(),
         "--env.data_path_to_save_groups",
         str(out),
     )

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from environments.gsm8k_agent_env import GSM8kAgentEnv
-from environments.mhqa_env import MHQAEnv
-from environments.video_qa_env import VideoQAEnv
+from environments.gsm8k.env import GSM8kAgentEnv
+from environments.mhqa.env import MHQAEnv
+from environments.video_qa.env import VideoQAEnv
 from tests.support.cli import run_cli
 
 ENVS = {"gsm8k": (GSM8kAgentEnv, ".jsonl"), "mhqa": (MHQAEnv, ".jsonl"), "video_qa": (VideoQAEnv, ".jsonl")}

@@ -13,6 +13,7 @@ from environments.hermes_base_env import HermesAgentEnvConfig
 from tests.support.cli import run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.tiny_env import WriteWordEnv
+from tests.support.embedded import embedded_tokenizer
 
 
 @pytest.mark.parametrize(
@@ -57,7 +58,7 @@ class Switchable(ScriptedOpenAIServer):
 
 def _env(tmp_path, servers: list[Switchable], **server_options) -> WriteWordEnv:
     config = HermesAgentEnvConfig(
-        tokenizer_name="embedded",
+        tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         group_size=4,
         runtime={"model_max_retries": 0},
@@ -113,7 +114,9 @@ async def test_health_check_false_is_honoured_no_probes_and_no_rerouting(tmp_pat
 
 async def test_trajectories_go_to_the_server_with_the_most_free_slots(tmp_path):
     async with Switchable() as a, Switchable() as b:
-        config = HermesAgentEnvConfig(tokenizer_name="embedded", use_wandb=False, data_path_to_save_groups=None)
+        config = HermesAgentEnvConfig(
+            tokenizer_name=embedded_tokenizer(), use_wandb=False, data_path_to_save_groups=None
+        )
         configs = [
             APIServerConfig(base_url=a.base_url, model_name="scripted", api_key="x", num_max_requests_at_once=1),
             APIServerConfig(base_url=b.base_url, model_name="scripted", api_key="x", num_max_requests_at_once=3),

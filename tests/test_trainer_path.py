@@ -17,6 +17,7 @@ from environments.hermes_base_env import HermesAgentEnvConfig, HermesEnvError
 from environments.models.token_mode.wiring import finish_logprobs, sampling_setup
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
 from tests.support.tiny_env import WriteWordEnv
+from tests.support.embedded import embedded_tokenizer
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -24,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def make_env(base_url: str, tmp_path: Path, server: dict | None = None, **overrides) -> WriteWordEnv:
     settings = {"group_size": 4, "total_steps": 1, **overrides}
     config = HermesAgentEnvConfig(
-        tokenizer_name="embedded",
+        tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
         ensure_scores_are_not_same=False,

@@ -23,14 +23,13 @@ import logging
 import re
 import string
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field, model_validator
 
 from environments.agent_loop import AgentResult
 from environments.gaia.data import load_tasks
-from environments.gaia.offline import OFFLINE_DIR
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesEnvError, Rollout
+from environments.gaia.config import ENTRY, GaiaAgentEnvConfig
 from tools.context import ToolContext
 
 __all__ = [
@@ -122,34 +121,8 @@ def efficiency(tool_calls: int, free_calls: int, max_calls: int) -> float:
 # ---- the env -------------------------------------------------------------------------------
 
 
-class GaiaAgentEnvConfig(HermesAgentEnvConfig):
-    data_dir: str = Field(
-        str(OFFLINE_DIR),
-        description="GAIA split directory (metadata.parquet or metadata.jsonl + attachments) or a GAIA snapshot root",
-    )
-    split: Literal["validation", "test"] = Field(
-        "validation", description="Split used when data_dir is a snapshot root"
-    )
-    levels: list[int] | None = Field(None, description="Only tasks of these levels (None: all)")
-    correctness_weight: float = Field(0.9, ge=0, description="Weight of the quasi-exact match in the reward")
-    efficiency_weight: float = Field(
-        0.1, ge=0, description="Weight of the tool-call efficiency term (counts only when correct)"
-    )
-    efficiency_free_calls: int = Field(4, ge=0, description="Tool calls that cost nothing")
-    efficiency_max_calls: int = Field(20, ge=1, description="Tool calls at which the efficiency term reaches 0")
-
-    @model_validator(mode="after")
-    def _weights(self) -> "GaiaAgentEnvConfig":
-        total = self.correctness_weight + self.efficiency_weight
-        if abs(total - 1.0) > 1e-9:
-            raise ValueError(f"correctness_weight + efficiency_weight must be 1.0 (rewards lie in [0, 1]), got {total}")
-        if self.efficiency_max_calls <= self.efficiency_free_calls:
-            raise ValueError("efficiency_max_calls must be larger than efficiency_free_calls")
-        return self
-
-
 class GaiaAgentEnv(HermesAgentBaseEnv):
-    name = "gaia_agent"
+    name = ENTRY.name
     env_config_cls = GaiaAgentEnvConfig
     default_toolsets = ["web", "file", "python", "terminal"]
     default_system_prompt = SYSTEM_PROMPT
@@ -158,13 +131,6 @@ class GaiaAgentEnv(HermesAgentBaseEnv):
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: GaiaAgentEnvConfig = config
         self._correct_since_log: list[bool] = []
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        # Research questions with attachments need longer trajectories than the base defaults.
-        update = {"total_steps": 12, "max_token_length": 8192}
-        return config.with_loop(max_turns=8, max_tokens=512).model_copy(update=update), servers
 
     async def items(self) -> list[dict[str, Any]]:
         tasks = await asyncio.to_thread(load_tasks, Path(self.config.data_dir), self.config.split)

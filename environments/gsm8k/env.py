@@ -19,14 +19,13 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
-
 from environments.agent_loop import AgentResult
 from environments.gsm8k.answers import has_marked_answer
 from environments.gsm8k.data import dataset_kind, gold_answer, load_gsm8k, load_local_gsm8k, synthetic_gsm8k
 from environments.isolated_call import CheckTimeout, IsolatedCall
 from environments.dataset_source import dataset_error
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
+from environments.gsm8k.config import ENTRY, GSM8kAgentEnvConfig
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesEnvError, Rollout
 from tools.context import ToolContext
 
 SYSTEM_PROMPT = (
@@ -36,38 +35,14 @@ SYSTEM_PROMPT = (
 )
 
 
-class GSM8kAgentEnvConfig(HermesAgentEnvConfig):
-    dataset: str = Field(
-        "synthetic",
-        description="'synthetic' (offline generator), a hub name (openai/gsm8k), or a JSONL file / datasets dir",
-    )
-    synthetic_size: int = Field(200, ge=1, description="Problems the offline generator makes")
-    eval_size: int = Field(16, ge=1, description="Problems used by evaluate")
-    seed: int = Field(0, description="Seed of the generator and of the item order")
-    answer_check_timeout_s: float = Field(
-        10.0, gt=0, description="Deadline of one answer check (math-verify runs in a worker process); past it: 0"
-    )
-    format_reward: float = Field(
-        0.1,
-        ge=0.0,
-        lt=1.0,
-        description="Reward of a wrong answer that marks its final number (\\boxed{N}, '#### N', 'answer is N'); 0: off",
-    )
-
-
 class GSM8kAgentEnv(HermesAgentBaseEnv):
-    name = "gsm8k_agent"
+    config: GSM8kAgentEnvConfig  # this env's own settings class
+    name = ENTRY.name
     env_config_cls = GSM8kAgentEnvConfig
     default_toolsets = ["python"]
     default_system_prompt = SYSTEM_PROMPT
 
     _local: tuple[list[dict[str, str]], list[dict[str, str]]] | None = None  # a local dataset, read by check_data
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        # group_size 4: more rollouts per group, more often scores that differ.
-        return config.with_loop(max_turns=4, max_tokens=256).model_copy(update={"group_size": 4}), servers
 
     def check_data(self) -> None:
         # A local file or directory is read (and kept) before anything starts; a hub name loads in items().

@@ -20,14 +20,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from typing import Any, Literal
+from typing import Any
 
-from pydantic import Field
 
 from environments.agent_loop import AgentResult
 from environments.gaia.env import extract_final_answer
 from environments.dataset_source import dataset_error, looks_local
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesEnvError, Rollout
+from environments.mhqa.config import ENTRY, MHQAEnvConfig
 from environments.mhqa.data import OFFLINE_PATH, load_items
 from environments.mhqa.scoring import SetScores, best_answer_scores, joint_scores, sp_scores
 from tools.context import ToolContext
@@ -73,24 +73,8 @@ def score_response(item: dict[str, Any], response: str | None) -> dict[str, SetS
     return {"answer": ans, "sp": sp, "joint": joint_scores(ans, sp)}
 
 
-class MHQAEnvConfig(HermesAgentEnvConfig):
-    dataset: str = Field(
-        "offline",
-        description="'offline' (bundled), a .jsonl/.json/.parquet file or save_to_disk dir of HotpotQA/MuSiQue rows, "
-        "or a hub name read through datasets",
-    )
-    split: str = Field("validation", description="Split of a hub dataset or a save_to_disk DatasetDict")
-    hub_config: str | None = Field(None, description="Hub dataset config, e.g. distractor | fullwiki for hotpot_qa")
-    reward_metric: Literal["f1", "em"] = Field("f1", description="The reward: official answer token F1, or EM")
-    search_scope: Literal["item", "dataset"] = Field(
-        "item",
-        description="What the paragraph tools search: the item's own paragraphs, or every paragraph of the loaded "
-        "rows (open-domain, fullwiki style; the prompt then lists no titles)",
-    )
-
-
 class MHQAEnv(HermesAgentBaseEnv):
-    name = "mhqa"
+    name = ENTRY.name
     env_config_cls = MHQAEnvConfig
     default_toolsets = ["paragraphs"]
     default_system_prompt = SYSTEM_PROMPT
@@ -101,11 +85,6 @@ class MHQAEnv(HermesAgentBaseEnv):
         self._corpus: ParagraphIndex | None = None
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: MHQAEnvConfig = config
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        return config.with_loop(max_turns=6, max_tokens=256), servers
 
     def tool_registry(self) -> ToolRegistry:
         return ToolRegistry(paragraph_tools(self.corpus if self.config.search_scope == "dataset" else None))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import hashlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import Field
 
@@ -46,6 +46,12 @@ INSTRUCTIONS = (
 
 
 class SmolagentsGaiaEnvConfig(GaiaAgentEnvConfig):
+    # The embedded model serves 4096 tokens per sequence; smolagents' system prompt alone is ~2.4k.
+    task_defaults: ClassVar[dict[str, Any]] = {
+        **GaiaAgentEnvConfig.task_defaults,
+        "max_token_length": 4096,
+        "runtime.loop.max_turns": 6,
+    }
     eval_holdout: float = Field(
         0.25, ge=0, lt=1, description="Share of tasks held out for evaluate, chosen by a hash of the task id"
     )
@@ -69,12 +75,6 @@ class SmolagentsGaiaEnv(GaiaAgentEnv):
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: SmolagentsGaiaEnvConfig = config
         self._pool: ThreadPoolExecutor | None = None
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        # The embedded model serves 4096 tokens per sequence; smolagents' system prompt alone is ~2.4k.
-        return config.with_loop(max_turns=6).model_copy(update={"max_token_length": 4096}), servers
 
     async def items(self) -> list[dict[str, Any]]:
         tasks = await super().items()

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from environments.hermes_base_env import HermesAgentEnvConfig
+from environments.env_config import HermesAgentEnvConfig
+from environments.env_entry import EnvEntry
 from environments.swe_smith.deps import RepoEnvConfig
 
-__all__ = ["SweSmithOracleEnvConfig"]
+__all__ = ["ENTRY", "SweSmithOracleEnvConfig"]
 
 
 class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
+    # A repository and its test output need a longer context than the base defaults.
+    task_defaults: ClassVar[dict[str, Any]] = {
+        "max_token_length": 8192,
+        "runtime.loop.max_turns": 6,
+        "runtime.loop.max_tokens": 512,
+    }
     dataset: str = Field(
         "offline",
         description="offline (bundled), a hub dataset name, or a path: JSONL/JSON of instances or a saved dataset dir",
@@ -58,3 +65,11 @@ class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
     write_preds: bool = Field(True, description="Write preds.jsonl (SWE-bench predictions) beside the groups file")
     setup_timeout_s: float = Field(300.0, gt=0, description="Cloning and preparing the worktree")
     test_timeout_s: float = Field(300.0, gt=0, description="Running the instance's tests")
+
+
+ENTRY = EnvEntry(
+    "environments.swe_smith.env:SweSmithOracleEnv",
+    "swe_smith_oracle",
+    SweSmithOracleEnvConfig,
+    summary="SWE-smith tasks in sandbox slots: fix an injected bug, scored by the repo's own tests.",
+)

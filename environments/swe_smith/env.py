@@ -45,7 +45,7 @@ from environments.check_agents import NoOpAgent
 from environments.image_sandboxes import ImageSandboxes
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesEnvError, Rollout
 from environments.models.base import ChatModel
-from environments.swe_smith.config import SweSmithOracleEnvConfig
+from environments.swe_smith.config import ENTRY, SweSmithOracleEnvConfig
 from environments.swe_smith.deps import DEFAULT_INSTALL, PreparedRepoEnv, RepoEnvError, prepare_repo_env
 from environments.swe_smith.instances import (
     DEFAULT_TEST_CMD,
@@ -127,7 +127,8 @@ def _on_images(cfg: SweSmithOracleEnvConfig) -> bool:
 
 
 class SweSmithOracleEnv(HermesAgentBaseEnv):
-    name = "swe_smith_oracle"
+    config: SweSmithOracleEnvConfig  # this env's own settings class
+    name = ENTRY.name
     env_config_cls = SweSmithOracleEnvConfig
     default_toolsets = ["terminal", "file"]
     default_system_prompt = SYSTEM_PROMPT
@@ -151,12 +152,6 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         self.verdicts: dict[str, Verdict] = {}
         self._preds_lock = asyncio.Lock()
         self._preds_path: Path | None = None
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        # A repository and its test output need a longer context than the base defaults.
-        return config.with_loop(max_turns=6, max_tokens=512).model_copy(update={"max_token_length": 8192}), servers
 
     def _runs_images(self) -> bool:
         """Whether rows naming an image run: on that image, or here with their dependencies provided."""

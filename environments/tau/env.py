@@ -23,18 +23,18 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
-from environments.hermes_base_env import EMBEDDED, HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
+from environments.hermes_base_env import EMBEDDED, HermesAgentBaseEnv, HermesEnvError, Rollout
+from environments.tau.config import ENTRY, TauEnvConfig
 from environments.models.base import ChatModel
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.runtime import AgentFactory
-from environments.tau.conversation import TauConversation, TauResult, TauRules, domain_tools
+from environments.tau.conversation import TauConversation, TauResult, domain_tools
 from environments.tau.domain import Domain, get_domain
 from environments.tau.scoring import needs_judge, score_episode
 from environments.tau.tasks import BUNDLED_DATA_DIR, DomainData, RewardType, Task, load_domain_data
-from environments.tau.user_sim import GREETING, JudgeConfig, UserModelConfig, UserSimulator, judge_nl_assertions
+from environments.tau.user_sim import GREETING, UserSimulator, judge_nl_assertions
 from environments.tool_backend import LocalToolBackend, ToolBackend
 from tools.context import ToolContext
 from tools.registry import ToolRegistry
@@ -49,19 +49,8 @@ AGENT_INSTRUCTIONS = (
 )
 
 
-class TauEnvConfig(HermesAgentEnvConfig):
-    data_dir: str | None = Field(
-        None, description="tau2-bench's data/tau2 directory (domains/<domain>/...); None: the bundled offline sample"
-    )
-    domain: str = Field("retail", description="The τ²-bench domain (implemented: retail, airline)")
-    task_split: str | None = Field(None, description="A split of split_tasks.json (train/test/base); None: every task")
-    user_model: UserModelConfig = Field(default_factory=UserModelConfig, description="The user simulator's model")
-    judge: JudgeConfig = Field(default_factory=JudgeConfig, description="The NL-assertion judge (off by default)")
-    rules: TauRules = Field(default_factory=TauRules, description="The benchmark's limits; deliberate differences")
-
-
 class TauEnv(HermesAgentBaseEnv):
-    name = "tau"
+    name = ENTRY.name
     env_config_cls = TauEnvConfig
     default_system_prompt = None  # the domain's policy, per task (format_prompt)
 
@@ -77,12 +66,6 @@ class TauEnv(HermesAgentBaseEnv):
         self._judge_url = ""
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: TauEnvConfig = config
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        # The benchmark caps a run by steps (TauRules.max_steps), not model calls, and sends no token cap.
-        return config.with_loop(max_turns=200, max_tokens=None), servers
 
     def tool_registry(self) -> ToolRegistry:
         return ToolRegistry(domain_tools(self.domain, None))  # schemas; each conversation binds its own db

@@ -39,8 +39,10 @@ class OracleAgent(OneCallOracle):
 
 
 def sampled_solution_script(task: TerminalTask, workspace: str) -> str:
-    """An Endless Terminals solved run's commands, in order, in one shell from the task's home (as it ran them)."""
+    """An Endless Terminals solved run's commands, in order, in one shell from the task's home, as its harness
+    ran them (generator/env.py: one bash after `set -o pipefail`; a failing command does not stop the next)."""
     assert task.solution_commands
     paths = PathMap.for_task(task, workspace)
     env = "".join(f"export {k}={shlex.quote(paths(v))}\n" for k, v in task.solution_env.items())
-    return f"cd {shlex.quote(paths(task.workdir))}\n{env}" + "\n".join(paths(c) for c in task.solution_commands)
+    head = f"set -o pipefail\ncd {shlex.quote(paths(task.workdir))}\n{env}"
+    return head + "\n".join(paths(c) for c in task.solution_commands)

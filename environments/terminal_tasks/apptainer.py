@@ -18,8 +18,10 @@ definition files:
 The definition is built as published: Endless Terminals' harness (generator/env.py, generate_solutions.py) edits
 a definition lacking `chmod 755 /home/user` before its own rebuild and writes the edit back, so a published file
 already holds what it ran. Its shell runs with `--containall --cleanenv --writable-tmpfs` in `/home/user` with
-`HOME=/home/user`, as the invoking user; the published solved runs `chown` files to other accounts and write
-root-owned paths, so that user was root: commands run as the image's root (`ENDLESS_USER`).
+`HOME=/home/user`, as the invoking user: Apptainer without setuid shows every file of the image as that user's
+(uid/gid 1000 on the publisher's EC2 host, `ec2-user`) and appends the user's passwd/group entries. `invoking_user`
+reproduces that after the generator's initial-state check (as root, on the owners `%post` set, run in the build and
+kept in `INITIAL_STATE_FILE`): every file of the image chowned to `INVOKING_UID`, an `ec2-user` entry appended.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 __all__ = [
     "DefFile",
@@ -37,14 +40,30 @@ __all__ = [
     "def_dockerfile",
     "write_def_context",
     "environment_prefix",
+    "endless_pytest_command",
     "APPTAINER_ENV_FILE",
-    "ENDLESS_USER",
+    "INITIAL_STATE_FILE",
+    "INVOKING_UID",
+    "INVOKING_USER",
+    "EndlessUser",
 ]
 
 APPTAINER_ENV_FILE = "/.singularity.d/env/90-environment.sh"
 # Apptainer's base environment (01-base.sh) after --cleanenv: only this PATH.
 _BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-ENDLESS_USER = "root"
+# The account Apptainer appends for the invoking user (Amazon Linux's default account: the published runs list
+# files as `ec2-user ec2-user`); names of uid 1000 come first from the image's own entries (`useradd` in %post).
+INVOKING_UID = 1000
+# Who an Endless task's commands and final test run as: that invoking user, or root on the owners %post set.
+EndlessUser = Literal["invoking", "root"]
+INVOKING_USER = f"{INVOKING_UID}:{INVOKING_UID}"
+_PASSWD_LINE = f"ec2-user:x:{INVOKING_UID}:{INVOKING_UID}:EC2 Default User:/home/ec2-user:/bin/bash"
+_GROUP_LINE = f"ec2-user:x:{INVOKING_UID}:ec2-user"
+# The initial-state check's exit status and output, written at build as root (read and removed before the agent).
+INITIAL_STATE_FILE = "/.hermes-initial-state"
+_INITIAL_DIR = "/.hermes-initial"
+# What the chown leaves alone: kernel filesystems and the engine's per-container bind mounts (the host's files).
+_NOT_IMAGE = ("/proc", "/sys", "/dev", "/etc/hosts", "/etc/hostname", "/etc/resolv.conf")
 
 # Apptainer's section names (the parser only starts a section on one of these).
 _SECTIONS = {"help", "setup", "files", "labels", "environment", "pre", "post", "runscript", "test", "startscript"}
@@ -161,11 +180,19 @@ def json_list(words: list[str]) -> str:
 
 
 def def_dockerfile(
-    task: str, text: str, task_dir: Path, *, ca_bundle: bytes | None = None
+    task: str,
+    text: str,
+    task_dir: Path,
+    *,
+    ca_bundle: bytes | None = None,
+    invoking_user: bool = False,
+    initial_test: Path | None = None,
 ) -> tuple[str, dict[str, tuple[bytes, int]]]:
     """(Dockerfile, {context path: (content, mode)}) building `text` as Apptainer does; `Unreproducible` if it cannot.
 
     `ca_bundle`: the host's CA bundle, given to `%post` and `%test` only (a TLS-intercepting network), then removed.
+    `invoking_user`: then the image as the publisher's non-setuid Apptainer showed it to its runs (`_invoking_layer`),
+    `initial_test` checked as root before that.
     """
     d = parse_def(text)
     if not d.header and not any(s.body.strip() for bodies in d.sections.values() for s in bodies):
@@ -227,12 +254,53 @@ def def_dockerfile(
         )
     elif cleanup_ca and not any(s.body.strip() for s in post):
         lines.append(f"RUN rm -f {_CA}\n")
+    if invoking_user:
+        lines.extend(_invoking_layer(initial_test, context))
     return "".join(lines), context
 
 
-def write_def_context(task: str, text: str, task_dir: Path, out_dir: Path, *, ca_bundle: bytes | None = None) -> Path:
+def _invoking_layer(initial_test: Path | None, context: dict[str, tuple[bytes, int]]) -> list[str]:
+    """The generator's initial-state check as root on the owners %post set (result kept in INITIAL_STATE_FILE),
+    then what Apptainer without setuid shows its runs: every file the invoking user's, its passwd/group entries.
+
+    One RUN on top of the unchanged %post layers (their build cache is shared with the root image)."""
+    steps = []
+    lines = []
+    if initial_test is not None:
+        context["initial/" + initial_test.name] = (initial_test.read_bytes(), 0o644)
+        context["initial/pytest.ini"] = (b"[pytest]\n", 0o644)
+        lines.append(f"COPY {json_list(['initial', _INITIAL_DIR])}\n")
+        check = shlex.quote(environment_prefix() + endless_pytest_command(initial_test.name, _INITIAL_DIR))
+        steps.append(
+            f"rc=0; out=$(/usr/bin/env -i PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 /bin/bash --noprofile --norc -c {check} 2>&1)"
+            f" || rc=$?; {{ echo $rc; printf '%s\\n' \"$out\" | tail -c 8000; }} > {INITIAL_STATE_FILE}; "
+            f"rm -rf {_INITIAL_DIR}"
+        )
+    for path, line in (("/etc/passwd", _PASSWD_LINE), ("/etc/group", _GROUP_LINE)):
+        # Apptainer's passwd/group templates: the image's file, a newline where it lacks one, the entry appended.
+        steps.append(f'[ -z "$(tail -c1 {path})" ] || echo >> {path}; echo {shlex.quote(line)} >> {path}')
+    steps.append("mkdir -p /home/ec2-user")  # the account's home (Apptainer makes it in the session)
+    prune = " -o ".join(f"-path {p}" for p in _NOT_IMAGE)
+    steps.append(f"find / -xdev \\( {prune} \\) -prune -o -print0 | xargs -0 chown -h {INVOKING_USER}")
+    steps.append(f"chown 0:0 {INITIAL_STATE_FILE} 2>/dev/null; chmod 600 {INITIAL_STATE_FILE} 2>/dev/null; true")
+    lines.append("RUN " + json_list(["/bin/sh", "-c", "set -e; " + " && ".join(f"{{ {s}; }}" for s in steps)]) + "\n")
+    return lines
+
+
+def write_def_context(
+    task: str,
+    text: str,
+    task_dir: Path,
+    out_dir: Path,
+    *,
+    ca_bundle: bytes | None = None,
+    invoking_user: bool = False,
+    initial_test: Path | None = None,
+) -> Path:
     """A docker build context for `text` in `out_dir` (made empty first): its Dockerfile and files."""
-    dockerfile, files = def_dockerfile(task, text, task_dir, ca_bundle=ca_bundle)
+    dockerfile, files = def_dockerfile(
+        task, text, task_dir, ca_bundle=ca_bundle, invoking_user=invoking_user, initial_test=initial_test
+    )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in sorted(out_dir.rglob("*"), reverse=True):
@@ -252,4 +320,14 @@ def environment_prefix(home: str = "/home/user") -> str:
         f"export PATH={_BASE_PATH} HOME={shlex.quote(home)}; "
         f"[ -f {APPTAINER_ENV_FILE} ] && . {APPTAINER_ENV_FILE}; export HOME={shlex.quote(home)}; "
         f"cd {shlex.quote(home)} 2>/dev/null || true\n"
+    )
+
+
+def endless_pytest_command(test: str, tests_dir: str = "/tests") -> str:
+    """The verifier's pytest of an Endless test file in `tests_dir` (beside our own pytest.ini): `python3 -I` (no cwd,
+    PYTHON* or user site on sys.path), no cache, no ini file or conftest.py above `tests_dir`."""
+    d = shlex.quote(tests_dir)
+    return (
+        f"exec python3 -I -m pytest -q -p no:cacheprovider -c {d}/pytest.ini --rootdir={d} "
+        f"--confcutdir={d} {d}/{shlex.quote(test)}"
     )

@@ -9,8 +9,10 @@ the task's [verifier] env, under its timeout; the reward is read from /logs/veri
 reward.txt). A container whose interpreters or loader the agent changed scores 0 and is flagged.
 
 An Endless Terminals task runs the same way in the image its container.def builds (apptainer.py), as its
-harness runs it: every command as root from /home/user with HOME=/home/user and `%environment` sourced; after
-the agent, test_final_state.py is copied to /tests and run with the image's pytest (pass = 1, else 0).
+harness runs it: every command from /home/user with HOME=/home/user and `%environment` sourced, as the user the
+publisher's non-setuid Apptainer ran it as (`endless_user="invoking"`: uid/gid 1000 owning every file of the image,
+test_initial_state.py checked as root in the build) or as root (`"root"`, the initial check in the container); after
+the agent, test_final_state.py is copied to /tests and run with the image's pytest as that user (pass = 1, else 0).
 
 Reward integrity (the agent was root in the verifier's container; see docs/security.md): the tests run the
 image's bash, python3, pytest/uv and the dynamic loader; the agent could replace any of them (a `python3`
@@ -36,15 +38,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from backends.task_container import TaskContainer, TaskContainers, TaskContainerSpec
-from environments.terminal_tasks.apptainer import APPTAINER_ENV_FILE, environment_prefix
+from environments.terminal_tasks.apptainer import (
+    APPTAINER_ENV_FILE,
+    INITIAL_STATE_FILE,
+    EndlessUser,
+    INVOKING_UID,
+    INVOKING_USER,
+    endless_pytest_command,
+    environment_prefix,
+)
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
-from tools.executor import ExecResult
+from tools.executor import ExecResult, FileOpError
 
 __all__ = [
     "TaskContainerExecutor",
     "command_prefix",
     "endless_pytest",
+    "initial_state_from_build",
+    "EndlessUser",
     "ContainerVerdict",
     "integrity_problems",
     "verify_in_container",
@@ -158,24 +170,61 @@ class TaskContainerExecutor:
     ) -> ExecResult:
         # The container's network is the task's (allow_internet), fixed when it was made.
         if stdin is not None:
-            name = f"/tmp/.hermes-stdin-{secrets.token_hex(8)}"
-            await self.box.put_files("/tmp", {name.rsplit("/", 1)[1]: (stdin.encode(), 0o600)})
+            name = await self._stage(stdin.encode())
             command = f"exec < {name}; rm -f {name}\n{command}"
         return await self.box.exec(self.prefix + command, timeout=timeout, max_output_bytes=max_output_bytes)
+
+    @property
+    def _uid(self) -> int:
+        return INVOKING_UID if self.box.spec.user == INVOKING_USER else 0
+
+    async def _stage(self, data: bytes) -> str:
+        """`data` in a private file of /tmp owned by the commands' user (they read and remove it)."""
+        name = f"/tmp/.hermes-stdin-{secrets.token_hex(8)}"
+        await self.box.put_files("/tmp", {name.rsplit("/", 1)[1]: (data, 0o600)}, owner=self._uid)
+        return name
 
     async def read_file(self, path: str) -> bytes:
         return await self.box.read_file(path)
 
     async def write_file(self, path: str, data: bytes) -> None:
-        await self.box.write_file(path, data)
+        if self._uid == 0:
+            await self.box.write_file(path, data)
+            return
+        # As the user: a file where it may write, owned by it (the engine's archive API would write as root).
+        p = path if path.startswith("/") else f"{self.workspace}/{path}"
+        staged = await self._stage(data)
+        q = shlex.quote(p)
+        run = await self.box.exec(
+            f'mkdir -p -- "$(dirname -- {q})" && cat {staged} > {q}; rc=$?; rm -f {staged}; exit $rc',
+            timeout=120,
+            login=False,
+        )
+        if run.exit_code != 0:
+            raise FileOpError(f"cannot write {p}: {run.output.strip()[-300:]}")
 
 
-def task_spec(task: TerminalTask, image: str, *, network: bool, env: dict[str, str] | None = None) -> TaskContainerSpec:
+def task_spec(
+    task: TerminalTask,
+    image: str,
+    *,
+    network: bool,
+    env: dict[str, str] | None = None,
+    endless_user: EndlessUser = "invoking",
+) -> TaskContainerSpec:
     """The container a task's trajectory runs in (a Harbor task's limits and network from task.toml; an Endless
-    task's as its harness gives it: root in /home/user, HOME there, its %environment sourced by each command)."""
+    task's as its harness gives it: the invoking user (or root) in /home/user, HOME there, its %environment sourced
+    by each command; `endless_user` must match how its image was built, sandboxes.endless_recipe)."""
     if task.format == "endless":
+        user = INVOKING_USER if endless_user == "invoking" else "root"
+        # The keep-alive as root: a root exec in a container made for another user has no capabilities (chown /).
         return TaskContainerSpec(
-            image=image, workdir=task.workdir, user="root", env={"HOME": task.workdir}, network=network
+            image=image,
+            workdir=task.workdir,
+            user=user,
+            keepalive_user="root",
+            env={"HOME": task.workdir},
+            network=network,
         )
     return TaskContainerSpec(
         image=image,
@@ -195,9 +244,11 @@ async def task_container(
 ) -> AsyncIterator[TaskContainerExecutor]:
     """A started task container with Harbor's log directories, as the trajectory's executor (`prefix`: shell
     text before each of its commands, `command_prefix(task)`)."""
+    # The image's root directory is the engine's (root's, whatever a build chowned): the invoking user owns it too.
+    own_root = f" && chown {INVOKING_USER} /" if spec.user == INVOKING_USER else ""
     async with engines.container(spec, owner) as box:
         made = await box.exec(
-            f"mkdir -p {AGENT_LOG_DIR} {VERIFIER_DIR} && chmod 777 {AGENT_LOG_DIR} {VERIFIER_DIR}",
+            f"mkdir -p {AGENT_LOG_DIR} {VERIFIER_DIR} && chmod 777 {AGENT_LOG_DIR} {VERIFIER_DIR}{own_root}",
             timeout=60,
             user="root",
             workdir="/",
@@ -244,7 +295,10 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
         return verdict
     reset = f"rm -rf {VERIFIER_DIR} /tests && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
     await box.exec(reset, timeout=120, user="root", workdir="/", login=False)
-    await box.put_files("/tests", _files(task))
+    files = _files(task)
+    if task.test_script is not None:  # --env.bootstrap_tests_with_sandbox_pytest: the image's own pytest
+        files["test.sh"] = (task.test_script.encode(), 0o755)
+    await box.put_files("/tests", files)
     # Harbor's login shell runs the profiles first: where the agent changed one, it could act before test.sh
     # (write the reward, exit), so test.sh then runs without them. An honest edit still scores.
     startup = sorted({p for _, p in changes if _LOGIN_STARTUP.search(p)})
@@ -274,27 +328,26 @@ async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTas
     return verdict
 
 
-async def endless_pytest(executor: TaskContainerExecutor, task: TerminalTask, test_file: Path) -> ContainerVerdict:
+async def endless_pytest(
+    executor: TaskContainerExecutor, task: TerminalTask, test_file: Path, *, user: str | None = None
+) -> ContainerVerdict:
     """An Endless task's test file (test_final_state.py after the agent; test_initial_state.py before it) copied
-    to /tests and run with the image's pytest, as Endless' harness does; /tests removed afterwards.
+    to /tests and run with the image's pytest, as Endless' harness does, as `user` (default: the agent's, as the
+    harness runs the final test in the agent's shell); /tests removed afterwards.
 
-    The agent was root here, so nothing it can leave outside the engine's diff steers the run: no login shell
-    (profiles), a clean environment as Apptainer's --cleanenv (then %environment, checked by the diff), `python3
-    -I` (no cwd, PYTHON* or user site on sys.path), our own pytest.ini in /tests (no ini file or conftest.py
-    above it), no auto-loaded plugins."""
+    The agent owned every file here (root, or the invoking user), so nothing it can leave outside the engine's diff
+    steers the run: no login shell (profiles), a clean environment as Apptainer's --cleanenv (then %environment,
+    checked by the diff), `python3 -I` (no cwd, PYTHON* or user site on sys.path), our own pytest.ini in /tests (no
+    ini file or conftest.py above it), no auto-loaded plugins."""
     box = executor.box
     await box.exec("rm -rf /tests", timeout=120, user="root", workdir="/", login=False)
     test = test_file.name
     await box.put_files("/tests", {test: (test_file.read_bytes(), 0o644), "pytest.ini": (b"[pytest]\n", 0o644)})
-    pytest = (
-        "exec python3 -I -m pytest -q -p no:cacheprovider -c /tests/pytest.ini --rootdir=/tests "
-        f"--confcutdir=/tests /tests/{shlex.quote(test)}"
-    )
     clean = "/usr/bin/env -i PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 /bin/bash --noprofile --norc -c "
     run = await box.exec(
-        clean + shlex.quote(executor.prefix + pytest),
+        clean + shlex.quote(executor.prefix + endless_pytest_command(test)),
         timeout=task.verifier_timeout_s,
-        user="root",
+        user=user or box.spec.user or "root",
         max_output_bytes=200_000,
         login=False,
     )
@@ -302,6 +355,20 @@ async def endless_pytest(executor: TaskContainerExecutor, task: TerminalTask, te
     if run.timed_out:
         return ContainerVerdict(0.0, f"{test} ran over {task.verifier_timeout_s:g} s", log=run.output)
     return ContainerVerdict(1.0 if run.exit_code == 0 else 0.0, f"{test}: pytest exit {run.exit_code}", log=run.output)
+
+
+async def initial_state_from_build(executor: TaskContainerExecutor) -> ContainerVerdict | None:
+    """test_initial_state.py's verdict from the build (an `invoking` image checks it as root before the chown),
+    removed from the container before the agent; None where the image holds none (a `root` image)."""
+    box = executor.box
+    try:
+        data = (await box.read_file(INITIAL_STATE_FILE)).decode(errors="replace")
+    except FileNotFoundError:
+        return None
+    await box.exec(f"rm -f {INITIAL_STATE_FILE}", timeout=60, user="root", workdir="/", login=False)
+    code, _, out = data.partition("\n")
+    ok = code.strip() == "0"
+    return ContainerVerdict(1.0 if ok else 0.0, f"test_initial_state.py at build: pytest exit {code.strip()}", log=out)
 
 
 _URL_HOST = re.compile(r"https?://([A-Za-z0-9.-]+\.[A-Za-z]{2,})")

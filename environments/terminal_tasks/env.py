@@ -35,9 +35,11 @@ from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
 from backends.task_container import TaskContainerError
 from environments.image_sandboxes import ImageRecipe, ImageSandboxes, ImageUnavailable
 from environments.terminal_tasks.container_run import (
+    EndlessUser,
     TaskContainerExecutor,
     command_prefix,
     endless_pytest,
+    initial_state_from_build,
     task_container,
     task_spec,
     unresolved_hosts,
@@ -102,8 +104,8 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     setup_timeout_s: float = Field(300.0, gt=0, description="Building a task's initial state in its slot")
     bootstrap_tests_with_sandbox_pytest: bool = Field(
         False,
-        description="Local backend: run a task whose only blocker is test.sh fetching its test tools "
-        "(curl, uv, uvx pytest) with the sandbox's own pytest instead; stated in each result",
+        description="Local backend and docker task containers: run a task's test.sh without its fetching of test "
+        "tools (curl, uv, uvx pytest), with the sandbox's (the image's) own pytest instead; stated in each result",
     )
     task_network: Literal["auto", "allow", "forbid"] = Field(
         "auto",
@@ -120,6 +122,12 @@ class TerminalTasksEnvConfig(HermesAgentEnvConfig):
     check_initial_state: bool = Field(
         True,
         description="Run an Endless Terminals task's test_initial_state.py once built (failing it voids the rollout)",
+    )
+    endless_user: EndlessUser = Field(
+        "invoking",
+        description="Endless Terminals tasks in docker task containers: who the agent, the oracle and the final test "
+        "run as. invoking = as the publisher's Apptainer ran them (uid/gid 1000 owning every file of the image, "
+        "test_initial_state.py checked as root at build); root = as root on the owners %post set",
     )
 
 
@@ -140,6 +148,7 @@ def load_dataset_tasks(
 
 
 class TerminalTasksEnv(HermesAgentBaseEnv):
+    config: TerminalTasksEnvConfig  # this env's own settings class
     name = "terminal_tasks"
     env_config_cls = TerminalTasksEnvConfig
     default_toolsets = ["terminal", "file"]
@@ -172,6 +181,8 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
                     self._report(f"skipped {t.id}: {t.image_skip}")
                     self.skipped["its image cannot be built as published"] += 1
             tasks = [t for t in tasks if not t.image_skip]
+            if cfg.bootstrap_tests_with_sandbox_pytest and self._in_task_containers_backend():
+                tasks = [self._bootstrapped(t) for t in tasks]
         if cfg.agent == "oracle":
             for t in tasks:
                 if not t.has_solution:
@@ -180,11 +191,12 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             tasks = [t for t in tasks if t.has_solution]
         tasks = tasks[: cfg.limit]
         harbor = [t.id for t in tasks if t.format == "harbor"]
-        if harbor and cfg.bootstrap_tests_with_sandbox_pytest and self._sandboxes_per_image():
-            self._report(
-                "--env.bootstrap_tests_with_sandbox_pytest is for the local backend only: on "
-                f"{cfg.runtime.sandbox.backend.kind} each task's test.sh fetches its own test tools, as published"
-            )
+        if harbor and cfg.bootstrap_tests_with_sandbox_pytest and not self._in_task_containers_backend():
+            if self._sandboxes_per_image():
+                self._report(
+                    "--env.bootstrap_tests_with_sandbox_pytest is for the local backend and docker task containers: "
+                    f"on {cfg.runtime.sandbox.backend.kind} slots each task's test.sh fetches its own test tools, as published"
+                )
         if harbor and self._sandboxes_per_image() and not self._in_task_containers_backend():
             self._report(
                 f"Harbor tasks on {cfg.runtime.sandbox.backend.kind} run in slots (unprivileged, read-only image, setup replayed): "
@@ -211,6 +223,13 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     @staticmethod
     def _report(line: str) -> None:
         print(f"[hermes-rl] {line}", file=sys.stderr)
+
+    def _bootstrapped(self, task: TerminalTask) -> TerminalTask:
+        """In a task container: test.sh with its test-tool fetching replaced by the image's own pytest (opt-in)."""
+        if task.format != "harbor" or task.sandbox_pytest_test_script is None:
+            return task
+        self._report(f"{task.id}: tests/test.sh runs with the image's pytest instead of fetching its test tools")
+        return task.model_copy(update={"test_script": task.sandbox_pytest_test_script})
 
     def _local(self, task: TerminalTask) -> TerminalTask:
         """The task as the local backend runs it: every reason it cannot, printed with its name."""
@@ -330,7 +349,9 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         else:
             image = await backend.image_for(recipe)
         engines = await backend.task_containers()
-        spec = task_spec(item, image, network=item.allow_internet and self._task_network())
+        spec = task_spec(
+            item, image, network=item.allow_internet and self._task_network(), endless_user=self.config.endless_user
+        )
         try:
             async with task_container(engines, spec, item.id, command_prefix(item)) as executor:
                 yield executor
@@ -338,11 +359,17 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             raise ImageUnavailable(str(exc)) from None  # refused for this engine: lost, not scored
 
     async def _endless_image(self, backend: ImageSandboxes, item: TerminalTask) -> str:
-        """The image of an Endless task's container.def (%post as root at build; the host CA for its downloads)."""
+        """The image of an Endless task's container.def (%post as root at build; the host CA for its downloads;
+        then the invoking user's unless --env.endless_user root)."""
         ca = backend.images.ca_bundle if backend.images is not None else None
         with tempfile.TemporaryDirectory(prefix="hermes-endless-") as context:
             recipe = await asyncio.to_thread(
-                endless_recipe, item, self.config.image_registry, Path(context), ca_bundle=ca
+                endless_recipe,
+                item,
+                self.config.image_registry,
+                Path(context),
+                ca_bundle=ca,
+                endless_user=self.config.endless_user,
             )
             return await backend.image_for(recipe)
 
@@ -355,8 +382,10 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
     async def setup_trajectory_workspace(self, item: TerminalTask, ctx: ToolContext) -> None:
         if isinstance(ctx.executor, TaskContainerExecutor):
             # The image is the task's initial state, as its Dockerfile (container.def) built it.
+            built = await initial_state_from_build(ctx.executor) if item.format == "endless" else None  # then removed
             if item.format == "endless" and self.config.check_initial_state and item.initial_test is not None:
-                checked = await endless_pytest(ctx.executor, item, item.initial_test)
+                # As the generator checks it: as root on the owners %post set (at build for an `invoking` image).
+                checked = built or await endless_pytest(ctx.executor, item, item.initial_test, user="root")
                 if checked.reward != 1.0:
                     raise RuntimeError(f"{item.id}: its built image fails test_initial_state.py: {checked.log[-1500:]}")
             return

@@ -15,6 +15,10 @@ from environments.terminal_tasks.tasks import TerminalTask
 __all__ = ["load_tasks_dir", "load_endless_rows"]
 
 
+def _is_task(d: Path) -> bool:
+    return ((d / "task.toml").is_file() and (d / "instruction.md").is_file()) or (d / "task.json").is_file()
+
+
 def load_tasks_dir(root: Path, *, errors: list[str] | None = None) -> list[TerminalTask]:
     """Every Harbor (task.toml) and Endless Terminals (task.json) task at or under `root` (two levels).
 
@@ -23,8 +27,9 @@ def load_tasks_dir(root: Path, *, errors: list[str] | None = None) -> list[Termi
     root = Path(root)
     if not root.is_dir():
         raise ValueError(f"--env.tasks_dir {root} is not a directory")
-    candidates = [root] + sorted(p for p in root.iterdir() if p.is_dir())
-    candidates += sorted(q for p in candidates[1:] for q in p.iterdir() if q.is_dir())
+    # A task's own folders are not tasks (a Harbor export of an Endless task keeps task.json in environment/).
+    candidates = [root] + ([] if _is_task(root) else sorted(p for p in root.iterdir() if p.is_dir()))
+    candidates += sorted(q for p in candidates[1:] if not _is_task(p) for q in p.iterdir() if q.is_dir())
     machine = Machine()
     tasks = []
     for d in candidates:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from backends.runtime import SandboxRuntime
 from environments.image_sandboxes import ImageRecipe, content_tag
-from environments.terminal_tasks.apptainer import write_def_context
+from environments.terminal_tasks.apptainer import EndlessUser, write_def_context
 from environments.terminal_tasks.loaders import load_tasks_dir
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, TerminalTask
 
@@ -89,15 +89,30 @@ def task_recipe(task: TerminalTask, registry: str) -> ImageRecipe:
 
 
 def endless_recipe(
-    task: TerminalTask, registry: str, context_dir: Path, *, ca_bundle: bytes | None = None
+    task: TerminalTask,
+    registry: str,
+    context_dir: Path,
+    *,
+    ca_bundle: bytes | None = None,
+    endless_user: EndlessUser = "invoking",
 ) -> ImageRecipe:
     """An Endless Terminals task's image as Apptainer builds its container.def (apptainer.py): `%post` as root at
     build, `%environment` in the image; its build context written to `context_dir`. `ca_bundle`: the host's CA
     bundle for `%post`'s downloads behind a TLS-intercepting network (removed from the image afterwards).
-    Raises `apptainer.Unreproducible` (the task and the reason) for a definition a Docker build cannot reproduce."""
+    `endless_user` "invoking": test_initial_state.py checked as root in the build, then every file owned by the user
+    the publisher's runs had (apptainer.py); "root": the image as %post left it. Raises `apptainer.Unreproducible` (the task and the reason) for a definition
+    a Docker build cannot reproduce."""
     if task.format != "endless" or task.image_recipe is None:
         raise ValueError(f"{task.id}: not an Endless Terminals task with a container.def")
-    context = write_def_context(task.id, task.image_recipe, task.path, context_dir, ca_bundle=ca_bundle)
+    context = write_def_context(
+        task.id,
+        task.image_recipe,
+        task.path,
+        context_dir,
+        ca_bundle=ca_bundle,
+        invoking_user=endless_user == "invoking",
+        initial_test=task.initial_test,
+    )
     dockerfile = (context / "Dockerfile").read_text()
     return ImageRecipe(
         owner=task.id,

@@ -63,13 +63,44 @@ _NAME = re.compile(NAME_PATTERN)
 match_name = _NAME.fullmatch
 
 
+# A call object as templates write it: `{"name": "<valid name>", "arguments"|"parameters": ` then
+# one object, JSON whitespace anywhere between.
+_USUAL_CALL = re.compile(
+    r'[ \t\r\n]*\{[ \t\r\n]*"name"[ \t\r\n]*:[ \t\r\n]*"('
+    + NAME_PATTERN
+    + r')"[ \t\r\n]*,[ \t\r\n]*"(arguments|parameters)"[ \t\r\n]*:[ \t\r\n]*(?=\{)'
+)
+_OBJECT_END = re.compile(r"[ \t\r\n]*\}")
+
+
+def usual_call_object(text: str, at: int, arg_keys: tuple[str, ...]) -> tuple[str, dict[str, Any], str, int] | None:
+    """(name, arguments, their JSON text, where the object ends) for the call object at `at` as
+    templates write it; only the arguments are decoded, and kept as written (no second encoding).
+    None for any other text: the family's general path decides it, with the same outcome for this."""
+    head = _USUAL_CALL.match(text, at)
+    if head is None or head[2] not in arg_keys:
+        return None
+    start = head.end()
+    try:
+        arguments, stop = _SCAN(text, start)
+    except (StopIteration, ValueError):
+        return None  # the general path decodes it again and says what is wrong
+    close = _OBJECT_END.match(text, stop)
+    if close is None:
+        return None
+    return head[1], arguments, text[start:stop], close.end()
+
+
 def valid_name(name: str) -> bool:
     return match_name(name) is not None
 
 
+_KEY = re.compile(r"[^<>\n\r]+")
+
+
 def valid_key(key: str) -> bool:
     """A parameter name written in markup: not empty, no tag characters or line breaks."""
-    return bool(key) and not any(c in key for c in "<>\n\r")
+    return _KEY.fullmatch(key) is not None
 
 
 @dataclass(frozen=True)
@@ -135,7 +166,11 @@ class DecodeBudget:
     def decode(self, text: str, at: int) -> tuple[Any, int]:
         """`JSON_DECODER.raw_decode(text, at)`, counting failures (raises the same errors)."""
         try:
-            return JSON_DECODER.raw_decode(text, at)
+            return _SCAN(text, at)  # the same rules in C, without raw_decode's frame
+        except (StopIteration, ValueError):
+            pass
+        try:
+            return JSON_DECODER.raw_decode(text, at)  # fails too, with json's message
         except ValueError:
             self.failures += 1
             raise
@@ -167,7 +202,9 @@ def make_call(
     """
     if encoded is None:
         encoded = _ENCODE(arguments if type(arguments) is dict else dict(arguments))
-    return {"id": call_id or new_call_id(), "type": "function", "function": {"name": name, "arguments": encoded}}
+    if not call_id:
+        call_id = "call_" + getrandbits(96).to_bytes(12, "big").hex()  # new_call_id(), without its frame per call
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": encoded}}
 
 
 def arguments_object(raw: Any) -> dict[str, Any] | str:
@@ -314,7 +351,8 @@ class ToolCallParser:
         schemas = tool_schemas(tools) if tools is not None else self._schemas
         try:
             result = self._parse(text, schemas)
-            self._unique_ids(result.tool_calls)
+            if len(result.tool_calls) > 1:
+                self._unique_ids(result.tool_calls)
             return result
         except Exception as exc:  # the never-raise contract; the fuzz tests keep this path empty
             return ParseResult(

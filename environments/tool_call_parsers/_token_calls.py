@@ -13,6 +13,8 @@ from functools import lru_cache
 from typing import Any, Iterable, Literal, Mapping
 
 from ._core import (
+    _SCAN,
+    NAME_PATTERN,
     ParseIssue,
     ParseResult,
     ToolCallParser,
@@ -68,6 +70,25 @@ def _scanner(spec: TokenCallSpec) -> re.Pattern[str]:
     return re.compile(f"{re.escape(prefix)}(?:{rests})")
 
 
+@lru_cache(maxsize=None)
+def _usual_calls(spec: TokenCallSpec) -> tuple[re.Pattern[str], re.Pattern[str]]:
+    """Calls as the family's template writes them, for reading a section in one pass: the section's
+    start and its first call up to the JSON arguments; then, from the end of each call's arguments,
+    the next call up to its arguments or the section's end (group `name` unset)."""
+    alt = "|".join
+    begin, sep, end = re.escape(spec.call_begin), re.escape(spec.sep), re.escape(spec.call_end)
+    if spec.layout == "name_args":
+        head, tail = f"{begin}(?P<name>{NAME_PATTERN}){sep}", end
+    elif spec.layout == "id_args":  # the id's name part: a valid name without the colon that ends the id
+        head, tail = f"{begin}(?P<id>functions\\.(?P<name>[A-Za-z0-9_][A-Za-z0-9_./\\-]{{0,127}}):[0-9]+){sep}", end
+    else:  # the type written before the separator is always `function` in the template
+        head, tail = f"{begin}function{sep}(?P<name>{NAME_PATTERN})\n```json\n", f"\n```{end}"
+    head += "(?={)"
+    section_begin, section_end = alt(map(re.escape, spec.section_begin)), alt(map(re.escape, spec.section_end))
+    # Between calls the generic path drops whitespace; templates write none or one newline.
+    return re.compile(f"(?:{section_begin}){head}"), re.compile(f"{tail}\n?(?:{head}|(?:{section_end}))")
+
+
 def _tokens(text: str, scanner: re.Pattern[str]) -> list[tuple[int, int, int]]:
     """(start, end, kind) of every family token in the text, in order; linear however broken it is."""
     return [(m.start(), m.end(), m.lastindex) for m in scanner.finditer(text)]  # type: ignore[misc]  # lastindex is set: every alternative is in a group
@@ -78,13 +99,44 @@ class TokenCallParser(ToolCallParser):
 
     def __init__(self, tools: Iterable[Mapping[str, Any]] | None = None) -> None:
         super().__init__(tools)
-        self._scan = _scanner(self.spec)  # once: hashing the spec for the cache on every parse cost 5%
+        spec = self.spec
+        self._scan = _scanner(spec)  # once: hashing the spec for the cache on every parse cost 5%
+        first, following = _usual_calls(spec)
+        prefix = os.path.commonprefix([*spec.section_begin, *spec.section_end, spec.call_begin, spec.call_end])
+        self._usual_parts = (prefix, first.match, following.match, spec.layout == "id_args")
 
     @property
     def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]  # per instance: built from its spec
         return (*self.spec.section_begin, self.spec.call_begin)
 
     def _parse(self, text: str, schemas: Mapping[str, Mapping[str, Any]]) -> ParseResult:
+        # Read in one pass when the text is as templates write it: no tokens, or one section of
+        # calls whose arguments are JSON objects. Anything else is left to the general path.
+        prefix, first, following, with_id = self._usual_parts
+        s = text.find(prefix)
+        if s == -1:
+            return ParseResult(text.strip() or None)
+        m = first(text, s)
+        calls = []
+        while m is not None:
+            at = m.end()
+            try:
+                value, stop = _SCAN(text, at)
+            except (StopIteration, ValueError):
+                break
+            # A token inside the arguments (quoted in a string) ends the call early on the general path.
+            if type(value) is not dict or text.find(prefix, at, stop) != -1:
+                break
+            calls.append(make_call(m["name"], value, m["id"] if with_id else None, encoded=text[at:stop]))
+            m = following(text, stop)
+            if m is not None and m["name"] is None:  # the section's end
+                if text.find(prefix, m.end()) != -1:
+                    break
+                return ParseResult(join_content((text[:s], text[m.end() :])), calls)
+        return self._general(text)
+
+    def _general(self, text: str) -> ParseResult:
+        """Any text: sections and calls found by their tokens, whatever is missing or broken."""
         toks = _tokens(text, self._scan)
         n = len(toks)
         pieces: list[str] = []

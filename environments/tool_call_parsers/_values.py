@@ -10,7 +10,7 @@ import tokenize
 import warnings
 from typing import Any, Mapping
 
-from ._core import JSON_DECODER
+from ._core import JSON_DECODER, decode_json_stripped
 
 __all__ = ["coerce_value", "parse_python", "python_literal"]
 
@@ -27,20 +27,17 @@ def coerce_value(raw: str, schema: Mapping[str, Any] | None) -> Any:
     With the parameter's JSON schema: convert to the declared type, falling back to the
     untyped rule when the text does not fit (the model's mistake stays visible).
     """
-    # Strings last: with ["string", "null"], `None` written by a template means null.
-    types = sorted(_declared_types(schema), key=lambda t: t == "string")
-    if types:
-        for t in types:
+    if schema is not None:
+        # Strings last: with ["string", "null"], `None` written by a template means null.
+        for t in sorted(_declared_types(schema), key=lambda t: t == "string"):
             ok, value = _convert(raw, t)
             if ok:
                 return value
     head = raw.lstrip()[:1]
     if not head or head not in _JSON_STARTS:
         return raw  # cannot be JSON; skips the cost of a failed decode for plain text
-    try:
-        return JSON_DECODER.decode(raw)
-    except ValueError:
-        return raw
+    value, _, reason = decode_json_stripped(raw.strip(" \t\n\r"))  # JSON's whitespace only, as json.loads
+    return raw if reason is not None else value
 
 
 def _declared_types(schema: Mapping[str, Any] | None) -> list[str]:

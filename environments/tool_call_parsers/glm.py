@@ -114,7 +114,7 @@ class GlmParser(ToolCallParser):
     def _call(
         self, text: str, start: int, end: int, schemas: Mapping[str, Mapping[str, Any]]
     ) -> tuple[str, dict[str, Any]] | str:
-        key_open = self.spec.key[0]
+        key_open, value_open = self.spec.key[0], self.spec.value[0]
         first = text.find(key_open, start, end)
         name = text[start : first if first != -1 else end].strip()
         if not name:
@@ -131,12 +131,13 @@ class GlmParser(ToolCallParser):
                 if not rest:
                     break
                 return f"malformed <arg_key>/<arg_value> pair in {name}: {rest[:30]!r}"
-            key = m.group(1).strip()
+            key, value = m.group(1, 2)
+            key = key.strip()
             if not valid_key(key):
                 return f"invalid <arg_key> {key[:30]!r} in {name}"
-            if self.spec.key[0] in key + m.group(2) or self.spec.value[0] in key + m.group(2):
+            if key_open in key or key_open in value or value_open in key or value_open in value:
                 # A damaged closing tag made the pair swallow the next one.
                 return f"broken <arg_key>/<arg_value> tags in {name}"
-            args[key] = coerce_value(m.group(2), props.get(key))
+            args[key] = coerce_value(value, props.get(key))
             pos = m.end()
         return name, args

@@ -31,7 +31,7 @@ from ._core import (
     join_content,
     make_call,
     strip_code_fence,
-    valid_name,
+    usual_call_object,
 )
 from ._registry import register_parser
 
@@ -51,14 +51,7 @@ class JsonTagSpec:
 
 HERMES = JsonTagSpec(start="<tool_call>", end="</tool_call>")
 
-# The body as templates write it: `{"name": "<plain name>", "arguments": ` then one object.
-# Matched, only the arguments are decoded and kept as written (no second encoding); any other
-# body takes the general path, which decides everything this one does not.
-_USUAL_HEAD = re.compile(
-    r'[ \t\r\n]*\{[ \t\r\n]*"name"[ \t\r\n]*:[ \t\r\n]*"([^"\\\x00-\x1f]*)"[ \t\r\n]*,[ \t\r\n]*"arguments"[ \t\r\n]*:[ \t\r\n]*(?=\{)'
-)
-_JSON_SPACE = re.compile(r"[ \t\r\n]*")  # inside the object: JSON's whitespace only
-_SPACE = re.compile(r"\s*")  # after it: what the general path's str.strip() skips
+_SPACE = re.compile(r"\s*")  # between a call object and its closing tag: what str.strip() skips
 
 
 def calls_in_json(body: str, spec: JsonTagSpec) -> tuple[list[tuple[str, dict[str, Any]]], str | None]:
@@ -165,25 +158,16 @@ class JsonTagParser(ToolCallParser):
     def _usual_body(self, text: str, body_start: int) -> tuple[str, dict[str, Any], str, int] | None:
         """(name, arguments, their text, where the block ends) for the usual body closed by its tag."""
         spec = self.spec
-        if "name" not in spec.name_keys or "arguments" not in spec.arg_keys:
+        if "name" not in spec.name_keys:
             return None
-        head = _USUAL_HEAD.match(text, body_start)
-        if head is None:
+        usual = usual_call_object(text, body_start, spec.arg_keys)
+        if usual is None:
             return None
-        name = head.group(1)
-        if name != name.strip() or not valid_name(name):
-            return None
-        try:
-            arguments, stop = JSON_DECODER.raw_decode(text, head.end())
-        except ValueError:
-            return None  # the general path decodes it again and counts the failure
-        close = _JSON_SPACE.match(text, stop).end()  # type: ignore[union-attr]  # `*` always matches
-        if not text.startswith("}", close):
-            return None
-        tag = _SPACE.match(text, close + 1).end()  # type: ignore[union-attr]
+        name, arguments, encoded, close = usual
+        tag = _SPACE.match(text, close).end()  # type: ignore[union-attr]  # `*` always matches
         if not text.startswith(spec.end, tag):
             return None
-        return name, arguments, text[head.end() : stop], tag + len(spec.end)
+        return name, arguments, encoded, tag + len(spec.end)
 
     def _plain_body(
         self, text: str, body_start: int, budget: DecodeBudget, starts: Finder, ends: Finder

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from ._core import (
     DecodeBudget,
@@ -26,6 +26,7 @@ from ._core import (
     issue,
     join_content,
     make_call,
+    usual_call_object,
 )
 from ._registry import register_parser
 
@@ -54,8 +55,17 @@ class BareJsonParser(ToolCallParser):
     def stream_markers(self) -> tuple[str, ...]:  # type: ignore[override]  # per instance: built from its spec
         return (*self.spec.announce, "{", "```")
 
+    def __init__(self, tools: Iterable[Mapping[str, Any]] | None = None) -> None:
+        super().__init__(tools)
+        closers = "|".join(map(re.escape, (*self.spec.closers, "```")))
+        # The markup after a call: a closing token or fence, else a `;` (whitespace before either).
+        self._trail = re.compile(f"[ \\t\\r\\n]*(?:{closers}|;)").match
+        # The call object as templates write it, read in one pass (None: this spec names other keys).
+        self._usual = usual_call_object if "name" in self.spec.name_keys else None
+
     def _parse(self, text: str, schemas: Mapping[str, Any]) -> ParseResult:
         spec = self.spec
+        usual_object, trail = self._usual, self._trail
         pieces: list[str] = []
         calls: list[dict[str, Any]] = []
         errors: list[ParseIssue] = []
@@ -73,6 +83,15 @@ class BareJsonParser(ToolCallParser):
                     issue(text, start, len(text), "too many malformed JSON objects; the rest is left as text")
                 )
                 break
+            usual = None if usual_object is None else usual_object(text, j, spec.arg_keys)
+            if usual is not None:
+                name, arguments, encoded, stop = usual
+                pieces.append(text[copied:start])
+                calls.append(make_call(name, arguments, encoded=encoded))
+                end = trail(text, stop)
+                copied = stop if end is None else end.end()
+                j = text.find("{", copied)
+                continue
             try:
                 obj, stop = budget.decode(text, j)
             except json.JSONDecodeError as exc:
@@ -94,7 +113,8 @@ class BareJsonParser(ToolCallParser):
                 continue
             pieces.append(text[copied:start])
             calls.append(make_call(*call))
-            copied = self._trail(text, stop)
+            end = trail(text, stop)
+            copied = stop if end is None else end.end()
             j = text.find("{", copied)
         pieces.append(text[copied:])
         return ParseResult(join_content(pieces), calls, errors)
@@ -104,25 +124,17 @@ class BareJsonParser(ToolCallParser):
         k = j
         while k > lo and text[k - 1] in " \t":
             k -= 1
-        for tok in self.spec.announce:
-            if text.startswith(tok, k - len(tok)) and k - len(tok) >= lo:
-                return k - len(tok), True
-        fence = _FENCE_OPEN.search(text, max(lo, j - 16), j)
+        announce = self.spec.announce
+        if text.endswith(announce, lo, k):
+            for tok in announce:
+                if text.endswith(tok, lo, k):
+                    return k - len(tok), True
+        fence = _FENCE_OPEN.search(text, max(lo, j - 16), j) if text.find("```", max(lo, j - 16), j) != -1 else None
         if fence:
             return fence.start(), False
         if k == lo or text[k - 1] == "\n":
             return k, False
         return None
-
-    def _trail(self, text: str, stop: int) -> int:
-        """The end of the markup after a call: a closing token, a closing fence, a `;`."""
-        k = stop
-        while k < len(text) and text[k] in " \t\r\n":
-            k += 1
-        for tok in self.spec.closers + ("```",):
-            if text.startswith(tok, k):
-                return k + len(tok)
-        return k + 1 if text.startswith(";", k) else stop
 
 
 @register_parser("llama3_json", "llama3")

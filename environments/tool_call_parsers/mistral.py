@@ -115,11 +115,13 @@ class MistralParser(ToolCallParser):
                 return [], pos, f"invalid JSON arguments for {m.group(1)}: {exc.msg}"
             # An object is kept as the model wrote it; anything else is normalised first.
             written = text[m.end() : stop] if type(value) is dict else None
-            args = arguments_object(value)
+            args = value if written is not None else arguments_object(value)
             if isinstance(args, str):
                 return [], pos, args
             out.append(make_call(m.group(1), args, call_id=m.group(2) or mistral_call_id(), encoded=written))
             k = stop
+            if text.startswith(_TOKEN, k):  # the usual next call, with a token of its own
+                return out, k, None
             # Several calls after one token only when each carries [ARGS] (never eat prose).
             nxt = _NAMED.match(text, k)
             if nxt is None or not nxt.group(3):

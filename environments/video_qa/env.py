@@ -15,12 +15,12 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pydantic import Field
 
 from environments.agent_loop import AgentResult
 from environments.gaia.env import extract_final_answer
 from environments.dataset_source import dataset_error
-from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig, HermesEnvError, Rollout
+from environments.hermes_base_env import HermesAgentBaseEnv, HermesEnvError, Rollout
+from environments.video_qa.config import ENTRY, VideoQAEnvConfig
 from environments.video_qa.data import LETTERS, OFFLINE_PATH, captions_of, load_items
 from tools.context import ToolContext
 from tools.documents import caption_tools, write_captions
@@ -44,14 +44,8 @@ def chosen_option(response: str | None) -> int | None:
     return LETTERS.index(m.group(1)) if m else None
 
 
-class VideoQAEnvConfig(HermesAgentEnvConfig):
-    dataset: str = Field("offline", description="'offline' (bundled) or a .jsonl/.json/.csv file of question rows")
-    captions_dir: str | None = Field(None, description="Caption files <video>.txt (default: captions/ beside the rows)")
-    answers_file: str | None = Field(None, description="EgoSchema's subset_answers.json when the rows carry no answer")
-
-
 class VideoQAEnv(HermesAgentBaseEnv):
-    name = "video_qa"
+    name = ENTRY.name
     env_config_cls = VideoQAEnvConfig
     default_toolsets = ["captions"]
     default_system_prompt = SYSTEM_PROMPT
@@ -60,11 +54,6 @@ class VideoQAEnv(HermesAgentBaseEnv):
         self._items: list[dict[str, Any]] = []
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         self.config: VideoQAEnvConfig = config
-
-    @classmethod
-    def config_init(cls):
-        config, servers = super().config_init()
-        return config.with_loop(max_turns=5, max_tokens=256), servers
 
     def tool_registry(self) -> ToolRegistry:
         return ToolRegistry(caption_tools())

@@ -35,6 +35,7 @@ from exports import (
 from tests.batch.batch_helpers import agent_policy, write_prompts
 from tests.gaia.solver import GaiaScriptedSolver
 from tests.support.scripted_openai import ScriptedOpenAIServer, tool_call
+from tests.support.embedded import embedded_tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -122,7 +123,7 @@ def gsm8k_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
     async def go() -> Path:
         async with ScriptedOpenAIServer([_python_then_answer] * 12) as server:
             config = GSM8kAgentEnvConfig(
-                tokenizer_name="embedded",
+                tokenizer_name=embedded_tokenizer(),
                 use_wandb=False,
                 group_size=2,
                 total_steps=3,
@@ -145,7 +146,7 @@ def swe_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
     async def go() -> Path:
         async with ScriptedOpenAIServer([]) as server:
             config = SweSmithOracleEnvConfig(
-                tokenizer_name="embedded",
+                tokenizer_name=embedded_tokenizer(),
                 use_wandb=False,
                 group_size=2,
                 total_steps=1,

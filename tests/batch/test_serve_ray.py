@@ -6,6 +6,7 @@ trainer keeps receiving whole groups until its steps are done, and every worker'
 
 from __future__ import annotations
 
+from tests.support.embedded import embedded_tokenizer
 import os
 import re
 import subprocess
@@ -48,7 +49,7 @@ def serve_ray_command(cluster: Cluster, api_url: str, server: ScriptedOpenAIServ
         "--openai.model_name",
         "scripted",
         "--env.tokenizer_name",
-        "embedded",
+        embedded_tokenizer(),
         "--env.group_size",
         "2",
         "--env.max_num_workers",

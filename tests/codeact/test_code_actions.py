@@ -4,6 +4,7 @@ is scored by GAIA's scorer, and web search is a host call-out answered by the of
 
 from __future__ import annotations
 
+from tests.support.embedded import embedded_tokenizer
 import socket
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,7 @@ def make_env(
 ) -> SmolagentsGaiaEnv:
     pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
     config = SmolagentsGaiaEnvConfig(
-        tokenizer_name="embedded",
+        tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         data_path_to_save_groups=None,
         runtime={

@@ -117,7 +117,9 @@ def _call(name: str, args: dict[str, Any]) -> dict[str, Any]:
 async def test_rollouts_read_the_items_paragraphs_in_the_sandbox(tokenizer_dir: str, tmp_path: Path) -> None:
     async with ScriptedOpenAIServer([]) as model_server:  # only answers the runtime's GET /models
         config = MHQAEnvConfig(tokenizer_name=tokenizer_dir, use_wandb=False, data_path_to_save_groups=None)
-        server = APIServerConfig(base_url=model_server.base_url, model_name="s", api_key="x", server_type="openai")
+        server = APIServerConfig(
+            base_url=model_server.base_url, model_name="scripted", api_key="x", server_type="openai"
+        )
         env = MHQAEnv(config, [server])
         await env.setup()
         assert {t["function"]["name"] for t in env.tool_schemas()} == {"search_paragraphs", "open_paragraph"}
@@ -156,7 +158,7 @@ def test_process_and_evaluate_on_a_scripted_server_export_with_the_domain(tokeni
             "--openai.base_url",
             server.base_url,
             "--openai.model_name",
-            "s",
+            "scripted",
             "--env.tokenizer_name",
             tokenizer_dir,
         ]
@@ -198,7 +200,7 @@ def test_process_and_evaluate_on_a_scripted_server_export_with_the_domain(tokeni
             "--openai.base_url",
             server.base_url,
             "--openai.model_name",
-            "s",
+            "scripted",
             "--env.tokenizer_name",
             tokenizer_dir,
         ]
@@ -215,7 +217,9 @@ async def test_dataset_scope_searches_every_rows_paragraphs(tokenizer_dir: str) 
         config = MHQAEnvConfig(
             tokenizer_name=tokenizer_dir, use_wandb=False, data_path_to_save_groups=None, search_scope="dataset"
         )
-        server = APIServerConfig(base_url=model_server.base_url, model_name="s", api_key="x", server_type="openai")
+        server = APIServerConfig(
+            base_url=model_server.base_url, model_name="scripted", api_key="x", server_type="openai"
+        )
         env = MHQAEnv(config, [server])
         await env.setup()
         musique = env._items[3]

@@ -5,6 +5,8 @@ from __future__ import annotations
 import pytest
 
 from environments.tool_call_parsers import get_parser
+from environments.tool_call_parsers._core import JSON_DECODER
+from environments.tool_call_parsers._values import coerce_value
 
 from environments.tool_call_parsers import testing as writers
 from ._conformance import TOOLS, TYPED, WEATHER, Call, ParserConformance, calls_of
@@ -121,3 +123,19 @@ def test_glm_stray_closing_tag_is_reported(family):
     result = get_parser(family).parse_detailed("no call here </tool_call>")
     assert result.tool_calls == [] and result.content == "no call here </tool_call>"
     assert [e.reason for e in result.errors] == ["</tool_call> without a tool call before it"]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    ["1", " 1\n", "1\x0b", "\u00a01", "007", "-0.5e3", "NaN", "1e999", "9" * 5000, '"s"', ' ["a", {"b": null}] ', "{}",
+     "tru", "true", "1 2", "[1,", "", "  ", "\t{\"a\": 1}\r\n", "{'a': 1}", "naïve"],
+)  # fmt: skip
+def test_untyped_value_is_json_exactly_when_json_reads_it(raw):
+    # Without a schema a value is what a strict json.loads makes of it (JSON whitespace only
+    # around it, no NaN/overflow/huge integers), else the text as written.
+    try:
+        want = JSON_DECODER.decode(raw)
+    except ValueError:
+        want = raw
+    got = coerce_value(raw, None)
+    assert got == want and type(got) is type(want)

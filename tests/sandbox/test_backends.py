@@ -617,17 +617,16 @@ async def test_modal_creation_rate_is_limited(tmp_path, project_sandbox_image):
 
 async def test_modal_sandbox_past_its_lifetime_is_replaced(tmp_path, project_sandbox_image):
     double = modal_double(tmp_path, project_sandbox_image)
-    # Long enough for a start (bubblewrap check + health) on a loaded machine, short enough to wait for;
-    # no drain (drain_before_expiry_s=0): Modal ends it, and the health check replaces it.
-    backend = modal_backend(modal_config(pool=_pool(drain_before_expiry_s=0), lifetime_s=8), double)
+    # No drain (drain_before_expiry_s=0): Modal ends it, and the health check replaces it. The
+    # double's clock passes the lifetime once the start is done (a wall-clock lifetime raced the
+    # start on a loaded machine: "ended before it was ready").
+    backend = modal_backend(modal_config(pool=_pool(drain_before_expiry_s=0), lifetime_s=600), double)
     try:
         await backend.start()
         first = backend.sandboxes[0].name
         sandbox = next(s for s in double.sandboxes.values() if s.spec.name == first)
-        for _ in range(300):  # Modal stops it once `timeout` seconds have passed
-            if sandbox.terminated:
-                break
-            await asyncio.sleep(0.1)
+        assert not sandbox.terminated
+        await double.pass_lifetime(sandbox.id)
         assert sandbox.terminated
         assert await backend.check_now() == 1
         assert backend.sandboxes[0].name != first

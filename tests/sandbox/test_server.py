@@ -187,6 +187,22 @@ async def test_batch_runs_calls_across_slots_and_reports_each(client):
     assert not lines[3]["ok"] and lines[3]["kind"] == "unknown_slot"
 
 
+async def test_batch_sends_a_finished_call_while_another_still_runs(client):
+    # Slot 0 waits for a file that is written only once slot 1's line has arrived: the batch must
+    # not hold finished lines back until every call is done.
+    wait = "while [ ! -e go ]; do sleep 0.02; done; echo slow"
+    calls = [
+        {"slot": "0", "op": "exec", "command": wait, "timeout": 60, "max_output_bytes": 100},
+        {"slot": "1", "op": "exec", "command": "echo quick", "timeout": 5, "max_output_bytes": 100},
+    ]
+    seen = []
+    async for line in client.batch(calls, timeout=60):
+        seen.append((line["index"], line["result"]["output"]))
+        if line["index"] == 1:
+            await client.write_file("0", "go", b"")
+    assert seen == [(1, "quick\n"), (0, "slow\n")]
+
+
 async def test_without_bubblewrap_isolated_calls_are_refused_and_health_says_why(tmp_path):
     proc = await start_sandbox_process(data_dir=tmp_path / "s", slots=1, bwrap="/nonexistent/bwrap")
     try:

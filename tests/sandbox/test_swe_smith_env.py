@@ -23,12 +23,12 @@ from environments.swe_smith.instances import load_offline_instances
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
 from tests.support.cli import run_cli
-from tests.support.embedded import embedded_model_flags, small_group_flags
+from tests.support.embedded import embedded_model_flags, embedded_tokenizer, small_group_flags
 
 
 def make_env(base_url: str, tmp_path, runtime=None, **overrides) -> SweSmithOracleEnv:
     pool = SlotPoolConfig(slots_per_sandbox=4, min_sandboxes=2, max_sandboxes=2, health_interval_s=30)
-    settings = dict(tokenizer_name="embedded", use_wandb=False, group_size=2, total_steps=1) | overrides
+    settings = dict(tokenizer_name=embedded_tokenizer(), use_wandb=False, group_size=2, total_steps=1) | overrides
     config = SweSmithOracleEnvConfig(
         runtime={
             "tool_backend": "sandbox",

@@ -24,7 +24,7 @@ from backends import LocalBackendConfig
 from embedded_llm import EmbeddedLLMConfig, ensure_gguf_tokenizer
 from environments.gaia.env import GaiaAgentEnv
 from environments.gsm8k.env import GSM8kAgentEnv
-from environments.swe_smith_oracle_env import SweSmithOracleEnv
+from environments.swe_smith.env import SweSmithOracleEnv
 from environments.terminal_tasks import TerminalTasksEnv
 from environments.tool_backend import PROJECT_ROOT, exposing_dir, slot_read_only_dirs
 from tests.support.cli import CliRun, run_cli

@@ -10,6 +10,7 @@ arguments, what its tools print) is data in every file made from a run.
 
 from __future__ import annotations
 
+from tests.support.embedded import embedded_tokenizer
 import json
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,7 @@ def test_the_html_view_shows_model_text_as_text(tmp_path: Path) -> None:
         run = run_cli(
             WriteWordEnv, "process", "--env.group_size", "2", "--env.total_steps", "1",
             "--openai.base_url", server.base_url, "--openai.model_name", "scripted",
-            "--env.data_path_to_save_groups", str(out),
+            "--env.tokenizer_name", embedded_tokenizer(), "--env.data_path_to_save_groups", str(out),
         )  # fmt: skip
     assert run.returncode == 0, run.stderr[-3000:]
     page = out.with_suffix(".html").read_text().lower()

@@ -7,6 +7,7 @@ arguments through the real CLI / agent loop; every run must finish and write who
 
 from __future__ import annotations
 
+from tests.support.embedded import embedded_tokenizer
 import json
 import shutil
 from pathlib import Path
@@ -57,7 +58,7 @@ def test_lone_surrogates_from_a_chat_model_become_u_fffd_and_the_group_is_writte
     with serving_in_a_thread(ScriptedOpenAIServer(script)) as server:
         code, err = _process(
             "--openai.base_url", server.base_url, "--openai.model_name", "scripted",
-            "--env.data_path_to_save_groups", str(out),
+            "--env.tokenizer_name", embedded_tokenizer(), "--env.data_path_to_save_groups", str(out),
         )  # fmt: skip
     assert code == 0, err[-3000:]
     (group,) = _groups(out)

@@ -10,6 +10,7 @@ slot's workspace (/testbed) in an image with git, python3 and pytest, and the ve
 
 from __future__ import annotations
 
+from tests.support.embedded import embedded_tokenizer
 import asyncio
 import json
 
@@ -57,7 +58,7 @@ class TerminalAgent:
 def make_env(place: SandboxPlace, base_url: str, **overrides) -> SweSmithOracleEnv:
     """The offline SWE-smith env on `place`'s backend (one sandbox of two slots), preds beside its groups."""
     config = SweSmithOracleEnvConfig(
-        tokenizer_name="embedded",
+        tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         group_size=1,
         total_steps=1,

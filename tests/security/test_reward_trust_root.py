@@ -14,6 +14,7 @@ repository installed editable: its src/ on sys.path from a .pth, after the stdli
 
 from __future__ import annotations
 
+from tests.support.embedded import embedded_tokenizer
 import json
 import shlex
 
@@ -185,7 +186,7 @@ def _expect_shadows_flagged(scored: list) -> None:
 async def test_shadowing_modules_score_zero_and_are_flagged_with_a_prepared_venv(tmp_path, quadlib):
     """--env.deps.mode venv: the test command is `PYTHONPATH="$PWD"/src <venv>/bin/python -m unittest -v ...`."""
     config = SweSmithOracleEnvConfig(
-        tokenizer_name="embedded",
+        tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         group_size=1,
         total_steps=1,

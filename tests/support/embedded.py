@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
-from embedded_llm import EmbeddedLLM
+from embedded_llm import EmbeddedLLM, EmbeddedLLMConfig, ensure_gguf_tokenizer
+
+
+@functools.cache
+def embedded_tokenizer() -> str:
+    """The bundled model's tokenizer directory, built from its GGUF offline: the tokenizer of tests
+    whose model server is a double (an env refuses a served model whose tokenizer it cannot find)."""
+    cfg = EmbeddedLLMConfig()
+    return str(ensure_gguf_tokenizer(cfg.model_path, chat_template=cfg.resolved_chat_template()))
 
 
 def embedded_model_flags(llm: EmbeddedLLM) -> list[str]:

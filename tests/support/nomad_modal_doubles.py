@@ -702,6 +702,14 @@ class ModalTestDouble:
         await self.engine.refresh([sb.box])
         return sb.box.exit_code if sb.box.status == "exited" else None
 
+    async def pass_lifetime(self, sandbox_id) -> None:
+        """Test clock: the sandbox's `timeout` seconds have passed now, so Modal ends it (what the
+        lifetime timer does), without a test racing a wall-clock lifetime against a loaded start."""
+        sb = self.sandboxes[sandbox_id]
+        if sb.lifetime is not None:
+            sb.lifetime.cancel()
+        await self.terminate(sandbox_id)
+
     async def terminate(self, sandbox_id):
         self.calls.append(("terminate", sandbox_id))
         sb = self.sandboxes[sandbox_id]

@@ -31,8 +31,15 @@ def tool_call(name: str, arguments: dict[str, Any] | str, call_id: str | None = 
 
 
 class ScriptedOpenAIServer:
-    def __init__(self, script: list[Reply | Callable[[dict[str, Any]], Reply]], delay_s: float = 0.0) -> None:
+    def __init__(
+        self,
+        script: list[Reply | Callable[[dict[str, Any]], Reply]],
+        delay_s: float = 0.0,
+        models: tuple[str, ...] = ("scripted",),
+    ) -> None:
         self.script = list(script)
+        # What GET /v1/models lists, as a real server lists the models it serves.
+        self.models = models
         self.requests: list[dict[str, Any]] = []
         self.delay_s = delay_s
         self.in_flight = 0
@@ -67,7 +74,7 @@ class ScriptedOpenAIServer:
         status = self.models_status() if self.models_status is not None else 200
         if status != 200:
             return web.json_response({"error": {"message": f"scripted failure {status}"}}, status=status)
-        return web.json_response({"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+        return web.json_response({"object": "list", "data": [{"id": m, "object": "model"} for m in self.models]})
 
     async def _chat(self, request: web.Request) -> web.Response:
         self.in_flight += 1

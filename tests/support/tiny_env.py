@@ -5,6 +5,7 @@ from __future__ import annotations
 from atroposlib.envs.base import APIServerConfig
 
 from environments.hermes_base_env import HermesAgentBaseEnv, HermesAgentEnvConfig
+from tests.support.embedded import embedded_tokenizer
 
 
 class WriteWordEnv(HermesAgentBaseEnv):
@@ -14,7 +15,7 @@ class WriteWordEnv(HermesAgentBaseEnv):
 
     @classmethod
     def config_init(cls):
-        return HermesAgentEnvConfig(tokenizer_name="embedded", use_wandb=False), [
+        return HermesAgentEnvConfig(tokenizer_name=embedded_tokenizer(), use_wandb=False), [
             APIServerConfig(base_url="http://127.0.0.1:1/v1", model_name="scripted")
         ]
 

@@ -14,6 +14,7 @@ image's Python; a no-op, or a no-op that tampers with the runner in /testbed, sc
 
 from __future__ import annotations
 
+from tests.support.embedded import embedded_tokenizer
 import ast
 import json
 import textwrap
@@ -181,7 +182,7 @@ def backend_yaml(instance: dict, docker_test_id: str) -> str:
 def _oracle_config(tmp_path: Path, instance: dict, backend) -> SweSmithOracleEnvConfig:
     """The oracle env on `instance`'s local data, one group of one, its slots on `backend`."""
     return SweSmithOracleEnvConfig(
-        tokenizer_name="embedded",
+        tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         group_size=1,
         total_steps=1,
@@ -206,6 +207,7 @@ def test_oracle_scores_1_and_noop_0_in_the_instances_image(tmp_path, instance, d
             "evaluate",
             *("--config", str(config)),
             *("--openai.base_url", server.base_url, "--openai.model_name", "scripted", "--openai.api_key", "x"),
+            *("--env.tokenizer_name", embedded_tokenizer()),
             *("--env.agent", agent, "--env.dataset", str(tmp_path / "instances.jsonl")),
             *("--env.mirror_base", str(instance["mirrors"]), "--env.profiles", str(tmp_path / "profiles.json")),
             *("--env.cache_dir", str(tmp_path / "cache")),
@@ -303,7 +305,7 @@ async def test_a_noop_that_tampers_with_the_runner_in_testbed_scores_0(tmp_path,
 def test_verifying_in_the_agents_slot_is_refused_on_images():
     backend = DockerBackendConfig(image="debian:bookworm", pull="never")
     config = SweSmithOracleEnvConfig(
-        tokenizer_name="embedded",
+        tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         runtime={"tool_backend": "sandbox", "sandbox": SandboxToolBackendConfig(backend=backend)},
         verify_in="same_slot",

@@ -34,12 +34,13 @@ from slots.pool import SlotPoolConfig
 from tests.support.cli import CliRun, run_cli
 from tests.support.scripted_openai import ScriptedOpenAIServer, serving_in_a_thread
 from tests.swe_smith.conftest import git
+from tests.support.embedded import embedded_tokenizer
 
 
 def make_env(tmp_path, published, base_url: str, **overrides) -> SweSmithOracleEnv:
     pool = SlotPoolConfig(slots_per_sandbox=4, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
     config = SweSmithOracleEnvConfig(
-        tokenizer_name="embedded",
+        tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         group_size=1,
         total_steps=1,
@@ -276,6 +277,8 @@ def test_cli_evaluate_through_mirror_base_and_dataset_path(tmp_path, published):
             "scripted",
             "--openai.api_key",
             "x",
+            "--env.tokenizer_name",
+            embedded_tokenizer(),
             "--env.agent",
             agent,
             "--env.dataset",

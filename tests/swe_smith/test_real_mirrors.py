@@ -28,6 +28,7 @@ from environments.swe_smith.deps import RepoEnvConfig
 from environments.swe_smith.env import OracleAgent, SweSmithOracleEnv, SweSmithOracleEnvConfig
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
+from tests.support.embedded import embedded_tokenizer
 
 REAL = Path(__file__).parent / "data" / "real"
 REPOS = ["jawah__charset_normalizer.1fdd6463", "marshmallow-code__apispec.8b421526"]
@@ -49,7 +50,7 @@ async def test_real_instances_oracle_all_noop_none(tmp_path, name):
 
     pool = SlotPoolConfig(slots_per_sandbox=5, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
     config = SweSmithOracleEnvConfig(
-        tokenizer_name="embedded",
+        tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         group_size=1,
         total_steps=1,

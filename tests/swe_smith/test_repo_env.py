@@ -5,6 +5,7 @@ importable only through the interpreter the prepared env names (PYTHONPATH at sr
 
 from __future__ import annotations
 
+from tests.support.embedded import embedded_tokenizer
 import base64
 import hashlib
 import json
@@ -104,6 +105,7 @@ def test_process_scores_the_real_layout_with_the_dependency_from_a_prepared_env(
             SweSmithOracleEnv,
             "process",
             *("--openai.base_url", server.base_url, "--openai.model_name", "scripted", "--openai.api_key", "x"),
+            *("--env.tokenizer_name", embedded_tokenizer()),
             *("--env.agent", agent, "--env.total_steps", "1", "--env.group_size", "2"),
             *("--env.ensure_scores_are_not_same", "False", "--env.data_path_to_save_groups", str(out)),
             *("--env.dataset", str(tmp_path / "instances.jsonl"), "--env.mirror_base", str(quadlib["mirrors"])),

@@ -232,7 +232,9 @@ async def test_a_scripted_agent_through_the_loop_with_the_airline_domain(tmp_pat
             domain="airline",
             user_model=UserModelConfig(base_url=user_server.base_url, model="customer"),
         )
-        server = APIServerConfig(base_url=agent_server.base_url, model_name="agent", api_key="x", server_type="openai")
+        server = APIServerConfig(
+            base_url=agent_server.base_url, model_name="scripted", api_key="x", server_type="openai"
+        )
         env = TauEnv(config, [server])
         await env.setup()
         task = env.data().tasks[1]

@@ -57,7 +57,7 @@ def _env(tokenizer_dir: str, agent_url: str, user_url: str) -> TauEnv:
         data_path_to_save_groups=None,
         user_model=UserModelConfig(base_url=user_url, model="customer"),
     )
-    server = APIServerConfig(base_url=agent_url, model_name="agent", api_key="x", server_type="openai")
+    server = APIServerConfig(base_url=agent_url, model_name="scripted", api_key="x", server_type="openai")
     return TauEnv(config, [server])
 
 
@@ -158,7 +158,7 @@ def test_process_on_a_scripted_server_exports_a_multi_turn_trajectory(tokenizer_
             "--openai.base_url",
             agent_server.base_url,
             "--openai.model_name",
-            "agent",
+            "scripted",
             "--env.tokenizer_name",
             tokenizer_dir,
             "--env.user_model.base_url",
@@ -271,7 +271,7 @@ def test_evaluate_runs_every_task_and_reports_db_match(tokenizer_dir: str, tmp_p
             "--openai.base_url",
             agent.base_url,
             "--openai.model_name",
-            "agent",
+            "scripted",
             "--env.tokenizer_name",
             tokenizer_dir,
             "--env.user_model.base_url",
@@ -312,4 +312,4 @@ async def test_config_errors_say_what_to_pass(tokenizer_dir: str) -> None:
 
 
 def _server(server: ScriptedOpenAIServer) -> APIServerConfig:
-    return APIServerConfig(base_url=server.base_url, model_name="agent", api_key="x", server_type="openai")
+    return APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="x", server_type="openai")

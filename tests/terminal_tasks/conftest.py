@@ -8,6 +8,7 @@ from environments.sandbox_backend import SandboxToolBackendConfig
 from environments.terminal_tasks import TerminalTasksEnv, TerminalTasksEnvConfig
 from slots.pool import SlotPoolConfig
 from tests.support.scripted_openai import ScriptedOpenAIServer
+from tests.support.embedded import embedded_tokenizer
 
 # Task directories in their published shapes: their tests run inside sandboxes, not in this session.
 collect_ignore_glob = ["fixtures/*"]
@@ -21,7 +22,7 @@ def make_env(
     # The suites written for the slot path keep it on docker; task-container tests ask for theirs.
     settings = (
         dict(
-            tokenizer_name="embedded",
+            tokenizer_name=embedded_tokenizer(),
             use_wandb=False,
             group_size=2,
             total_steps=1,

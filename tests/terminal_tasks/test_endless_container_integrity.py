@@ -1,6 +1,7 @@
-"""Reward integrity of an Endless Terminals task in its task container with a root agent (docs/security.md).
+"""Reward integrity of an Endless Terminals task in its task container (docs/security.md).
 
-The agent is root in the container its final-state test later runs in. Each attack is played without solving
+The agent is the invoking user (uid 1000, the default `endless_user`), owning every file of the container its
+final-state test later runs in: it can change what root could. Each attack is played without solving
 the task (its honest score is 0) and tries to make test_final_state.py pass anyway: every one must score 0.
 The task is a published one (task_000000_6eba56f8, its %post installs pytest with pip3); its image is the one
 test_endless_images.py builds (same content tag).

@@ -3,7 +3,8 @@
 The fixtures (fixtures/endless-published, see its README) are the tasks of github.com/kanishkg/endless-terminals as
 published. Each image is built as Apptainer builds the definition (environments/terminal_tasks/apptainer.py:
 `%post` as root at build time, its users, chowns and writes outside /home/user kept), then run as Endless
-Terminals' harness runs it (generator/env.py): a shell as root in /home/user with `%environment` sourced, the
+Terminals' harness runs it (generator/env.py), here with `endless_user="root"` (the image as %post left it; the
+default invoking user is test_endless_invoking_user.py's): a shell as root in /home/user with `%environment` sourced, the
 agent's commands in that one shell, then test_final_state.py copied in and run with pytest (pass = 1).
 The oracle replays the first solved run of the published sampled solutions; the no-op does nothing.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from environments.image_sandboxes import DockerImages
+from environments.terminal_tasks.agents import sampled_solution_script
 from environments.terminal_tasks.apptainer import Unreproducible, def_dockerfile, environment_prefix, parse_def
 from environments.terminal_tasks.endless import load_endless_task
 from environments.terminal_tasks.sandboxes import endless_recipe
@@ -115,7 +117,9 @@ def images(engine, tmp_path_factory) -> dict[str, str]:
             out = {}
             for name in BUILT:
                 task = load_endless_task(FIXTURES / name)
-                recipe = endless_recipe(task, REGISTRY, tmp_path_factory.mktemp(name), ca_bundle=ca)
+                recipe = endless_recipe(
+                    task, REGISTRY, tmp_path_factory.mktemp(name), ca_bundle=ca, endless_user="root"
+                )
                 out[name] = await docker_images.resolve(recipe)
             return out
         finally:
@@ -139,7 +143,7 @@ def test_published_task_oracle_one_noop_zero(engine, images, name) -> None:
             rc, out = box.pytest(task.initial_test)
             assert rc == 0, f"{name}: the built image fails its test_initial_state.py:\n{out[-3000:]}"
             if agent == "oracle":
-                box.shell("\n".join(task.solution_commands) + "\n")
+                box.shell(sampled_solution_script(task, task.workdir) + "\n")
             assert task.final_test is not None
             rc, outputs[agent] = box.pytest(task.final_test)
             scores[agent] = 1.0 if rc == 0 else 0.0

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 import textwrap
 from pathlib import Path
 
 import pytest
 
 from environments.terminal_tasks import BUNDLED_TASKS, NoOpAgent, OracleAgent, load_tasks_dir
+from environments.terminal_tasks.agents import sampled_solution_script
 from environments.terminal_tasks.tasks import replay_command
 from tests.terminal_tasks.conftest import make_env
 
@@ -28,6 +30,7 @@ FIXTURES = Path(__file__).parent / "fixtures"
 TB2 = FIXTURES / "tb2" / "count-errors"
 HARBOR_11 = FIXTURES / "harbor-1.1" / "sum-column"
 ENDLESS = FIXTURES / "endless" / "task_000004_e5a7c9d1"
+ENDLESS_HARBOR = FIXTURES / "endless-harbor-published" / "task_000000_659a19e1"
 
 
 def harbor_task(
@@ -260,6 +263,29 @@ def test_endless_solutions_as_published_give_the_oracle_its_commands():
     assert task.solution_commands is not None
     assert task.solution_commands[0] == "cd /home/user/data"
     assert "echo draft" not in "\n".join(task.solution_commands)  # the last <command> of a turn is the one run
+
+
+def test_sampled_solution_replays_in_the_harness_shell_pipefail_on_failures_not_fatal(tmp_path):
+    """Endless' harness (generator/env.py) sends each command to one bash after `set -o pipefail`; a failing
+    command does not stop the next. A pipeline whose first stage fails therefore stops an `&&` chain there."""
+    [task] = load_tasks_dir(ENDLESS.parent)
+    commands = ["false | true && touch piped", "false", "touch after", "cd sub 2>/dev/null; touch here"]
+    task = task.model_copy(update={"solution_commands": commands})
+    script = sampled_solution_script(task, str(tmp_path))
+    subprocess.run(["bash", "-c", script], cwd="/", check=False, capture_output=True, timeout=60)
+    assert not (tmp_path / "piped").exists()
+    assert (tmp_path / "after").exists() and (tmp_path / "here").exists()
+
+
+def test_a_harbor_export_of_an_endless_task_is_one_harbor_task(tmp_path):
+    """The generator's Harbor export keeps task.json under environment/: that folder is not a task of its own."""
+    shutil.copytree(ENDLESS_HARBOR, tmp_path / "tasks" / ENDLESS_HARBOR.name)
+    errors: list[str] = []
+    tasks = load_tasks_dir(tmp_path / "tasks", errors=errors)
+    assert [(t.id, t.format) for t in tasks] == [(ENDLESS_HARBOR.name, "harbor")] and errors == []
+    assert [(t.id, t.format) for t in load_tasks_dir(tmp_path / "tasks" / ENDLESS_HARBOR.name)] == [
+        (ENDLESS_HARBOR.name, "harbor")
+    ]
 
 
 async def test_skips_are_printed_with_every_reason_and_the_task_name(scripted_server, tmp_path, capsys):

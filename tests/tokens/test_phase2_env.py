@@ -8,7 +8,7 @@ import json
 import pytest
 import yaml
 
-from environments.gsm8k_agent_env import GSM8kAgentEnv
+from environments.gsm8k.env import GSM8kAgentEnv
 from tests.support.cli import CliRun, run_cli
 from tests.support.embedded import embedded_model_flags, small_group_flags
 

@@ -4,13 +4,14 @@ so both faces of tinker-atropos are played by `TinkerAtroposDouble` (tests/suppo
 
 from __future__ import annotations
 
+from tests.support.embedded import embedded_tokenizer
 import sys
 
 import pytest
 import yaml
 
 from environments.models.token_mode.servers import TokenServerConfig, _REQUESTS, _RESPONSES
-from environments.gsm8k_agent_env import GSM8kAgentEnv
+from environments.gsm8k.env import GSM8kAgentEnv
 from tests.support.cli import run_cli
 from tests.support.tinker_atropos_double import tinker_datums
 
@@ -75,6 +76,8 @@ def test_chat_mode_with_a_tinker_trainer_is_refused_at_start(tmp_path):
         "off",
         "--openai.base_url",
         "http://127.0.0.1:9/v1",
+        "--env.tokenizer_name",
+        embedded_tokenizer(),
     )
     assert proc.returncode == 2
     assert "needs inference_logprobs" in proc.stderr and "--env.runtime.token_server" in proc.stderr

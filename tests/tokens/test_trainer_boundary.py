@@ -84,7 +84,7 @@ async def test_every_sequence_serve_reports_sent_reaches_the_trainer_and_serve_e
                 "--openai.base_url",
                 model.url + "/v1",
                 "--openai.model_name",
-                "qwen3",
+                "m",  # what the vLLM double lists
                 "--env.runtime.token_server",
                 "vllm",
                 "--env.tokenizer_name",

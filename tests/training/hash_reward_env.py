@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from environments.gsm8k_agent_env import GSM8kAgentEnv
+from environments.gsm8k.env import GSM8kAgentEnv
 
 
 class HashRewardEnv(GSM8kAgentEnv):

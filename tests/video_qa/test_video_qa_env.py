@@ -102,7 +102,9 @@ class Watcher:
 async def test_rollouts_read_and_search_the_captions_in_the_sandbox(tokenizer_dir: str) -> None:
     async with ScriptedOpenAIServer([]) as model_server:
         config = VideoQAEnvConfig(tokenizer_name=tokenizer_dir, use_wandb=False, data_path_to_save_groups=None)
-        server = APIServerConfig(base_url=model_server.base_url, model_name="s", api_key="x", server_type="openai")
+        server = APIServerConfig(
+            base_url=model_server.base_url, model_name="scripted", api_key="x", server_type="openai"
+        )
         env = VideoQAEnv(config, [server])
         await env.setup()
         item = env._items[1]
@@ -142,7 +144,7 @@ def test_process_and_evaluate_on_a_scripted_server(tokenizer_dir: str, tmp_path:
             "--openai.base_url",
             server.base_url,
             "--openai.model_name",
-            "s",
+            "scripted",
             "--env.tokenizer_name",
             tokenizer_dir,
         ]
@@ -169,7 +171,7 @@ def test_process_and_evaluate_on_a_scripted_server(tokenizer_dir: str, tmp_path:
             "--openai.base_url",
             server.base_url,
             "--openai.model_name",
-            "s",
+            "scripted",
             "--env.tokenizer_name",
             tokenizer_dir,
         ]
