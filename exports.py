@@ -437,7 +437,7 @@ def _why_nothing(seen: int, kept: int, with_calls: int, min_score: float | None)
     if with_calls == 0:
         return (
             f"none of the {kept} trajectories calls a tool (SFT examples are tool-calling turns); on a small model "
-            "require a first call with --env.first_turn_tool_choice required"
+            "require a first call with --env.runtime.loop.first_turn_tool_choice required"
         )
     return f"every tool call in the {with_calls} trajectories that make one failed (failed calls are not examples)"
 

@@ -221,7 +221,7 @@ class DockerSandboxProvider:
         except docker.errors.DockerException as exc:
             raise DockerBackendError(
                 f"no container engine answers at {self.config.engine} ({_one_line(exc)}); start dockerd (or "
-                "`podman system service`) or set env.sandbox.backend.engine"
+                "`podman system service`) or set env.runtime.sandbox.backend.engine"
             ) from None
         self._security_opt = security_opt(await self._call(self.api.version))
         await self._ensure_image()

@@ -80,11 +80,11 @@ def _env_flags(c: LearnConfig, base_url: str, tokenizer: Path) -> list[str]:
         "local",
         "--env.tokenizer_name",
         str(tokenizer),
-        "--env.token_server",
+        "--env.runtime.token_server",
         "llamacpp",
-        "--env.max_agent_turns",
+        "--env.runtime.loop.max_turns",
         "1",
-        "--env.agent_max_tokens",
+        "--env.runtime.loop.max_tokens",
         str(c.max_tokens),
         "--env.group_size",
         str(c.group_size),
@@ -138,7 +138,7 @@ def train(c: LearnConfig, tokenizer: Path) -> list[dict[str, float]]:
         procs.append(grpo)
         serve = _start(
             [sys.executable, "-m", "bench.learn_env", "serve", "--env.rollout_server_url", api_url,
-             "--env.agent_temperature", "1.0",
+             "--env.runtime.loop.temperature", "1.0",
              "--env.data_path_to_save_groups", str(c.out / "groups.jsonl"),
              *_env_flags(c, f"http://127.0.0.1:{serve_port}/v1", tokenizer)],
             c.out / "serve.log",

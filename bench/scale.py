@@ -87,7 +87,7 @@ class SimulatedWorker:
         import ray
 
         self.base_url = config_fields["base_url"]
-        self.tool_median_s = float(config_fields["extra_body"].get("sim_tool_median_s", 0.15))
+        self.tool_median_s = float(config_fields["runtime"]["extra_body"].get("sim_tool_median_s", 0.15))
         self.slot = slot
         self.node = ray.get_runtime_context().get_node_id()
         self._session: Any = None
@@ -151,6 +151,7 @@ def run_once(
     from batch_runner import BatchConfig, load_prompts
     from environments.batch.config import RayConfig
     from environments.batch.on_ray import run_on_ray
+    from environments.runtime import RuntimeConfig
 
     dataset = work / f"{name}.jsonl"
     dataset.write_text("".join(json.dumps({"id": f"p{i:05d}", "prompt": "x"}) + "\n" for i in range(n_prompts)))
@@ -161,7 +162,7 @@ def run_once(
         base_url=base_url,
         output_dir=work / "runs",
         concurrency=concurrency,
-        extra_body={"sim_tool_median_s": tool_median_s},
+        runtime=RuntimeConfig(extra_body={"sim_tool_median_s": tool_median_s}),
         progress_interval_s=5.0,
         ray=RayConfig(address="bench", workers=nodes, worker_cpus=1.0),
     )

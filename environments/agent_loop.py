@@ -42,11 +42,13 @@ class AgentLoopConfig(BaseModel):
     )
     tool_choice: ToolChoice = Field(
         "auto",
-        description="OpenAI tool_choice of every turn: auto | none | required | "
-        "{type: function, function: {name: NAME}}",
+        description="OpenAI tool_choice of every turn: auto | none | required | '{type: function, function: "
+        "{name: NAME}}' (chat mode: sent to the server; token mode: a llama.cpp grammar; docs/environments.md)",
     )
     first_turn_tool_choice: ToolChoice | None = Field(
-        None, description="tool_choice of the first turn (None: as tool_choice)"
+        None,
+        description="tool_choice of the first turn; None: required when the embedded model serves in token mode (a "
+        "135M model seldom calls a tool unprompted, so its rollouts would show no tool use), else as tool_choice",
     )
 
     def turn_tool_choice(self, index: int) -> ToolChoice:

@@ -1,7 +1,7 @@
 """The env command line: `process`, `serve`, `evaluate` with `--env.*` / `--openai.*` flags and `--config`.
 
 Same flags and YAML layout as atroposlib 0.4.0's CLI, but strict and quiet:
-- unknown flags and YAML keys, at any depth (`env.sandbox.slots_per_sandbx`), and values of the
+- unknown flags and YAML keys, at any depth (`env.runtime.sandbox.slots_per_sandbx`), and values of the
   wrong type stop the command with one line naming the key and the nearest valid one (exit 2);
 - list flags take `a,b` (or YAML/JSON `[a, b]`); negative numbers need no `=`;
 - the whole config, toolsets included, is checked before any server starts;

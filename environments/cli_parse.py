@@ -10,8 +10,10 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import sys
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +25,15 @@ from pydantic import BaseModel, ValidationError
 from environments.upstream_config import unused_reason
 
 
-__all__ = ["CliError", "Invocation", "config_dump", "install_secret_filter", "parse_invocation", "redact"]
+__all__ = [
+    "CliError",
+    "Invocation",
+    "config_dump",
+    "install_secret_filter",
+    "parse_config",
+    "parse_invocation",
+    "redact",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -170,7 +180,7 @@ def _flag_value(model: type[BaseModel], path: list[str], value: Any, prefix: str
 
 
 def _nest(model: type[BaseModel], flags: dict[str, Any], prefix: str) -> dict[str, Any]:
-    """`--env.sandbox.slots_per_sandbox 4` -> {"sandbox": {"slots_per_sandbox": 4}}."""
+    """`--env.runtime.sandbox.slots_per_sandbox 4` -> {"runtime": {"sandbox": {"slots_per_sandbox": 4}}}."""
     out: dict[str, Any] = {}
     for key, value in flags.items():
         path = key.split(".")
@@ -222,7 +232,7 @@ def _field_path(model: type[BaseModel], loc: tuple[Any, ...]) -> list[str]:
     return out
 
 
-def _load_yaml(path: str) -> dict[str, Any]:
+def _load_yaml(path: str, sections: tuple[str, ...] | None = YAML_SECTIONS) -> dict[str, Any]:
     try:
         text = Path(path).read_text()
     except OSError as exc:
@@ -234,11 +244,88 @@ def _load_yaml(path: str) -> dict[str, Any]:
         where = f" (line {mark.line + 1})" if mark else ""
         raise CliError(f"--config {path} is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
     if not isinstance(data, dict):
-        raise CliError(f"--config {path} must be a mapping with sections {', '.join(YAML_SECTIONS)}")
+        kind = f"with sections {', '.join(sections)}" if sections else "of settings"
+        raise CliError(f"--config {path} must be a mapping {kind}")
     for key in data:
-        if key not in YAML_SECTIONS:
-            raise _unknown("section", str(key), list(YAML_SECTIONS), suffix=f" in {path}")
+        if sections is not None and key not in sections:
+            raise _unknown("section", str(key), list(sections), suffix=f" in {path}")
     return data
+
+
+# ---- old names --------------------------------------------------------------------------
+
+
+def _new_name(renamed: Mapping[str, str], key: str, value: Any) -> str:
+    head, dot, rest = key.partition(".")
+    new = renamed.get(head)
+    if new is None:
+        return key
+    if new.startswith(head + "."):  # a value moved into its own section (`--ray local` -> ray.address)
+        return new if not dot and not isinstance(value, dict) else key
+    return new + dot + rest
+
+
+def _notice(old: str, new: str) -> None:
+    print(f"[hermes-rl] {old} is now {new}; the old name is removed in the next release", file=sys.stderr)
+
+
+def renamed_flags(renamed: Mapping[str, str], flags: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """Old flag names, accepted for one release with a one-line notice: `--{prefix}old[.sub]` -> `new[.sub]`."""
+    out: dict[str, Any] = {}
+    for key, value in flags.items():
+        new = _new_name(renamed, key, value)
+        if new != key:
+            _notice(f"--{prefix}{key}", f"--{prefix}{new}")
+        if new in out:
+            raise CliError(f"--{prefix}{new} given twice (once under its old name)")
+        out[new] = value
+    return out
+
+
+def renamed_keys(renamed: Mapping[str, str], data: dict[str, Any], where: str, source: str) -> dict[str, Any]:
+    """Old top-level YAML keys, accepted like old flags: moved to their new (nested) place."""
+    out = dict(data)
+    for old in [k for k in data if isinstance(k, str)]:
+        new = _new_name(renamed, old, data[old])
+        if new == old:
+            continue
+        value = out.pop(old)
+        _notice(f"{where}{old} in {source}", f"{where}{new}")
+        *parents, last = new.split(".")
+        node = out
+        for part in parents:
+            node[part] = dict(node.get(part) or {})
+            node = node[part]
+        if last in node:
+            raise CliError(f"{where}{new} given twice in {source} (once under its old name)")
+        node[last] = value
+    return out
+
+
+def parse_config(model: type[BaseModel], argv: list[str], renamed: Mapping[str, str] | None = None) -> Any:
+    """One config model from `--a.b value` flags over `--config FILE` (YAML keyed by the model's own fields):
+    the env commands' grammar, for a command whose whole config is one model (batch_runner)."""
+    renamed = renamed or {}
+    flags = renamed_flags(renamed, split_flags(argv), "")
+    path = flags.pop("config", None)
+    if path is not None and not isinstance(path, str):
+        raise CliError("--config takes a YAML file: --config run.yaml")
+    source = path or "the command line"
+    data = renamed_keys(renamed, _load_yaml(path, None), "", source) if path else {}
+    from_flags = _nest(model, flags, "")
+    check_keys(model, data, "", f" in {source}")
+    check_keys(model, from_flags, "--")
+    # Nested sections start from their defaults (as an env's config does), so a partial one keeps its `kind`.
+    sections = {
+        name: default.model_dump()
+        for name, field in model.model_fields.items()
+        if isinstance(default := field.get_default(call_default_factory=True), BaseModel)
+    }
+    merged = _merge(sections, data, from_flags)
+    missing = [name for name, field in model.model_fields.items() if field.is_required() and name not in merged]
+    if missing:
+        raise CliError(f"--{missing[0]} is required (a flag, or a key of --config)")
+    return _validate(model, merged, "", flags, source)
 
 
 def parse_invocation(env_cls: Any, argv: list[str]) -> Invocation:
@@ -264,7 +351,10 @@ def parse_invocation(env_cls: Any, argv: list[str]) -> Invocation:
     env_yaml = yaml_config.get("env") or {}
     if not isinstance(env_yaml, dict):
         raise CliError(f"the env section of {source} must be a mapping")
+    renamed = getattr(config_cls, "renamed", {})  # old names, for one release
+    env_flags = renamed_flags(renamed, env_flags, "env.")
     env_from_flags = _nest(config_cls, env_flags, "env.")
+    env_yaml = renamed_keys(renamed, env_yaml, "env.", source)
     check_keys(config_cls, env_yaml, "env.", f" in {source}")
     check_keys(config_cls, env_from_flags, "--env.")
 

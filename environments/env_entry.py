@@ -44,7 +44,7 @@ def embedded_server_configs() -> list[APIServerConfig]:
 
 def default_config(config_cls: type[HermesAgentEnvConfig], name: str | None) -> HermesAgentEnvConfig:
     """The CLI's defaults: the embedded model, output under out/<name>, then the task's own
-    (`task_defaults`, and fields its config class declares again)."""
+    (`task_defaults`, dotted keys for nested settings, and fields its config class declares again)."""
     defaults: dict[str, Any] = dict(
         tokenizer_name=EMBEDDED,
         group_size=2,
@@ -64,7 +64,20 @@ def default_config(config_cls: type[HermesAgentEnvConfig], name: str | None) -> 
         for field in vars(klass).get("__annotations__", {})
     }
     kept = {k: v for k, v in defaults.items() if k not in declared}
-    return config_cls(**{**kept, **config_cls.task_defaults})
+    return config_cls(**_nested({**kept, **config_cls.task_defaults}))
+
+
+def _nested(flat: dict[str, Any]) -> dict[str, Any]:
+    """{"runtime.loop.max_turns": 6} -> {"runtime": {"loop": {"max_turns": 6}}}: a task default is keyed like
+    its flag, so a nested one leaves the rest of its section (e.g. the loop's other defaults) as they are."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        *parents, last = key.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return out
 
 
 @dataclass(frozen=True)

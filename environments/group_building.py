@@ -146,7 +146,7 @@ class GroupBuilding(RolloutSettings):
         was_down = False
         while True:
             try:
-                await asyncio.gather(*(runtime.probe(i) for i in range(len(runtime.config.servers))))
+                await asyncio.gather(*(runtime.probe(i) for i in range(len(runtime.servers))))
                 return was_down
             except (HermesEnvError, ModelError):  # the probe's "does not answer" (chat or token protocol)
                 was_down = True

@@ -111,7 +111,7 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
                 cfg.tokenizer_name = config.tokenizer_name
         if config.max_num_workers == -1 and all(c.base_url == EMBEDDED for c in server_configs):
             # atroposlib would run 8 groups at once; the embedded server serves embedded_parallel sequences.
-            config.max_num_workers = max(1, config.embedded_parallel // config.group_size)
+            config.max_num_workers = max(1, config.runtime.embedded_parallel // config.group_size)
         if config.use_wandb and not _wandb_logged_in():
             logger.warning("wandb is not logged in: running without wandb (run `wandb login` to enable it)")
             config.use_wandb = False
@@ -126,7 +126,6 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
         output_path, config.data_path_to_save_groups = config.data_path_to_save_groups, None
         super().__init__(config, server_configs, slurm=slurm, testing=testing)
         config.data_path_to_save_groups = output_path
-        self._health_checks = health_checks
         self.config: HermesAgentEnvConfig = config
         self.server_configs = server_configs
         self._request_gates = [self._gates(c) for c in server_configs]
@@ -144,14 +143,20 @@ class HermesAgentBaseEnv(RunApiBoundary, GroupBuilding, BaseEnv):
         self._train_items: list[Any] = []
         self._eval_items: list[Any] = []
         self._next_item = 0
-        self.agent_runtime = AgentRuntime(self.runtime_config(), tokenizer=self.tokenizer, tools=self.tool_registry())
+        self.agent_runtime = AgentRuntime(
+            self.runtime_config(),
+            servers=model_servers(server_configs, health_checks),
+            with_web=self.web_offered(),
+            tokenizer=self.tokenizer,
+            tools=self.tool_registry(),
+        )
 
     def _gates(self, cfg: APIServerConfig) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
         train, evaluation = cfg.num_max_requests_at_once, cfg.num_requests_for_eval
         if cfg.base_url == EMBEDDED:  # more would only queue inside llama.cpp
             train, evaluation = (
-                min(train, self.config.embedded_parallel),
-                min(evaluation, self.config.embedded_parallel),
+                min(train, self.config.runtime.embedded_parallel),
+                min(evaluation, self.config.runtime.embedded_parallel),
             )
         return asyncio.Semaphore(max(1, train)), asyncio.Semaphore(max(1, evaluation))
 

@@ -18,7 +18,6 @@ from environments.runtime import (
     RuntimeConfig,
 )
 from environments.task_hooks import TaskHooks
-from environments.tool_backend import LocalToolBackendConfig
 from tools.context import ToolLimits
 
 __all__ = ["RolloutSettings", "embedded_server_configs", "model_servers"]
@@ -30,7 +29,6 @@ class RolloutSettings(TaskHooks):
     # Set by HermesAgentBaseEnv.__init__.
     config: HermesAgentEnvConfig
     server_configs: list[APIServerConfig]
-    _health_checks: list[bool]  # each server's atroposlib health_check (the runtime probes them)
     _sampling_record: dict[str, Any] | None
     _token_choice: tuple[str | None, dict[str, Any]] | None
 
@@ -44,30 +42,21 @@ class RolloutSettings(TaskHooks):
             raise HermesEnvError(f"--env.enabled_toolsets/--env.disabled_toolsets: {exc}") from exc
 
     def tool_limits(self) -> ToolLimits:
-        c = self.config
-        return ToolLimits(
-            default_timeout_s=c.tool_timeout_s,
-            max_timeout_s=c.tool_max_timeout_s,
-            max_output_chars=c.tool_max_output_chars,
-            python_timeout_s=c.python_timeout_s,
-        )
+        return self.config.runtime.tool_limits
 
     def loop_config(self) -> AgentLoopConfig:
-        c = self.config
-        return AgentLoopConfig(
-            max_turns=c.max_agent_turns,
-            time_budget_s=c.agent_time_budget_s,
-            temperature=c.agent_temperature,
-            max_tokens=c.agent_max_tokens,
-            model_timeout_s=float(max(s.timeout for s in self.server_configs)),
-            tool_choice=c.tool_choice,
-            first_turn_tool_choice=c.first_turn_tool_choice,
-        )
+        loop = self.config.runtime.loop
+        if "model_timeout_s" in loop.model_fields_set:
+            return loop
+        # Unset: a model call may take as long as the slowest server's --openai.timeout allows.
+        return loop.model_copy(update={"model_timeout_s": float(max(s.timeout for s in self.server_configs))})
 
     def token_server_kind(self) -> TokenServerKind | None:
         embedded = all(c.base_url == EMBEDDED for c in self.server_configs)
-        tinker = self.config.require_inference_logprobs and self.config.token_server == "auto"
-        return resolve_token_server(self.config.token_server, self.server_configs[0].server_type, embedded, tinker)
+        tinker = self.config.require_inference_logprobs and self.config.runtime.token_server == "auto"
+        return resolve_token_server(
+            self.config.runtime.token_server, self.server_configs[0].server_type, embedded, tinker
+        )
 
     def check_config(self, command: str | None = None) -> tuple[str | None, dict[str, Any]]:
         """What can be checked before a server starts: toolsets, token protocol, logprob
@@ -89,14 +78,14 @@ class RolloutSettings(TaskHooks):
         if kind is None and self.config.require_inference_logprobs:
             raise HermesEnvError(
                 "this trainer needs inference_logprobs (tinker-atropos reads them from every group), but the model "
-                "server is used in chat mode, which has none; pass --env.token_server tinker|sglang|vllm|llamacpp"
+                "server is used in chat mode, which has none; pass --env.runtime.token_server tinker|sglang|vllm|llamacpp"
             )
         try:
             extra, record = sampling_setup(
                 kind,
-                self.config.agent_temperature,
-                self.config.agent_max_tokens,
-                self.config.extra_body,
+                self.config.runtime.loop.temperature,
+                self.config.runtime.loop.max_tokens,
+                self.config.runtime.extra_body,
                 self.config.inference_logprobs,
             )
         except ValueError as exc:
@@ -113,31 +102,25 @@ class RolloutSettings(TaskHooks):
         assert self._sampling_record is not None
         return self._sampling_record
 
+    def web_offered(self) -> bool:
+        enabled = self.enabled_toolsets()
+        return (enabled is None or "web" in enabled) and "web" not in self.config.disabled_toolsets
+
     def runtime_config(self) -> RuntimeConfig:
-        """The env config, as the composition root's config."""
+        """The env's `runtime`, with what the env resolves: the token server (a `tinker:` section picks tinker),
+        the request fields that go with it, the loop's model timeout, and a context under the trainer's length."""
         c = self.config
         kind, extra_body = self._token_setup()
-        enabled = self.enabled_toolsets()
-        web_on = (enabled is None or "web" in enabled) and "web" not in c.disabled_toolsets
-        return RuntimeConfig(
-            servers=model_servers(self.server_configs, self._health_checks),
-            token_server=kind or "off",  # resolved here: a `tinker:` section picks tinker
-            tool_call_parser=c.tool_call_parser,
-            chat_template_path=c.chat_template_path,
-            extra_body=extra_body,
-            tools_in=c.tools_in,
-            # Stay under the trainer's length: longer groups would be dropped by atroposlib.
-            max_context_tokens=c.max_token_length - 1 if c.max_token_length > 1 else None,
-            model_max_retries=c.model_max_retries,
-            loop=self.loop_config(),
-            tool_limits=self.tool_limits(),
-            tool_backend=c.tool_backend,
-            unconfined_tools=c.unconfined_tools,
-            workspace=LocalToolBackendConfig(workspace_root=c.workspace_root),
-            sandbox=c.sandbox,
-            web=c.web if web_on else None,
-            embedded_threads=c.embedded_threads,
-            embedded_parallel=c.embedded_parallel,
+        # Stay under the trainer's length: longer groups would be dropped by atroposlib.
+        cap = c.max_token_length - 1 if c.max_token_length > 1 else None
+        given = c.runtime.max_context_tokens
+        return c.runtime.model_copy(
+            update={
+                "token_server": kind or "off",
+                "extra_body": extra_body,
+                "max_context_tokens": min(given, cap) if given and cap else (given or cap),
+                "loop": self.loop_config(),
+            }
         )
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from environments.agent_loop import AgentLoopConfig, AgentResult, HermesAgentLoop
 from environments.errors import HermesEnvError
@@ -65,29 +65,62 @@ logger = logging.getLogger(__name__)
 
 
 class RuntimeConfig(BaseModel):
-    """What one command runs on; the env config and batch_runner's flags both fill it."""
+    """How one command runs its rollouts: model clients, agent loop, tools and where they run.
 
-    servers: list[ModelServer] = Field(default_factory=lambda: [ModelServer()], min_length=1)
+    One class, embedded unchanged in every entry point's config: the env's (`--env.runtime.*`) and
+    batch_runner's (`--runtime.*`). The model servers themselves come from each entry point (`--openai.*`,
+    batch_runner's `--base_url`), so they are an argument of `AgentRuntime`, not a field here.
+    """
+
     token_server: TokenServerChoice = Field(
-        "auto", description="token mode's protocol, or auto (llamacpp for the embedded model) / off (chat mode)"
+        "auto",
+        description="Token mode (exact ids + logprobs): the model server's token protocol, vllm | vllm_openai | "
+        "sglang | llamacpp | tinker; auto = llamacpp for the embedded model, else from the server type (vllm, "
+        "sglang), else chat mode; off = chat mode (OpenAI chat; tokens re-rendered, no logprobs)",
     )
     tool_call_parser: str | None = Field(
-        "hermes", description="how tool calls written as text are read; None: not read"
+        "hermes", description="Parser for tool calls a server returns as text (None: not read)"
     )
-    chat_template_path: str | None = None
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-    tools_in: Literal["request", "system_prompt"] = "request"
-    max_context_tokens: int | None = Field(None, ge=1, description="token mode: prompt + generation cap")
-    model_max_retries: int = Field(2, ge=0)
-    loop: AgentLoopConfig = Field(default_factory=AgentLoopConfig)
-    tool_limits: ToolLimits = Field(default_factory=ToolLimits)
-    tool_backend: Literal["local", "sandbox"] = "sandbox"
-    unconfined_tools: bool = Field(False, description="run model code unconfined when it cannot be (docs/security.md)")
-    workspace: LocalToolBackendConfig = Field(default_factory=LocalToolBackendConfig)
-    sandbox: SandboxToolBackendConfig = Field(default_factory=SandboxToolBackendConfig)
-    web: WebConfig | None = Field(None, description="the web toolset's backend; None: no web tools")
-    embedded_threads: int = Field(2, ge=1)
-    embedded_parallel: int = Field(4, ge=1)
+    chat_template_path: str | None = Field(
+        None, description="Token mode: the model's chat template (.jinja) when the tokenizer has none or another one"
+    )
+    extra_body: dict[str, Any] = Field(
+        default_factory=dict, description="Extra fields for every chat request (e.g. a llama.cpp 'grammar')"
+    )
+    tools_in: Literal["request", "system_prompt"] = Field(
+        "request", description="How tools reach the model: tools= in the request, or Hermes text in the system prompt"
+    )
+    max_context_tokens: int | None = Field(
+        None, ge=1, description="Token mode: prompt + generation cap (an env also stays under max_token_length)"
+    )
+    model_max_retries: int = Field(2, ge=0, description="Retries of a failed model request (5xx, 429, connection)")
+    loop: AgentLoopConfig = Field(
+        default_factory=AgentLoopConfig, description="The agent loop: turns, budget, sampling"
+    )
+    tool_limits: ToolLimits = Field(default_factory=ToolLimits, description="Per-call tool timeouts and output cap")
+    tool_backend: Literal["local", "sandbox"] = Field(
+        "sandbox", description="Where tools run: isolated sandbox slots, or local processes (needs unconfined_tools)"
+    )
+    unconfined_tools: bool = Field(
+        False,
+        description="Run model code as this user with this machine's files and network where it cannot be "
+        "confined (no bubblewrap) or with tool_backend local; see docs/security.md for what that costs",
+    )
+    workspace: LocalToolBackendConfig = Field(
+        default_factory=LocalToolBackendConfig, description="Local workspaces (tool_backend local)"
+    )
+    sandbox: SandboxToolBackendConfig = Field(
+        default_factory=SandboxToolBackendConfig,
+        description="Sandbox slots: backend (local | docker | nomad | modal) and pool",
+    )
+    web: WebConfig = Field(default_factory=WebConfig, description="Backend of the web toolset, when it is offered")
+    embedded_threads: int = Field(2, ge=1, description="CPU threads of the embedded llama.cpp server")
+    embedded_parallel: int = Field(4, ge=1, description="Concurrent sequences of the embedded llama.cpp server")
+
+    @field_validator("tool_call_parser", mode="before")
+    @classmethod
+    def _none_spelled(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and value.lower() == "none" else value
 
 
 @dataclass
@@ -129,22 +162,25 @@ class AgentRuntime:
         self,
         config: RuntimeConfig,
         *,
+        servers: list[ModelServer] | None = None,
+        with_web: bool = True,
         tokenizer: Any = None,
         model: Callable[[], ChatModel] | None = None,
         tools: ToolRegistry | None = None,
         tool_backend: ToolBackend | None = None,
     ) -> None:
         self.config = config
+        self.servers = servers or [ModelServer()]
         self._given_backend = tool_backend  # an env's own backend (e.g. a slot pool per task image)
         self._tokenizer = tokenizer  # token mode renders with it; loaded for the embedded model when None
         self._injected_model = model
         # Built now so tool schemas are known before the runtime starts; the web backend starts on enter.
-        self.web: WebBackend | None = make_web_backend(config.web) if config.web is not None else None
+        self.web: WebBackend | None = make_web_backend(config.web) if with_web else None
         self.registry = tools or ToolRegistry([*builtin_tools(), *(web_tools(self.web) if self.web else [])])
         self._base_urls: tuple[str, ...] = ()
         self._chat_clients: list[Any] = []
         self._token_models: TokenModeModels | None = None
-        self._server_cycle = itertools.cycle(range(len(config.servers)))
+        self._server_cycle = itertools.cycle(range(len(self.servers)))
         self.last_server_index = 0  # the server make_model() chose last (the env gates requests per server)
         # Health-aware, least-loaded choice among several servers while the runtime runs (None: one server).
         self.router: ServerRouter | None = None
@@ -192,9 +228,9 @@ class AgentRuntime:
             await self._start_web(self.web, stack)
         if self._injected_model is None:
             await self._start_models(stack)
-            if len(c.servers) > 1:
-                checked = [s.health_check and s.base_url != EMBEDDED for s in c.servers]
-                probes = [partial(self.probe, i) for i in range(len(c.servers))]
+            if len(self.servers) > 1:
+                checked = [s.health_check and s.base_url != EMBEDDED for s in self.servers]
+                probes = [partial(self.probe, i) for i in range(len(self.servers))]
                 self.router = await stack.enter_async_context(ServerRouter(checked, probes))
         await backend.start()
         stack.push_async_callback(backend.stop)
@@ -212,7 +248,7 @@ class AgentRuntime:
     async def _start_models(self, stack: AsyncExitStack) -> None:
         c = self.config
         urls = []
-        for server in c.servers:
+        for server in self.servers:
             if server.base_url != EMBEDDED:
                 urls.append(server.base_url)
                 continue
@@ -224,8 +260,8 @@ class AgentRuntime:
             urls.append(llm.base_url)
             print(f"[hermes-rl] embedded model server at {llm.base_url}", file=sys.stderr)
         self._base_urls = tuple(urls)
-        embedded = all(s.base_url == EMBEDDED for s in c.servers)
-        kind = resolve_token_server(c.token_server, c.servers[0].server_type, embedded)
+        embedded = all(s.base_url == EMBEDDED for s in self.servers)
+        kind = resolve_token_server(c.token_server, self.servers[0].server_type, embedded)
         self._embedded_serves = embedded and kind == "llamacpp"  # (llama.cpp's chat endpoint ignores tool_choice)
         loop = self.loop_for(c.loop)
         try:
@@ -235,12 +271,12 @@ class AgentRuntime:
         if kind is not None:
             self._token_models = await self._start_token_mode(kind, stack)
             return
-        for url, server in zip(urls, c.servers):
+        for url, server in zip(urls, self.servers):
             await check_server(url, model=None if server.base_url == EMBEDDED else server.model)
             logger.warning(CHAT_MODE_NOTE.format(url=url))
         self._chat_clients = [
             OpenAIChatModel.make_client(url, s.api_key, s.timeout_s, c.model_max_retries)
-            for url, s in zip(urls, c.servers)
+            for url, s in zip(urls, self.servers)
         ]
         for client in self._chat_clients:
             stack.push_async_callback(client.close)
@@ -249,12 +285,14 @@ class AgentRuntime:
         """Token mode: token-server clients + the chat template, checked before any rollout."""
         c = self.config
         if c.tool_call_parser is None:
-            raise HermesEnvError("token mode reads tool calls from the generated text: name a --tool_call_parser")
+            raise HermesEnvError(
+                "token mode reads tool calls from the generated text: name a runtime.tool_call_parser (e.g. hermes)"
+            )
         tokenizer = self._tokenizer
         if tokenizer is None:
             from transformers import AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(resolve_tokenizer_name(EMBEDDED, c.servers))
+            tokenizer = AutoTokenizer.from_pretrained(resolve_tokenizer_name(EMBEDDED, self.servers))
         try:
             servers = [
                 TokenServerConfig(
@@ -265,7 +303,7 @@ class AgentRuntime:
                     timeout_s=s.timeout_s,
                     extra_body=c.extra_body,
                 )
-                for url, s in zip(self._base_urls, c.servers)
+                for url, s in zip(self._base_urls, self.servers)
             ]
             models = TokenModeModels(
                 servers,
@@ -319,7 +357,7 @@ class AgentRuntime:
             return self._token_models.make_model(index)
         if not self._chat_clients:
             raise RuntimeError("make_model() outside the runtime; use `async with AgentRuntime(...)`")
-        server = self.config.servers[index]
+        server = self.servers[index]
         c = self.config
         return OpenAIChatModel(
             OpenAIChatConfig(
@@ -380,7 +418,7 @@ class AgentRuntime:
                 await asyncio.sleep(backoff_s * 2 ** (attempt - 2))
             router, routed = self.router, None
             if model is None and router is not None and self._injected_model is None:
-                routed = router.acquire([1] * len(self.config.servers))  # healthy, fewest trajectories in flight
+                routed = router.acquire([1] * len(self.servers))  # healthy, fewest trajectories in flight
                 model = self.make_model(routed)
             try:
                 rollout = await self._rollout_once(
@@ -433,7 +471,7 @@ class AgentRuntime:
             raise
         except ModelRequestError as exc:  # a 4xx: the request or config is wrong; retrying cannot help
             raise HermesEnvError(
-                f"{exc}; fix the request options (--env.extra_body, --env.tools_in, --openai.*)"
+                f"{exc}; fix the request options (runtime.extra_body, runtime.tools_in, the server options)"
             ) from exc
         except Exception as exc:  # the workspace/sandbox or scoring broke: not the model's failure
             logger.exception("rollout %s failed outside the model", task_id)

@@ -51,7 +51,7 @@ class TaskHooks:
         """Prepare the trajectory's workspace before the agent starts (default: nothing)."""
 
     def make_tool_backend(self) -> ToolBackend | None:
-        """The env's own tool backend (None: the runtime builds one from --env.tool_backend)."""
+        """The env's own tool backend (None: the runtime builds one from --env.runtime.tool_backend)."""
         return None
 
     def open_workspace(self, item: Any, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:

@@ -37,7 +37,7 @@ __all__ = ["ToolBackend", "LocalToolBackendConfig", "LocalToolBackend", "Confine
 logger = logging.getLogger(__name__)
 
 OPT_OUT = (
-    "set unconfined_tools (--env.unconfined_tools true; batch_runner: --unconfined_tools) to run model code "
+    "set unconfined_tools (--env.runtime.unconfined_tools true; batch_runner: --runtime.unconfined_tools true) to run model code "
     "as this user with this machine's files and network (docs/security.md)"
 )
 

@@ -20,7 +20,7 @@ __all__ = ["EvalHandling", "UpstreamEnvConfig", "unused_reason"]
 
 _NO_REASONING = (
     "atroposlib passes it only to its own server classes, which hermes-rl's model clients replace; "
-    "put reasoning settings in --env.extra_body"
+    "put reasoning settings in --env.runtime.extra_body"
 )
 
 

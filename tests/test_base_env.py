@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any, ClassVar
 
 import pytest
 from atroposlib.envs.base import APIServerConfig
@@ -108,9 +109,9 @@ def test_a_command_builds_its_runtime_once(tmp_path):
         "--env.group_size",
         "2",
         "--env.ensure_scores_are_not_same=False",
-        "--env.tool_backend",
+        "--env.runtime.tool_backend",
         "local",
-        "--env.unconfined_tools",
+        "--env.runtime.unconfined_tools",
         "true",
         "--env.data_path_to_save_groups",
         str(out),
@@ -126,7 +127,7 @@ def test_a_command_builds_its_runtime_once(tmp_path):
 
 async def test_infrastructure_failures_are_not_scored_and_stop_the_command(tmp_path):
     async with ScriptedOpenAIServer([500] * 50) as server:
-        env = make_env(server.base_url, tmp_path, max_consecutive_infra_failures=2, model_max_retries=0)
+        env = make_env(server.base_url, tmp_path, max_consecutive_infra_failures=2, runtime={"model_max_retries": 0})
         with pytest.raises(HermesEnvError, match="groups in a row failed on infrastructure errors"):
             await env.process_manager()
     assert not (tmp_path / "groups.jsonl").exists(), "no empty/partial output may be left behind"
@@ -149,7 +150,7 @@ def first_turn_fails(failing: set[int]):
 
 async def test_a_rollout_lost_to_infrastructure_is_run_again(tmp_path):
     async with ScriptedOpenAIServer([first_turn_fails({2})] * 5) as server:
-        env = make_env(server.base_url, tmp_path, model_max_retries=0)
+        env = make_env(server.base_url, tmp_path, runtime={"model_max_retries": 0})
         async with env.runtime():
             await env.setup()
             group, backlog = await env.collect_trajectories(await env.get_next_item())
@@ -175,7 +176,11 @@ async def test_a_group_lost_while_the_model_server_restarts_is_redone_and_not_co
     async with ScriptedOpenAIServer([chat] * 40) as server:
         server.models_status = models_status
         env = make_env(
-            server.base_url, tmp_path, model_max_retries=0, max_consecutive_infra_failures=1, server_down_wait_s=600
+            server.base_url,
+            tmp_path,
+            runtime={"model_max_retries": 0},
+            max_consecutive_infra_failures=1,
+            server_down_wait_s=600,
         )
         async with env.runtime():
             await env.setup()
@@ -190,7 +195,7 @@ async def test_a_group_lost_while_the_model_server_restarts_is_redone_and_not_co
 
 async def test_partially_failed_group_keeps_only_usable_rollouts_and_says_its_size(tmp_path):
     async with ScriptedOpenAIServer([first_turn_fails({2})] * 3) as server:
-        env = make_env(server.base_url, tmp_path, model_max_retries=0, rollout_infra_retries=0)
+        env = make_env(server.base_url, tmp_path, runtime={"model_max_retries": 0}, rollout_infra_retries=0)
         async with env.runtime():
             await env.setup()
             item = await env.get_next_item()
@@ -264,3 +269,28 @@ def test_default_config_init_keeps_a_task_configs_own_defaults():
     assert isinstance(servers, list)
     assert TerminalTasksEnv.config_init()[0].max_token_length == 8192
     assert CountFilesEnv.config_init()[0].max_token_length == 4096
+    assert TerminalTasksEnv.config_init()[0].runtime.tool_limits.max_timeout_s == 3600.0  # its own runtime default
+
+
+def test_task_defaults_keyed_like_flags_change_one_nested_value_and_a_subclass_adds_to_them():
+    from environments.agent_loop import AgentLoopConfig
+    from environments.env_entry import default_config
+
+    class ShortConfig(HermesAgentEnvConfig):
+        task_defaults: ClassVar[dict[str, Any]] = {
+            "group_size": 3,
+            "runtime.loop.max_turns": 3,
+            "runtime.tool_limits.default_timeout_s": 5.0,
+        }
+
+    class ShorterConfig(ShortConfig):
+        task_defaults: ClassVar[dict[str, Any]] = {**ShortConfig.task_defaults, "runtime.loop.max_turns": 2}
+
+    config = default_config(ShorterConfig, "shorter")
+    assert (config.group_size, config.runtime.loop.max_turns, config.runtime.tool_limits.default_timeout_s) == (
+        3,
+        2,
+        5.0,
+    )
+    assert config.runtime.loop.temperature == AgentLoopConfig().temperature  # the loop's other defaults stay
+    assert config.runtime.tool_limits.max_timeout_s == HermesAgentEnvConfig().runtime.tool_limits.max_timeout_s

@@ -32,15 +32,15 @@ def write_yaml(tmp_path: Path, data: dict) -> str:
     [
         (["--env.group_sise", "4"], "unknown flag --env.group_sise; did you mean --env.group_size?"),
         (
-            ["--env.sandbox.backend.pool.slots_per_sandbx", "4"],
-            "did you mean --env.sandbox.backend.pool.slots_per_sandbox?",
+            ["--env.runtime.sandbox.backend.pool.slots_per_sandbx", "4"],
+            "did you mean --env.runtime.sandbox.backend.pool.slots_per_sandbox?",
         ),
         (["--openai.api_kye", "k"], "unknown flag --openai.api_kye; did you mean --openai.api_key?"),
         (["--verbos"], "unknown flag --verbos; did you mean --verbose?"),
         (["--env.group_size", "many"], "--env.group_size: Input should be a valid integer"),
         (
-            ["--env.sandbox.backend.pool.slots_per_sandbox", "lots"],
-            "--env.sandbox.backend.pool.slots_per_sandbox: Input should be a valid integer",
+            ["--env.runtime.sandbox.backend.pool.slots_per_sandbox", "lots"],
+            "--env.runtime.sandbox.backend.pool.slots_per_sandbox: Input should be a valid integer",
         ),
         (["--env.enabled_toolsets", "python,nope"], "unknown toolset(s) ['nope']"),
     ],
@@ -58,15 +58,15 @@ def test_bad_flags_exit_2_with_one_line(args, expected):
     [
         ({"env": {"group_sise": 4}}, "unknown key env.group_sise in"),
         (
-            {"env": {"sandbox": {"backend": {"kind": "local", "pool": {"slots_per_sandbx": 8}}}}},
-            "did you mean env.sandbox.backend.pool.slots_per_sandbox?",
+            {"env": {"runtime": {"sandbox": {"backend": {"kind": "local", "pool": {"slots_per_sandbx": 8}}}}}},
+            "did you mean env.runtime.sandbox.backend.pool.slots_per_sandbox?",
         ),
         ({"envv": {}}, "unknown section envv in"),
         ({"openai": {"base_ulr": "http://x/v1"}}, "did you mean openai.base_url?"),
-        ({"env": {"max_agent_turns": "few"}}, "env.max_agent_turns in"),
+        ({"env": {"runtime": {"loop": {"max_turns": "few"}}}}, "env.runtime.loop.max_turns in"),
         (
-            {"env": {"sandbox": {"backend": {"kind": "local", "pool": {"slots_per_sandbox": "x"}}}}},
-            "env.sandbox.backend.pool.slots_per_sandbox in",
+            {"env": {"runtime": {"sandbox": {"backend": {"kind": "local", "pool": {"slots_per_sandbox": "x"}}}}}},
+            "env.runtime.sandbox.backend.pool.slots_per_sandbox in",
         ),
     ],
 )

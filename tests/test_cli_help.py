@@ -57,7 +57,9 @@ def test_help_lists_every_flag_and_starts_nothing(env_cls, command, tmp_path):
     # one line per flag: name, type, default, description
     (group_size,) = [line for line in out.splitlines() if line.strip().startswith("--env.group_size ")]
     assert "int" in group_size and "default" in group_size and "group" in group_size.lower()
-    assert any(line.strip().startswith("--env.sandbox.backend.pool.slots_per_sandbox ") for line in out.splitlines())
+    assert any(
+        line.strip().startswith("--env.runtime.sandbox.backend.pool.slots_per_sandbox ") for line in out.splitlines()
+    )
 
 
 @pytest.mark.slow

@@ -58,7 +58,7 @@ def test_process_runs_on_the_embedded_model(embedded_llm, tmp_path):
     config = tmp_path / "config.yaml"
     # A grammar keeps the tiny model's answer a single digit; llama.cpp then wants tools in the prompt.
     config.write_text(
-        yaml.safe_dump({"env": {"extra_body": {"grammar": "root ::= [1-9]"}, "tools_in": "system_prompt"}})
+        yaml.safe_dump({"env": {"runtime": {"extra_body": {"grammar": "root ::= [1-9]"}, "tools_in": "system_prompt"}}})
     )
     proc = run_cli(
         CountFilesEnv,
@@ -95,17 +95,17 @@ def test_a_required_first_turn_exercises_the_env_tools_on_the_embedded_model(emb
         CountFilesEnv,
         "process",
         *embedded_model_flags(embedded_llm),
-        "--env.token_server",
+        "--env.runtime.token_server",
         "llamacpp",  # the fixture's server, in token mode as the embedded default runs it
-        "--env.first_turn_tool_choice",
+        "--env.runtime.loop.first_turn_tool_choice",
         "required",
         "--env.total_steps",
         "2",
         "--env.group_size",
         "2",
-        "--env.max_agent_turns",
+        "--env.runtime.loop.max_turns",
         "2",
-        "--env.agent_max_tokens",
+        "--env.runtime.loop.max_tokens",
         "96",
         "--env.ensure_scores_are_not_same=False",
         "--env.data_path_to_save_groups",

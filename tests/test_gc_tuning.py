@@ -9,6 +9,7 @@ from collections import deque
 import pytest
 
 from batch_runner import parse_args
+from environments.cli_parse import CliError
 from environments.examples.count_files import CountFilesEnv
 from environments.gc_tuning import GCConfig, collector
 from environments.hermes_base_env import HermesAgentEnvConfig
@@ -93,10 +94,10 @@ def test_the_scaled_profile_is_what_every_runner_uses_by_default(tmp_path):
     base = ["--dataset_file", str(tmp_path / "d.jsonl"), "--run_name", "r", "--model", "m", "--base_url", "http://x/v1"]
     assert parse_args(base).gc.profile == "scaled"
     assert HermesAgentEnvConfig().gc.profile == "scaled"  # process / serve / evaluate
-    assert parse_args([*base, "--gc_profile", "cpython"]).gc.profile == "cpython"
-    assert parse_args([*base, "--gc_profile", "throughput"]).gc.profile == "throughput"
-    with pytest.raises(SystemExit):
-        parse_args([*base, "--gc_profile", "off"])
+    assert parse_args([*base, "--gc.profile", "cpython"]).gc.profile == "cpython"
+    assert parse_args([*base, "--gc.profile", "throughput"]).gc.profile == "throughput"
+    with pytest.raises(CliError, match="--gc.profile"):
+        parse_args([*base, "--gc.profile", "off"])
 
 
 async def test_process_serve_and_evaluate_run_under_the_configured_profile(tmp_path):

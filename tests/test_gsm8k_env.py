@@ -57,7 +57,9 @@ def test_process_runs_against_embedded_llama_cpp_and_executes_model_tool_calls(e
     # Grammar-constrained decoding makes the tiny model emit a tool call (it rarely does on its own).
     # llama.cpp refuses tools= together with a grammar, so the tools go into the system prompt.
     config.write_text(
-        yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}, "tools_in": "system_prompt"}})
+        yaml.safe_dump(
+            {"env": {"runtime": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}, "tools_in": "system_prompt"}}}
+        )
     )
     proc = run_env(
         "process",
@@ -142,7 +144,7 @@ def test_default_command_starts_the_embedded_model_and_gives_exact_tokens(tmp_pa
         "1",
         "--env.group_size",
         "2",
-        "--env.agent_max_tokens",
+        "--env.runtime.loop.max_tokens",
         "48",
         "--env.data_path_to_save_groups",
         str(out),

@@ -61,7 +61,7 @@ def _env(tmp_path, servers: list[Switchable], **server_options) -> WriteWordEnv:
         tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         group_size=4,
-        model_max_retries=0,
+        runtime={"model_max_retries": 0},
         data_path_to_save_groups=None,
     )
     configs = [

@@ -58,7 +58,7 @@ async def test_num_requests_for_eval_bounds_evaluation_rollouts(tmp_path):
 
 async def test_a_4xx_stops_the_command_once_instead_of_being_retried(tmp_path):
     async with ScriptedOpenAIServer([400] * 20) as server:
-        env = make_env(server.base_url, tmp_path, model_max_retries=2)
+        env = make_env(server.base_url, tmp_path, runtime={"model_max_retries": 2})
         with pytest.raises(HermesEnvError, match=r"refused the request \(HTTP 400\)"):
             await env.process_manager()
     assert len(server.requests) <= env.config.group_size  # the group's first calls, none retried
@@ -73,7 +73,7 @@ async def test_a_silent_model_server_voids_rollouts_instead_of_scoring_them(tmp_
             {"timeout": 1},
             group_size=2,
             max_consecutive_infra_failures=1,
-            model_max_retries=0,
+            runtime={"model_max_retries": 0},
         )
         with pytest.raises(HermesEnvError, match="failed on infrastructure errors"):
             await env.process_manager()
@@ -135,7 +135,7 @@ async def test_a_short_group_survives_wandb_rollout_logging(tmp_path):
             "1",
             "--env.rollout_infra_retries",
             "0",
-            "--env.model_max_retries",
+            "--env.runtime.model_max_retries",
             "0",
             "--env.use_wandb",
             "true",

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from operator import attrgetter
 from pathlib import Path
 
 import pytest
 from atroposlib.envs.base import BaseEnvConfig
 
+from environments.agent_loop import AgentLoopConfig
 from environments.gsm8k.env import GSM8kAgentEnv
 from environments.gsm8k_agent_env import ENTRY
 from environments.hermes_base_env import HermesAgentEnvConfig
@@ -24,6 +26,7 @@ from environments.video_qa.env import VideoQAEnv
 from environments.video_qa_env import ENTRY as VIDEO_QA_ENTRY
 from environments.swe_smith.env import SweSmithOracleEnv
 from environments.swe_smith_oracle_env import ENTRY as SWE_ENTRY
+from environments.runtime import RuntimeConfig
 from environments.upstream_config import UpstreamEnvConfig, unused_reason
 from tests.support.cli import run_cli
 
@@ -59,12 +62,12 @@ def test_a_setting_nothing_reads_is_refused_in_one_line(name, tmp_path):
 @pytest.mark.parametrize(
     "entry, env_cls, own",
     [
-        (ENTRY, GSM8kAgentEnv, {"group_size": 4, "max_agent_turns": 4}),
+        (ENTRY, GSM8kAgentEnv, {"group_size": 4, "runtime.loop.max_turns": 4, "runtime.loop.max_tokens": 256}),
         (SWE_ENTRY, SweSmithOracleEnv, {"max_token_length": 8192}),
-        (MHQA_ENTRY, MHQAEnv, {"max_agent_turns": 6}),
-        (VIDEO_QA_ENTRY, VideoQAEnv, {"max_agent_turns": 5}),
-        (TAU_ENTRY, TauEnv, {"max_agent_turns": 200, "agent_max_tokens": None}),
-        (GAIA_ENTRY, GaiaAgentEnv, {"total_steps": 12, "max_agent_turns": 8}),
+        (MHQA_ENTRY, MHQAEnv, {"runtime.loop.max_turns": 6}),
+        (VIDEO_QA_ENTRY, VideoQAEnv, {"runtime.loop.max_turns": 5}),
+        (TAU_ENTRY, TauEnv, {"runtime.loop.max_turns": 200, "runtime.loop.max_tokens": None}),
+        (GAIA_ENTRY, GaiaAgentEnv, {"total_steps": 12, "runtime.loop.max_turns": 8}),
     ],
     ids=["gsm8k", "swe_smith", "mhqa", "video_qa", "tau", "gaia"],
 )
@@ -73,7 +76,11 @@ def test_the_entry_gives_the_env_class_defaults(entry, env_cls, own):
     class_config, class_servers = env_cls.config_init()
     assert entry_config.model_dump() == class_config.model_dump()
     assert [s.model_dump() for s in entry_servers] == [s.model_dump() for s in class_servers]
-    assert {k: getattr(class_config, k) for k in own} == own  # the task's own defaults
+    assert {k: attrgetter(k)(class_config) for k in own} == own  # the task's own defaults
+    # a nested default changes its one value: the rest of the runtime keeps the base defaults
+    base_loop = AgentLoopConfig().model_dump(exclude={"max_turns", "max_tokens"})
+    assert class_config.runtime.loop.model_dump(exclude={"max_turns", "max_tokens"}) == base_loop
+    assert class_config.runtime.model_dump(exclude={"loop"}) == RuntimeConfig().model_dump(exclude={"loop"})
     assert entry.load() is env_cls
     assert issubclass(env_cls.env_config_cls, HermesAgentEnvConfig)
 

@@ -51,7 +51,7 @@ class LogprobSemantics:
         if described is None:
             raise ValueError(
                 "this group was made in chat mode (generation_params.logprobs is null): it has no "
-                "inference_logprobs to check or to train against; use a token server (--env.token_server)"
+                "inference_logprobs to check or to train against; use a token server (--env.runtime.token_server)"
             )
         gaps = params.get("missing_logprobs")
         declared = sum(gaps.get("per_sequence") or []) if isinstance(gaps, dict) else None

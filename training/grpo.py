@@ -5,7 +5,7 @@
     python -m environments.gsm8k_agent_env serve --env.rollout_server_url http://127.0.0.1:8000
 
 With `--sync embedded --serve_port P` the trainer also serves the policy it trains (training.sync):
-point the env at it with `--openai.base_url http://127.0.0.1:P/v1 --env.token_server llamacpp`.
+point the env at it with `--openai.base_url http://127.0.0.1:P/v1 --env.runtime.token_server llamacpp`.
 
 It proves the data path end to end and is a template; real training stays on Atropos or Tinker
 trainers. One step, for every sequence of a batch:

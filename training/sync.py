@@ -4,7 +4,7 @@
 127.0.0.1:P with the embedded weights in float32 (`embedded_float_gguf`), and after every step
 writes the trained weights as a float32 GGUF (`write_float_gguf`) and restarts the server on
 the same port with them. The env points at it (`--openai.base_url http://127.0.0.1:P/v1
---env.token_server llamacpp`), so each batch after step k is sampled from the policy of step k.
+--env.runtime.token_server llamacpp`), so each batch after step k is sampled from the policy of step k.
 
 Why a restart and not a hot swap: xllamacpp's `Server` takes its model when it starts (it has
 no reload; LoRA adapters load at start too, only their scales change at runtime), and a restart of a 135M

@@ -1,150 +1,95 @@
 """Run the agent over a prompt file, for SFT (or token-level) data at scale.
 
-batch_runner.py's command line: its flags into a BatchConfig, and the run with clean exits
-(2: a problem the user must fix; 130: interrupted; 1: prompts left without a result).
+batch_runner.py's command line: the env commands' grammar (environments/cli_parse.py) over one BatchConfig —
+`--a.b value` flags over an optional `--config run.yaml` keyed by BatchConfig's own fields — and the run with
+clean exits (2: a problem the user must fix; 130: interrupted; 1: prompts left without a result).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import json
 import signal
 import sys
-from pathlib import Path
-from typing import Any, get_args
 
-from environments.batch.config import _LOOP, DEFAULT_SYSTEM_PROMPT, DISTRIBUTIONS, BatchConfig, BatchError, RayConfig
+from environments.batch.config import BATCH_RENAMED, BatchConfig, BatchError
 from environments.batch.run import run_batch
-from environments.gc_tuning import GCConfig
-from environments.models.token_mode.wiring import TokenServerChoice
-from environments.runtime import EMBEDDED, EMBEDDED_MODEL_NAME
-from tools.web import WebConfig
+from environments.cli_parse import CliError, parse_config
+from environments.runtime import EMBEDDED
 
-__all__ = ["main", "parse_args"]
+__all__ = ["help_text", "main", "parse_args"]
+
+USAGE = (
+    "usage: batch_runner.py --dataset_file FILE --run_name NAME [--config run.yaml] [--KEY VALUE ...]\n"
+    "  e.g. --base_url http://127.0.0.1:8000/v1 --model M   --runtime.sandbox.backend.kind docker   "
+    "--runtime.loop.max_turns 4   --ray.address local"
+)
 
 
-def _tool_choice(value: str) -> Any:
-    """`required`, or `{"type": "function", "function": {"name": "python"}}` (checked by BatchConfig)."""
-    return json.loads(value) if value.lstrip().startswith("{") else value
+def _old_spellings(argv: list[str]) -> list[str]:
+    """Old flag forms other than a plain rename (BATCH_RENAMED): repeated `--base_url`, `--max_attempts N`."""
+    out: list[str] = []
+    urls: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        key, eq, value = arg.partition("=")
+        if key in ("--base_url", "--max_attempts"):
+            if not eq:
+                value = argv[i + 1] if i + 1 < len(argv) else ""
+                i += 1
+            if key == "--base_url":
+                urls.append(value)
+            else:
+                retries = str(int(value) - 1) if value.strip().isdigit() else value
+                print(
+                    f"[hermes-rl] --max_attempts {value} is now --rollout_infra_retries {retries}; "
+                    "the old name is removed in the next release",
+                    file=sys.stderr,
+                )
+                out += ["--rollout_infra_retries", retries]
+        else:
+            out.append(arg)
+        i += 1
+    if len(urls) > 1:
+        print("[hermes-rl] repeating --base_url is now --base_url A,B; removed in the next release", file=sys.stderr)
+    if urls:
+        out += ["--base_url", ",".join(urls)]
+    return out
 
 
 def parse_args(argv: list[str] | None = None) -> BatchConfig:
-    p = argparse.ArgumentParser(prog="batch_runner.py", description=__doc__.split("\n\n")[0])
-    p.add_argument("--dataset_file", type=Path, required=True)
-    p.add_argument("--run_name", required=True)
-    p.add_argument(
-        "--model", default=None, help=f"model name (required with --base_url; default: {EMBEDDED_MODEL_NAME})"
-    )
-    p.add_argument(
-        "--base_url",
-        action="append",
-        default=None,
-        help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 (default: the embedded model); repeat it "
-        "for several servers serving the same model: each prompt goes to a healthy one with the fewest in flight",
-    )
-    p.add_argument(
-        "--token_server",
-        default="off",
-        choices=list(get_args(TokenServerChoice)),
-        help="token mode: record exact token ids, masks and logprobs through the server's token protocol "
-        "(auto: llamacpp for the embedded model, else from vllm/sglang); off: chat mode",
-    )
-    p.add_argument("--api_key", default=None, help="default: $OPENAI_API_KEY")
-    p.add_argument("--output_dir", type=Path, default=Path("runs"))
-    p.add_argument(
-        "--resume", action="store_true", help="continue a killed run: run only prompts not yet in the output"
-    )
-    p.add_argument("--concurrency", type=int, default=8)
-    p.add_argument("--distribution", default="default", help=f"toolset distribution: {', '.join(DISTRIBUTIONS)}")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max_turns", type=int, default=_LOOP.max_turns)
-    p.add_argument("--max_tokens", type=int, default=_LOOP.max_tokens)
-    p.add_argument("--temperature", type=float, default=_LOOP.temperature)
-    p.add_argument("--time_budget_s", type=float, default=_LOOP.time_budget_s)
-    for flag, what in (("--tool_choice", "every turn"), ("--first_turn_tool_choice", "the first turn")):
-        p.add_argument(
-            flag,
-            type=_tool_choice,
-            default=None,
-            help=f"tool_choice of {what}: auto | none | required | a JSON object naming a function "
-            "(first turn default: required on the embedded model in token mode; docs/environments.md)",
-        )
-    p.add_argument("--max_attempts", type=int, default=3, help="tries per prompt when the server/workspace fails")
-    p.add_argument("--retry_backoff_s", type=float, default=1.0)
-    p.add_argument("--request_retries", type=int, default=2)
-    p.add_argument("--system_prompt", default=DEFAULT_SYSTEM_PROMPT)
-    p.add_argument(
-        "--tool_call_parser", default="hermes", help="parser for tool calls returned as text ('none' disables)"
-    )
-    p.add_argument("--extra_body", default="{}", help="JSON object merged into every chat request")
-    p.add_argument("--web_backend", choices=["auto", "offline", "tavily"], default="auto")
-    p.add_argument(
-        "--tool_backend",
-        choices=["local", "sandbox"],
-        default="sandbox",
-        help="sandbox: each prompt's tools run in an isolated sandbox slot (bubblewrap locally); local needs "
-        "--unconfined_tools",
-    )
-    p.add_argument(
-        "--unconfined_tools",
-        action="store_true",
-        help="run model code as this user with this machine's files and network where it cannot be confined "
-        "(docs/security.md)",
-    )
-    p.add_argument(
-        "--agent",
-        choices=["tools", "codeact"],
-        default="tools",
-        help="codeact: smolagents' CodeAgent writes Python actions (needs the codeact extra; docs/code_actions.md)",
-    )
-    p.add_argument(
-        "--ray",
-        metavar="ADDRESS",
-        default=None,
-        help="run on a Ray cluster: 'local' starts one here, else HOST:PORT of `ray start --head` (docs/scale_out.md)",
-    )
-    p.add_argument("--workers", type=int, default=None, help="with --ray: rollout worker actors (default 2)")
-    p.add_argument("--worker_cpus", type=float, default=None, help="with --ray: CPUs Ray reserves per worker")
-    p.add_argument(
-        "--gc_profile",
-        choices=["scaled", "cpython", "throughput"],
-        default="scaled",
-        help="collector settings while the prompts run (environments/gc_tuning.py); cpython: CPython's own",
-    )
-    a = p.parse_args(argv)
-    a.base_url = a.base_url or [EMBEDDED]
-    if EMBEDDED in a.base_url and len(a.base_url) > 1:
-        p.error("--base_url embedded starts the bundled model here; it cannot be mixed with other servers")
-    if a.model is None:
-        if a.base_url != [EMBEDDED]:
-            p.error("--model is required with --base_url (the name the server knows the model by)")
-        a.model = EMBEDDED_MODEL_NAME
-    try:
-        extra_body = json.loads(a.extra_body)
-    except json.JSONDecodeError as exc:
-        p.error(f"--extra_body is not JSON: {exc}")
-    if a.ray is None and (a.workers is not None or a.worker_cpus is not None):
-        p.error("--workers and --worker_cpus need --ray ADDRESS (or --ray local)")
-    ray_flags = {k: v for k, v in {"workers": a.workers, "worker_cpus": a.worker_cpus}.items() if v is not None}
-    skip = ("extra_body", "web_backend", "tool_call_parser", "gc_profile", "ray", "workers", "worker_cpus")
-    values = {k: v for k, v in vars(a).items() if k not in skip and not (k == "tool_choice" and v is None)}
-    try:
-        return BatchConfig(
-            **values,
-            extra_body=extra_body,
-            web=WebConfig(backend=a.web_backend),
-            gc=GCConfig(profile=a.gc_profile),
-            ray=RayConfig(address=a.ray, **ray_flags) if a.ray is not None else None,
-            tool_call_parser=None if a.tool_call_parser == "none" else a.tool_call_parser,
-        )
-    except ValueError as exc:
-        p.error(str(exc))
-        raise  # unreachable: p.error exits
+    """The BatchConfig of a command line; CliError (one line) when it is wrong."""
+    argv = _old_spellings(list(sys.argv[1:] if argv is None else argv))
+    config: BatchConfig = parse_config(BatchConfig, argv, BATCH_RENAMED)
+    if EMBEDDED in config.base_url and len(config.base_url) > 1:
+        raise CliError("--base_url embedded starts the bundled model here; it cannot be mixed with other servers")
+    if config.base_url != [EMBEDDED] and "model" not in config.model_fields_set:
+        raise CliError("--model is required with --base_url (the name the server knows the model by)")
+    return config
+
+
+def help_text() -> str:
+    from environments.cli_help import _flag_rows  # the env's --help table, for BatchConfig's fields
+
+    lines = [USAGE, "", (__doc__ or "").split("\n\n")[0], "", "flags (also keys of --config YAML):"]
+    lines.append("  --config FILE  YAML of these keys (flags override it)")
+    for flag, kind, default, description in _flag_rows(BatchConfig, "--", {}):
+        default_part = " (required)" if default == "PydanticUndefined" else f" (default {default})" if default else ""
+        lines.append(f"  {flag} {kind}{default_part}  {description}".rstrip())
+    lines += ["", "Negative booleans need `=` (--resume=False); list flags take a,b."]
+    return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    config = parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "--help" in args or "-h" in args:
+        print(help_text())
+        return 0
+    try:
+        config = parse_args(args)
+    except CliError as exc:
+        print(f"batch_runner.py: error: {exc}", file=sys.stderr)
+        return 2
     loop = asyncio.new_event_loop()
     task = loop.create_task(run_batch(config))
     for sig in (signal.SIGINT, signal.SIGTERM):  # stop cleanly: workspaces removed, lines whole

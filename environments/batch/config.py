@@ -10,21 +10,24 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
-from environments.agent_loop import AgentLoopConfig
-from environments.models.tool_choice import ToolChoice
+from environments.cli_parse import renamed_keys
 from environments.gc_tuning import GCConfig
 from environments.jsonl import jsonl_lines
 from environments.models.chat_mode import PLACEHOLDER_API_KEY
-from environments.models.token_mode.wiring import TokenServerChoice
 from environments.runtime import EMBEDDED, EMBEDDED_MODEL_NAME, ModelServer, RuntimeConfig
-from environments.sandbox_backend import SandboxToolBackendConfig
-from environments.tool_backend import LocalToolBackendConfig
-from tools.context import ToolLimits
-from tools.web import WebConfig
 
-__all__ = ["BatchConfig", "BatchError", "DISTRIBUTIONS", "Prompt", "RayConfig", "load_prompts", "sample_toolsets"]
+__all__ = [
+    "BATCH_RENAMED",
+    "BatchConfig",
+    "BatchError",
+    "DISTRIBUTIONS",
+    "Prompt",
+    "RayConfig",
+    "load_prompts",
+    "sample_toolsets",
+]
 
 # Probability that each toolset is offered to a prompt. Names are public API (--distribution).
 DISTRIBUTIONS: MappingProxyType[str, MappingProxyType[str, float]] = MappingProxyType(
@@ -39,8 +42,6 @@ DISTRIBUTIONS: MappingProxyType[str, MappingProxyType[str, float]] = MappingProx
         }.items()
     }
 )
-
-_LOOP = AgentLoopConfig()
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant that can use tools. Call a tool when it helps; when you are done, "
@@ -60,67 +61,87 @@ class RayConfig(BaseModel):
     )
 
 
+# batch_runner's flags before its config embedded the env's RuntimeConfig -> their new names; they still
+# work for one release, with a one-line notice (environments/cli_parse.py).
+BATCH_RENAMED: dict[str, str] = {
+    "max_turns": "runtime.loop.max_turns",
+    "max_tokens": "runtime.loop.max_tokens",
+    "temperature": "runtime.loop.temperature",
+    "time_budget_s": "runtime.loop.time_budget_s",
+    "tool_choice": "runtime.loop.tool_choice",
+    "first_turn_tool_choice": "runtime.loop.first_turn_tool_choice",
+    "request_timeout_s": "runtime.loop.model_timeout_s",
+    "request_retries": "runtime.model_max_retries",
+    "web_backend": "runtime.web.backend",
+    "gc_profile": "gc.profile",
+    "max_consecutive_failures": "max_consecutive_infra_failures",
+    "ray": "ray.address",
+    "workers": "ray.workers",
+    "worker_cpus": "ray.worker_cpus",
+    **{
+        name: f"runtime.{name}"
+        for name in ("token_server", "tool_call_parser", "extra_body", "tool_backend", "unconfined_tools")
+    },
+}
+
+
 class BatchConfig(BaseModel):
+    """batch_runner's settings: the prompts, the model server(s), the run, and the runtime (the env's own class)."""
+
     @field_validator("base_url", mode="before")
     @classmethod
     def _one_or_more(cls, value: Any) -> Any:
         return [value] if isinstance(value, str) else value
 
-    dataset_file: Path
-    run_name: str = Field(min_length=1)
-    model: str = EMBEDDED_MODEL_NAME
+    @model_validator(mode="before")
+    @classmethod
+    def _old_names(cls, data: Any) -> Any:
+        """Old names given in Python (`BatchConfig(max_turns=4)`), moved like old flags."""
+        if not isinstance(data, dict):
+            return data
+        if "max_attempts" in data:
+            data = {**data, "rollout_infra_retries": data["max_attempts"] - 1}
+            data.pop("max_attempts")
+        return renamed_keys(BATCH_RENAMED, data, "", "BatchConfig(...)")
+
+    dataset_file: Path = Field(description="JSONL of {prompt, id?, toolsets?} lines")
+    run_name: str = Field(min_length=1, description="The run's directory under output_dir (resume by name)")
+    model: str = Field(
+        EMBEDDED_MODEL_NAME, description="The name the server knows the model by (required with base_url)"
+    )
     base_url: list[str] = Field(
         default_factory=lambda: [EMBEDDED],
         min_length=1,
-        description="OpenAI-compatible base URL(s), or 'embedded' for the bundled model; with several, each prompt "
-        "goes to the healthy server with the fewest prompts in flight (one that stops answering gets none)",
-    )
-    token_server: TokenServerChoice = Field(
-        "off", description="token mode on request: the server's token protocol (auto: llamacpp for the embedded model)"
+        description="OpenAI-compatible base URL(s), or 'embedded' for the bundled model; with several (a,b), each "
+        "prompt goes to the healthy server with the fewest prompts in flight (one that stops answering gets none)",
     )
     api_key: SecretStr | None = Field(
         None, description="Model server key (default: $OPENAI_API_KEY, else a placeholder)"
     )
-    output_dir: Path = Path("runs")
-    resume: bool = False
-    concurrency: int = Field(8, ge=1)
-    distribution: str = "default"
-    seed: int = 0
-    # The agent loop's defaults, shared with the envs.
-    max_turns: int = Field(_LOOP.max_turns, ge=1)
-    max_tokens: int | None = Field(_LOOP.max_tokens, ge=1)
-    temperature: float = Field(_LOOP.temperature, ge=0)
-    time_budget_s: float = Field(_LOOP.time_budget_s, gt=0)
-    tool_choice: ToolChoice = Field(_LOOP.tool_choice, description="tool_choice of every turn (docs/environments.md)")
-    first_turn_tool_choice: ToolChoice | None = Field(
-        None,
-        description="tool_choice of the first turn; None: required on the embedded model in token mode, else as tool_choice",
+    output_dir: Path = Field(Path("runs"), description="Where run directories go")
+    resume: bool = Field(False, description="Continue a killed run: run only prompts not yet in the output")
+    concurrency: int = Field(8, ge=1, description="Prompts in flight (per Ray worker with ray)")
+    distribution: str = Field("default", description=f"Toolset distribution: {', '.join(DISTRIBUTIONS)}")
+    seed: int = Field(0, description="Seeds each prompt's toolset sample (with its id)")
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    rollout_infra_retries: int = Field(
+        2, ge=0, description="Times a prompt lost to an infrastructure error (server, workspace) is run again"
     )
-    max_attempts: int = Field(3, ge=1, description="Tries per prompt when the infrastructure fails")
-    retry_backoff_s: float = Field(1.0, ge=0)
-    max_consecutive_failures: int = Field(
+    retry_backoff_s: float = Field(1.0, ge=0, description="Wait before the second try; doubled for each next one")
+    max_consecutive_infra_failures: int = Field(
         10, ge=1, description="Prompts in a row lost to infrastructure errors before the run stops (server down)"
     )
-    request_timeout_s: float = Field(120.0, gt=0)
-    request_retries: int = Field(2, ge=0, description="Retries of one HTTP request inside the client")
-    system_prompt: str = DEFAULT_SYSTEM_PROMPT
-    tool_call_parser: str | None = "hermes"
-    extra_body: dict[str, Any] = Field(default_factory=dict)
-    tool_limits: ToolLimits = Field(default_factory=ToolLimits)
-    tool_backend: Literal["local", "sandbox"] = Field(
-        "sandbox", description="Where tools run: sandbox slots, or local processes (needs unconfined_tools)"
-    )
-    unconfined_tools: bool = Field(False, description="Run model code unconfined (docs/security.md)")
-    workspace: LocalToolBackendConfig = Field(default_factory=LocalToolBackendConfig)
-    sandbox: SandboxToolBackendConfig = Field(default_factory=SandboxToolBackendConfig)
-    web: WebConfig = Field(default_factory=WebConfig)
-    gc: GCConfig = Field(default_factory=GCConfig, description="Collector settings while the prompts run")
-    progress_interval_s: float = Field(0.5, gt=0)
+    progress_interval_s: float = Field(0.5, gt=0, description="How often the progress line is redrawn")
     agent: Literal["tools", "codeact"] = Field(
         "tools",
         description="tools: the tool-calling loop; codeact: smolagents' CodeAgent, code actions run where tools run "
         "(the `codeact` extra; docs/code_actions.md)",
     )
+    runtime: RuntimeConfig = Field(
+        default_factory=RuntimeConfig,
+        description="How rollouts run: the env's RuntimeConfig (environments/runtime.py), same names and defaults",
+    )
+    gc: GCConfig = Field(default_factory=GCConfig, description="Collector settings while the prompts run")
     ray: RayConfig | None = Field(None, description="Run the prompts on Ray workers (environments/batch/on_ray.py)")
 
     @property
@@ -132,36 +153,13 @@ class BatchConfig(BaseModel):
             return self.api_key.get_secret_value()
         return os.environ.get("OPENAI_API_KEY") or PLACEHOLDER_API_KEY
 
-    def runtime_config(self) -> RuntimeConfig:
-        servers = [
-            ModelServer(
-                base_url=url, model=self.model, api_key=self.resolved_api_key(), timeout_s=self.request_timeout_s
-            )
-            # model_copy(update=...) skips validation: a single URL may still be a string here
-            for url in ([self.base_url] if isinstance(self.base_url, str) else self.base_url)
-        ]
-        loop = AgentLoopConfig(
-            max_turns=self.max_turns,
-            time_budget_s=self.time_budget_s,
-            temperature=self.temperature,
-            max_tokens=self.max_tokens,
-            tool_choice=self.tool_choice,
-            first_turn_tool_choice=self.first_turn_tool_choice,
-        )
-        return RuntimeConfig(
-            servers=servers,
-            token_server=self.token_server,
-            tool_call_parser=self.tool_call_parser,
-            extra_body=self.extra_body,
-            model_max_retries=self.request_retries,
-            loop=loop,
-            tool_limits=self.tool_limits,
-            tool_backend=self.tool_backend,
-            unconfined_tools=self.unconfined_tools,
-            workspace=self.workspace,
-            sandbox=self.sandbox,
-            web=self.web,
-        )
+    def model_servers(self) -> list[ModelServer]:
+        """The servers, each timed out like the loop's model calls (runtime.loop.model_timeout_s)."""
+        timeout = self.runtime.loop.model_timeout_s
+        key = self.resolved_api_key()
+        # model_copy(update=...) skips validation: a single URL may still be a string here
+        urls = [self.base_url] if isinstance(self.base_url, str) else self.base_url
+        return [ModelServer(base_url=url, model=self.model, api_key=key, timeout_s=timeout) for url in urls]
 
 
 class BatchError(RuntimeError):

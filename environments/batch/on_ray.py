@@ -1,7 +1,7 @@
 """batch_runner on a Ray cluster: rollout workers as Ray actors, the driver the only writer.
 
-    python batch_runner.py ... --ray local --workers 2               # a Ray cluster started here
-    python batch_runner.py ... --ray HEAD_IP:6379 --workers 16 --concurrency 32
+    python batch_runner.py ... --ray.address local --ray.workers 2              # a Ray cluster started here
+    python batch_runner.py ... --ray.address HEAD_IP:6379 --ray.workers 16 --concurrency 32
 
 Each worker is an async Ray actor that owns one `AgentRuntime`, built from the very
 `BatchConfig` a local run uses (model clients, tool backend, agent loop), and runs up to
@@ -68,7 +68,7 @@ class RolloutWorker:
 
         async with self._starting:
             if self._runtime is None:
-                runtime = AgentRuntime(self.config.runtime_config())
+                runtime = AgentRuntime(self.config.runtime, servers=self.config.model_servers())
                 await runtime.__aenter__()
                 self._runtime = runtime
         return {"node": self.node, "pid": os.getpid()}
@@ -130,7 +130,7 @@ def connect(ray: Any, config: RayConfig) -> bool:
     except (ConnectionError, RuntimeError, ValueError) as exc:
         raise RayRunError(
             f"cannot join the Ray cluster at {config.address!r} ({exc}); start one with `ray start --head` "
-            "and pass its address, or pass --ray local"
+            "and pass its address, or pass --ray.address local"
         ) from exc
     return True
 
@@ -208,7 +208,7 @@ async def run_on_ray(
         failures = LineWriter(run_dir / "infra_failures.jsonl")
         ticker = asyncio.create_task(_progress_loop(progress, config.progress_interval_s, stream))
         while queue or running:
-            if progress.consecutive_failures >= config.max_consecutive_failures:
+            if progress.consecutive_failures >= config.max_consecutive_infra_failures:
                 break
             # Least-loaded first: the next prompt goes to the live worker holding the fewest.
             for slot in sorted((s for s in slots if s.ready), key=lambda s: s.in_flight):
@@ -323,7 +323,7 @@ async def run_on_ray(
         },
     }
     (run_dir / "stats.json").write_text(json.dumps(stats, indent=2))
-    if progress.consecutive_failures >= config.max_consecutive_failures and queue:
+    if progress.consecutive_failures >= config.max_consecutive_infra_failures and queue:
         raise RayRunError(
             f"stopped after {progress.consecutive_failures} prompts in a row failed on infrastructure errors "
             f"(last: {last_error or '?'}); fix the server, then rerun with --resume"

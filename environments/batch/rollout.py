@@ -37,7 +37,7 @@ class Runner:
             tools,
             item=prompt,
             task_id=prompt.id,
-            attempts=c.max_attempts,
+            attempts=c.rollout_infra_retries + 1,
             backoff_s=c.retry_backoff_s,
             agent=factory,
         )

@@ -40,7 +40,7 @@ async def run_batch(
             "is this the same dataset?"
         )
     pending = [p for p in prompts if p.id not in done_ids]
-    runtime = AgentRuntime(config.runtime_config(), model=model)
+    runtime = AgentRuntime(config.runtime, servers=config.model_servers(), model=model)
     registry = runtime.registry
     for p in pending:  # unknown distributions / toolsets fail now, not in a worker
         ts = p.toolsets if p.toolsets is not None else sample_toolsets(config.distribution, p.id, config.seed)
@@ -51,7 +51,9 @@ async def run_batch(
             )
     if config.ray is not None:  # the same run with Ray actors as workers; Ray is imported only then
         if model is not None:
-            raise BatchError("--ray workers reach the model server at --base_url; a model factory cannot travel")
+            raise BatchError(
+                "--ray.address: Ray workers reach the model server at --base_url; a model factory cannot travel"
+            )
         from environments.batch.on_ray import RayRunError, run_on_ray
 
         _start_run_dir(config)
@@ -70,6 +72,7 @@ async def run_batch(
         await runtime.__aenter__()  # model server(s), web and tool backends; fails fast naming the URL
     except HermesEnvError as exc:
         flags = str(exc).replace("--openai.base_url", "--base_url").replace("--openai.api_key", "--api_key")
+        flags = flags.replace("--env.runtime.", "--runtime.")
         raise BatchError(flags) from exc
     try:  # the input is good and the servers answer: only now does the run leave files behind
         _start_run_dir(config)
@@ -84,7 +87,7 @@ async def run_batch(
         runner = Runner(config, runtime, codeact_agents(runtime, pool) if pool is not None else None)
 
         async def worker() -> None:
-            while not queue.empty() and progress.consecutive_failures < config.max_consecutive_failures:
+            while not queue.empty() and progress.consecutive_failures < config.max_consecutive_infra_failures:
                 prompt = queue.get_nowait()
                 record, error, attempts = await runner.run_prompt(prompt, progress)
                 if record is not None:
@@ -112,7 +115,7 @@ async def run_batch(
     stats = compute_stats(out_path, total_prompts=len(prompts))
     stats["session"] = session_stats(progress, len(pending), wall_started)
     (run_dir / "stats.json").write_text(json.dumps(stats, indent=2))
-    if progress.consecutive_failures >= config.max_consecutive_failures and not queue.empty():
+    if progress.consecutive_failures >= config.max_consecutive_infra_failures and not queue.empty():
         raise BatchError(
             f"stopped after {progress.consecutive_failures} prompts in a row failed on infrastructure errors "
             f"(last: {last_error[0] if last_error else '?'}); fix the server, then rerun with --resume"

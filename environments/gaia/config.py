@@ -21,8 +21,8 @@ class GaiaAgentEnvConfig(HermesAgentEnvConfig):
     task_defaults: ClassVar[dict[str, Any]] = {
         "total_steps": 12,
         "max_token_length": 8192,
-        "max_agent_turns": 8,
-        "agent_max_tokens": 512,
+        "runtime.loop.max_turns": 8,
+        "runtime.loop.max_tokens": 512,
     }
     data_dir: str = Field(
         str(OFFLINE_DIR),

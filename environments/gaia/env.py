@@ -6,7 +6,7 @@
         --config gaia.yaml --openai.base_url URL --openai.model_name M
 
 (nested settings go in the YAML file, e.g. `env: {web: {backend: tavily}}`; the key is
-read from $TAVILY_API_KEY unless `env.web.tavily.api_key` is set.)
+read from $TAVILY_API_KEY unless `env.runtime.web.tavily.api_key` is set.)
 
 Offline by default: a dozen GAIA-format tasks bundled in environments/data/gaia/offline,
 and the embedded offline web (tools/web) that answers `web_search`/`web_extract`.

@@ -17,7 +17,11 @@ __all__ = ["ENTRY", "GSM8kAgentEnvConfig"]
 
 class GSM8kAgentEnvConfig(HermesAgentEnvConfig):
     # group_size 4: more rollouts per group, more often scores that differ.
-    task_defaults: ClassVar[dict[str, Any]] = {"max_agent_turns": 4, "agent_max_tokens": 256, "group_size": 4}
+    task_defaults: ClassVar[dict[str, Any]] = {
+        "runtime.loop.max_turns": 4,
+        "runtime.loop.max_tokens": 256,
+        "group_size": 4,
+    }
     dataset: str = Field(
         "synthetic",
         description="'synthetic' (offline generator), a hub name (openai/gsm8k), or a JSONL file / datasets dir",

@@ -16,7 +16,7 @@ __all__ = ["ENTRY", "MHQAEnvConfig"]
 
 
 class MHQAEnvConfig(HermesAgentEnvConfig):
-    task_defaults: ClassVar[dict[str, Any]] = {"max_agent_turns": 6, "agent_max_tokens": 256}
+    task_defaults: ClassVar[dict[str, Any]] = {"runtime.loop.max_turns": 6, "runtime.loop.max_tokens": 256}
     dataset: str = Field(
         "offline",
         description="'offline' (bundled), a .jsonl/.json/.parquet file or save_to_disk dir of HotpotQA/MuSiQue rows, "

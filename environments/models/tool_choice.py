@@ -66,7 +66,7 @@ def check_tool_choice(
     if token_protocol is not None and token_protocol != "llamacpp":
         raise ValueError(
             f"tool_choice {said} in token mode needs the llamacpp protocol (a sampling grammar), not "
-            f"{token_protocol}; use chat mode (--env.token_server off) with a server that takes tool_choice, "
+            f"{token_protocol}; use chat mode (--env.runtime.token_server off) with a server that takes tool_choice, "
             "or tool_choice auto"
         )
     # Where a grammar is sent: token mode, and chat mode with the tools in the system prompt.
@@ -74,5 +74,5 @@ def check_tool_choice(
     if grammar_sent and {"grammar", "json_schema"} & extra_body.keys():
         raise ValueError(
             f"tool_choice {said} constrains sampling with its own grammar; remove grammar/json_schema from "
-            "--env.extra_body or use tool_choice auto"
+            "--env.runtime.extra_body or use tool_choice auto"
         )

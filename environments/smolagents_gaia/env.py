@@ -50,7 +50,7 @@ class SmolagentsGaiaEnvConfig(GaiaAgentEnvConfig):
     task_defaults: ClassVar[dict[str, Any]] = {
         **GaiaAgentEnvConfig.task_defaults,
         "max_token_length": 4096,
-        "max_agent_turns": 6,
+        "runtime.loop.max_turns": 6,
     }
     eval_holdout: float = Field(
         0.25, ge=0, lt=1, description="Share of tasks held out for evaluate, chosen by a hash of the task id"

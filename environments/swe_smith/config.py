@@ -15,8 +15,11 @@ __all__ = ["ENTRY", "SweSmithOracleEnvConfig"]
 
 class SweSmithOracleEnvConfig(HermesAgentEnvConfig):
     # A repository and its test output need a longer context than the base defaults.
-    task_defaults: ClassVar[dict[str, Any]] = {"max_token_length": 8192, "max_agent_turns": 6, "agent_max_tokens": 512}
-    tool_backend: Literal["local", "sandbox"] = Field("sandbox", description="SWE-smith instances run in sandbox slots")
+    task_defaults: ClassVar[dict[str, Any]] = {
+        "max_token_length": 8192,
+        "runtime.loop.max_turns": 6,
+        "runtime.loop.max_tokens": 512,
+    }
     dataset: str = Field(
         "offline",
         description="offline (bundled), a hub dataset name, or a path: JSONL/JSON of instances or a saved dataset dir",

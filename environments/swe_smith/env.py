@@ -122,8 +122,8 @@ def _failing_tests(item: SweSmithInstance, mode: str) -> str:
 
 def _on_images(cfg: SweSmithOracleEnvConfig) -> bool:
     """Whether slots run the instance's own image (its test command then activates the image's env)."""
-    auto = cfg.image_policy == "auto" and cfg.tool_backend == "sandbox"
-    return auto and cfg.sandbox.backend.in_containers
+    auto = cfg.image_policy == "auto" and cfg.runtime.tool_backend == "sandbox"
+    return auto and cfg.runtime.sandbox.backend.in_containers
 
 
 class SweSmithOracleEnv(HermesAgentBaseEnv):
@@ -173,8 +173,8 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
         return "." if self._image_pools() else item.name
 
     def make_tool_backend(self) -> ImageSandboxes | None:
-        # A pool per image on a container backend; otherwise the runtime's pool over --env.sandbox.
-        return ImageSandboxes(self.config.sandbox) if self._image_pools() else None
+        # A pool per image on a container backend; otherwise the runtime's pool over --env.runtime.sandbox.
+        return ImageSandboxes(self.config.runtime.sandbox) if self._image_pools() else None
 
     def _slot(self, item: SweSmithInstance, task_id: str) -> AbstractAsyncContextManager[ToolExecutor]:
         """A slot for the item: of its image's pool on a container backend (the backend's image when it names none)."""
@@ -188,7 +188,7 @@ class SweSmithOracleEnv(HermesAgentBaseEnv):
             if image is None:
                 raise HermesEnvError(
                     f"{item.instance_id} names no image_name and the {backend.config.backend.kind} backend no image; "
-                    "set env.sandbox.backend.image"
+                    "set env.runtime.sandbox.backend.image"
                 )
             return backend.trajectory(task_id, image=image, workspace=TESTBED)
         return backend.trajectory(task_id)
@@ -426,9 +426,10 @@ rm -f "$OLDPWD"/{shlex.quote(name)}
 
 def _with_env_dir_visible(config: SweSmithOracleEnvConfig, env_dir: Path) -> SweSmithOracleEnvConfig:
     """With --env.deps.mode venv, the local backend's slots see the prepared environments (read-only)."""
-    if config.deps.mode != "venv" or config.tool_backend != "sandbox":
+    runtime = config.runtime
+    if config.deps.mode != "venv" or runtime.tool_backend != "sandbox":
         return config
-    backend = config.sandbox.backend
+    backend = runtime.sandbox.backend
     if backend.kind != "local":
         raise HermesEnvError(
             f"--env.deps.mode venv prepares environments on this machine, which {backend.kind} slots cannot see; "
@@ -436,7 +437,8 @@ def _with_env_dir_visible(config: SweSmithOracleEnvConfig, env_dir: Path) -> Swe
         )
     env_dir.mkdir(parents=True, exist_ok=True)  # bwrap shows only paths that exist when a server starts
     backend = backend.model_copy(update={"extra_ro_paths": [*backend.extra_ro_paths, str(env_dir.resolve())]})
-    return config.model_copy(update={"sandbox": config.sandbox.model_copy(update={"backend": backend})})
+    sandbox = runtime.sandbox.model_copy(update={"backend": backend})
+    return config.model_copy(update={"runtime": runtime.model_copy(update={"sandbox": sandbox})})
 
 
 def _append(path: Path, text: str, mode: str) -> None:

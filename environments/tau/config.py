@@ -19,7 +19,7 @@ __all__ = ["ENTRY", "TauEnvConfig"]
 
 class TauEnvConfig(HermesAgentEnvConfig):
     # The benchmark caps a run by steps (TauRules.max_steps), not model calls, and sends no token cap.
-    task_defaults: ClassVar[dict[str, Any]] = {"max_agent_turns": 200, "agent_max_tokens": None}
+    task_defaults: ClassVar[dict[str, Any]] = {"runtime.loop.max_turns": 200, "runtime.loop.max_tokens": None}
     data_dir: str | None = Field(
         None, description="tau2-bench's data/tau2 directory (domains/<domain>/...); None: the bundled offline sample"
     )

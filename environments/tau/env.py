@@ -145,7 +145,7 @@ class TauEnv(HermesAgentBaseEnv):
     def _server_url(self, url: str, flag: str) -> str:
         if url != EMBEDDED:
             return url
-        servers = self.agent_runtime.config.servers
+        servers = self.agent_runtime.servers
         for i, server in enumerate(servers):
             if server.base_url == EMBEDDED and i < len(self.agent_runtime.base_urls):
                 return self.agent_runtime.base_urls[i]

@@ -20,7 +20,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
 from environments.hermes_base_env import (
@@ -30,6 +30,7 @@ from environments.hermes_base_env import (
     Rollout,
 )
 from environments.models.base import ChatModel
+from environments.runtime import RuntimeConfig
 from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
 from backends.task_container import TaskContainerError
 from environments.image_sandboxes import ImageRecipe, ImageSandboxes, ImageUnavailable
@@ -49,7 +50,7 @@ from environments.terminal_tasks.loaders import load_endless_rows, load_tasks_di
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask
 from environments.terminal_tasks.verify import parse_verdict, setup_script, verify_script
 from slots.executor import ExecPolicy
-from tools.context import ToolContext
+from tools.context import ToolContext, ToolLimits
 
 __all__ = ["TerminalTasksEnvConfig", "TerminalTasksEnv", "load_dataset_tasks"]
 
@@ -66,13 +67,23 @@ class VerifierError(RuntimeError):
 
 
 class TerminalTasksEnvConfig(HermesAgentEnvConfig):
-    tool_backend: Literal["local", "sandbox"] = Field("sandbox", description="Terminal tasks run in sandbox slots")
     max_token_length: int = Field(8192, gt=0, description="Longest token sequence a group may hold")
-    tool_max_timeout_s: float = Field(
-        3600.0,
-        gt=0,
-        description="Largest timeout a command may ask for; a task's [agent] timeout_sec ends its trajectory anyway",
+    runtime: RuntimeConfig = Field(
+        # A command may ask for up to an hour: a task's [agent] timeout_sec ends its trajectory anyway.
+        default_factory=lambda: RuntimeConfig(tool_limits=ToolLimits(max_timeout_s=3600.0)),
+        description="How rollouts run (environments/runtime.py); terminal tasks run in sandbox slots",
     )
+
+    @field_validator("runtime", mode="before")
+    @classmethod
+    def _hour_long_commands(cls, value: Any) -> Any:
+        """A runtime given as a mapping keeps this env's longest command timeout unless it names one."""
+        if not isinstance(value, dict):
+            return value
+        limits = dict(value.get("tool_limits") or {})
+        limits.setdefault("max_timeout_s", 3600.0)
+        return {**value, "tool_limits": limits}
+
     tasks_dir: str | None = Field(
         None, description="Directory of Harbor and/or Endless Terminals tasks (default: the bundled ones)"
     )
@@ -145,8 +156,8 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
 
     async def items(self) -> list[TerminalTask]:
         cfg: TerminalTasksEnvConfig = self.config
-        if cfg.tool_backend != "sandbox":
-            raise HermesEnvError("terminal tasks run in sandbox slots: use --env.tool_backend sandbox")
+        if cfg.runtime.tool_backend != "sandbox":
+            raise HermesEnvError("terminal tasks run in sandbox slots: use --env.runtime.tool_backend sandbox")
         tasks_dir = Path(cfg.tasks_dir) if cfg.tasks_dir else None
         errors: list[str] = []
         try:
@@ -184,11 +195,11 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
             if self._sandboxes_per_image():
                 self._report(
                     "--env.bootstrap_tests_with_sandbox_pytest is for the local backend and docker task containers: "
-                    f"on {cfg.sandbox.backend.kind} slots each task's test.sh fetches its own test tools, as published"
+                    f"on {cfg.runtime.sandbox.backend.kind} slots each task's test.sh fetches its own test tools, as published"
                 )
         if harbor and self._sandboxes_per_image() and not self._in_task_containers_backend():
             self._report(
-                f"Harbor tasks on {cfg.sandbox.backend.kind} run in slots (unprivileged, read-only image, setup replayed): "
+                f"Harbor tasks on {cfg.runtime.sandbox.backend.kind} run in slots (unprivileged, read-only image, setup replayed): "
                 "a task container per trajectory is given on the docker backend only"
             )
         if self._in_task_containers_backend():
@@ -283,10 +294,10 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         return self.tasks  # evaluate runs every loaded task once
 
     def _sandboxes_per_image(self) -> bool:
-        return self.config.sandbox.backend.in_containers
+        return self.config.runtime.sandbox.backend.in_containers
 
     def item_loop_config(self, item: TerminalTask, loop: AgentLoopConfig) -> AgentLoopConfig:
-        # Harbor's `[agent] timeout_sec` caps the trajectory; a shorter --env.agent_time_budget_s still wins,
+        # Harbor's `[agent] timeout_sec` caps the trajectory; a shorter --env.runtime.loop.time_budget_s still wins,
         # except for the oracle/no-op check agents, which get the task's own timeout as Harbor gives them.
         if self.config.agent != "model":
             return loop.model_copy(update={"time_budget_s": item.agent_timeout_s})
@@ -305,10 +316,10 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
         return NoOpAgent if self.config.agent == "noop" else None
 
     def make_tool_backend(self) -> ImageSandboxes:
-        return ImageSandboxes(self.config.sandbox)
+        return ImageSandboxes(self.config.runtime.sandbox)
 
     def _in_task_containers_backend(self) -> bool:
-        return self.config.sandbox.backend.kind == "docker" and self.config.harbor_runtime == "task-container"
+        return self.config.runtime.sandbox.backend.kind == "docker" and self.config.harbor_runtime == "task-container"
 
     def in_task_container(self, item: TerminalTask) -> bool:
         """Whether `item` runs in a task container of its own image (Harbor's semantics; an Endless task's

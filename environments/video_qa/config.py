@@ -16,7 +16,7 @@ __all__ = ["ENTRY", "VideoQAEnvConfig"]
 
 
 class VideoQAEnvConfig(HermesAgentEnvConfig):
-    task_defaults: ClassVar[dict[str, Any]] = {"max_agent_turns": 5, "agent_max_tokens": 256}
+    task_defaults: ClassVar[dict[str, Any]] = {"runtime.loop.max_turns": 5, "runtime.loop.max_tokens": 256}
     dataset: str = Field("offline", description="'offline' (bundled) or a .jsonl/.json/.csv file of question rows")
     captions_dir: str | None = Field(None, description="Caption files <video>.txt (default: captions/ beside the rows)")
     answers_file: str | None = Field(None, description="EgoSchema's subset_answers.json when the rows carry no answer")

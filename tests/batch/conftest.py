@@ -1,4 +1,4 @@
-"""A local multi-node Ray cluster for the --ray tests."""
+"""A local multi-node Ray cluster for the --ray tests; a real container engine for the docker one."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 from ray.cluster_utils import Cluster
+
+from tests.support.docker_fixtures import docker_engine, docker_sandbox_image, docker_test_id  # noqa: F401 - fixtures
 
 NODE = {"node_ip_address": "127.0.0.1", "object_store_memory": 80 * 1024 * 1024}
 # Ray rewrites a 127.0.0.1 cluster address to the machine's outward IP, where these raylets do not

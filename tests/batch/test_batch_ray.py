@@ -22,6 +22,7 @@ import pytest
 from ray.cluster_utils import Cluster
 
 import batch_runner
+from environments.cli_parse import CliError
 from environments.batch.config import RayConfig
 from tests.batch.batch_helpers import agent_policy, write_prompts
 from tests.batch.conftest import DRIVER_ENV, NODE
@@ -55,11 +56,11 @@ def command(tmp_path: Path, cluster: Cluster, server: ScriptedOpenAIServer, run:
         server.base_url,
         "--distribution",
         "math",
-        "--request_retries",
+        "--runtime.model_max_retries",
         "0",
-        "--ray",
+        "--ray.address",
         cluster.address,
-        "--workers",
+        "--ray.workers",
         str(workers),
         "--concurrency",
         "2",
@@ -154,14 +155,14 @@ def test_a_killed_driver_resumes_to_exactly_once(
     assert stats["recorded"] == N and stats["session"]["ran"] == N - first_whole.count(b"\n")
 
 
-def test_ray_flags_travel_as_typed_config_and_need_ray(capsys: pytest.CaptureFixture[str]) -> None:
+def test_ray_flags_travel_as_typed_config_and_need_ray() -> None:
     base = ["--dataset_file", "p.jsonl", "--run_name", "r"]
-    config = batch_runner.parse_args([*base, "--ray", "local", "--workers", "3", "--concurrency", "5"])
+    config = batch_runner.parse_args([*base, "--ray.address", "local", "--ray.workers", "3", "--concurrency", "5"])
     assert config.ray == RayConfig(address="local", workers=3) and config.concurrency == 5
+    assert batch_runner.parse_args([*base, "--ray", "local", "--workers", "3", "--concurrency", "5"]) == config
     assert batch_runner.parse_args(base).ray is None
-    with pytest.raises(SystemExit):
-        batch_runner.parse_args([*base, "--workers", "3"])
-    assert "--workers and --worker_cpus need --ray" in capsys.readouterr().err
+    with pytest.raises(CliError, match="ray.address .*Field required"):
+        batch_runner.parse_args([*base, "--ray.workers", "3"])
 
 
 @pytest.mark.slow

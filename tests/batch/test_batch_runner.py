@@ -17,13 +17,17 @@ import pytest
 import batch_runner
 from batch_runner import BatchConfig, BatchError, load_prompts, run_batch, sample_toolsets
 from environments.batch.output import recover_output
+from environments.runtime import RuntimeConfig
 from tests.batch.batch_helpers import agent_policy, lines, write_prompts
 from tests.support.scripted_openai import ScriptedOpenAIServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def config(tmp_path: Path, dataset: Path, base_url: str | list[str], **kw: Any) -> BatchConfig:
+def config(
+    tmp_path: Path, dataset: Path, base_url: str | list[str], runtime: dict[str, Any] | None = None, **kw: Any
+) -> BatchConfig:
+    runtime = runtime or {}
     return BatchConfig(
         dataset_file=dataset,
         run_name="t",
@@ -32,8 +36,8 @@ def config(tmp_path: Path, dataset: Path, base_url: str | list[str], **kw: Any) 
         output_dir=tmp_path / "runs",
         distribution="math",
         retry_backoff_s=0.01,
-        request_retries=0,
         **kw,
+        runtime=RuntimeConfig(model_max_retries=0, **runtime),
     )
 
 
@@ -81,7 +85,7 @@ async def test_infrastructure_failures_are_retried_never_recorded(tmp_path: Path
     )
     failures = {"flaky": 1, "down": -1}
     async with ScriptedOpenAIServer([agent_policy(failures)] * 50) as server:
-        cfg = config(tmp_path, dataset, server.base_url, concurrency=1, max_attempts=3)
+        cfg = config(tmp_path, dataset, server.base_url, concurrency=1, rollout_infra_retries=2)
         stats = await run_batch(cfg)
         out = {r["prompt_id"]: r for r in lines(tmp_path / "runs/t/trajectories.jsonl")}
         assert set(out) == {"ok", "flaky"} and out["flaky"]["attempts"] == 2 and out["ok"]["attempts"] == 1
@@ -162,11 +166,11 @@ def test_sigkill_midway_then_resume_gives_each_prompt_exactly_once(embedded_llm,
         "math",
         "--concurrency",
         "2",
-        "--max_turns",
+        "--runtime.loop.max_turns",
         "2",
-        "--max_tokens",
+        "--runtime.loop.max_tokens",
         "24",
-        "--temperature",
+        "--runtime.loop.temperature",
         "0",
     ]
     out_path = tmp_path / "runs/kill/trajectories.jsonl"
@@ -201,7 +205,9 @@ def test_sigkill_midway_then_resume_gives_each_prompt_exactly_once(embedded_llm,
 async def test_a_server_that_stays_down_stops_the_run(tmp_path: Path) -> None:
     dataset = write_prompts(tmp_path / "p.jsonl", [{"prompt": f"p{i}"} for i in range(30)])
     async with ScriptedOpenAIServer([500] * 100) as server:
-        cfg = config(tmp_path, dataset, server.base_url, concurrency=1, max_attempts=2, max_consecutive_failures=3)
+        cfg = config(
+            tmp_path, dataset, server.base_url, concurrency=1, rollout_infra_retries=1, max_consecutive_infra_failures=3
+        )
         with pytest.raises(BatchError, match="3 prompts in a row .*HTTP 500.*--resume"):
             await run_batch(cfg)
     assert len(lines(tmp_path / "runs/t/infra_failures.jsonl")) == 3
@@ -264,7 +270,9 @@ def test_bad_input_on_the_command_line_writes_nothing(tmp_path: Path, capsys: py
 async def test_tools_can_run_in_sandbox_slots(tmp_path: Path) -> None:
     dataset = write_prompts(tmp_path / "p.jsonl", [{"id": f"s{i}", "prompt": f"sandboxed {'y' * i}"} for i in range(4)])
     async with ScriptedOpenAIServer([agent_policy()] * 8) as server:
-        stats = await run_batch(config(tmp_path, dataset, server.base_url, concurrency=4, tool_backend="sandbox"))
+        stats = await run_batch(
+            config(tmp_path, dataset, server.base_url, concurrency=4, runtime={"tool_backend": "sandbox"})
+        )
     out = lines(tmp_path / "runs/t/trajectories.jsonl")
     assert sorted(r["prompt_id"] for r in out) == ["s0", "s1", "s2", "s3"]
     assert all(r["final_response"] == f"The answer is {len(r['prompt'])}" for r in out)  # python ran in the slots
@@ -311,6 +319,7 @@ async def test_several_servers_share_the_prompts_and_a_killed_one_loses_its_shar
 def test_base_url_repeats_for_several_servers() -> None:
     args = ["--dataset_file", "d.jsonl", "--run_name", "r", "--model", "m"]
     urls = ["http://127.0.0.1:1/v1", "http://127.0.0.1:2/v1"]
-    cfg = batch_runner.parse_args([*args, "--base_url", urls[0], "--base_url", urls[1]])
-    assert cfg.base_url == urls and [s.base_url for s in cfg.runtime_config().servers] == urls
+    cfg = batch_runner.parse_args([*args, "--base_url", ",".join(urls)])
+    assert cfg.base_url == urls and [s.base_url for s in cfg.model_servers()] == urls
+    assert batch_runner.parse_args([*args, "--base_url", urls[0], "--base_url", urls[1]]) == cfg  # the old spelling
     assert batch_runner.parse_args(args[:4]).base_url == ["embedded"]

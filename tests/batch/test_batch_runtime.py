@@ -1,5 +1,5 @@
-"""batch_runner as a loop over the shared runtime: the embedded model by default, token mode
-on request, and an injected model with no HTTP server."""
+"""batch_runner as a loop over the shared runtime: the embedded model by default (token mode, as in
+the envs: runtime.token_server auto), and an injected model with no HTTP server."""
 
 from __future__ import annotations
 
@@ -35,22 +35,21 @@ async def test_an_injected_model_runs_without_any_server(tmp_path: Path) -> None
     records = lines(tmp_path / "inj/trajectories.jsonl")
     assert sorted(r["final_response"] for r in records) == ["The answer is 1", "The answer is 2", "The answer is 3"]
     assert stats["recorded"] == 3 and stats["tools"]["python"]["calls"] == 3
-    assert all("token_sequences" not in r for r in records)  # chat mode unless asked
+    assert all("token_sequences" not in r for r in records)  # an injected model has no token protocol
 
 
-def test_defaults_are_the_embedded_model_and_the_envs_loop_defaults() -> None:
+def test_defaults_are_the_embedded_model_and_the_envs_own_runtime() -> None:
+    from environments.cli_parse import CliError
     from environments.hermes_base_env import HermesAgentEnvConfig
+    from environments.runtime import RuntimeConfig
 
     config = parse_args(["--dataset_file", "d.jsonl", "--run_name", "r"])
     env = HermesAgentEnvConfig()
-    assert config.base_url == ["embedded"] and config.model == "SmolLM2-135M-Instruct" and config.token_server == "off"
-    assert (config.max_turns, config.max_tokens, config.temperature, config.time_budget_s) == (
-        env.max_agent_turns,
-        env.agent_max_tokens,
-        env.agent_temperature,
-        env.agent_time_budget_s,
-    )
-    with pytest.raises(SystemExit):
+    assert config.base_url == ["embedded"] and config.model == "SmolLM2-135M-Instruct"
+    # One class, embedded unchanged: the same fields, names and defaults in both entry points.
+    assert type(config.runtime) is type(env.runtime) is RuntimeConfig
+    assert config.runtime == env.runtime and config.runtime.token_server == "auto"
+    with pytest.raises(CliError, match="--model is required"):
         parse_args(["--dataset_file", "d.jsonl", "--run_name", "r", "--base_url", "http://127.0.0.1:8000/v1"])
 
 
@@ -72,12 +71,10 @@ def test_no_base_url_runs_the_embedded_model_and_records_exact_tokens(tmp_path: 
             str(tmp_path),
             "--distribution",
             "math",
-            "--max_turns",
+            "--runtime.loop.max_turns",
             "1",
-            "--max_tokens",
+            "--runtime.loop.max_tokens",
             "16",
-            "--token_server",
-            "auto",
         ],
         cwd=ROOT,
         capture_output=True,

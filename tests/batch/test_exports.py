@@ -57,7 +57,7 @@ def batch_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     base_url=server.base_url,
                     output_dir=tmp,
                     distribution="math",
-                    request_retries=0,
+                    runtime={"model_max_retries": 0},
                 )
             )
 
@@ -79,7 +79,7 @@ def process_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
                     tokenizer_name=tokenizer,
                     use_wandb=False,
                     data_path_to_save_groups=None,
-                    workspace_root=str(tmp / "ws"),
+                    runtime={"workspace": {"workspace_root": str(tmp / "ws")}},
                 ),
                 [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="k", server_type="openai")],
             )
@@ -131,7 +131,7 @@ def gsm8k_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 data_path_to_save_groups=str(tmp / "groups.jsonl"),
                 ensure_scores_are_not_same=False,
                 include_messages=True,
-                workspace_root=str(tmp / "ws"),
+                runtime={"workspace": {"workspace_root": str(tmp / "ws")}},
             )
             env = GSM8kAgentEnv(config, [APIServerConfig(base_url=server.base_url, model_name="scripted", api_key="k")])
             return await _process(env, tmp, 3)
@@ -151,9 +151,11 @@ def swe_output(tmp_path_factory: pytest.TempPathFactory) -> Path:
                 group_size=2,
                 total_steps=1,
                 agent="oracle",
-                tool_backend="local",
-                unconfined_tools=True,  # the oracle agent's own diff, not model code
-                workspace_root=str(tmp / "ws"),
+                runtime={  # the oracle agent's own diff, not model code: unconfined
+                    "tool_backend": "local",
+                    "unconfined_tools": True,
+                    "workspace": {"workspace_root": str(tmp / "ws")},
+                },
                 ensure_scores_are_not_same=False,
                 data_path_to_save_groups=str(tmp / "groups.jsonl"),
                 include_messages=True,

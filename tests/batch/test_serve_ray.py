@@ -55,7 +55,7 @@ def serve_ray_command(cluster: Cluster, api_url: str, server: ScriptedOpenAIServ
         "--env.max_num_workers",
         "1",
         "--env.ensure_scores_are_not_same=false",
-        "--env.max_agent_turns",
+        "--env.runtime.loop.max_turns",
         "2",
     ]
 

@@ -43,11 +43,13 @@ async def test_trained_tokens_are_the_sampled_tokens_call_by_call(tokenizer_dir:
             tokenizer_name=tokenizer_dir,
             use_wandb=False,
             data_path_to_save_groups=None,
-            token_server="vllm",
-            tool_backend="local",
-            unconfined_tools=True,  # confinement is tested in test_code_actions.py; here only the tokens
-            workspace_root=str(tmp_path / "ws"),
-            agent_temperature=0.8,
+            runtime={  # confinement is tested in test_code_actions.py; here only the tokens: unconfined
+                "token_server": "vllm",
+                "tool_backend": "local",
+                "unconfined_tools": True,
+                "workspace": {"workspace_root": str(tmp_path / "ws")},
+                "loop": {"temperature": 0.8},
+            },
             max_token_length=16384,
             split_sequences="all",  # every model call's sequence (docs/trainers.md), to compare each one
         )
@@ -94,11 +96,11 @@ def test_process_on_the_embedded_model_writes_scored_groups(embedded_llm, tmp_pa
         *embedded_model_flags(embedded_llm),
         "--env.total_steps",
         "1",
-        "--env.token_server",
+        "--env.runtime.token_server",
         "llamacpp",
         "--env.max_token_length",
         "4000",  # the test server's context is 4096; smolagents' system prompt alone is ~2.4k tokens
-        "--env.sandbox.backend.data_root",
+        "--env.runtime.sandbox.backend.data_root",
         str(tmp_path / "sb"),
         *small_group_flags(out, max_turns=1, max_tokens=32),
     )

@@ -37,13 +37,18 @@ class ScriptedCoder:
         return ModelTurn(content=f"Thought: next step.\n<code>\n{code}\n</code>\nObservation: invented by the model")
 
 
-def make_env(tmp_path: Path, base_url: str, **overrides: Any) -> SmolagentsGaiaEnv:
+def make_env(
+    tmp_path: Path, base_url: str, runtime: dict[str, Any] | None = None, **overrides: Any
+) -> SmolagentsGaiaEnv:
     pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
     config = SmolagentsGaiaEnvConfig(
         tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
         data_path_to_save_groups=None,
-        sandbox=SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sb"))),
+        runtime={
+            "sandbox": SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sb"))),
+            **(runtime or {}),
+        },
         **overrides,
     )
     return SmolagentsGaiaEnv(config, [APIServerConfig(base_url=base_url, model_name="scripted", api_key="x")])
@@ -144,7 +149,7 @@ print("key in slot:", any(KEY.encode() in blob for blob in seen))
         web = WebConfig(
             backend="tavily", tavily=TavilyConfig(api_key=SecretStr(tavily.api_key), base_url=tavily.base_url)
         )
-        env = make_env(tmp_path, server.base_url, web=web)
+        env = make_env(tmp_path, server.base_url, runtime={"web": web})
         async with env.runtime():
             await env.setup()
             # The key string is built in the slot from pieces, so the check itself does not carry it whole.
@@ -175,10 +180,12 @@ async def test_time_budget_ends_the_trajectory_without_blame(tmp_path: Path) -> 
         env = make_env(
             tmp_path,
             server.base_url,
-            tool_backend="local",
-            unconfined_tools=True,
-            workspace_root=str(tmp_path / "ws"),
-            agent_time_budget_s=1e-6,
+            runtime={
+                "tool_backend": "local",
+                "unconfined_tools": True,
+                "workspace": {"workspace_root": str(tmp_path / "ws")},
+                "loop": {"time_budget_s": 1e-6},
+            },
         )
         async with env.runtime():
             await env.setup()

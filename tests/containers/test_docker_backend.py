@@ -312,28 +312,28 @@ def test_the_cli_selects_the_docker_backend_from_flags_and_yaml(tmp_path):
     from environments.terminal_tasks.env import TerminalTasksEnv
 
     flags = [
-        "--env.tool_backend",
+        "--env.runtime.tool_backend",
         "sandbox",
-        "--env.sandbox.backend.kind",
+        "--env.runtime.sandbox.backend.kind",
         "docker",
-        "--env.sandbox.backend.image",
+        "--env.runtime.sandbox.backend.image",
         "ubuntu:22.04",
-        "--env.sandbox.backend.pull",
+        "--env.runtime.sandbox.backend.pull",
         "never",
-        "--env.sandbox.backend.cpus",
+        "--env.runtime.sandbox.backend.cpus",
         "1.5",
     ]
     inv = parse_invocation(TerminalTasksEnv, ["process", *flags])
-    backend = inv.env_config.sandbox.backend
+    backend = inv.env_config.runtime.sandbox.backend
     assert (backend.kind, backend.image, backend.pull, backend.cpus) == ("docker", "ubuntu:22.04", "never", 1.5)
     assert backend.engine == "unix:///var/run/docker.sock"
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text(
-        "env:\n  tool_backend: sandbox\n  sandbox:\n    backend:\n      kind: docker\n      memory_mb: 2048\n"
-        "      engine: unix:///run/podman/podman.sock\n"
+        "env:\n  runtime:\n    tool_backend: sandbox\n    sandbox:\n      backend:\n        kind: docker\n"
+        "        memory_mb: 2048\n        engine: unix:///run/podman/podman.sock\n"
     )
-    backend = parse_invocation(TerminalTasksEnv, ["process", "--config", str(cfg)]).env_config.sandbox.backend
+    backend = parse_invocation(TerminalTasksEnv, ["process", "--config", str(cfg)]).env_config.runtime.sandbox.backend
     assert (backend.kind, backend.memory_mb, backend.engine) == ("docker", 2048, "unix:///run/podman/podman.sock")
 
 

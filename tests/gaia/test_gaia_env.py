@@ -29,12 +29,14 @@ def tokenizer_dir() -> str:
     return str(ensure_gguf_tokenizer(cfg.model_path, chat_template=cfg.resolved_chat_template()))
 
 
-def make_env(tokenizer_dir: str, base_url: str, tmp_path: Path, **overrides: Any) -> GaiaAgentEnv:
+def make_env(
+    tokenizer_dir: str, base_url: str, tmp_path: Path, runtime: dict[str, Any] | None = None, **overrides: Any
+) -> GaiaAgentEnv:
     config = GaiaAgentEnvConfig(
         tokenizer_name=tokenizer_dir,
         use_wandb=False,
         data_path_to_save_groups=None,
-        workspace_root=str(tmp_path / "ws"),
+        runtime={"workspace": {"workspace_root": str(tmp_path / "ws")}, **(runtime or {})},
         **overrides,
     )
     server = APIServerConfig(base_url=base_url, model_name="scripted", api_key="local", server_type="openai")
@@ -116,7 +118,7 @@ async def test_attachment_is_in_the_workspace_and_named_in_the_prompt(tokenizer_
 
 async def test_reward_trades_correctness_against_tool_calls(tokenizer_dir: str, tmp_path: Path) -> None:
     async with ScriptedOpenAIServer([]) as model_server:
-        env = make_env(tokenizer_dir, model_server.base_url, tmp_path, max_agent_turns=20)
+        env = make_env(tokenizer_dir, model_server.base_url, tmp_path, runtime={"loop": {"max_turns": 20}})
         await env.setup()
         task = next(t for t in env.tasks if t["task_id"] == "offline-web-lighthouse-year")
         async with env.runtime():
@@ -176,7 +178,7 @@ async def test_web_backend_follows_config_tavily_double(tokenizer_dir: str, tmp_
         web = WebConfig(
             backend="tavily", tavily=TavilyConfig(api_key=SecretStr(tavily.api_key), base_url=tavily.base_url)
         )
-        env = make_env(tokenizer_dir, model_server.base_url, tmp_path, web=web)
+        env = make_env(tokenizer_dir, model_server.base_url, tmp_path, runtime={"web": web})
         await env.setup()
         task = next(t for t in env.tasks if t["task_id"] == "offline-web-lighthouse-year")
         async with env.runtime():
@@ -193,7 +195,7 @@ async def test_a_web_backend_that_cannot_start_is_a_clear_error(tokenizer_dir: s
 
     (tmp_path / "empty").mkdir()
     web = WebConfig(backend="offline", offline=OfflineWebConfig(corpus_dir=str(tmp_path / "empty")))
-    env = make_env(tokenizer_dir, "http://127.0.0.1:9/v1", tmp_path, web=web)
+    env = make_env(tokenizer_dir, "http://127.0.0.1:9/v1", tmp_path, runtime={"web": web})
     with pytest.raises(HermesEnvError, match="web backend could not start: .*no \\*.html pages"):
         async with env.runtime():
             pass

@@ -149,7 +149,7 @@ def make_env(tokenizer_dir: str, base_url: str, tmp_path: Path, **overrides) -> 
         tokenizer_name=tokenizer_dir,
         use_wandb=False,
         data_path_to_save_groups=None,
-        workspace_root=str(tmp_path / "ws"),
+        runtime={"workspace": {"workspace_root": str(tmp_path / "ws")}},
         **overrides,
     )
     return GaiaAgentEnv(

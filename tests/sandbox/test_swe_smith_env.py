@@ -26,14 +26,17 @@ from tests.support.cli import run_cli
 from tests.support.embedded import embedded_model_flags, embedded_tokenizer, small_group_flags
 
 
-def make_env(base_url: str, tmp_path, **overrides) -> SweSmithOracleEnv:
+def make_env(base_url: str, tmp_path, runtime=None, **overrides) -> SweSmithOracleEnv:
     pool = SlotPoolConfig(slots_per_sandbox=4, min_sandboxes=2, max_sandboxes=2, health_interval_s=30)
-    settings = (
-        dict(tokenizer_name=embedded_tokenizer(), use_wandb=False, group_size=2, total_steps=1, tool_backend="sandbox")
-        | overrides
-    )
+    settings = dict(tokenizer_name=embedded_tokenizer(), use_wandb=False, group_size=2, total_steps=1) | overrides
     config = SweSmithOracleEnvConfig(
-        sandbox=SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sandboxes"))),
+        runtime={
+            "tool_backend": "sandbox",
+            "sandbox": SandboxToolBackendConfig(
+                backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sandboxes"))
+            ),
+            **(runtime or {}),
+        },
         data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
         ensure_scores_are_not_same=False,
         **settings,
@@ -151,9 +154,11 @@ async def test_oracle_also_scores_on_the_plain_local_tool_backend(tmp_path):
         env = make_env(
             server.base_url,
             tmp_path,
-            tool_backend="local",
-            unconfined_tools=True,  # the local backend needs the opt-out; the oracle's diff is not model code
-            workspace_root=str(tmp_path / "ws"),
+            runtime={  # the local backend needs the opt-out; the oracle's diff is not model code
+                "tool_backend": "local",
+                "unconfined_tools": True,
+                "workspace": {"workspace_root": str(tmp_path / "ws")},
+            },
             limit=1,
         )
         async with env.runtime():

@@ -1,7 +1,7 @@
 """The README's default commands confine model code (issue 22): a scripted hostile model, through the
 real CLI and agent loop, tries from its python/terminal call to run as root, read and write host files
 outside its workspace, reach a listener on 127.0.0.1, and rebuild the seeded GSM8k item to print its
-gold answer. No `--env.tool_backend` flag: what is tested is each env's default."""
+gold answer. No `--env.runtime.tool_backend` flag: what is tested is each env's default."""
 
 from __future__ import annotations
 
@@ -163,7 +163,7 @@ def env_command(env_cls: Any, tokenizer_dir: str, *flags: str) -> Callable[[str,
             "1",
             "--env.group_size",
             "2",
-            "--env.max_agent_turns",
+            "--env.runtime.loop.max_turns",
             "3",
             "--env.ensure_scores_are_not_same",
             "False",
@@ -215,31 +215,35 @@ def test_batch_runner_confines_model_code_by_default(tmp_path: Path) -> None:
     assert_confined(attack(tmp_path, batch_command(tmp_path)))
 
 
-NO_BWRAP = ("--env.sandbox.backend.bwrap", str(Path("/nonexistent") / "bwrap"))
+NO_BWRAP = ("--env.runtime.sandbox.backend.bwrap", str(Path("/nonexistent") / "bwrap"))
 
 
-@pytest.mark.parametrize("flags", [NO_BWRAP, ("--env.tool_backend", "local")], ids=["no-bwrap", "local"])
+@pytest.mark.parametrize("flags", [NO_BWRAP, ("--env.runtime.tool_backend", "local")], ids=["no-bwrap", "local"])
 def test_a_run_that_cannot_confine_refuses_in_one_line(flags: tuple[str, ...], tmp_path: Path) -> None:
     out = tmp_path / "groups.jsonl"
     proc = run_cli(GSM8kAgentEnv, "process", *flags, "--env.data_path_to_save_groups", str(out))
     assert proc.returncode == 2, proc.stderr[-3000:]
     (line,) = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
-    assert "confine model code" in line and "--env.unconfined_tools true" in line, line
+    assert "confine model code" in line and "--env.runtime.unconfined_tools true" in line, line
     assert "Traceback" not in proc.stderr and "starting the embedded model server" not in proc.stderr
     assert not out.exists()
 
 
 def test_batch_runner_refuses_local_tools_in_one_line(tmp_path: Path) -> None:
-    proc = batch_command(tmp_path, "--tool_backend", "local")("http://127.0.0.1:9/v1", tmp_path / "unused")
+    proc = batch_command(tmp_path, "--runtime.tool_backend", "local")("http://127.0.0.1:9/v1", tmp_path / "unused")
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert proc.stderr.count("\n") == 1 and "does not confine model code" in proc.stderr, proc.stderr
 
 
 def test_the_explicit_opt_out_runs_unconfined(tmp_path: Path, tokenizer_dir: str) -> None:
     """What docs/security.md says the opt-out costs: model code runs as this user, with loopback."""
-    env = attack(tmp_path, env_command(GSM8kAgentEnv, tokenizer_dir, *NO_BWRAP, "--env.unconfined_tools", "true"))
+    env = attack(
+        tmp_path, env_command(GSM8kAgentEnv, tokenizer_dir, *NO_BWRAP, "--env.runtime.unconfined_tools", "true")
+    )
     (tmp_path / "b").mkdir()
-    batch = attack(tmp_path / "b", batch_command(tmp_path, "--tool_backend", "local", "--unconfined_tools"))
+    batch = attack(
+        tmp_path / "b", batch_command(tmp_path, "--runtime.tool_backend", "local", "--runtime.unconfined_tools")
+    )
     for result in (env, batch):
         assert result.returncode == 0, result.stderr[-3000:]
         assert result.found and all(r["uid"] == os.getuid() and r["connected"] for r in result.found)

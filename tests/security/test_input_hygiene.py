@@ -84,9 +84,9 @@ def test_lone_surrogates_written_by_a_token_model_are_replaced_and_the_group_is_
     out = tmp_path / "groups.jsonl"
     with serving_in_a_thread(ScriptedTokenServerDouble(script)) as server:  # type: ignore[arg-type]  # same async context protocol
         code, err = _process(
-            "--openai.base_url", server.url, "--openai.model_name", "scripted", "--env.token_server", "vllm",
+            "--openai.base_url", server.url, "--openai.model_name", "scripted", "--env.runtime.token_server", "vllm",
             "--env.tokenizer_name", str(tokenizer_dir), "--env.data_path_to_save_groups", str(out),
-            "--env.max_agent_turns", "2",
+            "--env.runtime.loop.max_turns", "2",
         )  # fmt: skip
     assert code == 0, err[-3000:]
     (group,) = _groups(out)
@@ -139,7 +139,7 @@ async def test_line_separators_in_model_text_do_not_break_batch_output_or_resume
         distribution="math",
         base_url="",
         retry_backoff_s=0.01,
-        request_retries=0,
+        runtime={"model_max_retries": 0},
     )
     async with ScriptedOpenAIServer([{"content": prose}] * 2) as server:
         stats = await run_batch(config.model_copy(update={"base_url": server.base_url}))

@@ -60,8 +60,8 @@ def test_model_text_through_batch_runner_on_ray_is_data(tmp_path: Path) -> None:
             [
                 sys.executable, "batch_runner.py", "--dataset_file", str(dataset), "--run_name", "hostile",
                 "--output_dir", str(tmp_path / "runs"), "--model", "scripted", "--base_url", server.base_url,
-                "--distribution", "math", "--request_retries", "0",
-                "--ray", "local", "--workers", "1", "--worker_cpus", "0.5", "--concurrency", "2",
+                "--distribution", "math", "--runtime.model_max_retries", "0",
+                "--ray.address", "local", "--ray.workers", "1", "--ray.worker_cpus", "0.5", "--concurrency", "2",
             ],
             cwd=ROOT, env=DRIVER_ENV, capture_output=True, timeout=900,
         )  # fmt: skip

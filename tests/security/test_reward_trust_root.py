@@ -190,7 +190,7 @@ async def test_shadowing_modules_score_zero_and_are_flagged_with_a_prepared_venv
         use_wandb=False,
         group_size=1,
         total_steps=1,
-        sandbox=SandboxToolBackendConfig(backend=backend_config(tmp_path)),
+        runtime={"sandbox": SandboxToolBackendConfig(backend=backend_config(tmp_path))},
         dataset=str(tmp_path / "instances.jsonl"),
         mirror_base=str(quadlib["mirrors"]),
         profiles=str(tmp_path / "profiles.json"),

@@ -35,9 +35,9 @@ def small_group_flags(out: Path, *, max_turns: int = 2, max_tokens: int = 48) ->
     return [
         "--env.group_size",
         "2",
-        "--env.max_agent_turns",
+        "--env.runtime.loop.max_turns",
         str(max_turns),
-        "--env.agent_max_tokens",
+        "--env.runtime.loop.max_tokens",
         str(max_tokens),
         "--env.data_path_to_save_groups",
         str(out),

@@ -164,16 +164,17 @@ def backend_yaml(instance: dict, docker_test_id: str) -> str:
     return textwrap.dedent(
         f"""\
         env:
-          tool_backend: sandbox
-          sandbox:
-            backend:
-              kind: docker
-              engine: {ENGINE}
-              image: {instance["image"]}
-              pull: never
-              runtime_dir: {instance["runtime_dir"]}
-              labels: {{"{TEST_LABEL}": "{docker_test_id}"}}
-              pool: {{slots_per_sandbox: 2, min_sandboxes: 1, max_sandboxes: 1, health_interval_s: 30}}
+          runtime:
+            tool_backend: sandbox
+            sandbox:
+              backend:
+                kind: docker
+                engine: {ENGINE}
+                image: {instance["image"]}
+                pull: never
+                runtime_dir: {instance["runtime_dir"]}
+                labels: {{"{TEST_LABEL}": "{docker_test_id}"}}
+                pool: {{slots_per_sandbox: 2, min_sandboxes: 1, max_sandboxes: 1, health_interval_s: 30}}
         """
     )
 
@@ -185,8 +186,7 @@ def _oracle_config(tmp_path: Path, instance: dict, backend) -> SweSmithOracleEnv
         use_wandb=False,
         group_size=1,
         total_steps=1,
-        tool_backend="sandbox",
-        sandbox=SandboxToolBackendConfig(backend=backend),
+        runtime={"tool_backend": "sandbox", "sandbox": SandboxToolBackendConfig(backend=backend)},
         dataset=str(tmp_path / "instances.jsonl"),
         mirror_base=str(instance["mirrors"]),
         profiles=str(tmp_path / "profiles.json"),
@@ -307,8 +307,7 @@ def test_verifying_in_the_agents_slot_is_refused_on_images():
     config = SweSmithOracleEnvConfig(
         tokenizer_name=embedded_tokenizer(),
         use_wandb=False,
-        tool_backend="sandbox",
-        sandbox=SandboxToolBackendConfig(backend=backend),
+        runtime={"tool_backend": "sandbox", "sandbox": SandboxToolBackendConfig(backend=backend)},
         verify_in="same_slot",
     )
     with pytest.raises(HermesEnvError, match="same_slot cannot verify in the instance's image"):
@@ -341,8 +340,8 @@ async def test_oracle_scores_1_and_noop_0_in_the_instances_image_on_modal(tmp_pa
     class OnModal(SweSmithOracleEnv):
         def make_tool_backend(self):
             if super().make_tool_backend() is None:  # one pool over the backend's image
-                return on_modal(self.config.sandbox.resolved_backend())
-            return ImageSandboxes(self.config.sandbox, factory=on_modal)
+                return on_modal(self.config.runtime.sandbox.resolved_backend())
+            return ImageSandboxes(self.config.runtime.sandbox, factory=on_modal)
 
     pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, health_interval_s=30)
     backend = ModalBackendConfig(

@@ -44,8 +44,10 @@ def make_env(tmp_path, published, base_url: str, **overrides) -> SweSmithOracleE
         use_wandb=False,
         group_size=1,
         total_steps=1,
-        tool_backend="sandbox",
-        sandbox=SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sb"))),
+        runtime={
+            "tool_backend": "sandbox",
+            "sandbox": SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sb"))),
+        },
         data_path_to_save_groups=str(tmp_path / "out" / "groups.jsonl"),
         ensure_scores_are_not_same=False,
         dataset=str(published["dataset"]),

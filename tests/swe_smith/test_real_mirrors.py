@@ -54,7 +54,9 @@ async def test_real_instances_oracle_all_noop_none(tmp_path, name):
         use_wandb=False,
         group_size=1,
         total_steps=1,
-        sandbox=SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sb"))),
+        runtime={
+            "sandbox": SandboxToolBackendConfig(backend=LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sb")))
+        },
         data_path_to_save_groups=str(tmp_path / "out" / "groups.jsonl"),
         ensure_scores_are_not_same=False,
         dataset=str(REAL / f"{name}.jsonl"),

@@ -22,7 +22,7 @@ def test_process_on_the_embedded_model_in_token_mode(embedded_llm, tmp_path: Pat
         TauEnv,
         "process",
         *embedded_model_flags(embedded_llm),
-        "--env.token_server",
+        "--env.runtime.token_server",
         "llamacpp",
         "--env.user_model.base_url",
         embedded_llm.base_url,

@@ -14,7 +14,9 @@ from tests.support.embedded import embedded_tokenizer
 collect_ignore_glob = ["fixtures/*"]
 
 
-def make_env(base_url: str, tmp_path, backend=None, env_cls=TerminalTasksEnv, **overrides) -> TerminalTasksEnv:
+def make_env(
+    base_url: str, tmp_path, backend=None, env_cls=TerminalTasksEnv, loop=None, **overrides
+) -> TerminalTasksEnv:
     pool = SlotPoolConfig(slots_per_sandbox=6, min_sandboxes=1, max_sandboxes=2, health_interval_s=30)
     backend = backend or LocalBackendConfig(pool=pool, data_root=str(tmp_path / "sandboxes"))
     # The suites written for the slot path keep it on docker; task-container tests ask for theirs.
@@ -24,13 +26,12 @@ def make_env(base_url: str, tmp_path, backend=None, env_cls=TerminalTasksEnv, **
             use_wandb=False,
             group_size=2,
             total_steps=1,
-            tool_backend="sandbox",
             harbor_runtime="slots",
         )
         | overrides
     )
     config = TerminalTasksEnvConfig(
-        sandbox=SandboxToolBackendConfig(backend=backend),
+        runtime={"tool_backend": "sandbox", "sandbox": SandboxToolBackendConfig(backend=backend), "loop": loop or {}},
         data_path_to_save_groups=str(tmp_path / "groups.jsonl"),
         ensure_scores_are_not_same=False,
         **settings,

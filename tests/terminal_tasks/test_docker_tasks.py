@@ -94,11 +94,11 @@ def _remove_images(engine: str, label: str) -> None:
 def _backend_config(test_id: str, path: Path) -> list[str]:
     """The docker backend as a user gives it (--config YAML), its containers labelled with this test's id."""
     path.write_text(
-        "env:\n  sandbox:\n    backend:\n      kind: docker\n"
-        f"      engine: {ENGINE}\n      pull: never\n      labels: {{{TEST_LABEL}: {test_id}}}\n"
-        "      pool: {max_sandboxes: 1}\n"
+        "env:\n  runtime:\n    sandbox:\n      backend:\n        kind: docker\n"
+        f"        engine: {ENGINE}\n        pull: never\n        labels: {{{TEST_LABEL}: {test_id}}}\n"
+        "        pool: {max_sandboxes: 1}\n"
         # Harbor tasks run in task containers here; this engine (overlay2 on ext4) has no storage quota.
-        "      task_storage: unenforced\n"
+        "        task_storage: unenforced\n"
     )
     return ["--config", str(path)]
 

@@ -80,9 +80,9 @@ def test_the_tasks_include_post_sections_that_add_users_and_chown_to_them() -> N
 def _evaluate(tmp_path: Path, tasks: Path, test_id: str, agent: str, user: str) -> dict[str, float]:
     config = tmp_path / "docker.yaml"
     config.write_text(
-        "env:\n  sandbox:\n    backend:\n      kind: docker\n"
-        f"      engine: {ENGINE}\n      pull: never\n      labels: {{{TEST_LABEL}: {test_id}}}\n"
-        "      pool: {max_sandboxes: 2}\n      task_storage: unenforced\n"  # the export's storage_mb
+        "env:\n  runtime:\n    sandbox:\n      backend:\n        kind: docker\n"
+        f"        engine: {ENGINE}\n        pull: never\n        labels: {{{TEST_LABEL}: {test_id}}}\n"
+        "        pool: {max_sandboxes: 2}\n        task_storage: unenforced\n"  # the export's storage_mb
     )
     out = tmp_path / agent
     proc = run_cli(

@@ -171,8 +171,8 @@ def test_evaluate_scores_the_task_as_the_publisher_unless_the_root_flag(task_dir
     label = f"endless-user-{uuid.uuid4().hex[:8]}"
     config = tmp_path / "docker.yaml"
     config.write_text(
-        "env:\n  sandbox:\n    backend:\n      kind: docker\n"
-        f"      engine: {ENGINE}\n      pull: never\n      labels: {{{TEST_LABEL}: {label}}}\n"
+        "env:\n  runtime:\n    sandbox:\n      backend:\n        kind: docker\n"
+        f"        engine: {ENGINE}\n        pull: never\n        labels: {{{TEST_LABEL}: {label}}}\n"
     )
     flag = ["--env.endless_user", user] if user else []
     try:

@@ -32,13 +32,13 @@ class SleepingAgent:
 
 
 async def test_a_harbor_agent_timeout_caps_the_trajectory(scripted_server, tmp_path):
-    env = make_env(scripted_server.base_url, tmp_path, agent_time_budget_s=120)
+    env = make_env(scripted_server.base_url, tmp_path, loop={"time_budget_s": 120})
     async with env.runtime():
         await env.setup()
         task = next(t for t in env.tasks if t.format == "harbor").model_copy(update={"agent_timeout_s": 2.0})
         assert env.item_loop_config(task, env.loop_config()).time_budget_s == 2.0
         rollout = await env.rollout(task, model=SleepingAgent())
-        # a task's longer timeout leaves a shorter --env.agent_time_budget_s in force
+        # a task's longer timeout leaves a shorter --env.runtime.loop.time_budget_s in force
         relaxed = task.model_copy(update={"agent_timeout_s": 900.0})
         assert env.item_loop_config(relaxed, env.loop_config()).time_budget_s == 120
     assert rollout.result is not None and rollout.result.stop_reason == "time_budget"

@@ -98,7 +98,7 @@ async def test_a_harbor_task_with_its_dockerfile_requests_its_image(
 
     class OnDoubleEnv(TerminalTasksEnv):
         def make_tool_backend(self) -> ImageSandboxes:
-            return ImageSandboxes(self.config.sandbox, factory=on.factory)  # the double in place of the SDK
+            return ImageSandboxes(self.config.runtime.sandbox, factory=on.factory)  # the double in place of the SDK
 
     env = make_env(
         scripted_server.base_url,
@@ -171,7 +171,7 @@ async def test_tb2_tasks_score_in_their_own_images_on_nomad_with_the_verifier_as
 
     class OnNomad(TerminalTasksEnv):
         def make_tool_backend(self) -> ImageSandboxes:
-            return ImageSandboxes(self.config.sandbox, factory=lambda c: nomad_backend(c, double))
+            return ImageSandboxes(self.config.runtime.sandbox, factory=lambda c: nomad_backend(c, double))
 
     pool = SlotPoolConfig(slots_per_sandbox=2, min_sandboxes=1, max_sandboxes=1, acquire_timeout_s=120)
     backend = NomadBackendConfig(pool=pool, driver="docker", poll_interval_s=0.05, startup_timeout_s=120)

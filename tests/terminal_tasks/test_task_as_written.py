@@ -106,6 +106,6 @@ async def test_the_oracle_command_gets_the_tasks_agent_timeout(scripted_server, 
     env = make_env(scripted_server.base_url, tmp_path, agent="oracle")
     assert env.tool_limits().max_timeout_s >= 900.0
     assert env.item_loop_config(task, env.loop_config()).time_budget_s == 900.0
-    # a model keeps the shorter of the task's timeout and --env.agent_time_budget_s
-    model_env = make_env(scripted_server.base_url, tmp_path, agent_time_budget_s=300.0)
+    # a model keeps the shorter of the task's timeout and --env.runtime.loop.time_budget_s
+    model_env = make_env(scripted_server.base_url, tmp_path, loop={"time_budget_s": 300.0})
     assert model_env.item_loop_config(task, model_env.loop_config()).time_budget_s == 300.0

@@ -41,13 +41,13 @@ def test_gsm8k_phase2_groups_carry_exact_tokens_masks_logprobs(embedded_llm, tmp
 
     out = tmp_path / "groups.jsonl"
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}))
+    config.write_text(yaml.safe_dump({"env": {"runtime": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}}))
     proc = run_env(
         "process",
         "--config",
         str(config),
         *embedded_model_flags(embedded_llm),
-        "--env.token_server",
+        "--env.runtime.token_server",
         "llamacpp",
         "--env.total_steps",
         "1",
@@ -100,7 +100,7 @@ def test_gsm8k_phase2_groups_carry_exact_tokens_masks_logprobs(embedded_llm, tmp
 @pytest.mark.slow
 def test_gsm8k_phase2_evaluate_runs_on_the_token_server(embedded_llm, tmp_path):
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}))
+    config.write_text(yaml.safe_dump({"env": {"runtime": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}}))
     proc = run_env(
         "evaluate",
         "--config",
@@ -111,15 +111,15 @@ def test_gsm8k_phase2_evaluate_runs_on_the_token_server(embedded_llm, tmp_path):
         embedded_llm.model_name,
         "--openai.api_key",
         "local",
-        "--env.token_server",
+        "--env.runtime.token_server",
         "llamacpp",
         "--env.tokenizer_name",
         str(embedded_llm.tokenizer_dir),
         "--env.eval_size",
         "2",
-        "--env.max_agent_turns",
+        "--env.runtime.loop.max_turns",
         "1",
-        "--env.agent_max_tokens",
+        "--env.runtime.loop.max_tokens",
         "48",
         "--env.data_dir_to_save_evals",
         str(tmp_path / "evals"),

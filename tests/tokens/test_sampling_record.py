@@ -57,11 +57,12 @@ SENT = {"top_k": 20, "top_p": 0.9, "min_p": 0.05, "seed": 7}
 def _env(kind: str, url: str, tmp_path, extra_body: dict[str, Any]) -> WriteWordEnv:
     config = HermesAgentEnvConfig(
         tokenizer_name=str(QWEN_TOKENIZER),
-        chat_template_path=str(TEMPLATES / "Qwen-Qwen3-0.6B.jinja"),
-        token_server=kind,
-        extra_body=extra_body,
-        agent_temperature=0.6,
-        agent_max_tokens=48,
+        runtime={
+            "chat_template_path": str(TEMPLATES / "Qwen-Qwen3-0.6B.jinja"),
+            "token_server": kind,
+            "extra_body": extra_body,
+            "loop": {"temperature": 0.6, "max_tokens": 48},
+        },
         group_size=1,
         use_wandb=False,
         data_path_to_save_groups=None,

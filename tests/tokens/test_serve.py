@@ -95,7 +95,14 @@ def test_serve_feeds_run_api_and_a_trainer_pulls_exact_token_groups(embedded_llm
         config = tmp_path / "config.yaml"
         # The grammar's products rarely answer the question: equal scores must not be dropped here.
         config.write_text(
-            yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}, "ensure_scores_are_not_same": False}})
+            yaml.safe_dump(
+                {
+                    "env": {
+                        "runtime": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}},
+                        "ensure_scores_are_not_same": False,
+                    }
+                }
+            )
         )
         env = start_process(
             [
@@ -110,7 +117,7 @@ def test_serve_feeds_run_api_and_a_trainer_pulls_exact_token_groups(embedded_llm
                 "--env.wandb_name",
                 "gsm8k-phase2-test",
                 *embedded_model_flags(embedded_llm),
-                "--env.token_server",
+                "--env.runtime.token_server",
                 "llamacpp",
                 "--env.max_num_workers",
                 "1",

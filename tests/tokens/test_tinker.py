@@ -72,7 +72,7 @@ def test_chat_mode_with_a_tinker_trainer_is_refused_at_start(tmp_path):
         "serve",
         "--config",
         str(config),
-        "--env.token_server",
+        "--env.runtime.token_server",
         "off",
         "--openai.base_url",
         "http://127.0.0.1:9/v1",
@@ -80,7 +80,7 @@ def test_chat_mode_with_a_tinker_trainer_is_refused_at_start(tmp_path):
         embedded_tokenizer(),
     )
     assert proc.returncode == 2
-    assert "needs inference_logprobs" in proc.stderr and "--env.token_server" in proc.stderr
+    assert "needs inference_logprobs" in proc.stderr and "--env.runtime.token_server" in proc.stderr
     assert "Traceback" not in proc.stderr and "cannot reach" not in proc.stderr  # refused before any connection
 
 
@@ -114,8 +114,7 @@ def test_serve_into_run_api_with_the_tinker_double_end_to_end(embedded_llm, tmp_
                     "env": {
                         "group_size": 2,
                         "tokenizer_name": str(embedded_llm.tokenizer_dir),
-                        "max_agent_turns": 2,
-                        "agent_max_tokens": 48,
+                        "runtime": {"loop": {"max_turns": 2, "max_tokens": 48}},
                         "ensure_scores_are_not_same": False,
                         "rollout_server_url": api_url,
                     },

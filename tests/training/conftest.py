@@ -51,9 +51,9 @@ def _env_args(llm, config: Path, out: Path) -> list[str]:
         "--config",
         str(config),
         *embedded_model_flags(llm),
-        "--env.token_server",
+        "--env.runtime.token_server",
         "llamacpp",
-        "--env.agent_temperature",
+        "--env.runtime.loop.temperature",
         "1.0",
         *small_group_flags(out),
     ]
@@ -103,7 +103,7 @@ def _run_once(tmp: Path) -> TrainedRun:
 
 def _trained_run(tmp: Path, embedded_llm: EmbeddedLLM, embedded_float_llm: EmbeddedLLM) -> TrainedRun:
     grammar_config, free_config = tmp / "grammar.yaml", tmp / "free.yaml"
-    grammar_config.write_text(yaml.safe_dump({"env": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}))
+    grammar_config.write_text(yaml.safe_dump({"env": {"runtime": {"extra_body": {"grammar": TOOL_CALL_GRAMMAR}}}}))
     free_config.write_text(yaml.safe_dump({"env": {}}))
     env_cmd = [sys.executable, "-m", "tests.training.hash_reward_env"]
     processed, served = tmp / "processed.jsonl", tmp / "served.jsonl"

@@ -3,7 +3,7 @@
 The agent loop sees an ordinary chat model (messages in, an assistant turn with tool calls
 out). Underneath, one `TokenSession` per trajectory holds the ids the model saw and
 produced; tool calls are recovered from the generated text with the parser registry
-(`--env.tool_call_parser`). `token_trace()` hands the env the tokens, masks and logprobs.
+(`--env.runtime.tool_call_parser`). `token_trace()` hands the env the tokens, masks and logprobs.
 """
 
 from __future__ import annotations

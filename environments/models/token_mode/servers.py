@@ -74,7 +74,7 @@ def check_sampler(kind: str, extra: dict[str, Any]) -> None:
     if unknown:
         readable = ", ".join(["temperature", "max_tokens", *sorted(fields)])
         raise ValueError(
-            f"--env.extra_body {', '.join(unknown)}: the {kind} token protocol cannot carry it (it reads {readable}); "
+            f"--env.runtime.extra_body {', '.join(unknown)}: the {kind} token protocol cannot carry it (it reads {readable}); "
             "remove it or use a server whose protocol does"
         )
 
@@ -165,7 +165,7 @@ class HTTPTokenServer:
         if response.status_code >= 400:
             raise ModelError(
                 f"the {self.config.kind} token server at {self._root} answered GET {path} with HTTP "
-                f"{response.status_code}; is --env.token_server the right protocol for this server?"
+                f"{response.status_code}; is --env.runtime.token_server the right protocol for this server?"
             )
 
     async def generate(
@@ -206,7 +206,7 @@ class HTTPTokenServer:
         except (ValueError, KeyError, IndexError, TypeError) as exc:
             raise ModelError(
                 f"token server at {url} sent an answer the {self.config.kind} protocol does not describe "
-                f"({type(exc).__name__}: {exc}); is --env.token_server right for this server?",
+                f"({type(exc).__name__}: {exc}); is --env.runtime.token_server right for this server?",
                 retryable=False,
             ) from exc
         if len(generation.logprobs) != len(generation.token_ids):

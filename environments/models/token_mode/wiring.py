@@ -2,7 +2,7 @@
 
 Chat mode (an OpenAI chat endpoint) cannot say which token ids the model sampled; the env
 then re-renders finished conversations and sends no inference logprobs. Token mode talks to a
-token server (`--env.token_server`, or `--openai.server_type vllm|sglang`) through
+token server (`--env.runtime.token_server`, or `--openai.server_type vllm|sglang`) through
 `TokenChatModel`, and each rollout's groups carry the exact ids, masks and logprobs.
 """
 
@@ -45,8 +45,8 @@ LOGPROB_SEMANTICS = {
 CHAT_MODE_NOTE = (
     "chat mode: {url} is used as an OpenAI chat endpoint, which cannot give the exact token ids the "
     "model sampled; tokens and masks are re-rendered from the messages and no inference_logprobs "
-    "are sent. For exact tokens point at a token server with --env.token_server "
-    "vllm|vllm_openai|sglang|llamacpp."
+    "are sent. For exact tokens point at a token server with runtime.token_server "
+    "vllm|vllm_openai|sglang|llamacpp (--env.runtime.token_server; batch_runner: --runtime.token_server)."
 )
 
 
@@ -90,7 +90,7 @@ def sampling_setup(
     if nested is not None:
         if not isinstance(nested, dict) or kind not in ("sglang", "tinker"):
             raise ValueError(
-                f"--env.extra_body sampling_params is for the sglang and tinker protocols (got {kind}); "
+                f"--env.runtime.extra_body sampling_params is for the sglang and tinker protocols (got {kind}); "
                 "give sampler settings at the top level of extra_body (top_k, top_p, min_p, seed)"
             )
         extra_body.update({"seed" if k == "sampling_seed" else k: v for k, v in nested.items()})
