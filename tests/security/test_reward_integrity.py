@@ -139,7 +139,7 @@ def test_verifying_in_the_agents_slot_is_refused_in_the_instances_image(
         "use_wandb": False,
         "total_steps": 1,
         "verify_in": "same_slot",
-        "sandbox": {"backend": backend_config(place).model_dump(mode="json")},
+        "runtime": {"sandbox": {"backend": backend_config(place).model_dump(mode="json")}},
         "data_path_to_save_groups": str(tmp_path / "groups.jsonl"),
     }
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"env": env}))
