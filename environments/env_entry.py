@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from atroposlib.envs.server_handling.server_baseline import APIServerConfig
+from pydantic import BaseModel
 
 from environments.env_config import HermesAgentEnvConfig
 from environments.model_server import EMBEDDED, EMBEDDED_MODEL_NAME
@@ -64,7 +65,19 @@ def default_config(config_cls: type[HermesAgentEnvConfig], name: str | None) -> 
         for field in vars(klass).get("__annotations__", {})
     }
     kept = {k: v for k, v in defaults.items() if k not in declared}
+    for key in config_cls.task_defaults:
+        _check_setting(config_cls, key)
     return config_cls(**_nested({**kept, **config_cls.task_defaults}))
+
+
+def _check_setting(config_cls: type[BaseModel], key: str) -> None:
+    """A task default must name a setting: pydantic would drop an unknown nested key without a word."""
+    model: Any = config_cls
+    for part in key.split("."):
+        fields = model.model_fields if isinstance(model, type) and issubclass(model, BaseModel) else {}
+        if part not in fields:
+            raise TypeError(f"{config_cls.__name__}.task_defaults: {key!r} names no setting (no {part!r} there)")
+        model = fields[part].annotation
 
 
 def _nested(flat: dict[str, Any]) -> dict[str, Any]:

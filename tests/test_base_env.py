@@ -294,3 +294,13 @@ def test_task_defaults_keyed_like_flags_change_one_nested_value_and_a_subclass_a
     )
     assert config.runtime.loop.temperature == AgentLoopConfig().temperature  # the loop's other defaults stay
     assert config.runtime.tool_limits.max_timeout_s == HermesAgentEnvConfig().runtime.tool_limits.max_timeout_s
+
+
+def test_a_task_default_that_names_no_setting_is_refused():
+    from environments.env_entry import default_config
+
+    class TypoConfig(HermesAgentEnvConfig):
+        task_defaults: ClassVar[dict[str, Any]] = {"runtime.loop.max_turn": 3}
+
+    with pytest.raises(TypeError, match=r"'runtime.loop.max_turn' names no setting \(no 'max_turn' there\)"):
+        default_config(TypoConfig, "typo")
