@@ -17,7 +17,7 @@ from environments.cli_parse import COMMANDS, REDACTED, SECRET_KEYS, _admits_str,
 from environments.env_entry import EnvEntry
 from environments.upstream_config import unused_reason
 
-__all__ = ["help_text"]
+__all__ = ["flag_rows", "help_text"]
 
 
 COMMAND_HELP = {
@@ -59,7 +59,7 @@ def _default_text(name: str, value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _flag_rows(model: type[BaseModel], prefix: str, values: Any, note: str = "") -> list[tuple[str, str, str, str]]:
+def flag_rows(model: type[BaseModel], prefix: str, values: Any, note: str = "") -> list[tuple[str, str, str, str]]:
     """(flag, type, default, description) for every field, nested models flattened; a union of
     models tagged by `kind` lists each member's own fields, marked with the kind they belong to."""
     rows: list[tuple[str, str, str, str]] = []
@@ -95,7 +95,7 @@ def _flag_rows(model: type[BaseModel], prefix: str, values: Any, note: str = "")
         for member in [chosen, *(m for m in members if m is not chosen)]:
             kind = member.model_fields.get("kind")
             tag = f" [{name}.kind={kind.default}]" if member is not chosen and kind is not None else ""
-            for row in _flag_rows(member, f"{prefix}{name}.", value if member is chosen else None, note + tag):
+            for row in flag_rows(member, f"{prefix}{name}.", value if member is chosen else None, note + tag):
                 if row[0] == f"{prefix}{name}.kind" and len(kinds) > 1:
                     row = (
                         row[0],
@@ -131,10 +131,10 @@ def help_text(env_cls: Any, command: str | None) -> str:
     lines += [f"  {c:<9} {COMMAND_HELP[c]}" + ("   <- this one" if c == command else "") for c in COMMANDS]
     sections = [
         ("global flags:", [(f, t, "" if d is None else repr(d), h) for f, t, d, h in GLOBAL_HELP]),
-        ("env (--env.*):", _flag_rows(config_cls, "--env.", env_values)),
+        ("env (--env.*):", flag_rows(config_cls, "--env.", env_values)),
         (
             "openai (--openai.*): one model server; a YAML `openai:` list gives several",
-            _flag_rows(APIServerConfig, "--openai.", server_values),
+            flag_rows(APIServerConfig, "--openai.", server_values),
         ),
     ]
     for title, rows in sections:

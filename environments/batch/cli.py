@@ -69,11 +69,11 @@ def parse_args(argv: list[str] | None = None) -> BatchConfig:
 
 
 def help_text() -> str:
-    from environments.cli_help import _flag_rows  # the env's --help table, for BatchConfig's fields
+    from environments.cli_help import flag_rows  # the env's --help table, for BatchConfig's fields
 
     lines = [USAGE, "", (__doc__ or "").split("\n\n")[0], "", "flags (also keys of --config YAML):"]
     lines.append("  --config FILE  YAML of these keys (flags override it)")
-    for flag, kind, default, description in _flag_rows(BatchConfig, "--", {}):
+    for flag, kind, default, description in flag_rows(BatchConfig, "--", {}):
         default_part = " (required)" if default == "PydanticUndefined" else f" (default {default})" if default else ""
         lines.append(f"  {flag} {kind}{default_part}  {description}".rstrip())
     lines += ["", "Negative booleans need `=` (--resume=False); list flags take a,b."]
