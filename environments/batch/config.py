@@ -157,9 +157,7 @@ class BatchConfig(BaseModel):
         """The servers, each timed out like the loop's model calls (runtime.loop.model_timeout_s)."""
         timeout = self.runtime.loop.model_timeout_s
         key = self.resolved_api_key()
-        # model_copy(update=...) skips validation: a single URL may still be a string here
-        urls = [self.base_url] if isinstance(self.base_url, str) else self.base_url
-        return [ModelServer(base_url=url, model=self.model, api_key=key, timeout_s=timeout) for url in urls]
+        return [ModelServer(base_url=url, model=self.model, api_key=key, timeout_s=timeout) for url in self.base_url]
 
 
 class BatchError(RuntimeError):

@@ -142,10 +142,10 @@ async def test_line_separators_in_model_text_do_not_break_batch_output_or_resume
         runtime={"model_max_retries": 0},
     )
     async with ScriptedOpenAIServer([{"content": prose}] * 2) as server:
-        stats = await run_batch(config.model_copy(update={"base_url": server.base_url}))
+        stats = await run_batch(config.model_copy(update={"base_url": [server.base_url]}))
     assert stats["recorded"] == 2
     async with ScriptedOpenAIServer([]) as server:  # nothing is left to run
-        resumed = await run_batch(config.model_copy(update={"base_url": server.base_url, "resume": True}))
+        resumed = await run_batch(config.model_copy(update={"base_url": [server.base_url], "resume": True}))
     assert resumed["recorded"] == 2 and resumed["missing"] == 0
     rows = [json.loads(x) for x in (tmp_path / "runs/seps/trajectories.jsonl").read_text().split("\n") if x]
     assert [r["final_response"] for r in rows] == [prose, prose]
