@@ -16,7 +16,16 @@ from sandbox_server.tree import remove_tree_quietly
 from slots.client import SandboxAddress
 from slots.pool import SlotPool, SlotPoolConfig
 
-__all__ = ["LocalBackendConfig", "LocalSandboxProvider", "local_backend"]
+__all__ = ["LocalBackendConfig", "LocalSandboxProvider", "local_backend", "open_root"]
+
+
+def open_root(configured: str | None, prefix: str) -> tuple[Path, bool]:
+    """(the directory, whether it is ours to remove): `configured`, made if missing, or a fresh temp dir."""
+    if configured:
+        root = Path(configured)
+        root.mkdir(parents=True, exist_ok=True)
+        return root, False
+    return Path(tempfile.mkdtemp(prefix=prefix)), True
 
 
 class LocalBackendConfig(BaseModel):
@@ -46,12 +55,7 @@ class LocalSandboxProvider:
         self._own_root = False
 
     async def start(self) -> None:
-        if self.config.data_root:
-            self._root = Path(self.config.data_root)
-            self._root.mkdir(parents=True, exist_ok=True)
-        else:
-            self._root = Path(tempfile.mkdtemp(prefix="hermes-sandboxes-"))
-            self._own_root = True
+        self._root, self._own_root = open_root(self.config.data_root, "hermes-sandboxes-")
 
     async def launch(self, count: int) -> list[SandboxAddress]:
         assert self._root is not None, "start() first"
