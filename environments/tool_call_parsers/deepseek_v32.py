@@ -51,8 +51,10 @@ def _value(m: re.Match[str], name: str, key: str, raw: str, schema: Any) -> Any:
 
 
 _TAGS = ParamTags(
-    _PARAM, f"</{_T}parameter>", where="invoke {name}", label="parameter {key}", swallowed=_PARAM.search, value=_value
+    _PARAM, f"</{_T}parameter>", where="invoke {name}", label="parameter {key}", next_open=None, value=_value
 )
+
+_UNTYPED: Mapping[str, Any] = {}  # values are typed by their string= flag, not the schema
 
 
 @register_parser("deepseek_v32", "deepseekv32")
@@ -106,7 +108,7 @@ class DeepSeekV32Parser(ToolCallParser):
         name = m.group(1).strip()
         if not valid_name(name):
             return f"invalid function name {name[:40]!r}"
-        read = read_params(_TAGS, text, m.end(), end, name, {})
+        read = read_params(_TAGS, text, m.end(), end, name, _UNTYPED)
         if isinstance(read, str):
             return read
         args, pos = read

@@ -55,7 +55,7 @@ _TAGS = ParamTags(
     "</parameter>",
     where="<function={name}>",
     label="<parameter={key}>",
-    swallowed=lambda raw: "<parameter=" in raw,
+    next_open="<parameter=",
     value=_value,
 )
 
