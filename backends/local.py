@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from backends.launch import launch_all
 from backends.process import SandboxProcess, start_sandbox_process
 from sandbox_server.isolation import SlotLimits
 from sandbox_server.tree import remove_tree_quietly
@@ -78,11 +79,7 @@ class LocalSandboxProvider:
             self._procs[address.name] = proc
             return address
 
-        results = await asyncio.gather(*(one() for _ in range(count)), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise errors[0]
-        return [r for r in results if not isinstance(r, BaseException)]
+        return await launch_all(count, one)
 
     async def alive(self, address: SandboxAddress) -> bool:
         proc = self._procs.get(address.name)
