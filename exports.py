@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from environments.models.chat_tokens import json_or_raw
+
 __all__ = [
     "Conversation",
     "read_conversations",
@@ -98,16 +100,6 @@ def read_conversations(path: Path) -> Iterator[Conversation]:
                 )
 
 
-def _arguments(raw: Any) -> Any:
-    """Arguments as an object when they are JSON (they usually are), else the raw string."""
-    if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except json.JSONDecodeError:
-            return raw
-    return raw
-
-
 def _arguments_str(args: Any) -> str:
     return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
@@ -131,7 +123,7 @@ def canonical_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
                         "type": "function",
                         "function": {
                             "name": call["function"]["name"],
-                            "arguments": _arguments(call["function"].get("arguments")),
+                            "arguments": json_or_raw(call["function"].get("arguments")),
                         },
                     }
                 )
@@ -161,7 +153,7 @@ def to_sharegpt(conv: Conversation) -> dict[str, Any]:
             parts = [m["content"]] if m.get("content") else []
             calls = m.get("tool_calls") or []
             for call in calls:
-                body = {"name": call["function"]["name"], "arguments": _arguments(call["function"].get("arguments"))}
+                body = {"name": call["function"]["name"], "arguments": json_or_raw(call["function"].get("arguments"))}
                 parts.append(f"{_OPEN}{json.dumps(body, ensure_ascii=False)}{_CLOSE}")
             value = "\n".join(parts)
         elif role == "tool":
@@ -288,13 +280,13 @@ def to_trajectory(conv: Conversation, domain: str | None = None) -> dict[str, An
             content = result.get("content")
             error = None
             if isinstance(content, str) and content.startswith('{"error"'):
-                error = _arguments(content).get("error") if isinstance(_arguments(content), dict) else None
+                error = json_or_raw(content).get("error") if isinstance(json_or_raw(content), dict) else None
             actions.append(
                 {
                     "step": len(actions) + 1,
                     "turn": turn,
                     "tool": call["function"]["name"],
-                    "arguments": _arguments(call["function"].get("arguments")),
+                    "arguments": json_or_raw(call["function"].get("arguments")),
                     "result": content,
                     "error": error,
                     "thought": m.get("content"),

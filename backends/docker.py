@@ -37,6 +37,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field
 
+from backends.launch import launch_all
 from backends.container_seccomp import SECURITY_OPT, security_opt
 from backends.runs import RUN_LABEL, RunOwner, owner_gone
 from backends.runtime import DEFAULT_RUNTIME_DIR, RUNTIME_MOUNT, SandboxRuntime
@@ -268,14 +269,7 @@ class DockerSandboxProvider:
         return len(gone)
 
     async def launch(self, count: int) -> list[SandboxAddress]:
-        results = await asyncio.gather(*(self._launch_one() for _ in range(count)), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            for r in results:
-                if isinstance(r, SandboxAddress):
-                    await self.terminate(r)
-            raise errors[0]
-        return [r for r in results if isinstance(r, SandboxAddress)]
+        return await launch_all(count, self._launch_one, self.terminate)
 
     async def _launch_one(self) -> SandboxAddress:
         import docker

@@ -10,13 +10,23 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from backends.launch import launch_all
 from backends.process import SandboxProcess, start_sandbox_process
 from sandbox_server.isolation import SlotLimits
 from sandbox_server.tree import remove_tree_quietly
 from slots.client import SandboxAddress
 from slots.pool import SlotPool, SlotPoolConfig
 
-__all__ = ["LocalBackendConfig", "LocalSandboxProvider", "local_backend"]
+__all__ = ["LocalBackendConfig", "LocalSandboxProvider", "local_backend", "open_root"]
+
+
+def open_root(configured: str | None, prefix: str) -> tuple[Path, bool]:
+    """(the directory, whether it is ours to remove): `configured`, made if missing, or a fresh temp dir."""
+    if configured:
+        root = Path(configured)
+        root.mkdir(parents=True, exist_ok=True)
+        return root, False
+    return Path(tempfile.mkdtemp(prefix=prefix)), True
 
 
 class LocalBackendConfig(BaseModel):
@@ -46,12 +56,7 @@ class LocalSandboxProvider:
         self._own_root = False
 
     async def start(self) -> None:
-        if self.config.data_root:
-            self._root = Path(self.config.data_root)
-            self._root.mkdir(parents=True, exist_ok=True)
-        else:
-            self._root = Path(tempfile.mkdtemp(prefix="hermes-sandboxes-"))
-            self._own_root = True
+        self._root, self._own_root = open_root(self.config.data_root, "hermes-sandboxes-")
 
     async def launch(self, count: int) -> list[SandboxAddress]:
         assert self._root is not None, "start() first"
@@ -74,11 +79,7 @@ class LocalSandboxProvider:
             self._procs[address.name] = proc
             return address
 
-        results = await asyncio.gather(*(one() for _ in range(count)), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise errors[0]
-        return [r for r in results if not isinstance(r, BaseException)]
+        return await launch_all(count, one)
 
     async def alive(self, address: SandboxAddress) -> bool:
         proc = self._procs.get(address.name)

@@ -38,6 +38,7 @@ from typing import Any, Literal, Protocol
 import aiohttp
 from pydantic import BaseModel, Field
 
+from backends.launch import launch_all
 from backends.runs import RunOwner
 from backends.runtime import RUNTIME_MOUNT, SandboxRuntime
 from sandbox_server.isolation import SlotLimits
@@ -415,11 +416,7 @@ class ModalSandboxProvider:
         return SandboxAddress(name, url.rstrip("/"), self._token)
 
     async def launch(self, count: int) -> list[SandboxAddress]:
-        results = await asyncio.gather(*(self._one() for _ in range(count)), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            raise errors[0]
-        return [r for r in results if not isinstance(r, BaseException)]
+        return await launch_all(count, self._one)
 
     async def alive(self, address: SandboxAddress) -> bool:
         sandbox_id = self._ids.get(address.name)

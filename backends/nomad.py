@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol
 import httpx
 from pydantic import BaseModel, Field, field_validator
 
+from backends.launch import launch_all
 from backends.container_seccomp import SECURITY_OPT
 from backends.runs import RunOwner
 from backends.runtime import RUNTIME_MOUNT, SandboxRuntime
@@ -339,12 +340,7 @@ class NomadSandboxProvider:
             raise
 
     async def launch(self, count: int) -> list[SandboxAddress]:
-        results = await asyncio.gather(*(self._one() for _ in range(count)), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if errors:
-            await asyncio.gather(*(self.terminate(r) for r in results if isinstance(r, SandboxAddress)))
-            raise errors[0]
-        return [r for r in results if not isinstance(r, BaseException)]
+        return await launch_all(count, self._one, self.terminate)
 
     async def alive(self, address: SandboxAddress) -> bool:
         alloc_id = self._allocs.get(address.name)

@@ -17,7 +17,6 @@ import asyncio
 import logging
 import os
 import sys
-import tempfile
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -27,6 +26,7 @@ from typing import Literal, Protocol
 from pydantic import BaseModel, Field
 
 from backends import LocalBackendConfig, make_backend
+from backends.local import open_root
 from environments.sandbox_backend import SandboxToolBackendConfig
 from sandbox_server.isolation import SYSTEM_DIRS, probe_bwrap
 from sandbox_server.tree import remove_tree_quietly
@@ -69,12 +69,7 @@ class LocalToolBackend:
         self._own_root = False
 
     async def start(self) -> None:
-        if self.config.workspace_root:
-            self._root = Path(self.config.workspace_root)
-            self._root.mkdir(parents=True, exist_ok=True)
-        else:
-            self._root = Path(tempfile.mkdtemp(prefix="hermes-rl-ws-"))
-            self._own_root = True
+        self._root, self._own_root = open_root(self.config.workspace_root, "hermes-rl-ws-")
 
     async def stop(self) -> None:
         if self._root is not None and self._own_root and not self.config.keep_workspaces:

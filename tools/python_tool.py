@@ -6,7 +6,7 @@ from typing import Any
 
 from tools.context import ToolContext
 from tools.registry import Tool, tool_error
-from tools.terminal import format_exec
+from tools.terminal import run_for_model
 
 __all__ = ["PYTHON_TOOLS"]
 
@@ -15,12 +15,8 @@ async def _python(args: dict[str, Any], ctx: ToolContext) -> str:
     code = args.get("code")
     if not isinstance(code, str) or not code.strip():
         return tool_error("'code' must be a non-empty string of Python source")
-    limit = ctx.limits.max_output_chars
     # The program goes in on stdin: nothing is written into the workspace.
-    result = await ctx.executor.exec(
-        ctx.executor.python, timeout=ctx.limits.python_timeout_s, max_output_bytes=limit, stdin=code
-    )
-    return format_exec(result, limit_chars=limit)
+    return await run_for_model(ctx, ctx.executor.python, timeout=ctx.limits.python_timeout_s, stdin=code)
 
 
 PYTHON_TOOLS = [

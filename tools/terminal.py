@@ -8,7 +8,7 @@ from typing import Any
 from tools.context import ToolContext
 from tools.registry import Tool, tool_error
 
-__all__ = ["TERMINAL_TOOLS", "format_exec"]
+__all__ = ["TERMINAL_TOOLS", "format_exec", "run_for_model"]
 
 
 def format_exec(result, *, limit_chars: int) -> str:
@@ -22,6 +22,13 @@ def format_exec(result, *, limit_chars: int) -> str:
     return json.dumps(payload, ensure_ascii=False)
 
 
+async def run_for_model(ctx: ToolContext, command: str, *, timeout: float, stdin: str | None = None) -> str:
+    """`command` run by the trajectory's executor under its output limit, as the JSON the model sees."""
+    limit = ctx.limits.max_output_chars
+    result = await ctx.executor.exec(command, timeout=timeout, max_output_bytes=limit, stdin=stdin)
+    return format_exec(result, limit_chars=limit)
+
+
 async def _terminal(args: dict[str, Any], ctx: ToolContext) -> str:
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
@@ -31,10 +38,7 @@ async def _terminal(args: dict[str, Any], ctx: ToolContext) -> str:
         timeout = float(timeout)
     except (TypeError, ValueError):
         return tool_error(f"'timeout' must be a number of seconds, got {timeout!r}")
-    timeout = max(0.1, min(timeout, ctx.limits.max_timeout_s))
-    limit = ctx.limits.max_output_chars
-    result = await ctx.executor.exec(command, timeout=timeout, max_output_bytes=limit)
-    return format_exec(result, limit_chars=limit)
+    return await run_for_model(ctx, command, timeout=max(0.1, min(timeout, ctx.limits.max_timeout_s)))
 
 
 TERMINAL_TOOLS = [

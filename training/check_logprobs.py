@@ -22,7 +22,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from training.cli import parse_config
+from training.cli import parse_config, run_or_report
 from training.groups import NOT_SAMPLED, Group, read_groups, turns
 
 __all__ = ["CheckConfig", "TurnDelta", "Report", "compare", "check", "main"]
@@ -177,10 +177,8 @@ def format_report(report: Report, config: CheckConfig) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_config(CheckConfig, argv, "python -m training.check_logprobs", positional=("groups",))
-    try:
-        report = check(config)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"check_logprobs: {exc}", file=sys.stderr)
+    report = run_or_report("check_logprobs", lambda: check(config))
+    if report is None:
         return 2
     if config.report is not None:
         config.report.write_text(json.dumps({**asdict(report), "ok": report.ok}, indent=2))

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TypeVar
+from typing import Callable, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-__all__ = ["parse_config"]
+__all__ = ["parse_config", "run_or_report"]
 
 C = TypeVar("C", bound=BaseModel)
+R = TypeVar("R")
 
 
 def parse_config(cls: type[C], argv: list[str] | None, prog: str, positional: tuple[str, ...] = ()) -> C:
@@ -39,3 +40,14 @@ def parse_config(cls: type[C], argv: list[str] | None, prog: str, positional: tu
         problems = "; ".join(f"--{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         parser.error(problems)
         raise  # parser.error exits; this line is for type checkers
+
+
+def run_or_report(
+    tool: str, work: Callable[[], R], errors: tuple[type[BaseException], ...] = (ValueError, FileNotFoundError)
+) -> R | None:
+    """`work()`, or None after one line on stderr saying what failed (`errors`: what a user can fix)."""
+    try:
+        return work()
+    except errors as exc:
+        print(f"{tool}: {exc}", file=sys.stderr)
+        return None

@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["llama_permute", "write_float_gguf"]
+__all__ = ["llama_permute", "write_float_gguf", "write_float32_like"]
 
 
 def llama_permute(weights: np.ndarray, n_head: int) -> np.ndarray:
@@ -33,10 +33,7 @@ def write_float_gguf(state: dict[str, Any], config: Any, template: Path, out: Pa
     metadata and tensor list the new file takes.
     """
     import numpy as np
-    from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, GGMLQuantizationType, GGUFReader, GGUFWriter
-    from gguf import get_tensor_name_map
-
-    from training.models import copy_float32_metadata
+    from gguf import MODEL_ARCH, MODEL_ARCH_NAMES, GGUFReader, get_tensor_name_map
 
     reader = GGUFReader(str(template))
     arch_name = reader.fields["general.architecture"].contents()
@@ -54,21 +51,39 @@ def write_float_gguf(state: dict[str, Any], config: Any, template: Path, out: Pa
     if missing:
         raise ValueError(f"no trained weight for GGUF tensors {missing[:5]} (of {len(missing)})")
 
+    def tensor(t: Any) -> np.ndarray:
+        data = state[by_gguf[t.name]].detach().to("cpu").float().numpy()
+        if ".attn_q." in t.name:
+            data = llama_permute(data, config.num_attention_heads)
+        elif ".attn_k." in t.name:
+            data = llama_permute(data, config.num_key_value_heads)
+        expected = tuple(int(n) for n in reversed(t.shape))
+        if data.shape != expected:
+            raise ValueError(f"{t.name}: trained shape {data.shape}, GGUF expects {expected}")
+        return np.ascontiguousarray(data, dtype=np.float32)
+
+    return write_float32_like(reader, out, tensor)
+
+
+def write_float32_like(reader: Any, out: Path, tensor: Callable[[Any], np.ndarray]) -> Path:
+    """A float32 GGUF at `out`, atomically (tmp + rename), with the metadata and tensor list of the GGUF
+    `reader` holds; each tensor's data is `tensor(t)` (float32, in GGUF's dimension order)."""
+    from gguf import GGMLQuantizationType, GGUFValueType, GGUFWriter
+
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".{out.name}.{os.getpid()}")
-    writer = GGUFWriter(str(tmp), arch=arch_name)
+    writer = GGUFWriter(str(tmp), arch=reader.fields["general.architecture"].contents())
     try:
-        copy_float32_metadata(reader, writer)
+        for name, f in reader.fields.items():
+            if name.startswith("GGUF.") or name == "general.architecture":
+                continue  # the writer adds these itself
+            if name == "general.file_type":
+                writer.add_uint32(name, 0)  # LLAMA_FTYPE_ALL_F32
+                continue
+            sub_type = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
+            writer.add_key_value(name, f.contents(), f.types[0], sub_type=sub_type)
         for t in reader.tensors:
-            data = state[by_gguf[t.name]].detach().to("cpu").float().numpy()
-            if ".attn_q." in t.name:
-                data = llama_permute(data, config.num_attention_heads)
-            elif ".attn_k." in t.name:
-                data = llama_permute(data, config.num_key_value_heads)
-            expected = tuple(int(n) for n in reversed(t.shape))
-            if data.shape != expected:
-                raise ValueError(f"{t.name}: trained shape {data.shape}, GGUF expects {expected}")
-            writer.add_tensor(t.name, np.ascontiguousarray(data, dtype=np.float32), raw_dtype=GGMLQuantizationType.F32)
+            writer.add_tensor(t.name, tensor(t), raw_dtype=GGMLQuantizationType.F32)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_tensors_to_file()

@@ -41,7 +41,7 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field
 
 from embedded_llm import EmbeddedLLMError
-from training.cli import parse_config
+from training.cli import parse_config, run_or_report
 from training.groups import IGNORE, NOT_SAMPLED, Group, parse_groups
 
 __all__ = [
@@ -300,10 +300,10 @@ async def run(config: GRPOConfig) -> list[StepStats]:
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_config(GRPOConfig, argv, "python -m training.grpo")
-    try:
-        stats = asyncio.run(run(config))
-    except (ValueError, TimeoutError, httpx.HTTPError, EmbeddedLLMError) as exc:
-        print(f"grpo: {exc}", file=sys.stderr)
+    stats = run_or_report(
+        "grpo", lambda: asyncio.run(run(config)), (ValueError, TimeoutError, httpx.HTTPError, EmbeddedLLMError)
+    )
+    if stats is None:
         return 1
     if not all(math.isfinite(s.loss) for s in stats):
         print("grpo: the loss is not finite", file=sys.stderr)

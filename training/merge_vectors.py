@@ -18,14 +18,13 @@ from __future__ import annotations
 import json
 import shutil
 import struct
-import sys
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from training.cli import parse_config
+from training.cli import parse_config, run_or_report
 from training.models import copy_tokenizer
 
 __all__ = ["MergeConfig", "CheckpointReader", "merge", "main"]
@@ -204,10 +203,8 @@ def _merge_tensor(
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_config(MergeConfig, argv, "python -m training.merge_vectors")
-    try:
-        manifest = merge(config)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"merge_vectors: {exc}", file=sys.stderr)
+    manifest = run_or_report("merge_vectors", lambda: merge(config))
+    if manifest is None:
         return 1
     for alpha, path in manifest["merged"].items():
         print(f"[merge] alpha {alpha}: {path}")

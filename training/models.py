@@ -20,7 +20,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -110,8 +110,10 @@ def embedded_checkpoint(cache_dir: Path | None = None) -> Path:
 def embedded_float_gguf(cache_dir: Path | None = None) -> Path:
     """The embedded GGUF with every tensor dequantized to float32 (same metadata), cached."""
     import numpy as np
-    from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter
+    from gguf import GGUFReader
     from gguf.quants import dequantize
+
+    from training.gguf_export import write_float32_like
 
     gguf = _embedded_gguf()
     stem = gguf.name.removesuffix(".gguf")
@@ -119,39 +121,12 @@ def embedded_float_gguf(cache_dir: Path | None = None) -> Path:
     target = _cache_path(gguf, cache_dir, "float32 gguf") / f"{stem}.F32.gguf"
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{target.name}.{os.getpid()}")
     reader = GGUFReader(str(gguf))
-    writer = GGUFWriter(str(tmp), arch=reader.fields["general.architecture"].contents())
-    try:
-        copy_float32_metadata(reader, writer)
-        for t in reader.tensors:
-            data = dequantize(t.data, t.tensor_type).astype(np.float32)
-            writer.add_tensor(
-                t.name, data.reshape([int(n) for n in reversed(t.shape)]), raw_dtype=GGMLQuantizationType.F32
-            )
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        os.replace(tmp, target)
-    finally:
-        tmp.unlink(missing_ok=True)
-    return target
-
-
-def copy_float32_metadata(reader: Any, writer: Any) -> None:
-    """Every metadata field of a GGUF into a writer of the same model in float32 (the file type says so)."""
-    from gguf import GGUFValueType
-
-    for name, f in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue  # the writer adds these itself
-        if name == "general.file_type":
-            writer.add_uint32(name, 0)  # LLAMA_FTYPE_ALL_F32
-            continue
-        sub_type = f.types[-1] if f.types[0] == GGUFValueType.ARRAY else None
-        writer.add_key_value(name, f.contents(), f.types[0], sub_type=sub_type)
+    return write_float32_like(
+        reader,
+        target,
+        lambda t: dequantize(t.data, t.tensor_type).astype(np.float32).reshape([int(n) for n in reversed(t.shape)]),
+    )
 
 
 def _dequantize(gguf: Path, out: Path) -> None:

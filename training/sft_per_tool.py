@@ -15,14 +15,13 @@ project's schemas of the tools it calls). `--model embedded` starts from the emb
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from environments.jsonl import jsonl_lines
-from training.cli import parse_config
+from training.cli import parse_config, run_or_report
 
 __all__ = ["SFTPerToolConfig", "registry_schemas", "to_prompt_completion", "load_split", "train_tool", "run", "main"]
 
@@ -143,10 +142,8 @@ def run(config: SFTPerToolConfig) -> dict[str, Path]:
 
 def main(argv: list[str] | None = None) -> int:
     config = parse_config(SFTPerToolConfig, argv, "python -m training.sft_per_tool")
-    try:
-        outputs = run(config)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"sft_per_tool: {exc}", file=sys.stderr)
+    outputs = run_or_report("sft_per_tool", lambda: run(config))
+    if outputs is None:
         return 1
     for tool, path in outputs.items():
         print(f"[sft] {tool}: saved to {path}")

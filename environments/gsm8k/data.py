@@ -24,6 +24,15 @@ _NAMES = ["Ava", "Ben", "Chloe", "Dev", "Elena", "Farid", "Grace", "Hiro", "Ines
 _ITEMS = [("apples", "apple"), ("marbles", "marble"), ("stickers", "sticker"), ("books", "book"), ("cookies", "cookie")]
 
 
+Step = tuple[str, int, str, int, int, str]  # lead, a, operator, b, result, unit
+
+
+def _problem(question: str, *steps: Step) -> dict[str, str]:
+    """A row whose answer works `steps` out in GSM8K's calculator notation (`<<a*b=c>>c`), then `#### N`."""
+    lines = [f"{lead}{a} {op} {b} = <<{a}{op}{b}={r}>>{r}{unit}." for lead, a, op, b, r, unit in steps]
+    return {"question": question, "answer": "\n".join(lines) + f"\n#### {steps[-1][4]}"}
+
+
 def _shopping(rng: random.Random) -> dict[str, str]:
     name = rng.choice(_NAMES)
     n, price, paid = rng.randint(3, 12), rng.randint(2, 9), 0
@@ -35,11 +44,11 @@ def _shopping(rng: random.Random) -> dict[str, str]:
         f"{name} buys {n} {plural} that cost ${price} each. {name} pays with ${paid}. "
         f"How many dollars of change does {name} get?"
     )
-    a = (
-        f"The {plural} cost {n} * {price} = <<{n}*{price}={cost}>>{cost} dollars.\n"
-        f"The change is {paid} - {cost} = <<{paid}-{cost}={change}>>{change} dollars.\n#### {change}"
+    return _problem(
+        q,
+        (f"The {plural} cost ", n, "*", price, cost, " dollars"),
+        ("The change is ", paid, "-", cost, change, " dollars"),
     )
-    return {"question": q, "answer": a}
 
 
 def _sharing(rng: random.Random) -> dict[str, str]:
@@ -53,11 +62,11 @@ def _sharing(rng: random.Random) -> dict[str, str]:
         f"{name} has {boxes} boxes with {per} {plural} in each box. "
         f"{name} gives {given} {plural} to {friend}. How many {plural} does {name} have left?"
     )
-    a = (
-        f"{name} has {boxes} * {per} = <<{boxes}*{per}={total}>>{total} {plural}.\n"
-        f"After giving some away: {total} - {given} = <<{total}-{given}={left}>>{left}.\n#### {left}"
+    return _problem(
+        q,
+        (f"{name} has ", boxes, "*", per, total, f" {plural}"),
+        ("After giving some away: ", total, "-", given, left, ""),
     )
-    return {"question": q, "answer": a}
 
 
 def _rate(rng: random.Random) -> dict[str, str]:
@@ -69,11 +78,7 @@ def _rate(rng: random.Random) -> dict[str, str]:
         f"{name} drives at {speed} miles per hour for {hours} hours, then walks {extra} more miles. "
         f"How many miles does {name} travel in total?"
     )
-    a = (
-        f"Driving: {speed} * {hours} = <<{speed}*{hours}={dist}>>{dist} miles.\n"
-        f"Total: {dist} + {extra} = <<{dist}+{extra}={total}>>{total} miles.\n#### {total}"
-    )
-    return {"question": q, "answer": a}
+    return _problem(q, ("Driving: ", speed, "*", hours, dist, " miles"), ("Total: ", dist, "+", extra, total, " miles"))
 
 
 def _savings(rng: random.Random) -> dict[str, str]:
@@ -86,11 +91,9 @@ def _savings(rng: random.Random) -> dict[str, str]:
         f"{name} saves ${weekly} every week for {weeks} weeks and then spends ${spent} on a gift. "
         f"How much money does {name} have left?"
     )
-    a = (
-        f"Saved: {weekly} * {weeks} = <<{weekly}*{weeks}={saved}>>{saved} dollars.\n"
-        f"Left: {saved} - {spent} = <<{saved}-{spent}={left}>>{left} dollars.\n#### {left}"
+    return _problem(
+        q, ("Saved: ", weekly, "*", weeks, saved, " dollars"), ("Left: ", saved, "-", spent, left, " dollars")
     )
-    return {"question": q, "answer": a}
 
 
 _TEMPLATES: list[Callable[[random.Random], dict[str, str]]] = [_shopping, _sharing, _rate, _savings]

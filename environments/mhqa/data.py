@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from environments.jsonl import jsonl_rows
+from environments.saved_datasets import saved_rows
 
 __all__ = ["OFFLINE_PATH", "load_items", "to_item"]
 
@@ -100,18 +101,12 @@ def _read_rows(source: str, split: str, hub_config: str | None) -> list[Any]:
                 raise ValueError(f"{path} is not a JSON array of rows (HotpotQA's own files are)")
             return rows
         return jsonl_rows(text, path)
-    from datasets import Dataset, DatasetDict, load_dataset, load_from_disk  # noqa: PLC0415 - heavy import
-
     if path.is_dir():
-        ds = load_from_disk(str(path))
-        if isinstance(ds, DatasetDict):
-            if split not in ds:
-                raise ValueError(f"{path} has splits {sorted(ds)}; pass one with --env.split")
-            ds = ds[split]
-        assert isinstance(ds, Dataset)
-        return list(ds)
+        return saved_rows(path, split)
     if source.startswith((".", "/", "~")) or path.suffix in (".json", ".jsonl", ".parquet"):
         raise ValueError(f"--env.dataset {source!r}: no such file or directory")
+    from datasets import load_dataset  # noqa: PLC0415 - heavy import
+
     return list(load_dataset(source, hub_config, split=split))
 
 

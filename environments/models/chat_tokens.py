@@ -12,7 +12,7 @@ from typing import Any
 
 from environments.models.literal_specials import SpecialTokenShield
 
-__all__ = ["tokenize_conversation"]
+__all__ = ["tokenize_conversation", "json_or_raw"]
 
 IGNORE = -100
 
@@ -30,7 +30,7 @@ def _renderable(messages: list[dict[str, Any]], template_knows_tool_calls: bool)
             # keep it in hermes form so the trained tokens include the call.
             text = "".join(
                 "<tool_call>\n"
-                + json.dumps({"name": c["function"]["name"], "arguments": _args(c["function"].get("arguments"))})
+                + json.dumps({"name": c["function"]["name"], "arguments": json_or_raw(c["function"].get("arguments"))})
                 + "\n</tool_call>"
                 for c in calls
             )
@@ -38,13 +38,15 @@ def _renderable(messages: list[dict[str, Any]], template_knows_tool_calls: bool)
             m.pop("tool_calls")
         elif calls:
             m["tool_calls"] = [
-                {**c, "function": {**c["function"], "arguments": _args(c["function"].get("arguments"))}} for c in calls
+                {**c, "function": {**c["function"], "arguments": json_or_raw(c["function"].get("arguments"))}}
+                for c in calls
             ]
         out.append(m)
     return out
 
 
-def _args(arguments: Any) -> Any:
+def json_or_raw(arguments: Any) -> Any:
+    """Arguments as an object when they are JSON (they usually are), else the raw string."""
     if isinstance(arguments, str):
         try:
             return json.loads(arguments)

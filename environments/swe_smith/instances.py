@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from environments.hermes_base_env import HermesEnvError
 from environments.jsonl import jsonl_lines
+from environments.saved_datasets import saved_rows
 from environments.swe_smith.mirror import BUG_COMMIT, REMOVE_TESTS_COMMIT, build_mirror
 from environments.verifier import runs_pytest
 
@@ -143,14 +144,7 @@ def read_rows(dataset: str, split: str) -> list[dict[str, Any]]:
             return list(json.loads(text))
         return [json.loads(line) for _, line in jsonl_lines(text)]
     if path.is_dir():
-        from datasets import DatasetDict, load_from_disk
-
-        saved = load_from_disk(str(path))
-        if isinstance(saved, DatasetDict):
-            if split not in saved:
-                raise HermesEnvError(f"{dataset} has splits {sorted(saved)}, not {split!r}; pass --env.split")
-            saved = saved[split]
-        return list(saved)
+        return saved_rows(path, split, HermesEnvError)
     check_dataset(dataset)
     from datasets import load_dataset
 

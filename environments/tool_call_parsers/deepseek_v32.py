@@ -25,9 +25,9 @@ from ._core import (
     issue,
     join_content,
     make_call,
-    valid_key,
     valid_name,
 )
+from ._params import ParamError, ParamTags, read_params
 from ._registry import register_parser
 
 __all__ = ["DeepSeekV32Parser"]
@@ -37,7 +37,24 @@ _BLOCK, _BLOCK_END = f"<{_T}function_calls>", f"</{_T}function_calls>"
 _INVOKE = re.compile(rf'<{_T}invoke name="([^"\n]*)">')
 _INVOKE_END = f"</{_T}invoke>"
 _PARAM = re.compile(rf'<{_T}parameter name="([^"\n]*)" string="(true|false)">')
-_PARAM_END = f"</{_T}parameter>"
+
+
+def _value(m: re.Match[str], name: str, key: str, raw: str, schema: Any) -> Any:
+    if m.group(2) == "true":
+        return raw
+    try:
+        return JSON_DECODER.decode(raw.strip())
+    except ValueError as exc:
+        raise ParamError(
+            f'parameter {key} of {name} is marked string="false" but is not JSON: {getattr(exc, "msg", exc)}'
+        ) from None
+
+
+_TAGS = ParamTags(
+    _PARAM, f"</{_T}parameter>", where="invoke {name}", label="parameter {key}", next_open=None, value=_value
+)
+
+_UNTYPED: Mapping[str, Any] = {}  # values are typed by their string= flag, not the schema
 
 
 @register_parser("deepseek_v32", "deepseekv32")
@@ -91,28 +108,10 @@ class DeepSeekV32Parser(ToolCallParser):
         name = m.group(1).strip()
         if not valid_name(name):
             return f"invalid function name {name[:40]!r}"
-        args: dict[str, Any] = {}
-        pos = m.end()
-        while (p := _PARAM.search(text, pos, end)) is not None:
-            if text[pos : p.start()].strip():
-                return f"unexpected text inside invoke {name}: {text[pos : p.start()].strip()[:30]!r}"
-            key = p.group(1).strip()
-            if not valid_key(key):
-                return f"invalid parameter name {key[:30]!r} in {name}"
-            close = text.find(_PARAM_END, p.end(), end)
-            if close == -1:
-                return f"unterminated parameter {key} in {name}"
-            raw = text[p.end() : close]
-            if _PARAM.search(raw):
-                return f"unterminated parameter {key} in {name}"  # it swallowed the next one
-            if p.group(2) == "true":
-                args[key] = raw
-            else:
-                try:
-                    args[key] = JSON_DECODER.decode(raw.strip())
-                except ValueError as exc:
-                    return f'parameter {key} of {name} is marked string="false" but is not JSON: {getattr(exc, "msg", exc)}'
-            pos = close + len(_PARAM_END)
+        read = read_params(_TAGS, text, m.end(), end, name, _UNTYPED)
+        if isinstance(read, str):
+            return read
+        args, pos = read
         rest = text[pos:end].strip()
         if rest:
             return f"unexpected text inside invoke {name}: {rest[:30]!r}"

@@ -25,17 +25,8 @@ import re
 from typing import Any, Mapping
 
 from ._values import coerce_value
-from ._core import (
-    Finder,
-    ParseIssue,
-    ParseResult,
-    ToolCallParser,
-    issue,
-    join_content,
-    make_call,
-    valid_key,
-    valid_name,
-)
+from ._core import Finder, ParseIssue, ParseResult, ToolCallParser, issue, join_content, make_call, valid_name
+from ._params import ParamTags, read_params
 from ._registry import register_parser
 
 __all__ = ["Qwen3CoderParser"]
@@ -43,7 +34,6 @@ __all__ = ["Qwen3CoderParser"]
 _FUNCTION = "<function="
 _FUNCTION_END = "</function>"
 _PARAM = re.compile(r"<parameter=([^>\n]*)>")
-_PARAM_END = "</parameter>"
 _WRAP_START, _WRAP_END = "<tool_call>", "</tool_call>"
 _WRAP_CLOSE = re.compile(r"\s*</tool_call>")  # used with .match(text, pos)
 
@@ -54,6 +44,20 @@ def strip_one_newline(value: str) -> str:
     if value.endswith("\n"):
         value = value[:-1]
     return value
+
+
+def _value(m: re.Match[str], name: str, key: str, raw: str, schema: Any) -> Any:
+    return coerce_value(strip_one_newline(raw), schema)
+
+
+_TAGS = ParamTags(
+    _PARAM,
+    "</parameter>",
+    where="<function={name}>",
+    label="<parameter={key}>",
+    next_open="<parameter=",
+    value=_value,
+)
 
 
 @register_parser("qwen3_coder", "qwen3_xml")
@@ -100,24 +104,10 @@ class Qwen3CoderParser(ToolCallParser):
         name = text[s + len(_FUNCTION) : name_end].strip()
         if not valid_name(name):
             return f"invalid function name {name!r}"
-        props = schemas.get(name, {})
-        args: dict[str, Any] = {}
-        pos = name_end + 1
-        while (m := _PARAM.search(text, pos, body_end)) is not None:
-            if text[pos : m.start()].strip():
-                return f"unexpected text inside <function={name}>: {text[pos : m.start()].strip()[:30]!r}"
-            key = m.group(1).strip()
-            if not valid_key(key):
-                return f"invalid parameter name {key[:30]!r} in {name}"
-            close = text.find(_PARAM_END, m.end(), body_end)
-            if close == -1:
-                return f"unterminated <parameter={key}> in {name}"
-            value = text[m.end() : close]
-            if "<parameter=" in value:
-                # A damaged </parameter> made this value swallow the next parameter.
-                return f"unterminated <parameter={key}> in {name}"
-            args[key] = coerce_value(strip_one_newline(value), props.get(key))
-            pos = close + len(_PARAM_END)
+        read = read_params(_TAGS, text, name_end + 1, body_end, name, schemas.get(name, {}))
+        if isinstance(read, str):
+            return read
+        args, pos = read
         rest = text[pos:body_end].strip()
         if rest:
             reason = "unterminated <parameter=...>" if rest.startswith("<parameter=") else "unexpected text"

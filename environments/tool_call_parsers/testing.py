@@ -32,14 +32,7 @@ def longcat(calls: list[Call]) -> str:
 
 def longcat_xml(calls: list[Call]) -> str:
     # LongCat-Flash-Lite / LongCat 2.0 templates: the GLM layout in longcat tags.
-    out = []
-    for n, a in calls:
-        pairs = "".join(
-            f"\n<longcat_arg_key>{k}</longcat_arg_key>\n<longcat_arg_value>{v if isinstance(v, str) else _json(v)}</longcat_arg_value>"
-            for k, v in a.items()
-        )
-        out.append(f"<longcat_tool_call>{n}{pairs}\n</longcat_tool_call>")
-    return "\n".join(out)
+    return glm(calls, prefix="longcat_")
 
 
 def qwen3_coder_value(v: Any) -> str:
@@ -55,15 +48,16 @@ def qwen3_coder(calls: list[Call]) -> str:
     return "\n".join(out)
 
 
-def glm(calls: list[Call], newlines: bool = True) -> str:
+def glm(calls: list[Call], newlines: bool = True, prefix: str = "") -> str:
     nl = "\n" if newlines else ""
+    key, value, call = f"{prefix}arg_key", f"{prefix}arg_value", f"{prefix}tool_call"
     out = []
     for n, a in calls:
         pairs = "".join(
-            f"{nl}<arg_key>{k}</arg_key>{nl}<arg_value>{v if isinstance(v, str) else _json(v)}</arg_value>"
+            f"{nl}<{key}>{k}</{key}>{nl}<{value}>{v if isinstance(v, str) else _json(v)}</{value}>"
             for k, v in a.items()
         )
-        out.append(f"<tool_call>{n}{pairs}{nl}</tool_call>")
+        out.append(f"<{call}>{n}{pairs}{nl}</{call}>")
     return nl.join(out)
 
 
