@@ -18,7 +18,10 @@ against this run's first size under the same collector settings (by wall and by 
 and ours against the baseline at 1,000 and 10,000 (the baseline under CPython's own collector
 settings, as it ran), with the load average (bench/machine.py: idle or loaded). Each `--gc` profile (environments/gc_tuning.py; `scaled:2` sets its
 `middle_share`) is applied the way a runner applies it; `scaled` is what
-process/serve/evaluate and batch_runner use unless told otherwise.
+process/serve/evaluate and batch_runner use unless told otherwise. `--gc off` is no runner's
+profile but the ceiling: the collector disabled, so its row shows how flat the loop is without
+any collector cost. `GC % CPU` is the collector's share of the process's CPU time, `kept/traj`
+the objects the collector tracks per finished trajectory (what a full collection walks at the end).
 """
 
 from __future__ import annotations
@@ -132,6 +135,17 @@ async def trajectories(loop_module: types.ModuleType, n: int, turns: int) -> lis
 
 def worker(impl: str, n: int, turns: int, gc_profile: str) -> dict[str, Any]:
     module = importlib.import_module("environments.agent_loop")  # of the tree this process runs in
+    if gc_profile == "off":
+        # Not a runner's profile: the ceiling. The collector never runs, so the row shows how flat the
+        # loop itself is (event loop, caches, memory) and what share of a size's cost is the collector's.
+        gc.collect()
+        gc.freeze()
+        gc.disable()
+        try:
+            return measure(module, impl, n, turns)
+        finally:
+            gc.enable()
+            gc.unfreeze()
     if impl == "baseline" and not (ROOT / "environments" / "gc_tuning.py").is_file():
         # a baseline that predates environments/gc_tuning.py ran under CPython's collector
         if gc_profile != "cpython":
@@ -150,20 +164,26 @@ def measure(module: types.ModuleType, impl: str, n: int, turns: int) -> dict[str
     rss0 = rss_kb("VmRSS")
     gc_time = [0.0, 0.0, 0.0]  # seconds per generation
     gc_count = [0, 0, 0]
-    gc_started = [0.0]
+    gc_started = [0.0, 0.0]  # wall, CPU
+    gc_cpu = [0.0]
 
     def on_gc(phase: str, info: dict[str, int]) -> None:  # observes only; the profile sets the thresholds
         if phase == "start":
-            gc_started[0] = time.perf_counter()
+            gc_started[0], gc_started[1] = time.perf_counter(), time.thread_time()
         else:
             gc_time[info["generation"]] += time.perf_counter() - gc_started[0]
+            gc_cpu[0] += time.thread_time() - gc_started[1]
             gc_count[info["generation"]] += 1
 
     gc.callbacks.append(on_gc)
+    tracked0 = len(gc.get_objects())
     t0, c0 = time.perf_counter(), time.process_time()
     results = asyncio.run(trajectories(module, n, turns))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     gc.callbacks.remove(on_gc)
+    # What the finished results keep for the collector to walk (the heap a full collection walks at
+    # the end of the run, when every trajectory has all its turns).
+    kept = (len(gc.get_objects()) - tracked0) / n
     bad = [r.stop_reason for r in results if r.stop_reason != "finished" or r.tool_call_count != turns]
     if bad:
         raise SystemExit(f"{impl} at {n}: {len(bad)} trajectories did not make {turns} tool turns ({bad[0]})")
@@ -176,10 +196,12 @@ def measure(module: types.ModuleType, impl: str, n: int, turns: int) -> dict[str
         "tool_turns_per_s": n * turns / wall,
         "tool_turns_per_cpu_s": n * turns / cpu,
         "gc_share": sum(gc_time) / wall,
+        "gc_cpu_share": gc_cpu[0] / cpu,
         "full_collections": gc_count[2],
         "gc_s_by_generation": gc_time,
         "collections_by_generation": gc_count,
         "kb_per_trajectory": (rss_kb("VmHWM") - rss0) / n,
+        "tracked_per_trajectory": kept,
         "loop_source": module.__file__,
     }
 
@@ -220,7 +242,9 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="5 tool turns per trajectory (about half the time)")
     ap.add_argument("--no-baseline", action="store_true", help="skip the baseline loop")
     ap.add_argument("--baseline", default=BASELINE_COMMIT, help="git ref whose loop is the baseline")
-    ap.add_argument("--gc", default="scaled,cpython", help="collector profiles to run ours under")
+    ap.add_argument(
+        "--gc", default="scaled,cpython", help="collector profiles to run ours under (off: the no-collector ceiling)"
+    )
     ap.add_argument("--repeats", type=int, default=3, help="processes per row; the median is reported")
     ap.add_argument("--worker", choices=("current", "baseline"), help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -236,7 +260,8 @@ def main() -> None:
     print(load_note())
     print(
         f"{'loop':<9} {'collector':<10} {'trajectories':>12} {'tool-turns/s':>13} {'GC % wall':>9} {'full GCs':>8} "
-        f"{'KB/traj':>8} {'vs ' + format(sizes[0], ','):>9} {'turns/CPU s':>11} {'CPU vs ' + format(sizes[0], ','):>13}"
+        f"{'KB/traj':>8} {'vs ' + format(sizes[0], ','):>9} {'turns/CPU s':>11} {'CPU vs ' + format(sizes[0], ','):>13} "
+        f"{'GC % CPU':>8} {'kept/traj':>9}"
     )
     rows = {}
     plan = [("current", p, n) for p in profiles for n in sizes]
@@ -258,7 +283,8 @@ def main() -> None:
         print(
             f"{impl:<9} {profile:<10} {n:>12,} {r['tool_turns_per_s']:>13,.0f} {r['gc_share'] * 100:>9.1f} "
             f"{r['full_collections']:>8} {r['kb_per_trajectory']:>8.1f} {r['tool_turns_per_s'] / first:>9.2f} "
-            f"{r['tool_turns_per_cpu_s']:>11,.0f} {r['tool_turns_per_cpu_s'] / first_cpu:>13.2f}",
+            f"{r['tool_turns_per_cpu_s']:>11,.0f} {r['tool_turns_per_cpu_s'] / first_cpu:>13.2f} "
+            f"{r['gc_cpu_share'] * 100:>8.1f} {r['tracked_per_trajectory']:>9.1f}",
             flush=True,
         )
     for n in baseline_sizes:
