@@ -46,6 +46,19 @@ ENGINE = "unix:///var/run/docker.sock"
 LABEL = {"hermes-rl.tb2-table": "1"}
 
 
+def _unreadable(mirror: Path, path: str, stderr: str) -> str:
+    """The files of `path` whose blob git said it cannot read ("error: cannot read '<sha>'")."""
+    shas = set(re.findall(r"cannot read '([0-9a-f]{40})'", stderr))
+    tree = subprocess.run(
+        ["git", "-C", str(mirror), "ls-tree", "-r", "HEAD", path], capture_output=True, text=True, check=False
+    )
+    files = [ln.split("\t", 1)[1].removeprefix(path + "/") for ln in tree.stdout.splitlines() if ln.split()[2] in shas]
+    if files:
+        return f"{', '.join(files)} not in the mirror"
+    lines = stderr.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
 def export_tasks(dest: Path, mirror: Path = MIRROR) -> tuple[Path, dict[str, str]]:
     """terminal-bench-2/ of the mirror, as files, one task at a time (a blob the mirror lacks spoils one task only).
 
@@ -61,8 +74,7 @@ def export_tasks(dest: Path, mirror: Path = MIRROR) -> tuple[Path, dict[str, str
     for path in listing.stdout.split():
         archive = subprocess.run(["git", "-C", str(mirror), "archive", "HEAD", path], capture_output=True, check=False)
         if archive.returncode != 0:
-            errors = archive.stderr.decode(errors="replace").splitlines()
-            broken[Path(path).name] = next((e for e in errors if Path(path).name in e or "cannot read" in e), "")
+            broken[Path(path).name] = _unreadable(mirror, path, archive.stderr.decode(errors="replace"))
             continue
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, capture_output=True, check=False)
     return dest / "terminal-bench-2", broken
