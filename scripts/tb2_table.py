@@ -200,6 +200,7 @@ async def main_async(args: argparse.Namespace) -> None:
                     rows.append(
                         row(name, f"no: the mirror lacks some of its files (git archive failed{why})", "-", "-", 0, "")
                     )
+                    print(rows[-1], flush=True)
                     done.add(name)
                     continue
                 missing = unresolved_hosts(task_dir)
@@ -226,6 +227,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 not_run = [n for n in names if n not in done]
                 tail = ["", f"Not run (time ran out): {', '.join(not_run)}"] if not_run else []
                 args.out.write_text("\n".join(header + rows + tail) + "\n")
+            # The last tasks' rows may be ones that `continue`d before the write above.
+            args.out.write_text("\n".join(header + rows) + "\n")
         images.close()
 
 
