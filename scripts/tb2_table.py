@@ -46,18 +46,38 @@ ENGINE = "unix:///var/run/docker.sock"
 LABEL = {"hermes-rl.tb2-table": "1"}
 
 
-def export_tasks(dest: Path) -> Path:
-    """terminal-bench-2/ of the mirror, as files, one task at a time (a blob the mirror lacks spoils one task only)."""
+def _unreadable(mirror: Path, path: str, stderr: str) -> str:
+    """The files of `path` whose blob git said it cannot read ("error: cannot read '<sha>'")."""
+    shas = set(re.findall(r"cannot read '([0-9a-f]{40})'", stderr))
+    tree = subprocess.run(
+        ["git", "-C", str(mirror), "ls-tree", "-r", "HEAD", path], capture_output=True, text=True, check=False
+    )
+    files = [ln.split("\t", 1)[1].removeprefix(path + "/") for ln in tree.stdout.splitlines() if ln.split()[2] in shas]
+    if files:
+        return f"{', '.join(files)} not in the mirror"
+    lines = stderr.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def export_tasks(dest: Path, mirror: Path = MIRROR) -> tuple[Path, dict[str, str]]:
+    """terminal-bench-2/ of the mirror, as files, one task at a time (a blob the mirror lacks spoils one task only).
+
+    Also returns the tasks whose `git archive` failed, with git's first error line: such an archive is empty, so
+    without this the task would have no directory and no row."""
     listing = subprocess.run(
-        ["git", "-C", str(MIRROR), "ls-tree", "--name-only", "HEAD", "terminal-bench-2/"],
+        ["git", "-C", str(mirror), "ls-tree", "-d", "--name-only", "HEAD", "terminal-bench-2/"],
         capture_output=True,
         text=True,
         check=True,
     )
+    broken: dict[str, str] = {}
     for path in listing.stdout.split():
-        archive = subprocess.run(["git", "-C", str(MIRROR), "archive", "HEAD", path], capture_output=True, check=False)
+        archive = subprocess.run(["git", "-C", str(mirror), "archive", "HEAD", path], capture_output=True, check=False)
+        if archive.returncode != 0:
+            broken[Path(path).name] = _unreadable(mirror, path, archive.stderr.decode(errors="replace"))
+            continue
         subprocess.run(["tar", "-x", "-C", str(dest)], input=archive.stdout, capture_output=True, check=False)
-    return dest / "terminal-bench-2"
+    return dest / "terminal-bench-2", broken
 
 
 _DOWNLOAD = re.compile(r"Failed to download:? `?https?://([\w.-]+)")
@@ -138,8 +158,8 @@ def row(name: str, built: str, oracle: str, noop: str, wall: float, notes: str) 
 async def main_async(args: argparse.Namespace) -> None:
     with ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="tb2-table-")))
-        root = args.tasks or export_tasks(tmp)
-        names = sorted(p.name for p in root.iterdir() if p.is_dir())
+        root, broken = (args.tasks, {}) if args.tasks else export_tasks(tmp)
+        names = sorted({p.name for p in root.iterdir() if p.is_dir()} | set(broken))
         if args.only:
             names = [n for n in names if n in args.only.split(",")]
         if args.skip:
@@ -175,10 +195,12 @@ async def main_async(args: argparse.Namespace) -> None:
             for name in names:
                 started = time.monotonic()
                 task_dir = root / name
-                if not (task_dir / "task.toml").is_file():
+                if name in broken or not (task_dir / "task.toml").is_file():
+                    why = f": {broken[name]}" if broken.get(name) else ""
                     rows.append(
-                        row(name, "no: the mirror lacks some of its files (git archive failed)", "-", "-", 0, "")
+                        row(name, f"no: the mirror lacks some of its files (git archive failed{why})", "-", "-", 0, "")
                     )
+                    print(rows[-1], flush=True)
                     done.add(name)
                     continue
                 missing = unresolved_hosts(task_dir)
@@ -205,6 +227,8 @@ async def main_async(args: argparse.Namespace) -> None:
                 not_run = [n for n in names if n not in done]
                 tail = ["", f"Not run (time ran out): {', '.join(not_run)}"] if not_run else []
                 args.out.write_text("\n".join(header + rows + tail) + "\n")
+            # The last tasks' rows may be ones that `continue`d before the write above.
+            args.out.write_text("\n".join(header + rows) + "\n")
         images.close()
 
 
