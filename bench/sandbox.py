@@ -99,7 +99,7 @@ def cpu_seconds(backend) -> dict[str, float]:
 
 async def settled(backend) -> None:
     """Wait until every slot's namespace and exec server is up (/health `ready`), so start-up work
-    (32 bwrap namespaces and Python exec servers) does not share the CPU with the timed calls."""
+    (32 bwrap namespaces and exec servers) does not share the CPU with the timed calls."""
     for sb in backend._sandboxes.values():
         while not all(s.get("ready", True) for s in (await sb.client.health())["slots"]):
             await asyncio.sleep(0.05)
