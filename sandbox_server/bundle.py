@@ -3,8 +3,8 @@
 The runtime (scripts/build_sandbox_runtime.sh, backends/runtime.py) is a directory with its own
 loader, libraries and Python; its `sandbox-server` launcher starts this package with
 `-X hermes_runtime=<dir>`. Run from it, the server uses nothing of the image it runs in but
-bash and the image's tools for the commands: the slot's exec server runs on the runtime's
-Python (mounted where only the slot's root can reach it), and the slots see the image's own
+bash and the image's tools for the commands: the slot's exec server is the runtime's static
+hermes-spawn (no Python inside the slot), and the slots see the image's own
 PATH (its ENV PATH first, then the usual directories) and python3, never ours.
 """
 
@@ -48,10 +48,6 @@ class Runtime:
     @property
     def confine_library(self) -> Path:
         return self.dir / "hermes-confine.so"
-
-    def python_argv(self, at: str) -> list[str]:
-        """The runtime's Python, run through its own loader, with the runtime directory mounted at `at`."""
-        return [f"{at}/lib/{self.loader}", "--library-path", f"{at}/lib", f"{at}/python/bin/python3"]
 
 
 def current_runtime() -> Runtime | None:

@@ -1,7 +1,7 @@
 """Bubblewrap isolation and per-slot limits for the commands of one slot.
 
 Each slot has a long-lived namespace (mount, pid, ipc, uts, cgroup and network) made by
-bwrap, with the slot's exec server (exec_server.py) inside; it is recreated when the slot is reset.
+bwrap, with the slot's exec server (`hermes-spawn --serve`, exec_server.c) inside; it is recreated when the slot is reset.
 Everything a command starts dies when its main process exits, is killed at its timeout, or the
 slot is reset (the exec server kills all of the namespace but itself and its init), and each
 command gets a private size-capped /tmp. The filesystem it sees is the system directories read-only, the
@@ -22,11 +22,9 @@ host's network), with `setpriv` and `prlimit` doing the same uid switch and limi
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import resource
 import shutil
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,7 +54,6 @@ _ROOT_CAPS = ["--cap-drop", "ALL"] + [
 ]
 # The slot's exec server also kills what a command leaves (kill(-1)) and remounts /tmp after it.
 _SHELL_CAPS = [*_SWITCH_CAPS, "--cap-add", "CAP_KILL", "--cap-add", "CAP_SYS_ADMIN"]
-EXEC_SERVER_FILE = "/.hermes-exec-server.py"
 # The compiled uid-and-limits helper (spawn_helper.c, built by scripts/setup.sh and into the
 # self-contained runtime); without it each command goes through prlimit and setpriv instead (two more execs).
 _RUNTIME = current_runtime()
@@ -67,11 +64,7 @@ SPAWN_HELPER_FILE = "/.hermes-spawn"
 # container's root without CAP_SYS_ADMIN) can rewrite it. Not bound if not built: the verifier reports that.
 CONFINE_LIBRARY = _RUNTIME.confine_library if _RUNTIME is not None else Path(__file__).with_name("hermes-confine.so")
 CONFINE_FILE = "/.hermes-confine.so"
-# Where a slot's exec server finds the self-contained runtime: a root-only directory (0700), so
-# the slot's commands cannot reach our Python.
-RUNTIME_PARENT = "/.hermes-runtime"
-RUNTIME_INNER = f"{RUNTIME_PARENT}/rt"
-KEEP_DIR = "/.hermes-keep"  # a second view of the read-only binds inside /tmp (see exec_server.py)
+KEEP_DIR = "/.hermes-keep"  # a second view of the read-only binds inside /tmp (see exec_server.c)
 
 
 def _under(parent: str, path: str) -> bool:
@@ -318,6 +311,8 @@ class Sandboxing:
         self.cache_mount = cache_mount
         self.limits = limits
         self.spawn_helper: str | None = None  # the host path of hermes-spawn once probed (probe_spawn_helper)
+        # The slots' exec server: hermes-spawn's `--serve` mode, whichever prefix commands start behind.
+        self.exec_server: str | None = str(SPAWN_HELPER) if os.access(SPAWN_HELPER, os.X_OK) else None
         self.confine_library = str(CONFINE_LIBRARY) if CONFINE_LIBRARY.is_file() else None
         ro = list(SYSTEM_DIRS) + extra_ro
         self._ro: list[str] = []
@@ -462,37 +457,22 @@ class Sandboxing:
         return [self.prlimit, *self._limits, *self._as_slot_user(uid)]
 
     def shell_argv(self, workspace: Path, exec_fd: int, ctl_fd: int) -> list[str]:
-        """The slot's long-lived namespace running its exec server (sandbox_server/exec_server.py) as root.
+        """The slot's long-lived namespace running its exec server (`hermes-spawn --serve`, exec_server.c) as root.
 
         No rlimits here: each command gets the slot's limits from its own prefix
         (`slot_user_argv`), so the exec server's CPU time and process count never run into them.
-        The exec server runs on this server's Python: the local one (visible read-only anyway), or
-        the self-contained runtime's, mounted under a root-only directory.
+        Needs `exec_server` (the built hermes-spawn); the server checks that before it starts a slot.
         """
+        assert self.exec_server is not None
         # bwrap's --die-with-parent covers the namespace, not bwrap itself: a server killed while
         # bwrap sets up would leave it waiting for ever. setpriv gives bwrap the same signal.
         args = [self.setpriv, "--pdeathsig", "KILL", "--", *self._bwrap(workspace, _SHELL_CAPS, network=False)]
-        args += ["--ro-bind", str(Path(__file__).with_name("exec_server.py")), EXEC_SERVER_FILE]
-        if self.spawn_helper is not None:
-            args += ["--ro-bind", self.spawn_helper, SPAWN_HELPER_FILE]
-        if self.runtime is not None:
-            args += ["--perms", "0700", "--dir", RUNTIME_PARENT, "--ro-bind", str(self.runtime.dir), RUNTIME_INNER]
-            python = self.runtime.python_argv(RUNTIME_INNER)
-        else:
-            python = [sys.executable]
+        args += ["--ro-bind", self.exec_server, SPAWN_HELPER_FILE]
+        serve = [SPAWN_HELPER_FILE, "--serve", str(exec_fd), str(ctl_fd), str(self.limits.tmp_bytes)]
         if self._tmp_binds:
             args += ["--perms", "0700", "--dir", KEEP_DIR]  # root's only
             for i, p in enumerate(self._tmp_binds):
                 args += ["--ro-bind", p, f"{KEEP_DIR}/{i}"]
-        args += ["--remount-ro", "/", "--chdir", self.workspace_mount, "--"]
-        return args + [
-            *python,
-            "-I",
-            "-S",
-            EXEC_SERVER_FILE,
-            str(exec_fd),
-            str(ctl_fd),
-            str(self.limits.tmp_bytes),
-            json.dumps(self._tmp_binds),
-            json.dumps(self.ipc_sysctls),
-        ]
+                serve += ["--tmp-bind", p]
+        serve += [w for k, v in self.ipc_sysctls.items() for w in ("--sysctl", f"{k}={v}")]
+        return [*args, "--remount-ro", "/", "--chdir", self.workspace_mount, "--", *serve]

@@ -128,6 +128,9 @@ class SandboxServer:
                 log.warning(
                     "slots' IPC namespaces cannot be limited here (%s): SysV memory is not capped", self._ipc_error
                 )
+            if self.sandboxing.exec_server is None:
+                self._shell_error = "hermes-spawn (the slots' exec server) is not built; scripts/setup.sh builds it"
+                log.warning("%s: each command runs in a bwrap namespace of its own", self._shell_error)
             if self.sandboxing.spawn_helper is None:
                 log.warning(
                     "commands start through prlimit and setpriv, with no syscall filter: %s", self._filter_error

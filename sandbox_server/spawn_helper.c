@@ -20,6 +20,7 @@
 #include <linux/resource.h>
 #include <sys/syscall.h>
 
+#include "spawn_sys.h"
 #include "syscall_filter.h"
 
 #define ENOENT 2
@@ -30,20 +31,8 @@
 
 #ifdef HERMES_FREESTANDING
 #if defined(__x86_64__)
-static long sys5(long n, long a, long b, long c, long d, long e) {
-    long ret;
-    register long r10 __asm__("r10") = d, r8 __asm__("r8") = e;
-    __asm__ volatile("syscall" : "=a"(ret) : "a"(n), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8) : "rcx", "r11", "memory");
-    return ret;
-}
 __asm__(".text\n.globl _start\n_start:\n xor %rbp,%rbp\n mov %rsp,%rdi\n and $-16,%rsp\n call start_c\n hlt\n");
 #elif defined(__aarch64__)
-static long sys5(long n, long a, long b, long c, long d, long e) {
-    register long x8 __asm__("x8") = n, x0 __asm__("x0") = a, x1 __asm__("x1") = b, x2 __asm__("x2") = c,
-                  x3 __asm__("x3") = d, x4 __asm__("x4") = e;
-    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4) : "memory");
-    return x0;
-}
 __asm__(".text\n.globl _start\n_start:\n mov x0, sp\n bl start_c\n");
 #else
 #error "HERMES_FREESTANDING: x86-64 and arm64 only; build without it"
@@ -60,47 +49,7 @@ void *memcpy(void *dst, const void *src, unsigned long n) {
     while (n--) *d++ = *s++;
     return dst;
 }
-#else
-#include <errno.h>
-#include <unistd.h>
-/* libc's syscall() returns -1 and sets errno; the raw form returns -errno */
-static long sys5(long n, long a, long b, long c, long d, long e) {
-    long ret = syscall(n, a, b, c, d, e);
-    return ret == -1 ? -errno : ret;
-}
 #endif
-/* Every argument given (unused ones 0): prctl refuses non-zero leftovers. */
-static long sys(long n, long a, long b, long c, long d) { return sys5(n, a, b, c, d, 0); }
-
-static unsigned long len(const char *s) {
-    unsigned long n = 0;
-    while (s[n]) n++;
-    return n;
-}
-
-static int same(const char *a, const char *b) {
-    while (*a && *a == *b) a++, b++;
-    return *a == *b;
-}
-
-static void say(const char *s) { sys(SYS_write, 2, (long)s, (long)len(s), 0); }
-
-static void die(const char *what, long err) {
-    char num[24];
-    int i = sizeof num - 1;
-    num[i] = 0;
-    unsigned long e = (unsigned long)(err < 0 ? -err : err);
-    do num[--i] = (char)('0' + e % 10), e /= 10;
-    while (e && i > 0);
-    say("sandbox: cannot start the command: ");
-    say(what);
-    say(" (errno ");
-    say(num + i);
-    say(")\n");
-    sys(SYS_exit_group, 127, 0, 0, 0);
-    for (;;) {
-    }
-}
 
 /* A decimal number ending at `end` (a ':' or the string's end); -1 if there is none. */
 static long number(const char **text) {
@@ -125,7 +74,8 @@ static void filter(void) {
 
 static int exec_command(char **cmd, char **envp);
 
-static int run(int argc, char **argv, char **envp) {
+int hermes_spawn_run(int argc, char **argv, char **envp) {
+    if (argc >= 2 && same(argv[1], "--serve")) return hermes_serve(argc - 2, argv + 2, envp);
     if (argc >= 3 && same(argv[1], "--filter") && same(argv[2], "--")) {
         if (argc < 4) die("no command after --", EINVAL);
         filter();
@@ -212,10 +162,10 @@ static int exec_command(char **cmd, char **envp) {
 __attribute__((used, noreturn)) void start_c(long *sp) {
     int argc = (int)sp[0];
     char **argv = (char **)(sp + 1);
-    sys(SYS_exit_group, run(argc, argv, argv + argc + 1), 0, 0, 0);
+    sys(SYS_exit_group, hermes_spawn_run(argc, argv, argv + argc + 1), 0, 0, 0);
     for (;;) {
     }
 }
 #else
-int main(int argc, char **argv, char **envp) { return run(argc, argv, envp); }
+int main(int argc, char **argv, char **envp) { return hermes_spawn_run(argc, argv, envp); }
 #endif

@@ -2,13 +2,15 @@
 
 Starting bubblewrap costs ~10 ms of namespace and mount setup per command; starting a process
 inside an existing namespace costs far less. So each slot keeps one namespace (made by the same
-bwrap command line as before, recreated on reset) with exec_server.py running inside as root
-with only CAP_SETUID/SETGID/SETPCAP/KILL/SYS_ADMIN. The slot runs one command at a time; for each:
+bwrap command line as before, recreated on reset) with its exec server running inside as root
+with only CAP_SETUID/SETGID/SETPCAP/KILL/SYS_ADMIN: `hermes-spawn --serve` (exec_server.c, compiled
+into the hermes-spawn helper, no interpreter). The slot runs one command at a time; for each:
 
-1. the exec server posix_spawns (vfork, no copy of its memory) the command line it is sent, in
-   a session of its own with the caller's output and stdin pipes; that line starts with the
-   host's uid-and-limits prefix (`Sandboxing.slot_user_argv`: the slot's rlimits, then its
-   uid/gid with no capabilities, an empty bounding set and no_new_privs), then bash;
+1. the exec server forks (a small static process: little to copy) and the child, in a session of its
+   own with the caller's output and stdin pipes, runs the command line it is sent. That line starts
+   with the host's uid-and-limits prefix (`Sandboxing.slot_user_argv`): hermes-spawn's own, which the
+   child runs in place (the slot's rlimits, its uid/gid with no capabilities, an empty bounding set,
+   no_new_privs, the syscall filter), or prlimit then setpriv (`--no-spawn-helper`), exec'd; then bash;
 2. when the command's main process exits (or is killed at its timeout), everything else in the
    slot's pid namespace but its init and the server is killed (kill(-1) with CAP_KILL, until
    nothing is left): setsid and double forks cannot escape, a pid namespace has no way out;
@@ -16,8 +18,8 @@ with only CAP_SETUID/SETGID/SETPCAP/KILL/SYS_ADMIN. The slot runs one command at
    private /tmp.
 
 This module is the host's end (`SlotShell`): one SOCK_SEQPACKET socket carries the commands
-(JSON, with the output pipe, stdin pipe and a long command's script passed as file descriptors,
-so the host reads output exactly as for a local subprocess), another the kills and exit codes.
+(with the output pipe, stdin pipe and a long command's script passed as file descriptors, so the
+host reads output exactly as for a local subprocess), another the kills and exit codes (JSON).
 """
 
 from __future__ import annotations
@@ -165,17 +167,21 @@ class SlotShell:
             raise SlotShellError("the slot's exec server is gone")
         self._next += 1
         child = SlotChild(self, str(self._next))
-        names, fds = ["stdout"], [stdout_fd]
+        # exec_server.c's request: "ID\0FDS\0CWD\0ARGC\0ARGV...\0ENV...\0", FDS naming the passed descriptors.
+        names, fds = "o", [stdout_fd]
         if stdin_fd is not None:
-            names.append("stdin")
+            names += "i"
             fds.append(stdin_fd)
         if script_fd is not None:
-            names.append("script")
+            names += "s"
             fds.append(script_fd)
-        req = {"id": self._next, "argv": argv, "cwd": cwd, "env": env, "fds": names}
+        words = [str(self._next), names, cwd, str(len(argv)), *argv, *(f"{k}={v}" for k, v in env.items())]
+        if any("\0" in w for w in words):  # it would shift the request's fields (the server refuses NUL in commands)
+            raise SlotShellError("a command, directory or environment entry contains a NUL byte")
+        req = "\0".join(words).encode() + b"\0"
         self._children[child.id] = child
         try:
-            socket.send_fds(self._exec, [json.dumps(req).encode()], fds)
+            socket.send_fds(self._exec, [req], fds)
         except OSError as exc:
             self._children.pop(child.id, None)
             raise SlotShellError(f"could not reach the slot's exec server: {exc}") from None

@@ -49,7 +49,7 @@ async def test_no_descendant_survives_the_command_or_its_timeout(tmp_path):
 
 
 async def test_no_descendant_survives_a_sandbox_command_or_its_timeout(sandbox_at):
-    """Each command's leftovers die as it ends (sandbox_server/exec_server.py), not only at the slot's reset:
+    """Each command's leftovers die as it ends (sandbox_server/exec_server.c), not only at the slot's reset:
     looked at while the trajectory still holds the slot, on this machine or in the container (where the
     escapes are first seen running, so the look would find survivors)."""
     marker = f"hermes-escape-{sandbox_at.tmp_path.name}"
