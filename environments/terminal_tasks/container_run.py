@@ -47,6 +47,7 @@ from environments.terminal_tasks.apptainer import (
     endless_pytest_command,
     environment_prefix,
 )
+from environments.terminal_tasks.genuine import GenuineCheck
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
 from tools.executor import ExecResult, FileOpError
@@ -279,7 +280,9 @@ async def _reward_file(box: TaskContainer, name: str) -> bytes | None:
         return None
 
 
-async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTask) -> ContainerVerdict:
+async def verify_in_container(
+    executor: TaskContainerExecutor, task: TerminalTask, genuine: GenuineCheck | None = None
+) -> ContainerVerdict:
     """Harbor's verifier in the trajectory's own container, after the integrity check."""
     box = executor.box
     changes = await box.changes()
