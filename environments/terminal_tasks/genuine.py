@@ -184,6 +184,10 @@ async def _deb_files(facts: _Facts, package: str, version: str) -> dict[str, str
     return files
 
 
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def _wheel_rank(filename: str) -> int:
     return 0 if "none-any" in filename else 1 if ("manylinux" in filename and "x86_64" in filename) else 2
 
@@ -201,20 +205,31 @@ async def _wheel_files(facts: _Facts, name: str, version: str) -> list[dict[str,
     records: list[dict[str, str]] = []
     try:
         async with httpx.AsyncClient(verify=verify, timeout=120, follow_redirects=True) as client:
-            meta = await client.get(f"{facts.check.pypi_url}/pypi/{name}/{version}/json")
-            meta.raise_for_status()
-            urls = [u for u in meta.json().get("urls", []) if u.get("packagetype") == "bdist_wheel"]
+            # The simple index's JSON form (PEP 691): what pip itself reads, served by mirrors too.
+            index = await client.get(
+                f"{facts.check.pypi_url}/simple/{_normal(name)}/",
+                headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+            )
+            index.raise_for_status()
+            urls = [
+                {"filename": f["filename"], "url": f["url"], "sha256": f.get("hashes", {}).get("sha256")}
+                for f in index.json().get("files", [])
+                if f["filename"].endswith(".whl")
+                and _normal(f["filename"].split("-")[0]) == _normal(name)
+                and f["filename"].split("-")[1] == version
+            ]
             for u in sorted(urls, key=lambda u: _wheel_rank(u["filename"]))[: facts.check.max_wheels]:
                 wheel = await client.get(u["url"])
                 wheel.raise_for_status()
-                if hashlib.sha256(wheel.content).hexdigest() != u.get("digests", {}).get("sha256"):
+                if hashlib.sha256(wheel.content).hexdigest() != u["sha256"]:
                     continue  # not what PyPI says it published
                 with zipfile.ZipFile(io.BytesIO(wheel.content)) as z:
-                    record = next((n for n in z.namelist() if n.endswith(".dist-info/RECORD")), None)
+                    record = next((n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/RECORD", n)), None)
                     rows = z.read(record).decode(errors="replace").splitlines() if record else []
                 records.append({r.split(",")[0]: r.split(",")[1] for r in rows if r.count(",") >= 2})
     except (httpx.HTTPError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-        facts.wheels[key] = f"cannot fetch {key} from PyPI ({type(exc).__name__}: {str(exc)[:100]})"
+        first = (str(exc).splitlines() or [""])[0][:100]
+        facts.wheels[key] = f"cannot fetch {key} from PyPI ({type(exc).__name__}: {first})"
         return facts.wheels[key]
     if not records:
         facts.wheels[key] = f"PyPI publishes no wheel of {key}"

@@ -96,7 +96,7 @@ async def run(engines, tmp_path: Path, image: str, *commands: str, uploads=None,
             assert result.exit_code == 0, result.output
         if effective:
             alive = await executor.exec(ALIVE, timeout=60, max_output_bytes=1000)
-            assert (alive.exit_code, alive.output.strip()) == (0, ""), alive
+            assert alive.exit_code == 0 and "alive" not in alive.output, alive  # (the loader may warn)
         return await verify_in_container(executor, task, genuine=GenuineCheck(ca_bundle=_ca()))
 
 
