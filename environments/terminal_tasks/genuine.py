@@ -71,7 +71,7 @@ class _Facts:
     dpkg_version: dict[str, str] = field(default_factory=dict)
     debs: dict[str, dict[str, str] | str] = field(default_factory=dict)  # package=version -> path->hash, or why not
     wheels: dict[str, list[dict[str, str]] | str] = field(default_factory=dict)  # name==version -> RECORDs, or why not
-    records: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # path -> (name, version, site)
+    records: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # path -> [(name, version, site)]
     apt_updated: bool = False
 
 
@@ -139,7 +139,7 @@ async def _pip_claims(facts: _Facts, changes: dict[str, str]) -> None:
         for row in (await _text(facts.box, path)).splitlines():
             rel = row.rsplit(",", 2)[0] if row.count(",") >= 2 else ""
             if rel and not rel.startswith(".."):
-                facts.records.setdefault(f"{site}/{rel}", (name, version, site))
+                facts.records.setdefault(f"{site}/{rel}", []).append((name, version, site))
 
 
 # --- the publications, fetched by the verifier ---
@@ -188,11 +188,12 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _wheel_rank(filename: str) -> int:
-    return 0 if "none-any" in filename else 1 if ("manylinux" in filename and "x86_64" in filename) else 2
+def _wheel_rank(filename: str, cp: str) -> tuple[bool, bool, bool]:
+    """Pure wheels first, then this interpreter's (cp313) x86_64 Linux ones."""
+    return ("none-any" not in filename, f"-{cp}-" not in filename, not ("linux" in filename and "x86_64" in filename))
 
 
-async def _wheel_files(facts: _Facts, name: str, version: str) -> list[dict[str, str]] | str:
+async def _wheel_files(facts: _Facts, name: str, version: str, cp: str) -> list[dict[str, str]] | str:
     """The RECORD (path -> sha256 b64) of each wheel PyPI publishes for name==version (up to max_wheels)."""
     key = f"{name}=={version}"
     if key in facts.wheels:
@@ -218,7 +219,7 @@ async def _wheel_files(facts: _Facts, name: str, version: str) -> list[dict[str,
                 and _normal(f["filename"].split("-")[0]) == _normal(name)
                 and f["filename"].split("-")[1] == version
             ]
-            for u in sorted(urls, key=lambda u: _wheel_rank(u["filename"]))[: facts.check.max_wheels]:
+            for u in sorted(urls, key=lambda u: _wheel_rank(u["filename"], cp))[: facts.check.max_wheels]:
                 wheel = await client.get(u["url"])
                 wheel.raise_for_status()
                 if hashlib.sha256(wheel.content).hexdigest() != u["sha256"]:
@@ -245,18 +246,21 @@ async def _why_not_genuine(facts: _Facts, path: str, changes: dict[str, str]) ->
     mine = await _entry(facts.box, path)
     if mine is None:
         return "absent"
-    if path in facts.records:
-        name, version, site = facts.records[path]
-        wheels = await _wheel_files(facts, name, version)
-        if isinstance(wheels, str):
-            return f"not cleared: {wheels}"
-        if not mine.startswith("sha256:"):
-            return f"not a regular file, as {name} {version} ships it"
-        want = "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(mine[7:])).rstrip(b"=").decode()
-        rel = path[len(site) + 1 :]
-        if any(rec.get(rel) == want for rec in wheels):
-            return None
-        return f"not the bytes {name} {version} publishes on PyPI"
+    if path in facts.records:  # several distributions may ship one file (cmeel.pth): any genuine one clears it
+        whys = []
+        for name, version, site in facts.records[path]:
+            m = re.search(r"/python3\.(\d+)/", site)
+            wheels = await _wheel_files(facts, name, version, f"cp3{m.group(1)}" if m else "cp3")
+            if isinstance(wheels, str):
+                whys.append(f"not cleared: {wheels}")
+            elif not mine.startswith("sha256:"):
+                whys.append(f"not a regular file, as {name} {version} ships it")
+            else:
+                want = "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(mine[7:])).rstrip(b"=").decode()
+                if any(rec.get(path[len(site) + 1 :]) == want for rec in wheels):
+                    return None
+                whys.append(f"not the bytes {name} {version} publishes on PyPI")
+        return "; ".join(whys)
     await _dpkg_claims(facts)
     assert facts.dpkg_owner is not None
     # Merged /usr: a package's /lib/x.so is the container's /usr/lib/x.so (and the other way round).
