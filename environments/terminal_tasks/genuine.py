@@ -73,6 +73,8 @@ class _Facts:
     wheels: dict[str, list[dict[str, str]] | str] = field(default_factory=dict)  # name==version -> RECORDs, or why not
     records: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # path -> [(name, version, site)]
     apt_updated: bool = False
+    entries: dict[str, str] = field(default_factory=dict)  # the container's files read so far (path -> identity)
+    read_roots: set[str] = field(default_factory=set)
 
 
 def _members(data: bytes) -> dict[str, tarfile.TarInfo]:
@@ -80,20 +82,34 @@ def _members(data: bytes) -> dict[str, tarfile.TarInfo]:
         return {m.name: m for m in tar.getmembers()}
 
 
-async def _entry(box: TaskContainer, path: str) -> str | None:
-    """A file's identity: `sha256:<hex>` of a regular file, `link:<target>` of a symlink; None if absent."""
+_BULK = re.compile(r"^(/usr/lib/python3\.\d+)/|^(.*/(site|dist)-packages/[^/]+)/")
+
+
+async def _entry(facts: _Facts, path: str) -> str | None:
+    """A file's identity: `sha256:<hex>` of a regular file, `link:<target>` of a symlink, `dir`; None if absent.
+    A file of a package directory or of a new standard library is read with the whole directory (one archive)."""
+    if path in facts.entries:
+        return facts.entries[path]
+    m = _BULK.match(path)
+    root = (m.group(1) or m.group(2)) if m else path
+    if root in facts.read_roots:
+        return None
+    facts.read_roots.add(root)
     try:
-        data = await box.read_tar(path)
+        data = await facts.box.read_tar(root)
     except FileNotFoundError:
         return None
+    parent = root.rsplit("/", 1)[0]
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        first = tar.next()
-        if first is None:
-            return None
-        if first.issym():
-            return f"link:{first.linkname}"
-        handle = tar.extractfile(first) if first.isfile() else None
-        return f"sha256:{hashlib.sha256(handle.read()).hexdigest()}" if handle else "dir"
+        for member in tar:
+            name = f"{parent}/{member.name}"
+            if member.issym():
+                facts.entries[name] = f"link:{member.linkname}"
+            elif member.isfile() and (handle := tar.extractfile(member)) is not None:
+                facts.entries[name] = f"sha256:{hashlib.sha256(handle.read()).hexdigest()}"
+            else:
+                facts.entries[name] = "dir"
+    return facts.entries.get(path)
 
 
 async def _text(box: TaskContainer, path: str) -> str:
@@ -243,7 +259,7 @@ async def _why_not_genuine(facts: _Facts, path: str, changes: dict[str, str]) ->
     """None if `path` in the container is the published file its claimed owner ships, else why not."""
     if changes.get(path) == "deleted":
         return "deleted"
-    mine = await _entry(facts.box, path)
+    mine = await _entry(facts, path)
     if mine is None:
         return "absent"
     if path in facts.records:  # several distributions may ship one file (cmeel.pth): any genuine one clears it
@@ -276,7 +292,7 @@ async def _why_not_genuine(facts: _Facts, path: str, changes: dict[str, str]) ->
                 break
             link = entry[5:]
             target = link if link.startswith("/") else target.rsplit("/", 1)[0] + "/" + link
-            entry = (await _entry(facts.box, target)) or ""
+            entry = (await _entry(facts, target)) or ""
         if entry.startswith("sha256:") and await _why_not_genuine(facts, target, changes) is None:
             return None
         return f"its link's end {target} is not a genuine package file"
@@ -297,10 +313,11 @@ async def _why_not_genuine(facts: _Facts, path: str, changes: dict[str, str]) ->
 
 
 def _imported_names(source: str, pth: bool) -> set[str]:
-    """Top-level module names a hook (or module) can import: import statements and string literals that name one
-    (`__import__('_distutils_hack')`): more names than it imports is only more checking."""
+    """Top-level module names a hook (or module) can import: import statements, `__import__('x')` and
+    `import_module('x')`; `*` where it imports a computed name."""
     chunks = [line for line in source.splitlines() if re.match(r"import[ \t]", line)] if pth else [source]
     names: set[str] = set()
+    dynamic = False
     for chunk in chunks:
         try:
             tree = ast.parse(chunk)
@@ -311,15 +328,22 @@ def _imported_names(source: str, pth: bool) -> set[str]:
                 names.update(a.name.split(".")[0] for a in node.names)
             elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names.add(node.module.split(".")[0])
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if re.fullmatch(r"[A-Za-z_][\w.]*", node.value):
-                    names.add(node.value.split(".")[0])
+            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                value = node.args[0].value
+                if func in ("__import__", "import_module") and isinstance(value, str):
+                    names.add(value.split(".")[0])
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "__import__":
+                dynamic = True
+    if dynamic:  # an import by a computed name: any module at all (every changed module must then be genuine)
+        names.add("*")
     return names
 
 
 def _module_paths(name: str, changes: dict[str, str], dirs: set[str], workdir: str) -> list[str]:
     # Where an import finds it: directly in a site directory, the standard library or its lib-dynload.
-    pattern = re.compile(r"/((site|dist)-packages|python[\d.]+|lib-dynload)/" + re.escape(name) + r"(/|\.[^/]*$)")
+    any_name = r"[^/]+" if name == "*" else re.escape(name)
+    pattern = re.compile(r"/((site|dist)-packages|python[\d.]+|lib-dynload)/" + any_name + r"(/|\.[^/]*$)")
     return sorted(
         p
         for p, kind in changes.items()
