@@ -342,7 +342,7 @@ def _imported_names(source: str, pth: bool) -> set[str]:
 
 def _module_paths(name: str, changes: dict[str, str], dirs: set[str], workdir: str) -> list[str]:
     # Where an import finds it: directly in a site directory, the standard library or its lib-dynload.
-    any_name = r"[^/]+" if name == "*" else re.escape(name)
+    any_name = r"[A-Za-z_]\w*" if name == "*" else re.escape(name)  # an importable name (not a .dist-info)
     pattern = re.compile(r"/((site|dist)-packages|python[\d.]+|lib-dynload)/" + any_name + r"(/|\.[^/]*$)")
     return sorted(
         p
