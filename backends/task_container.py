@@ -158,6 +158,15 @@ class TaskContainer:
         p = path if path.startswith("/") else f"{self.spec.workdir}/{path}"
         return await self._engines._call(self._engines._read, self.id, p)
 
+    async def read_tar(self, path: str) -> bytes:
+        """`path` (a file, link or whole directory) as the engine's tar archive: no program of the container runs."""
+        return await self._engines._call(self._engines._tar_of, self.id, path)
+
+    @property
+    def engines(self) -> TaskContainers:
+        """The engine this container runs on (the verifier makes its own containers of the pristine image there)."""
+        return self._engines
+
     async def changes(self) -> list[tuple[str, str]]:
         """(kind, path) of what differs from the image: modified, added, deleted (the engine's `docker diff`)."""
         found = await self._engines._call(self._engines.api.diff, self.id) or []
@@ -343,6 +352,15 @@ class TaskContainers:
             truncated=truncated,
             duration_s=time.monotonic() - started,
         )
+
+    def _tar_of(self, cid: str, path: str) -> bytes:
+        import docker  # noqa: PLC0415
+
+        try:
+            stream, _ = self.api.get_archive(cid, path)
+        except docker.errors.NotFound:
+            raise FileNotFoundError(path) from None
+        return b"".join(stream)
 
     def _read(self, cid: str, path: str) -> bytes:
         """A file's content (through the archive API: no program of the container runs)."""

@@ -36,6 +36,7 @@ from environments.terminal_tasks.container_run import (
     unresolved_hosts,
     verify_in_container,
 )
+from environments.terminal_tasks.genuine import GenuineCheck
 from environments.terminal_tasks.harbor import load_harbor_task
 from environments.terminal_tasks.sandboxes import task_recipe
 from environments.terminal_tasks.verify import solution_script
@@ -103,7 +104,9 @@ def failed_tests(log: str) -> str:
     return "; ".join(failed[:3]) if failed else (lines[-1][:160] if lines else "no output")
 
 
-async def run_agent(engines: TaskContainers, task, image: str, oracle: bool, logs: Path | None) -> tuple[str, str]:
+async def run_agent(
+    engines: TaskContainers, task, image: str, oracle: bool, logs: Path | None, genuine: GenuineCheck
+) -> tuple[str, str]:
     """(reward or `infrastructure: ...`, note) of one agent on one task; its logs to `logs` when given."""
     agent = "oracle" if oracle else "noop"
     async with task_container(engines, task_spec(task, image, network=task.allow_internet), task.id) as ex:
@@ -115,7 +118,7 @@ async def run_agent(engines: TaskContainers, task, image: str, oracle: bool, log
                 (logs / f"{task.id}.solve.txt").write_text(ran.output)
             if ran.timed_out:
                 return "0", f"solve.sh ran over {task.agent_timeout_s:g}s"
-        verdict = await verify_in_container(ex, task)
+        verdict = await verify_in_container(ex, task, genuine)
     if logs:
         (logs / f"{task.id}.{agent}.test.txt").write_text(verdict.log)
     cause = network_cause(verdict.log) if verdict.reward != 1.0 else None
@@ -180,6 +183,7 @@ async def main_async(args: argparse.Namespace) -> None:
             how = "astral.sh served by tests/support/astral_mirror.py (uv from its wheel); the rest as it is"
         backend = DockerBackendConfig(engine=ENGINE, ca_bundle=bundle or "host")
         images = DockerImages(ENGINE, labels=LABEL, ca_bundle=backend.ca_bundle_bytes())
+        genuine = GenuineCheck(ca_bundle=backend.ca_bundle_bytes())  # PyPI from the host, as the builds reach it
         config = TaskContainerConfig(engine=ENGINE, storage="unenforced", labels=LABEL, network=network)
         header = [
             f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} on this machine ({how}); storage_mb not "
@@ -216,8 +220,12 @@ async def main_async(args: argparse.Namespace) -> None:
                     rows.append(row(name, f"no: {exc}", "-", "-", time.monotonic() - started, pre))
                 else:
                     try:
-                        oracle, o_note = await run_agent(engines, task, image, oracle=True, logs=args.logs)
-                        noop, n_note = await run_agent(engines, task, image, oracle=False, logs=args.logs)
+                        oracle, o_note = await run_agent(
+                            engines, task, image, oracle=True, logs=args.logs, genuine=genuine
+                        )
+                        noop, n_note = await run_agent(
+                            engines, task, image, oracle=False, logs=args.logs, genuine=genuine
+                        )
                         notes = f"{pre}oracle: {o_note}; no-op: {n_note}"
                     except Exception as exc:  # noqa: BLE001
                         oracle, noop, notes = "error", "error", f"{pre}{type(exc).__name__}: {exc}"

@@ -22,7 +22,10 @@ agent cannot hide a change from it. Any change to the loader's configuration or 
 program/library/site-packages directory that existed in the image, and any added program named as the
 tests' tooling, or an added *.pth/sitecustomize/usercustomize, flags the trajectory. New files a package
 install adds elsewhere (new libraries, programs with other names, dpkg's and apt's state, ld.so.cache) are
-allowed, so an honest `apt-get install` still scores.
+allowed, so an honest `apt-get install` still scores. Each flag then goes to genuine.py's review: a file
+byte-identical to what its claimed package publishes (the .deb apt fetches in a pristine-image container, the
+wheel PyPI serves the host) is cleared, provided what it can import is genuine too; the same review flags an
+added library that shadows one of the image's sonames in the loader's cache.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from environments.terminal_tasks.apptainer import (
     endless_pytest_command,
     environment_prefix,
 )
+from environments.terminal_tasks.genuine import GenuineCheck, review_flags
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
 from tools.executor import ExecResult, FileOpError
@@ -59,6 +63,7 @@ __all__ = [
     "EndlessUser",
     "ContainerVerdict",
     "integrity_problems",
+    "integrity_flags",
     "verify_in_container",
     "task_spec",
     "unresolved_hosts",
@@ -96,7 +101,13 @@ _LOGIN_STARTUP = re.compile(
 
 
 def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") -> list[str]:
-    """What in the engine's diff (kind, path) could change what the tests' tools do, one line each.
+    """What in the engine's diff (kind, path) could change what the tests' tools do, one line each (before the
+    genuine-artefact review: `integrity_flags`)."""
+    return [line for _, line in integrity_flags(changes, workdir)]
+
+
+def integrity_flags(changes: list[tuple[str, str]], workdir: str = "/app") -> list[tuple[str, str]]:
+    """(path, line) of what in the engine's diff could change what the tests' tools do.
 
     Programs and libraries under the task's working directory are the agent's work, not the tests' tools.
     """
@@ -115,22 +126,22 @@ def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") ->
         if new_trees and path.startswith(new_trees):
             continue
         if _LOADER.search(path):
-            found.append(f"{kind} {path} (the dynamic loader's configuration)")
+            found.append((path, f"{kind} {path} (the dynamic loader's configuration)"))
         elif _APPTAINER_ENV.search(path) and path not in dirs:
-            found.append(f"{kind} {path} (the environment every test command sources)")
+            found.append((path, f"{kind} {path} (the environment every test command sources)"))
         elif _PY_HOOKS.search(path):
-            found.append(f"{kind} {path} (runs at every Python start)")
+            found.append((path, f"{kind} {path} (runs at every Python start)"))
         elif _PY_RUNNER.search(path) and path not in dirs and not path.endswith(".pyc"):
-            found.append(f"{kind} {path} (the test runner's own package)")
+            found.append((path, f"{kind} {path} (the test runner's own package)"))
         elif _SITE.search(path) or (path + "/").startswith(work):
             continue
         elif kind != "added" and path not in dirs and (_TOOL_DIRS.search(path) or _LIB_DIRS.search(path)):
             if not path.endswith(".pyc"):
-                found.append(f"{kind} {path} (a program or library of the image)")
+                found.append((path, f"{kind} {path} (a program or library of the image)"))
         elif kind == "added" and _TOOL_DIRS.search(path) and _TOOL_NAMES.match(name):
-            found.append(f"added {path} (a program the tests run by name)")
+            found.append((path, f"added {path} (a program the tests run by name)"))
         elif kind == "added" and _PY_STDLIB.search(path):
-            found.append(f"added {path} (shadows Python's standard library)")
+            found.append((path, f"added {path} (shadows Python's standard library)"))
     return found
 
 
@@ -279,11 +290,13 @@ async def _reward_file(box: TaskContainer, name: str) -> bytes | None:
         return None
 
 
-async def verify_in_container(executor: TaskContainerExecutor, task: TerminalTask) -> ContainerVerdict:
+async def verify_in_container(
+    executor: TaskContainerExecutor, task: TerminalTask, genuine: GenuineCheck | None = None
+) -> ContainerVerdict:
     """Harbor's verifier in the trajectory's own container, after the integrity check."""
     box = executor.box
     changes = await box.changes()
-    flags = integrity_problems(changes, box.spec.workdir)
+    flags = await review_flags(box, changes, integrity_flags(changes, box.spec.workdir), box.spec.workdir, genuine)
     if flags:
         verdict = ContainerVerdict(0.0, "flagged: the agent changed what the tests run: " + "; ".join(flags[:5]), flags)
         executor.verdicts.append(verdict)

@@ -32,6 +32,7 @@ from environments.hermes_base_env import (
 from environments.models.base import ChatModel
 from environments.runtime import RuntimeConfig
 from environments.terminal_tasks.agents import NoOpAgent, OracleAgent
+from backends.docker import DockerBackendConfig
 from backends.task_container import TaskContainerError
 from environments.image_sandboxes import ImageRecipe, ImageSandboxes, ImageUnavailable
 from environments.terminal_tasks.container_run import (
@@ -45,6 +46,7 @@ from environments.terminal_tasks.container_run import (
     unresolved_hosts,
     verify_in_container,
 )
+from environments.terminal_tasks.genuine import GenuineCheck
 from environments.terminal_tasks.sandboxes import endless_recipe, task_recipe
 from environments.terminal_tasks.loaders import load_endless_rows, load_tasks_dir
 from environments.terminal_tasks.tasks import BUNDLED_TASKS, PathMap, TerminalTask
@@ -415,7 +417,9 @@ class TerminalTasksEnv(HermesAgentBaseEnv):
 
     async def compute_reward(self, item: TerminalTask, result: AgentResult, ctx: ToolContext) -> float:
         if isinstance(ctx.executor, TaskContainerExecutor):
-            checked = await verify_in_container(ctx.executor, item)
+            backend = self.config.runtime.sandbox.backend  # PyPI from the host through the CA its builds use
+            ca = backend.ca_bundle_bytes() if isinstance(backend, DockerBackendConfig) else None
+            checked = await verify_in_container(ctx.executor, item, GenuineCheck(ca_bundle=ca))
             if checked.flags:
                 self._report(f"FLAGGED {item.id}: {checked.reason}")
             if checked.reward is None:

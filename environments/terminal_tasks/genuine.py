@@ -1,0 +1,471 @@
+"""Which of the integrity check's suspects are genuine published files (issue 34; docs/security.md).
+
+In the engine's diff an honest install and a plant look alike: setuptools' `distutils-precedence.pth`, Debian's
+`python3.11` and its `sitecustomize.py`, fakeroot's loader configuration. The agent was root, so whatever the
+container says about a file (dpkg's lists and status, pip's RECORD) is only a claim of who published it. The
+verifier fetches that publication itself: the claimed package's .deb, downloaded and unpacked by apt in a fresh
+container of the pristine task image (never the agent's), or the claimed wheel from PyPI on the host. A file
+whose bytes (a link: whose target) equal the published file's is genuine; a false claim finds no equal bytes.
+
+A genuine hook still runs what it imports: every module name a start-up hook can import (the image's hooks, and
+the added ones found genuine) must be unchanged or genuine wherever the diff adds or changes it, and so on for
+what those modules import. The loader is checked the same way: every soname the image's loader cache resolves
+must resolve to the same file in the container's cache, or to a genuine one, and an added `lib*.so*` whose name
+or ELF soname is one of the image's must be genuine (a later `ldconfig`, as a test's apt install runs, would
+put it first). Where a publication cannot be fetched, the suspect stays flagged and the flag says why.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import hashlib
+import io
+import re
+import shlex
+import ssl
+import struct
+import tarfile
+import zipfile
+from dataclasses import dataclass, field
+
+import httpx
+
+from backends.task_container import TaskContainer, TaskContainerSpec
+
+__all__ = ["GenuineCheck", "review_flags"]
+
+_SITE = re.compile(r"^(?P<site>.*/(site|dist)-packages)/")
+_PY_PROGRAM = re.compile(r"/s?bin/python[\d.]*$")
+_LIBNAME = re.compile(r"^(lib|ld-)[^/]*\.so(\.[\d.]+)?$")
+_HOOK = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|usercustomize)\.py$")
+_LDCONF = re.compile(r"^/etc/ld\.so\.conf\.d/")
+_CACHE_LINE = re.compile(r"^\s*(\S+) \(([^)]*)\) => (\S+)$")
+_PROBE_HOOKS = (
+    "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o \\( -path '*-packages/*.pth' -o "
+    "-name sitecustomize.py -o -name usercustomize.py \\) -print 2>/dev/null | while read -r f; do "
+    'echo "==>HOOK $f"; cat "$f" 2>/dev/null; echo; done'
+)
+
+
+@dataclass(frozen=True)
+class GenuineCheck:
+    """Where the verifier fetches the publications a suspect is compared with."""
+
+    ca_bundle: bytes | None = None  # PEM: the CAs the host's HTTPS to PyPI is verified with (the machine's proxy)
+    apt: bool = True  # a .deb by apt in a container of the pristine image (its own network, not the agent's)
+    pypi: bool = True
+    pypi_url: str = "https://pypi.org"
+    timeout_s: float = 900.0
+    max_wheels: int = 4  # wheels of one release tried before a file is called not genuine
+
+
+@dataclass
+class _Facts:
+    """What the verifier read: the container's claims (data only) and the publications it fetched."""
+
+    box: TaskContainer
+    check: GenuineCheck | None
+    pristine: TaskContainer | None = None
+    dpkg_owner: dict[str, str] | None = None  # path -> package[:arch]
+    dpkg_version: dict[str, str] = field(default_factory=dict)
+    debs: dict[str, dict[str, str] | str] = field(default_factory=dict)  # package=version -> path->hash, or why not
+    wheels: dict[str, list[dict[str, str]] | str] = field(default_factory=dict)  # name==version -> RECORDs, or why not
+    records: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # path -> [(name, version, site)]
+    apt_updated: bool = False
+    entries: dict[str, str] = field(default_factory=dict)  # the container's files read so far (path -> identity)
+    read_roots: set[str] = field(default_factory=set)
+
+
+def _members(data: bytes) -> dict[str, tarfile.TarInfo]:
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        return {m.name: m for m in tar.getmembers()}
+
+
+_BULK = re.compile(r"^(/usr/lib/python3\.\d+)/|^(.*/(site|dist)-packages/[^/]+)/")
+
+
+async def _entry(facts: _Facts, path: str) -> str | None:
+    """A file's identity: `sha256:<hex>` of a regular file, `link:<target>` of a symlink, `dir`; None if absent.
+    A file of a package directory or of a new standard library is read with the whole directory (one archive)."""
+    if path in facts.entries:
+        return facts.entries[path]
+    m = _BULK.match(path)
+    root = (m.group(1) or m.group(2)) if m else path
+    if root in facts.read_roots:
+        return None
+    facts.read_roots.add(root)
+    try:
+        data = await facts.box.read_tar(root)
+    except FileNotFoundError:
+        return None
+    parent = root.rsplit("/", 1)[0]
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for member in tar:
+            name = f"{parent}/{member.name}"
+            if member.issym():
+                facts.entries[name] = f"link:{member.linkname}"
+            elif member.isfile() and (handle := tar.extractfile(member)) is not None:
+                facts.entries[name] = f"sha256:{hashlib.sha256(handle.read()).hexdigest()}"
+            else:
+                facts.entries[name] = "dir"
+    return facts.entries.get(path)
+
+
+async def _text(box: TaskContainer, path: str) -> str:
+    try:
+        return (await box.read_file(path)).decode(errors="replace")
+    except (FileNotFoundError, IsADirectoryError):
+        return ""
+
+
+# --- the claims: dpkg's lists and status, pip's RECORD files (read as data through the engine) ---
+
+
+async def _dpkg_claims(facts: _Facts) -> None:
+    if facts.dpkg_owner is not None:
+        return
+    facts.dpkg_owner = {}
+    try:
+        data = await facts.box.read_tar("/var/lib/dpkg/info")
+    except FileNotFoundError:
+        return
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for m in tar.getmembers():
+            if m.isfile() and m.name.endswith(".list"):
+                handle = tar.extractfile(m)
+                package = m.name.rsplit("/", 1)[-1][: -len(".list")]
+                for line in handle.read().decode(errors="replace").splitlines() if handle else []:
+                    facts.dpkg_owner.setdefault(line, package)
+    for stanza in (await _text(facts.box, "/var/lib/dpkg/status")).split("\n\n"):
+        fields = dict(re.findall(r"^(Package|Version|Architecture): (.+)$", stanza, re.M))
+        if "Package" in fields and "Version" in fields:
+            arch = fields.get("Architecture", "all")
+            facts.dpkg_version[fields["Package"]] = fields["Version"]
+            facts.dpkg_version[f"{fields['Package']}:{arch}"] = fields["Version"]
+
+
+async def _pip_claims(facts: _Facts, changes: dict[str, str]) -> None:
+    """RECORD files the diff adds or changes (an unchanged image's RECORD claims only unchanged files)."""
+    for path in sorted(changes):
+        m = re.match(r"^(.*/(site|dist)-packages)/([^/]+)-([^/-]+)\.dist-info/RECORD$", path)
+        if not m or changes[path] == "deleted":
+            continue
+        site, name, version = m.group(1), m.group(3), m.group(4)
+        for row in (await _text(facts.box, path)).splitlines():
+            rel = row.rsplit(",", 2)[0] if row.count(",") >= 2 else ""
+            if rel and not rel.startswith(".."):
+                facts.records.setdefault(f"{site}/{rel}", []).append((name, version, site))
+
+
+# --- the publications, fetched by the verifier ---
+
+
+async def _pristine(facts: _Facts) -> TaskContainer:
+    """A container of the task's image as built: nothing the agent did is in it (kept for this review)."""
+    assert facts.pristine is not None
+    return facts.pristine
+
+
+async def _deb_files(facts: _Facts, package: str, version: str) -> dict[str, str] | str:
+    key = f"{package}={version}"
+    if key in facts.debs:
+        return facts.debs[key]
+    if facts.check is None or not facts.check.apt:
+        facts.debs[key] = "fetching .debs is off (GenuineCheck.apt)"
+        return facts.debs[key]
+    box = await _pristine(facts)
+    update = "" if facts.apt_updated else "apt-get update -qq >/dev/null 2>&1; "
+    script = (
+        f'set -e; {update}d=$(mktemp -d); cd "$d"; apt-get download -qq {shlex.quote(key)} >/dev/null 2>&1 || '
+        f"{{ echo 'apt-get download failed'; exit 3; }}; dpkg-deb --fsys-tarfile ./*.deb > /tmp/genuine.tar; rm -rf \"$d\""
+    )
+    run = await box.exec(script, timeout=facts.check.timeout_s, user="root", workdir="/", login=False)
+    facts.apt_updated = True
+    if run.exit_code != 0:
+        facts.debs[key] = (
+            f"cannot fetch {key} with apt in the pristine image ({run.output.strip()[-120:] or 'no network?'})"
+        )
+        return facts.debs[key]
+    tar_bytes = await box.read_file("/tmp/genuine.tar")
+    files: dict[str, str] = {}
+    with tarfile.open(fileobj=io.BytesIO(tar_bytes)) as tar:
+        for m in tar.getmembers():
+            path = "/" + m.name.lstrip("./")
+            if m.issym():
+                files[path] = f"link:{m.linkname}"
+            elif m.isfile() and (handle := tar.extractfile(m)) is not None:
+                files[path] = f"sha256:{hashlib.sha256(handle.read()).hexdigest()}"
+    facts.debs[key] = files
+    return files
+
+
+def _normal(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _wheel_rank(filename: str, cp: str) -> tuple[bool, bool, bool]:
+    """Pure wheels first, then this interpreter's (cp313) x86_64 Linux ones."""
+    return ("none-any" not in filename, f"-{cp}-" not in filename, not ("linux" in filename and "x86_64" in filename))
+
+
+async def _wheel_files(facts: _Facts, name: str, version: str, cp: str) -> list[dict[str, str]] | str:
+    """The RECORD (path -> sha256 b64) of each wheel PyPI publishes for name==version (up to max_wheels)."""
+    key = f"{name}=={version}"
+    if key in facts.wheels:
+        return facts.wheels[key]
+    if facts.check is None or not facts.check.pypi:
+        return "fetching wheels is off (GenuineCheck.pypi)"
+    verify: ssl.SSLContext | bool = True
+    if facts.check.ca_bundle is not None:
+        verify = ssl.create_default_context(cadata=facts.check.ca_bundle.decode(errors="replace"))
+    records: list[dict[str, str]] = []
+    try:
+        async with httpx.AsyncClient(verify=verify, timeout=120, follow_redirects=True) as client:
+            # The simple index's JSON form (PEP 691): what pip itself reads, served by mirrors too.
+            index = await client.get(
+                f"{facts.check.pypi_url}/simple/{_normal(name)}/",
+                headers={"Accept": "application/vnd.pypi.simple.v1+json"},
+            )
+            index.raise_for_status()
+            urls = [
+                {"filename": f["filename"], "url": f["url"], "sha256": f.get("hashes", {}).get("sha256")}
+                for f in index.json().get("files", [])
+                if f["filename"].endswith(".whl")
+                and _normal(f["filename"].split("-")[0]) == _normal(name)
+                and f["filename"].split("-")[1] == version
+            ]
+            for u in sorted(urls, key=lambda u: _wheel_rank(u["filename"], cp))[: facts.check.max_wheels]:
+                wheel = await client.get(u["url"])
+                wheel.raise_for_status()
+                if hashlib.sha256(wheel.content).hexdigest() != u["sha256"]:
+                    continue  # not what PyPI says it published
+                with zipfile.ZipFile(io.BytesIO(wheel.content)) as z:
+                    record = next((n for n in z.namelist() if re.fullmatch(r"[^/]+\.dist-info/RECORD", n)), None)
+                    rows = z.read(record).decode(errors="replace").splitlines() if record else []
+                records.append({r.split(",")[0]: r.split(",")[1] for r in rows if r.count(",") >= 2})
+    except (httpx.HTTPError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        first = (str(exc).splitlines() or [""])[0][:100]
+        facts.wheels[key] = f"cannot fetch {key} from PyPI ({type(exc).__name__}: {first})"
+        return facts.wheels[key]
+    if not records:
+        facts.wheels[key] = f"PyPI publishes no wheel of {key}"
+        return facts.wheels[key]
+    facts.wheels[key] = records
+    return records
+
+
+async def _why_not_genuine(facts: _Facts, path: str, changes: dict[str, str]) -> str | None:
+    """None if `path` in the container is the published file its claimed owner ships, else why not."""
+    if changes.get(path) == "deleted":
+        return "deleted"
+    mine = await _entry(facts, path)
+    if mine is None:
+        return "absent"
+    if path in facts.records:  # several distributions may ship one file (cmeel.pth): any genuine one clears it
+        whys = []
+        for name, version, site in facts.records[path]:
+            m = re.search(r"/python3\.(\d+)/", site)
+            wheels = await _wheel_files(facts, name, version, f"cp3{m.group(1)}" if m else "cp3")
+            if isinstance(wheels, str):
+                whys.append(f"not cleared: {wheels}")
+            elif not mine.startswith("sha256:"):
+                whys.append(f"not a regular file, as {name} {version} ships it")
+            else:
+                want = "sha256=" + base64.urlsafe_b64encode(bytes.fromhex(mine[7:])).rstrip(b"=").decode()
+                if any(rec.get(path[len(site) + 1 :]) == want for rec in wheels):
+                    return None
+                whys.append(f"not the bytes {name} {version} publishes on PyPI")
+        return "; ".join(whys)
+    await _dpkg_claims(facts)
+    assert facts.dpkg_owner is not None
+    # Merged /usr: a package's /lib/x.so is the container's /usr/lib/x.so (and the other way round).
+    aliases = [path, re.sub(r"^/usr/(?=(s?bin|lib\w*)/)", "/", path)]
+    if aliases[1] == path:
+        aliases[1] = re.sub(r"^/(?=(s?bin|lib\w*)/)", "/usr/", path)
+    package = next((facts.dpkg_owner[a] for a in aliases if a in facts.dpkg_owner), None)
+    if package is None and _LDCONF.search(path) and mine.startswith("link:"):
+        # An alternative (update-alternatives' link chain, owned by no package): the file it ends at must be genuine.
+        target, entry = path, mine or ""
+        for _ in range(8):
+            if not entry or not entry.startswith("link:"):
+                break
+            link = entry[5:]
+            target = link if link.startswith("/") else target.rsplit("/", 1)[0] + "/" + link
+            entry = (await _entry(facts, target)) or ""
+        if entry.startswith("sha256:") and await _why_not_genuine(facts, target, changes) is None:
+            return None
+        return f"its link's end {target} is not a genuine package file"
+    if package is None:
+        return "no package in the container claims it"
+    deb_version = facts.dpkg_version.get(package)
+    if deb_version is None:
+        return f"dpkg lists {package} without a version"
+    files = await _deb_files(facts, package, deb_version)
+    if isinstance(files, str):
+        return f"not cleared: {files}"
+    if any(files.get(a) == mine for a in aliases):
+        return None
+    return f"not the file Debian's {package} {deb_version} ships"
+
+
+# --- what a genuine hook can import, and the loader's view ---
+
+
+def _imported_names(source: str, pth: bool) -> set[str]:
+    """Top-level module names a hook (or module) can import: import statements, `__import__('x')` and
+    `import_module('x')`; `*` where it imports a computed name."""
+    chunks = [line for line in source.splitlines() if re.match(r"import[ \t]", line)] if pth else [source]
+    names: set[str] = set()
+    dynamic = False
+    for chunk in chunks:
+        try:
+            tree = ast.parse(chunk)
+        except SyntaxError:
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names.add(node.module.split(".")[0])
+            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+                func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                value = node.args[0].value
+                if func in ("__import__", "import_module") and isinstance(value, str):
+                    names.add(value.split(".")[0])
+            elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "__import__":
+                dynamic = True
+    if dynamic:  # an import by a computed name: any module at all (every changed module must then be genuine)
+        names.add("*")
+    return names
+
+
+def _module_paths(name: str, changes: dict[str, str], dirs: set[str], workdir: str) -> list[str]:
+    # Where an import finds it: directly in a site directory, the standard library or its lib-dynload.
+    any_name = r"[A-Za-z_]\w*" if name == "*" else re.escape(name)  # an importable name (not a .dist-info)
+    pattern = re.compile(r"/((site|dist)-packages|python[\d.]+|lib-dynload)/" + any_name + r"(/|\.[^/]*$)")
+    return sorted(
+        p
+        for p, kind in changes.items()
+        if kind != "deleted"
+        and p not in dirs
+        and pattern.search(p)
+        and not p.startswith(workdir)
+        and "/__pycache__/" not in p
+    )
+
+
+def _elf_soname(data: bytes) -> str | None:
+    """DT_SONAME of a 64-bit little-endian ELF shared object (the name ldconfig files it under)."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        return None
+    shoff, shentsize, shnum = struct.unpack_from("<Q", data, 0x28)[0], *struct.unpack_from("<HH", data, 0x3A)
+    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
+    for sec in sections:
+        if sec[1] == 6:  # SHT_DYNAMIC; its sh_link is the string table
+            strtab = sections[sec[6]]
+            for off in range(sec[4], sec[4] + sec[5], 16):
+                tag, val = struct.unpack_from("<qQ", data, off)
+                if tag == 14:  # DT_SONAME
+                    start = strtab[4] + val
+                    return data[start : data.index(b"\0", start)].decode(errors="replace")
+    return None
+
+
+def _cache_map(listing: str) -> dict[tuple[str, str], str]:
+    """`ldconfig -p` -> (soname, arch) -> the path the loader takes (the first entry)."""
+    found: dict[tuple[str, str], str] = {}
+    for line in listing.splitlines():
+        m = _CACHE_LINE.match(line)
+        if m:
+            found.setdefault((m.group(1), m.group(2)), m.group(3))
+    return found
+
+
+async def review_flags(
+    box: TaskContainer,
+    changes_list: list[tuple[str, str]],
+    flagged: list[tuple[str, str]],
+    workdir: str,
+    check: GenuineCheck | None,
+) -> list[str]:
+    """The flag lines that stand: `flagged` (path, line) less the genuine, plus the hook-import and loader suspects
+    that are not genuine. Runs the pristine image (never the agent's container) to list its hooks and sonames."""
+    changes = {p: k for k, p in changes_list}
+    dirs = {p.rsplit("/", 1)[0] for p in changes}
+    work = workdir.rstrip("/") + "/"
+    site_touched = any(_SITE.search(p) or "/python3" in p for p in changes if p not in dirs)
+    loader_touched = "/etc/ld.so.cache" in changes or any(_LIBNAME.match(p.rsplit("/", 1)[-1]) for p in changes)
+    if not (flagged or site_touched or loader_touched):
+        return []
+    spec = TaskContainerSpec(
+        image=box.spec.image, workdir="/", user="root", network=bool(check and check.apt), cpus=1, memory_mb=2048
+    )
+    async with box.engines.container(spec, f"{box.name}-genuine") as pristine:
+        facts = _Facts(box, check, pristine)
+        await _pip_claims(facts, changes)
+        suspects: dict[str, str] = dict((p, line) for p, line in flagged)
+        image_cache = ""
+        if loader_touched:
+            image_cache = (await pristine.exec("ldconfig -p", timeout=120, user="root", login=False)).output
+            image_sonames = {s for s, _ in _cache_map(image_cache)}
+            if "/etc/ld.so.cache" in changes:
+                theirs = await box.read_file("/etc/ld.so.cache")
+                await pristine.put_files("/tmp/agent", {"ld.so.cache": (theirs, 0o644)})
+                listing = await pristine.exec(
+                    "ldconfig -p -C /tmp/agent/ld.so.cache", timeout=120, user="root", login=False
+                )
+                now = _cache_map(listing.output)
+                for key, path in _cache_map(image_cache).items():
+                    if now.get(key, path) != path:
+                        suspects.setdefault(
+                            now[key], f"{now[key]} (the loader's cache now gives it for the image's {key[0]})"
+                        )
+            for p, kind in changes.items():
+                name = p.rsplit("/", 1)[-1]
+                if kind != "added" or p.startswith(work) or not _LIBNAME.match(name):
+                    continue
+                try:
+                    soname = _elf_soname(await box.read_file(p))
+                except (FileNotFoundError, IsADirectoryError, struct.error, ValueError, IndexError):
+                    soname = None
+                if name in image_sonames or soname in image_sonames:
+                    suspects.setdefault(p, f"added {p} (a library named like the image's {soname or name})")
+        names: set[str] = set()
+        if site_touched:
+            hooks = (await pristine.exec(_PROBE_HOOKS, timeout=300, user="root", login=False)).output
+            for chunk in hooks.split("==>HOOK ")[1:]:
+                head, _, body = chunk.partition("\n")
+                names |= _imported_names(body, head.endswith(".pth"))
+        # An added interpreter found genuine runs its new tree's files: each must be genuine (not its site dirs).
+        if any(_PY_PROGRAM.search(p) and changes[p] == "added" for p, _ in flagged):
+            for p, kind in changes.items():
+                if (
+                    kind == "added"
+                    and p not in dirs
+                    and re.match(r"^/usr/lib/python3(\.\d+)?/", p)
+                    and (not _SITE.search(p) or _HOOK.search(p))
+                ):
+                    if not p.endswith(".pyc"):
+                        suspects.setdefault(p, f"added {p} (the standard library of an added interpreter)")
+        standing: list[str] = []
+        seen: set[str] = set()
+        queue = list(suspects)
+        while queue or names - seen:
+            for name in sorted(names - seen):
+                seen.add(name)
+                for p in _module_paths(name, changes, dirs, work):
+                    if p not in suspects:
+                        suspects[p] = f"{changes[p]} {p} (a module named {name}, which a start-up hook imports)"
+                        queue.append(p)
+            if not queue:
+                continue
+            path = queue.pop(0)
+            why = await _why_not_genuine(facts, path, changes)
+            if why is not None:
+                standing.append(f"{suspects[path]}: {why}")
+            elif _HOOK.search(path) or (
+                path.endswith(".py") and path in suspects and "start-up hook" in suspects[path]
+            ):
+                names |= _imported_names(await _text(box, path), path.endswith(".pth"))
+        return standing
