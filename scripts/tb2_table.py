@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
+import signal
 import subprocess
 import tempfile
 import time
@@ -240,7 +241,14 @@ async def main_async(args: argparse.Namespace) -> None:
         images.close()
 
 
+def _interrupted(signum: int, frame: object) -> None:
+    # `kill` (SIGTERM) ends the run like Ctrl-C, so the astral mirror and the task containers are removed
+    # on the way out instead of outliving the script.
+    raise KeyboardInterrupt
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _interrupted)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--tasks", type=Path, help="A directory of TB2 task dirs (default: export the mirror)")
