@@ -50,7 +50,7 @@ from environments.terminal_tasks.apptainer import (
     endless_pytest_command,
     environment_prefix,
 )
-from environments.terminal_tasks.genuine import GenuineCheck, review_flags
+from environments.terminal_tasks.genuine import PY_HOOKS, GenuineCheck, review_flags
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
 from tools.executor import ExecResult, FileOpError
@@ -85,7 +85,6 @@ _SITE = re.compile(r"/(site|dist)-packages/")
 # Programs the tests run by name: adding one (where the image had none) shadows or supplies the tests' own.
 _TOOL_NAMES = re.compile(r"^(ba|da|z)?sh$|^python[\d.]*$|^pytest(-[\d.]+)?$|^py\.test$|^uvx?$|^pip[\d.]*$|^env$")
 _LOADER = re.compile(r"^/etc/ld\.so\.(preload|conf)$|^/etc/ld\.so\.conf\.d/")
-_PY_HOOKS = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|usercustomize)\.py$")
 # Python's own modules (a planted `os.py`/`encodings` under lib/python3.X beats site-packages).
 _PY_STDLIB = re.compile(r"^/(usr/(local/)?)?lib/python[\d.]+/[^/]+\.py$")
 # The test runner's own packages: one added to an earlier site directory shadows the image's.
@@ -129,7 +128,7 @@ def integrity_flags(changes: list[tuple[str, str]], workdir: str = "/app") -> li
             found.append((path, f"{kind} {path} (the dynamic loader's configuration)"))
         elif _APPTAINER_ENV.search(path) and path not in dirs:
             found.append((path, f"{kind} {path} (the environment every test command sources)"))
-        elif _PY_HOOKS.search(path):
+        elif PY_HOOKS.search(path):
             found.append((path, f"{kind} {path} (runs at every Python start)"))
         elif _PY_RUNNER.search(path) and path not in dirs and not path.endswith(".pyc"):
             found.append((path, f"{kind} {path} (the test runner's own package)"))

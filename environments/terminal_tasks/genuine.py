@@ -33,12 +33,13 @@ import httpx
 
 from backends.task_container import TaskContainer, TaskContainerSpec
 
-__all__ = ["GenuineCheck", "review_flags"]
+__all__ = ["GenuineCheck", "PY_HOOKS", "review_flags"]
 
 _SITE = re.compile(r"^(?P<site>.*/(site|dist)-packages)/")
 _PY_PROGRAM = re.compile(r"/s?bin/python[\d.]*$")
 _LIBNAME = re.compile(r"^(lib|ld-)[^/]*\.so(\.[\d.]+)?$")
-_HOOK = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|usercustomize)\.py$")
+# Start-up hooks: a *.pth in a site directory, a sitecustomize/usercustomize anywhere on the path (container_run's too).
+PY_HOOKS = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|usercustomize)\.py$")
 _LDCONF = re.compile(r"^/etc/ld\.so\.conf\.d/")
 _CACHE_LINE = re.compile(r"^\s*(\S+) \(([^)]*)\) => (\S+)$")
 _PROBE_HOOKS = (
@@ -444,7 +445,7 @@ async def review_flags(
                     kind == "added"
                     and p not in dirs
                     and re.match(r"^/usr/lib/python3(\.\d+)?/", p)
-                    and (not _SITE.search(p) or _HOOK.search(p))
+                    and (not _SITE.search(p) or PY_HOOKS.search(p))
                 ):
                     if not p.endswith(".pyc"):
                         suspects.setdefault(p, f"added {p} (the standard library of an added interpreter)")
@@ -464,7 +465,7 @@ async def review_flags(
             why = await _why_not_genuine(facts, path, changes)
             if why is not None:
                 standing.append(f"{suspects[path]}: {why}")
-            elif _HOOK.search(path) or (
+            elif PY_HOOKS.search(path) or (
                 path.endswith(".py") and path in suspects and "start-up hook" in suspects[path]
             ):
                 names |= _imported_names(await _text(box, path), path.endswith(".pth"))
