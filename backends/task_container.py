@@ -364,13 +364,7 @@ class TaskContainers:
 
     def _read(self, cid: str, path: str) -> bytes:
         """A file's content (through the archive API: no program of the container runs)."""
-        import docker  # noqa: PLC0415
-
-        try:
-            stream, _ = self.api.get_archive(cid, path)
-        except docker.errors.NotFound:
-            raise FileNotFoundError(path) from None
-        with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        with tarfile.open(fileobj=io.BytesIO(self._tar_of(cid, path))) as tar:
             member = next((m for m in tar.getmembers() if m.isfile()), None)
             if member is None:
                 raise IsADirectoryError(path)

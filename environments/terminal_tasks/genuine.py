@@ -67,7 +67,7 @@ class _Facts:
 
     box: TaskContainer
     check: GenuineCheck | None
-    pristine: TaskContainer | None = None
+    pristine: TaskContainer
     dpkg_owner: dict[str, str] | None = None  # path -> package[:arch]
     dpkg_version: dict[str, str] = field(default_factory=dict)
     debs: dict[str, dict[str, str] | str] = field(default_factory=dict)  # package=version -> path->hash, or why not
@@ -76,11 +76,6 @@ class _Facts:
     apt_updated: bool = False
     entries: dict[str, str] = field(default_factory=dict)  # the container's files read so far (path -> identity)
     read_roots: set[str] = field(default_factory=set)
-
-
-def _members(data: bytes) -> dict[str, tarfile.TarInfo]:
-    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
-        return {m.name: m for m in tar.getmembers()}
 
 
 _BULK = re.compile(r"^(/usr/lib/python3\.\d+)/|^(.*/(site|dist)-packages/[^/]+)/")
@@ -162,12 +157,6 @@ async def _pip_claims(facts: _Facts, changes: dict[str, str]) -> None:
 # --- the publications, fetched by the verifier ---
 
 
-async def _pristine(facts: _Facts) -> TaskContainer:
-    """A container of the task's image as built: nothing the agent did is in it (kept for this review)."""
-    assert facts.pristine is not None
-    return facts.pristine
-
-
 async def _deb_files(facts: _Facts, package: str, version: str) -> dict[str, str] | str:
     key = f"{package}={version}"
     if key in facts.debs:
@@ -175,7 +164,7 @@ async def _deb_files(facts: _Facts, package: str, version: str) -> dict[str, str
     if facts.check is None or not facts.check.apt:
         facts.debs[key] = "fetching .debs is off (GenuineCheck.apt)"
         return facts.debs[key]
-    box = await _pristine(facts)
+    box = facts.pristine  # the task's image as built: nothing the agent did is in it
     update = "" if facts.apt_updated else "apt-get update -qq >/dev/null 2>&1; "
     script = (
         f'set -e; {update}d=$(mktemp -d); cd "$d"; apt-get download -qq {shlex.quote(key)} >/dev/null 2>&1 || '

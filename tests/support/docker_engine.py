@@ -13,7 +13,8 @@ import shutil
 import subprocess
 import tarfile
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,39 @@ def remove_labelled(engine: str, label: str) -> None:
             c.remove(force=True)
     finally:
         client.close()
+
+
+@contextlib.asynccontextmanager
+async def labelled_task_containers(prefix: str, **config: Any) -> AsyncIterator[Any]:
+    """Task containers labelled for this test alone; every one is removed afterwards, also when the test fails."""
+    from backends.task_container import TaskContainerConfig, TaskContainers  # noqa: PLC0415
+
+    label = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    try:
+        async with TaskContainers(TaskContainerConfig(engine=ENGINE, labels={TEST_LABEL: label}, **config)) as e:
+            yield e
+    finally:
+        remove_labelled(ENGINE, f"{TEST_LABEL}={label}")
+
+
+def built_task_image(owner: str, dockerfile: str, context_dir: Path, ca_bundle: bytes | None = None) -> str:
+    """The image of a test task's Dockerfile, built once (content-tagged) and labelled as the tests' own."""
+    import asyncio  # noqa: PLC0415
+
+    from environments.image_sandboxes import DockerImages, ImageRecipe, content_tag  # noqa: PLC0415
+
+    recipe = ImageRecipe(
+        owner=owner,
+        dockerfile=dockerfile,
+        context_dir=context_dir,
+        tag=content_tag(f"hermes-rl-test/{owner}", dockerfile, context_dir),
+        build_timeout_s=900,
+    )
+    images = DockerImages(ENGINE, labels={TEST_LABEL: "task-container"}, ca_bundle=ca_bundle)
+    try:
+        return asyncio.run(images.resolve(recipe))
+    finally:
+        images.close()
 
 
 def stop_container(engine: str, cid: str, timeout_s: int = 10) -> dict[str, Any]:

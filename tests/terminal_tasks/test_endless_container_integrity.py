@@ -12,12 +12,11 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
-import uuid
 from pathlib import Path
 
 import pytest
 
-from backends.task_container import TaskContainerConfig, TaskContainers
+from backends.task_container import TaskContainers
 from environments.image_sandboxes import DockerImages
 from environments.terminal_tasks.agents import sampled_solution_script
 from environments.terminal_tasks.container_run import (
@@ -29,7 +28,7 @@ from environments.terminal_tasks.container_run import (
 )
 from environments.terminal_tasks.endless import load_endless_task
 from environments.terminal_tasks.sandboxes import endless_recipe
-from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, remove_labelled
+from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, labelled_task_containers
 
 pytestmark = [
     pytest.mark.slow,
@@ -58,10 +57,8 @@ def image(tmp_path_factory) -> str:
 
 @pytest.fixture
 async def engines():
-    label = f"endless-integrity-{uuid.uuid4().hex[:8]}"
-    async with TaskContainers(TaskContainerConfig(engine=ENGINE, labels={TEST_LABEL: label})) as e:
+    async with labelled_task_containers("endless-integrity") as e:
         yield e
-    remove_labelled(ENGINE, f"{TEST_LABEL}={label}")
 
 
 async def run(engines: TaskContainers, image: str, *commands: str):

@@ -24,7 +24,6 @@ import pytest
 
 from environments.terminal_tasks import TerminalTasksEnv
 
-from backends.task_container import TaskContainerConfig, TaskContainers
 from environments.image_sandboxes import DockerImages
 from environments.terminal_tasks.apptainer import EndlessUser
 from environments.terminal_tasks.container_run import (
@@ -38,7 +37,7 @@ from environments.terminal_tasks.endless import load_endless_task
 from environments.terminal_tasks.sandboxes import endless_recipe
 from tools.executor import FileOpError
 from tests.support.cli import run_cli
-from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, remove_labelled
+from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, remove_labelled, labelled_task_containers
 
 pytestmark = [
     pytest.mark.slow,
@@ -105,10 +104,8 @@ def images(task_dir, tmp_path_factory) -> dict[str, str]:
 
 @pytest.fixture
 async def engines():
-    label = f"endless-user-{uuid.uuid4().hex[:8]}"
-    async with TaskContainers(TaskContainerConfig(engine=ENGINE, labels={TEST_LABEL: label})) as e:
+    async with labelled_task_containers("endless-user") as e:
         yield e
-    remove_labelled(ENGINE, f"{TEST_LABEL}={label}")
 
 
 async def _trajectory(engines, task_dir: Path, image: str, user: EndlessUser, *commands: str):

@@ -11,22 +11,19 @@ must score 1 unflagged. Task and test.sh in Harbor's shape (test_task_container_
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
 
 from backends.docker import DockerBackendConfig
-from backends.task_container import TaskContainerConfig, TaskContainers
 from environments.terminal_tasks.container_run import task_container, task_spec, verify_in_container
 from environments.terminal_tasks.genuine import GenuineCheck
 from environments.terminal_tasks.harbor import load_harbor_task
-from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, remove_labelled
+from tests.support.docker_engine import ENGINE, engine_problem, built_task_image, labelled_task_containers
 from tests.terminal_tasks.test_task_container_integrity import PRELOAD_C, write_task
 
 pytestmark = [
@@ -56,31 +53,14 @@ def _ca() -> bytes | None:
 
 @pytest.fixture(scope="module")
 def pip_image(tmp_path_factory) -> str:
-    from environments.image_sandboxes import DockerImages, ImageRecipe, content_tag
-
     task = write_task(tmp_path_factory.mktemp("task"))
-    recipe = ImageRecipe(
-        owner="answer-task-pip",
-        dockerfile=PIP_DOCKERFILE,
-        context_dir=task / "environment",
-        tag=content_tag("hermes-rl-test/answer-task-pip", PIP_DOCKERFILE, task / "environment"),
-        build_timeout_s=900,
-    )
-    images = DockerImages(ENGINE, labels={TEST_LABEL: "task-container"}, ca_bundle=_ca())
-    try:
-        return asyncio.run(images.resolve(recipe))
-    finally:
-        images.close()
+    return built_task_image("answer-task-pip", PIP_DOCKERFILE, task / "environment", ca_bundle=_ca())
 
 
 @pytest.fixture
 async def engines():
-    label = f"genuine-{uuid.uuid4().hex[:8]}"
-    async with TaskContainers(
-        TaskContainerConfig(engine=ENGINE, labels={TEST_LABEL: label}, storage="unenforced")
-    ) as e:
+    async with labelled_task_containers("genuine", storage="unenforced") as e:
         yield e
-    remove_labelled(ENGINE, f"{TEST_LABEL}={label}")
 
 
 async def run(engines, tmp_path: Path, image: str, *commands: str, uploads=None, effective: bool = False):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import shlex
 import shutil
 import subprocess
-import uuid
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ import pytest
 from backends.task_container import TaskContainerConfig, TaskContainers
 from environments.terminal_tasks.container_run import task_container, task_spec, verify_in_container
 from environments.terminal_tasks.harbor import load_harbor_task
-from tests.support.docker_engine import ENGINE, TEST_LABEL, engine_problem, remove_labelled
+from tests.support.docker_engine import ENGINE, engine_problem, built_task_image, labelled_task_containers
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(engine_problem() is not None, reason=str(engine_problem()))]
 
@@ -75,32 +74,14 @@ def write_task(root: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def task_image(tmp_path_factory) -> str:
-    from environments.image_sandboxes import DockerImages, ImageRecipe, content_tag
-    import asyncio
-
     task = write_task(tmp_path_factory.mktemp("task"))
-    recipe = ImageRecipe(
-        owner="answer-task",
-        dockerfile=IMAGE_DOCKERFILE,
-        context_dir=task / "environment",
-        tag=content_tag("hermes-rl-test/answer-task", IMAGE_DOCKERFILE, task / "environment"),
-        build_timeout_s=900,
-    )
-    images = DockerImages(ENGINE, labels={TEST_LABEL: "task-container"})
-    try:
-        return asyncio.run(images.resolve(recipe))
-    finally:
-        images.close()
+    return built_task_image("answer-task", IMAGE_DOCKERFILE, task / "environment")
 
 
 @pytest.fixture
 async def engines():
-    label = f"task-container-{uuid.uuid4().hex[:8]}"
-    async with TaskContainers(
-        TaskContainerConfig(engine=ENGINE, labels={TEST_LABEL: label}, storage="unenforced")
-    ) as e:
+    async with labelled_task_containers("task-container", storage="unenforced") as e:
         yield e
-    remove_labelled(ENGINE, f"{TEST_LABEL}={label}")
 
 
 async def run(engines: TaskContainers, tmp_path: Path, image: str, *commands: str, uploads=None):
