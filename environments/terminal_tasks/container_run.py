@@ -51,6 +51,7 @@ from environments.terminal_tasks.apptainer import (
     environment_prefix,
 )
 from environments.terminal_tasks.genuine import PY_HOOKS, GenuineCheck, review_flags
+from environments.terminal_tasks.reach import TOOL_FLAG
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
 from tools.executor import ExecResult, FileOpError
@@ -93,6 +94,15 @@ _PY_RUNNER = re.compile(r"/(site|dist)-packages/(pytest|_pytest|pluggy|iniconfig
 _APPTAINER_ENV = re.compile("^" + re.escape(APPTAINER_ENV_FILE.rsplit("/", 2)[0]) + "(/|$)")
 
 
+# What pytest reads before any test: a config file or conftest.py in the ancestors of /tests (the root; /tests itself
+# is made afresh), which can add `--collect-only` or turn every report into a pass.
+_RUNNER_CONFIG = re.compile(r"^/(\.?pytest\.ini|pyproject\.toml|tox\.ini|setup\.cfg|setup\.py|conftest\.py)$")
+# Where the tests' `uvx -w pytest==...`/`pip install pytest` take packages from (uv's user and system config, pip's
+# global, user, site and virtualenv files): a `find-links` to the agent's own wheels makes the runner the agent's.
+_INSTALLER_CONFIG = re.compile(r"/(pip\.conf|pip\.ini|uv\.toml)$|^/etc/(uv|xdg/uv|xdg/pip)/|/\.config/(uv|pip)/")
+# `python -m pytest` from the workdir (two published test.sh files) imports the runner from the workdir first.
+_WORK_RUNNER = re.compile(r"^(pytest|_pytest|pluggy|iniconfig)(/|\.py$)|^py\.py$")
+
 # What a login bash reads before its command (as root: HOME is /root).
 _LOGIN_STARTUP = re.compile(
     r"^/etc/(profile|profile\.d/.*|bash\.bashrc)$|^/root/\.(bash_profile|bash_login|profile|bashrc)$"
@@ -111,7 +121,8 @@ def integrity_flags(changes: list[tuple[str, str]], workdir: str = "/app") -> li
     Programs and libraries under the task's working directory are the agent's work, not the tests' tools.
     """
     paths = {p for _, p in changes}
-    work = workdir.rstrip("/") + "/"
+    # The agent's work is not the tests' tools; a workdir of / would make everything the agent's work.
+    work = workdir.rstrip("/") + "/" if workdir.strip("/") else "\0"
     # A Python tree apt brings where the image had none (Debian's /usr/lib/python3.X, /usr/lib/python3): a
     # new interpreter's own files, read by no interpreter of the image (a new user site dir is not exempt).
     new_trees = tuple(
@@ -132,13 +143,19 @@ def integrity_flags(changes: list[tuple[str, str]], workdir: str = "/app") -> li
             found.append((path, f"{kind} {path} (runs at every Python start)"))
         elif _PY_RUNNER.search(path) and path not in dirs and not path.endswith(".pyc"):
             found.append((path, f"{kind} {path} (the test runner's own package)"))
+        elif _RUNNER_CONFIG.search(path):
+            found.append((path, f"{kind} {path} (pytest reads it before the tests)"))
+        elif _INSTALLER_CONFIG.search(path) and path not in dirs:
+            found.append((path, f"{kind} {path} (where the tests' installers take pytest from)"))
+        elif path.startswith(work) and _WORK_RUNNER.search(path[len(work) :]) and not path.endswith(".pyc"):
+            found.append((path, f"{kind} {path} (the test runner, as `python -m pytest` from the workdir imports it)"))
         elif _SITE.search(path) or (path + "/").startswith(work):
             continue
         elif kind != "added" and path not in dirs and (_TOOL_DIRS.search(path) or _LIB_DIRS.search(path)):
             if not path.endswith(".pyc"):
                 found.append((path, f"{kind} {path} (a program or library of the image)"))
         elif kind == "added" and _TOOL_DIRS.search(path) and _TOOL_NAMES.match(name):
-            found.append((path, f"added {path} (a program the tests run by name)"))
+            found.append((path, f"added {path} {TOOL_FLAG}"))
         elif kind == "added" and _PY_STDLIB.search(path):
             found.append((path, f"added {path} (shadows Python's standard library)"))
     return found
@@ -295,7 +312,13 @@ async def verify_in_container(
     """Harbor's verifier in the trajectory's own container, after the integrity check."""
     box = executor.box
     changes = await box.changes()
-    flags = await review_flags(box, changes, integrity_flags(changes, box.spec.workdir), box.spec.workdir, genuine)
+    flagged = integrity_flags(changes, box.spec.workdir)
+    # A Harbor task's test.sh finds programs on its PATH and where its files say; an Endless task's stays strict.
+    tests_text = (
+        None if task.format == "endless" else "\n".join(d.decode(errors="replace") for d, _ in _files(task).values())
+    )
+    env = {**box.spec.env, **task.verifier_env}
+    flags = await review_flags(box, changes, flagged, box.spec.workdir, genuine, env=env, tests_text=tests_text)
     if flags:
         verdict = ContainerVerdict(0.0, "flagged: the agent changed what the tests run: " + "; ".join(flags[:5]), flags)
         executor.verdicts.append(verdict)

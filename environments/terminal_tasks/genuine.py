@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import httpx
 
 from backends.task_container import TaskContainer, TaskContainerSpec
+from environments.terminal_tasks.reach import TOOL_FLAG, off_the_tests_path
 
 __all__ = ["GenuineCheck", "PY_HOOKS", "review_flags"]
 
@@ -378,9 +379,15 @@ async def review_flags(
     flagged: list[tuple[str, str]],
     workdir: str,
     check: GenuineCheck | None,
+    *,
+    env: dict[str, str] | None = None,
+    tests_text: str | None = None,
 ) -> list[str]:
     """The flag lines that stand: `flagged` (path, line) less the genuine, plus the hook-import and loader suspects
-    that are not genuine. Runs the pristine image (never the agent's container) to list its hooks and sonames."""
+    that are not genuine. Runs the pristine image (never the agent's container) to list its hooks and sonames.
+
+    With `tests_text` (a Harbor task's test files; `env` test.sh's environment), an added program with a tool's
+    name that no test can run by name is no suspect (reach.py)."""
     changes = {p: k for k, p in changes_list}
     dirs = {p.rsplit("/", 1)[0] for p in changes}
     work = workdir.rstrip("/") + "/"
@@ -393,6 +400,10 @@ async def review_flags(
     )
     async with box.engines.container(spec, f"{box.name}-genuine") as pristine:
         facts = _Facts(box, check, pristine)
+        programs = [p for p, line in flagged if line.endswith(TOOL_FLAG)]
+        if programs and tests_text is not None:
+            off = await off_the_tests_path(pristine, changes, programs, env or {}, workdir, tests_text)
+            flagged = [(p, line) for p, line in flagged if p not in off]
         await _pip_claims(facts, changes)
         suspects: dict[str, str] = dict((p, line) for p, line in flagged)
         image_cache = ""
