@@ -5,8 +5,8 @@ verifier can run it by name: on test.sh's PATH (the pristine image's login shell
 environment, and the same without the profiles, as test.sh runs when the agent changed them), in uv's installer
 directory (`~/.local/bin`, which published test.sh files source) or `~/.cargo/bin`, among uv's managed Pythons, in
 a virtualenv or conda prefix the environment names or a `.venv` uv would discover above the workdir or /tests, or
-in a directory the tests' own files name. A server's own virtualenv under /opt (pypi-server's oracle) is none of
-these.
+in a directory the tests' own files name (or one above it, below the top level). A server's own virtualenv under
+/opt (pypi-server's oracle) is none of these.
 
 A link defeats a path-based answer: a PATH directory (or one above it) swapped for a link to a directory off the
 PATH shows in the engine's diff as a change with nothing added or changed below it. Where any of the reachable
@@ -71,5 +71,11 @@ async def off_the_tests_path(
         for p in programs
         if posixpath.dirname(p) not in dirs
         and not any(p.startswith(r + "/") for r in roots)
-        and posixpath.dirname(p) not in tests_text
+        and not _named(posixpath.dirname(p), tests_text)
     }
+
+
+def _named(directory: str, text: str) -> bool:
+    """Whether the tests' files name `directory` or a directory above it below the top level (`/opt/conda` for
+    `/opt/conda/bin`: a test sourcing `/opt/conda/etc/profile.d/conda.sh` puts that `bin` on its PATH)."""
+    return any(d in text for d in _above(directory) if d.count("/") >= 2)
