@@ -181,6 +181,7 @@ class TaskContainers:
         self.owner = owner or RunOwner.current(uuid.uuid4().hex[:12])
         self._executor: ThreadPoolExecutor | None = None
         self._client: Any = None
+        self._info: dict[str, Any] | None = None
         self._storage_quota: bool | None = None
         self._said_unenforced = False
         self._seq = 0
@@ -239,10 +240,16 @@ class TaskContainers:
             if exc.status_code != 409:
                 raise
 
+    async def info(self) -> dict[str, Any]:
+        """The engine's `docker info` (asked once)."""
+        if self._info is None:
+            self._info = await self._call(self.api.info)
+        return self._info
+
     async def storage_quota(self) -> bool:
         """Whether the engine gives containers a size quota (overlay2 needs xfs with pquota)."""
         if self._storage_quota is None:
-            info = await self._call(self.api.info)
+            info = await self.info()
             status = dict((k, v) for k, v in (info.get("DriverStatus") or []))
             fs = status.get("Backing Filesystem", "")
             self._storage_quota = info.get("Driver") in ("overlay2", "btrfs", "zfs", "devicemapper") and (
@@ -270,6 +277,12 @@ class TaskContainers:
         """A started container for one trajectory, removed on exit."""
         import docker  # noqa: PLC0415
 
+        cpus = (await self.info()).get("NCPU") or 0
+        if spec.cpus and cpus and spec.cpus > cpus:
+            raise TaskContainerError(
+                f"{owner}: the task asks for cpus = {spec.cpus:g} and this engine has {cpus}: the limit cannot be "
+                f"applied here; run it on an engine with at least {spec.cpus:g} CPUs"
+            )
         self._seq += 1
         name = f"hermes-task-{self.owner.run_id}-{self._seq}"
         host_config = self.api.create_host_config(
