@@ -349,3 +349,25 @@ async def test_a_runner_module_in_the_workdir_is_flagged(engines, tmp_path, task
     verdict = await run(engines, tmp_path, task_image, ANSWER_CMD, uploads={module: b"import os\nos._exit(0)\n"})
     assert verdict.reward == 0.0, verdict
     assert any(module in f for f in verdict.flags), verdict
+
+
+@pytest.mark.parametrize(
+    "plant",
+    [
+        "/usr/lib/python3.11/pluggy/__init__.py",  # a package in the stdlib directory: before every site directory
+        "/usr/local/lib/python3.11/dist-packages/iniconfig/__init__.py",  # before Debian's /usr/lib/python3
+    ],
+)
+async def test_a_module_the_runner_imports_planted_earlier_on_sys_path_is_flagged(engines, tmp_path, task_image, plant):
+    """pytest imports pluggy and iniconfig at start; a package of that name earlier on `sys.path` than the real one
+    (the interpreter's own lib/pythonX.Y, or /usr/local's dist-packages) runs instead. uvx's fresh virtualenv keeps
+    the interpreter's lib/pythonX.Y before its own site-packages, so every published test.sh is exposed alike."""
+    exit0 = b"import os\nos._exit(0)\n"
+    task = load_harbor_task(write_task(tmp_path / "real"))
+    async with task_container(engines, task_spec(task, task_image, network=False), task.id) as executor:
+        await executor.write_file(plant, exit0)
+        ran = await executor.exec("cd /app && pytest /nonexistent.py", timeout=60, max_output_bytes=1000)
+        assert ran.exit_code == 0, ran.output  # the attack is real
+    verdict = await run(engines, tmp_path / "checked", task_image, uploads={plant: exit0})
+    assert verdict.reward == 0.0, verdict
+    assert any(plant in f for f in verdict.flags), verdict
