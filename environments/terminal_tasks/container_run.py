@@ -86,8 +86,9 @@ _SITE = re.compile(r"/(site|dist)-packages/")
 # Programs the tests run by name: adding one (where the image had none) shadows or supplies the tests' own.
 _TOOL_NAMES = re.compile(r"^(ba|da|z)?sh$|^python[\d.]*$|^pytest(-[\d.]+)?$|^py\.test$|^uvx?$|^pip[\d.]*$|^env$")
 _LOADER = re.compile(r"^/etc/ld\.so\.(preload|conf)$|^/etc/ld\.so\.conf\.d/")
-# Python's own modules (a planted `os.py`/`encodings` under lib/python3.X beats site-packages).
-_PY_STDLIB = re.compile(r"^/(usr/(local/)?)?lib/python[\d.]+/[^/]+\.py$")
+# Python's own module tree, any prefix (a planted `os.py`, or a `pluggy/` package, under lib/python3.X comes before
+# every site directory, a uvx virtualenv's too): an added module there, at any depth, outside the site directories.
+_PY_STDLIB = re.compile(r"^(?!.*/(site|dist)-packages/).*/lib/python[\d.]+/.+\.(py|so)$")
 # The test runner's own packages: one added to an earlier site directory shadows the image's.
 _PY_RUNNER = re.compile(r"/(site|dist)-packages/(pytest|_pytest|pluggy|iniconfig|py)(/|\.py$)")
 # What every command of an Endless task sources before it runs (its %environment): the verifier's too.
@@ -157,7 +158,7 @@ def integrity_flags(changes: list[tuple[str, str]], workdir: str = "/app") -> li
         elif kind == "added" and _TOOL_DIRS.search(path) and _TOOL_NAMES.match(name):
             found.append((path, f"added {path} {TOOL_FLAG}"))
         elif kind == "added" and _PY_STDLIB.search(path):
-            found.append((path, f"added {path} (shadows Python's standard library)"))
+            found.append((path, f"added {path} (a module in Python's own tree, before every site directory)"))
     return found
 
 

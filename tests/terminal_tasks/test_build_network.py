@@ -63,7 +63,7 @@ def test_a_python_tree_apt_adds_where_the_image_had_none_is_not_tampering():
     # The same files where the image had the tree (it shows as changed, not added) are flagged.
     existing = [("modified", "/usr/lib/python3.11"), ("added", "/usr/lib/python3.11/dataclasses.py")]
     assert integrity_problems(existing) == [
-        "added /usr/lib/python3.11/dataclasses.py (shadows Python's standard library)"
+        "added /usr/lib/python3.11/dataclasses.py (a module in Python's own tree, before every site directory)"
     ]
     # A user site directory the image lacked is read by the image's own Python: never exempt.
     user_site = [("added", "/root/.local/lib/python3.13/site-packages/usercustomize.py")]
