@@ -41,6 +41,8 @@ _PY_PROGRAM = re.compile(r"/s?bin/python[\d.]*$")
 _LIBNAME = re.compile(r"^(lib|ld-)[^/]*\.so(\.[\d.]+)?$")
 # Start-up hooks: a *.pth in a site directory, a sitecustomize/usercustomize anywhere on the path (container_run's too).
 PY_HOOKS = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|usercustomize)\.py$")
+# What pytest imports at start besides itself (its dependencies; py.py is its shim of the old `py` library).
+_RUNNER_IMPORTS = {"pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "pygments", "exceptiongroup", "tomli"}
 _LDCONF = re.compile(r"^/etc/ld\.so\.conf\.d/")
 _CACHE_LINE = re.compile(r"^\s*(\S+) \(([^)]*)\) => (\S+)$")
 _PROBE_HOOKS = (
@@ -331,6 +333,18 @@ def _imported_names(source: str, pth: bool) -> set[str]:
     return names
 
 
+def _pytest_plugins(entry_points: str) -> set[str]:
+    """Top-level module names of an `entry_points.txt`'s `[pytest11]` entries (what pytest imports at start)."""
+    section, names = "", set()
+    for line in entry_points.splitlines():
+        line = line.strip()
+        if line.startswith("["):
+            section = line.strip("[]").strip()
+        elif section == "pytest11" and "=" in line:
+            names.add(line.split("=", 1)[1].strip().split(":")[0].split(".")[0].strip())
+    return {n for n in names if n}
+
+
 def _module_paths(name: str, changes: dict[str, str], dirs: set[str], workdir: str) -> list[str]:
     # Where an import finds it: directly in a site directory, the standard library or its lib-dynload.
     any_name = r"[A-Za-z_]\w*" if name == "*" else re.escape(name)  # an importable name (not a .dist-info)
@@ -438,6 +452,14 @@ async def review_flags(
             for chunk in hooks.split("==>HOOK ")[1:]:
                 head, _, body = chunk.partition("\n")
                 names |= _imported_names(body, head.endswith(".pth"))
+            # The test runner imports its dependencies and every `pytest11` entry point's module at start.
+            names |= _RUNNER_IMPORTS
+            for p, kind in changes.items():
+                if kind != "deleted" and p.endswith(".dist-info/entry_points.txt") and not p.startswith(work):
+                    plugins = _pytest_plugins(await _text(box, p))
+                    if plugins:
+                        suspects.setdefault(p, f"{kind} {p} (registers pytest plugins: {', '.join(sorted(plugins))})")
+                        names |= plugins
         # An added interpreter found genuine runs its new tree's files: each must be genuine (not its site dirs).
         if any(_PY_PROGRAM.search(p) and changes[p] == "added" for p, _ in flagged):
             for p, kind in changes.items():
@@ -457,7 +479,9 @@ async def review_flags(
                 seen.add(name)
                 for p in _module_paths(name, changes, dirs, work):
                     if p not in suspects:
-                        suspects[p] = f"{changes[p]} {p} (a module named {name}, which a start-up hook imports)"
+                        suspects[p] = (
+                            f"{changes[p]} {p} (a module named {name}, which a start-up hook or the runner imports)"
+                        )
                         queue.append(p)
             if not queue:
                 continue
