@@ -24,7 +24,11 @@ __all__ = ["TOOL_FLAG", "off_the_tests_path"]
 
 TOOL_FLAG = "(a program the tests run by name)"  # integrity_flags' line for an added program with a tool's name
 
-_PROBE = 'printf "%s\\n" "$PATH" "$HOME" "$XDG_DATA_HOME" "$UV_PYTHON_INSTALL_DIR" "$VIRTUAL_ENV" "$CONDA_PREFIX"'
+# After a marker: a profile of the image may print a banner first.
+_MARK = "hermes-reach-probe"
+_PROBE = (
+    f'printf "%s\\n" {_MARK} "$PATH" "$HOME" "$XDG_DATA_HOME" "$UV_PYTHON_INSTALL_DIR" "$VIRTUAL_ENV" "$CONDA_PREFIX"'
+)
 
 
 def _above(path: str) -> list[str]:
@@ -49,8 +53,8 @@ async def off_the_tests_path(
     roots: set[str] = set()
     for login in (True, False):
         probe = await pristine.exec(_PROBE, timeout=120, user="root", workdir=workdir, env=env, login=login)
-        lines = probe.output.split("\n")
-        if probe.exit_code != 0 or len(lines) < 6:
+        lines = probe.output.rpartition(_MARK + "\n")[2].split("\n")
+        if probe.exit_code != 0 or _MARK not in probe.output or len(lines) < 6:
             return set()
         path, home, data_home, uv_pythons, venv, conda = lines[:6]
         entries = path.split(":")
