@@ -393,3 +393,12 @@ async def test_a_pytest_plugin_registered_by_an_added_entry_point_is_flagged(eng
     verdict = await run(engines, tmp_path / "checked", task_image, uploads=uploads)
     assert verdict.reward == 0.0, verdict
     assert any("entry_points.txt" in f or "passall_plugin" in f for f in verdict.flags), verdict
+
+
+async def test_a_chroot_copy_of_a_system_library_under_var_still_scores(engines, tmp_path, task_image):
+    """mailman's oracle: postfix's postinst copies libresolv, libgcc_s... into its chroot /var/spool/postfix/lib,
+    which neither ldconfig nor the loader searches: not a library shadowing the image's."""
+    chroot = "/var/spool/postfix/lib/x86_64-linux-gnu"
+    copy = f"mkdir -p {chroot} && cp -L /lib/x86_64-linux-gnu/libz.so.1 {chroot}/"
+    verdict = await run(engines, tmp_path, task_image, copy, ANSWER_CMD)
+    assert (verdict.reward, verdict.flags) == (1.0, []), verdict
