@@ -43,6 +43,9 @@ _LIBNAME = re.compile(r"^(lib|ld-)[^/]*\.so(\.[\d.]+)?$")
 PY_HOOKS = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|usercustomize)\.py$")
 # What pytest imports at start besides itself (its dependencies; py.py is its shim of the old `py` library).
 _RUNNER_IMPORTS = {"pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "pygments", "exceptiongroup", "tomli"}
+# Data trees neither ldconfig nor the loader search (a changed ld.so.conf, which could add one, is flagged itself):
+# postfix copies libresolv and friends into its chroot under /var/spool.
+_OFF_LOADER = re.compile(r"^/(var|srv)/")
 _LDCONF = re.compile(r"^/etc/ld\.so\.conf\.d/")
 _CACHE_LINE = re.compile(r"^\s*(\S+) \(([^)]*)\) => (\S+)$")
 _PROBE_HOOKS = (
@@ -438,7 +441,7 @@ async def review_flags(
                         )
             for p, kind in changes.items():
                 name = p.rsplit("/", 1)[-1]
-                if kind != "added" or p.startswith(work) or not _LIBNAME.match(name):
+                if kind != "added" or p.startswith(work) or _OFF_LOADER.match(p) or not _LIBNAME.match(name):
                     continue
                 try:
                     soname = _elf_soname(await box.read_file(p))
