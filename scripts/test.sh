@@ -10,5 +10,6 @@ bash scripts/base_images.sh
 .venv/bin/ruff format --check .
 .venv/bin/mypy  # files and settings: [tool.mypy] in pyproject.toml
 # Two workers: half the suite waits on sandboxes, timeouts and child processes, one core each.
-# Serial instead: append -n 0.
-exec .venv/bin/python -m pytest -n 2 "$@"
+# --maxschedchunk 1: a worker takes the next test when it is free (tests/conftest.py puts the long
+# files first), so the long tests spread over both workers. Serial instead: append -n 0.
+exec .venv/bin/python -m pytest -n 2 --maxschedchunk 1 "$@"

@@ -39,3 +39,22 @@ def project_sandbox_image() -> str:
         return build(client)
     finally:
         client.close()
+
+
+def _expected_cost(item: pytest.Item) -> float:
+    """A slow test's declared timeout, as a rough measure of its length; 1 for the other model tests, else 0."""
+    if item.get_closest_marker("slow") is None:
+        return 1.0 if item.get_closest_marker("llm") else 0.0
+    timeout = item.get_closest_marker("timeout")
+    return float(timeout.args[0]) if timeout and timeout.args else 600.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # Longest files first (each file kept whole, in its own order, so module fixtures are set up as
+    # before): with scripts/test.sh's one-at-a-time xdist scheduling, the long tests start early on
+    # both workers and short ones fill the end, instead of a long test starting last on one worker.
+    cost: dict[str, float] = {}
+    for item in items:
+        path = item.nodeid.split("::")[0]
+        cost[path] = max(cost.get(path, 0.0), _expected_cost(item))
+    items.sort(key=lambda item: -cost[item.nodeid.split("::")[0]])  # stable: ties keep collection order

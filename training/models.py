@@ -22,6 +22,8 @@ import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from environments.models.gguf_tokenizer import file_digest
+
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel
@@ -73,8 +75,7 @@ def _embedded_gguf() -> Path:
 
 
 def _cache_path(gguf: Path, cache_dir: Path | None, *parts: str) -> Path:
-    st = gguf.stat()
-    key = json.dumps([_CHECKPOINT_FORMAT_VERSION, str(gguf), st.st_size, st.st_mtime_ns, *parts])
+    key = json.dumps([_CHECKPOINT_FORMAT_VERSION, file_digest(gguf), *parts])
     base = cache_dir or Path.home() / ".cache" / "hermes-rl" / "checkpoints"
     return base / hashlib.sha256(key.encode()).hexdigest()[:16]
 
