@@ -17,7 +17,6 @@ put it first). Where a publication cannot be fetched, the suspect stays flagged 
 
 from __future__ import annotations
 
-import ast
 import base64
 import hashlib
 import io
@@ -32,6 +31,14 @@ from dataclasses import dataclass, field
 import httpx
 
 from backends.task_container import TaskContainer, TaskContainerSpec
+from environments.terminal_tasks.py_imports import (
+    RUNNER_IMPORTS,
+    cache_map,
+    elf_soname,
+    imported_names,
+    module_paths,
+    pytest11_modules,
+)
 from environments.terminal_tasks.reach import TOOL_FLAG, off_the_tests_path
 
 __all__ = ["GenuineCheck", "PY_HOOKS", "review_flags"]
@@ -41,13 +48,10 @@ _PY_PROGRAM = re.compile(r"/s?bin/python[\d.]*$")
 _LIBNAME = re.compile(r"^(lib|ld-)[^/]*\.so(\.[\d.]+)?$")
 # Start-up hooks: a *.pth in a site directory, a sitecustomize/usercustomize anywhere on the path (container_run's too).
 PY_HOOKS = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|usercustomize)\.py$")
-# What pytest imports at start besides itself (its dependencies; py.py is its shim of the old `py` library).
-_RUNNER_IMPORTS = {"pytest", "_pytest", "py", "pluggy", "iniconfig", "packaging", "pygments", "exceptiongroup", "tomli"}
 # Data trees neither ldconfig nor the loader search (a changed ld.so.conf, which could add one, is flagged itself):
 # postfix copies libresolv and friends into its chroot under /var/spool.
 _OFF_LOADER = re.compile(r"^/(var|srv)/")
 _LDCONF = re.compile(r"^/etc/ld\.so\.conf\.d/")
-_CACHE_LINE = re.compile(r"^\s*(\S+) \(([^)]*)\) => (\S+)$")
 _PROBE_HOOKS = (
     "find / -xdev \\( -path /proc -o -path /sys -o -path /dev \\) -prune -o \\( -path '*-packages/*.pth' -o "
     "-name sitecustomize.py -o -name usercustomize.py \\) -print 2>/dev/null | while read -r f; do "
@@ -200,14 +204,24 @@ def _normal(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _wheel_rank(filename: str, cp: str) -> tuple[bool, bool, bool]:
-    """Pure wheels first, then this interpreter's (cp313) x86_64 Linux ones."""
-    return ("none-any" not in filename, f"-{cp}-" not in filename, not ("linux" in filename and "x86_64" in filename))
+def _wheel_rank(filename: str, cp: str, tags: frozenset[str]) -> tuple[bool, bool, bool, bool]:
+    """The wheel the installed WHEEL file names first (a claim: it orders the fetches, the bytes decide), then pure
+    wheels, then this interpreter's (cp313) x86_64 Linux ones."""
+    py, abi, plats = filename[: -len(".whl")].split("-")[-3:]
+    named = any(f"{py}-{abi}-{plat}" in tags for plat in plats.split("."))
+    return (
+        not named,
+        "none-any" not in filename,
+        f"-{cp}-" not in filename,
+        "linux" not in plats or "x86_64" not in plats,
+    )
 
 
-async def _wheel_files(facts: _Facts, name: str, version: str, cp: str) -> list[dict[str, str]] | str:
+async def _wheel_files(
+    facts: _Facts, name: str, version: str, cp: str, tags: frozenset[str] = frozenset()
+) -> list[dict[str, str]] | str:
     """The RECORD (path -> sha256 b64) of each wheel PyPI publishes for name==version (up to max_wheels)."""
-    key = f"{name}=={version}"
+    key = f"{name}=={version} {sorted(tags)}"
     if key in facts.wheels:
         return facts.wheels[key]
     if facts.check is None or not facts.check.pypi:
@@ -231,7 +245,7 @@ async def _wheel_files(facts: _Facts, name: str, version: str, cp: str) -> list[
                 and _normal(f["filename"].split("-")[0]) == _normal(name)
                 and f["filename"].split("-")[1] == version
             ]
-            for u in sorted(urls, key=lambda u: _wheel_rank(u["filename"], cp))[: facts.check.max_wheels]:
+            for u in sorted(urls, key=lambda u: _wheel_rank(u["filename"], cp, tags))[: facts.check.max_wheels]:
                 wheel = await client.get(u["url"])
                 wheel.raise_for_status()
                 if hashlib.sha256(wheel.content).hexdigest() != u["sha256"]:
@@ -262,7 +276,13 @@ async def _why_not_genuine(facts: _Facts, path: str, changes: dict[str, str]) ->
         whys = []
         for name, version, site in facts.records[path]:
             m = re.search(r"/python3\.(\d+)/", site)
-            wheels = await _wheel_files(facts, name, version, f"cp3{m.group(1)}" if m else "cp3")
+            wheel_file = f"{site}/{name}-{version}.dist-info/WHEEL"
+            tags = frozenset(
+                line.split(":", 1)[1].strip()
+                for line in (await _text(facts.box, wheel_file)).splitlines()
+                if line.startswith("Tag:")
+            )
+            wheels = await _wheel_files(facts, name, version, f"cp3{m.group(1)}" if m else "cp3", tags)
             if isinstance(wheels, str):
                 whys.append(f"not cleared: {wheels}")
             elif not mine.startswith("sha256:"):
@@ -305,91 +325,6 @@ async def _why_not_genuine(facts: _Facts, path: str, changes: dict[str, str]) ->
     return f"not the file Debian's {package} {deb_version} ships"
 
 
-# --- what a genuine hook can import, and the loader's view ---
-
-
-def _imported_names(source: str, pth: bool) -> set[str]:
-    """Top-level module names a hook (or module) can import: import statements, `__import__('x')` and
-    `import_module('x')`; `*` where it imports a computed name."""
-    chunks = [line for line in source.splitlines() if re.match(r"import[ \t]", line)] if pth else [source]
-    names: set[str] = set()
-    dynamic = False
-    for chunk in chunks:
-        try:
-            tree = ast.parse(chunk)
-        except SyntaxError:
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names.update(a.name.split(".")[0] for a in node.names)
-            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-                names.add(node.module.split(".")[0])
-            elif isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
-                func = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-                value = node.args[0].value
-                if func in ("__import__", "import_module") and isinstance(value, str):
-                    names.add(value.split(".")[0])
-            elif isinstance(node, ast.Call) and getattr(node.func, "id", "") == "__import__":
-                dynamic = True
-    if dynamic:  # an import by a computed name: any module at all (every changed module must then be genuine)
-        names.add("*")
-    return names
-
-
-def _pytest_plugins(entry_points: str) -> set[str]:
-    """Top-level module names of an `entry_points.txt`'s `[pytest11]` entries (what pytest imports at start)."""
-    section, names = "", set()
-    for line in entry_points.splitlines():
-        line = line.strip()
-        if line.startswith("["):
-            section = line.strip("[]").strip()
-        elif section == "pytest11" and "=" in line:
-            names.add(line.split("=", 1)[1].strip().split(":")[0].split(".")[0].strip())
-    return {n for n in names if n}
-
-
-def _module_paths(name: str, changes: dict[str, str], dirs: set[str], workdir: str) -> list[str]:
-    # Where an import finds it: directly in a site directory, the standard library or its lib-dynload.
-    any_name = r"[A-Za-z_]\w*" if name == "*" else re.escape(name)  # an importable name (not a .dist-info)
-    pattern = re.compile(r"/((site|dist)-packages|python[\d.]+|lib-dynload)/" + any_name + r"(/|\.[^/]*$)")
-    return sorted(
-        p
-        for p, kind in changes.items()
-        if kind != "deleted"
-        and p not in dirs
-        and pattern.search(p)
-        and not p.startswith(workdir)
-        and "/__pycache__/" not in p
-    )
-
-
-def _elf_soname(data: bytes) -> str | None:
-    """DT_SONAME of a 64-bit little-endian ELF shared object (the name ldconfig files it under)."""
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        return None
-    shoff, shentsize, shnum = struct.unpack_from("<Q", data, 0x28)[0], *struct.unpack_from("<HH", data, 0x3A)
-    sections = [struct.unpack_from("<IIQQQQIIQQ", data, shoff + i * shentsize) for i in range(shnum)]
-    for sec in sections:
-        if sec[1] == 6:  # SHT_DYNAMIC; its sh_link is the string table
-            strtab = sections[sec[6]]
-            for off in range(sec[4], sec[4] + sec[5], 16):
-                tag, val = struct.unpack_from("<qQ", data, off)
-                if tag == 14:  # DT_SONAME
-                    start = strtab[4] + val
-                    return data[start : data.index(b"\0", start)].decode(errors="replace")
-    return None
-
-
-def _cache_map(listing: str) -> dict[tuple[str, str], str]:
-    """`ldconfig -p` -> (soname, arch) -> the path the loader takes (the first entry)."""
-    found: dict[tuple[str, str], str] = {}
-    for line in listing.splitlines():
-        m = _CACHE_LINE.match(line)
-        if m:
-            found.setdefault((m.group(1), m.group(2)), m.group(3))
-    return found
-
-
 async def review_flags(
     box: TaskContainer,
     changes_list: list[tuple[str, str]],
@@ -426,15 +361,15 @@ async def review_flags(
         image_cache = ""
         if loader_touched:
             image_cache = (await pristine.exec("ldconfig -p", timeout=120, user="root", login=False)).output
-            image_sonames = {s for s, _ in _cache_map(image_cache)}
+            image_sonames = {s for s, _ in cache_map(image_cache)}
             if "/etc/ld.so.cache" in changes:
                 theirs = await box.read_file("/etc/ld.so.cache")
                 await pristine.put_files("/tmp/agent", {"ld.so.cache": (theirs, 0o644)})
                 listing = await pristine.exec(
                     "ldconfig -p -C /tmp/agent/ld.so.cache", timeout=120, user="root", login=False
                 )
-                now = _cache_map(listing.output)
-                for key, path in _cache_map(image_cache).items():
+                now = cache_map(listing.output)
+                for key, path in cache_map(image_cache).items():
                     if now.get(key, path) != path:
                         suspects.setdefault(
                             now[key], f"{now[key]} (the loader's cache now gives it for the image's {key[0]})"
@@ -444,22 +379,25 @@ async def review_flags(
                 if kind != "added" or p.startswith(work) or _OFF_LOADER.match(p) or not _LIBNAME.match(name):
                     continue
                 try:
-                    soname = _elf_soname(await box.read_file(p))
+                    soname = elf_soname(await box.read_file(p))
                 except (FileNotFoundError, IsADirectoryError, struct.error, ValueError, IndexError):
                     soname = None
                 if name in image_sonames or soname in image_sonames:
                     suspects.setdefault(p, f"added {p} (a library named like the image's {soname or name})")
         names: set[str] = set()
+        hook_names: set[str] = set()  # the names a start-up hook imports: what those modules import is followed too
         if site_touched:
             hooks = (await pristine.exec(_PROBE_HOOKS, timeout=300, user="root", login=False)).output
             for chunk in hooks.split("==>HOOK ")[1:]:
                 head, _, body = chunk.partition("\n")
-                names |= _imported_names(body, head.endswith(".pth"))
-            # The test runner imports its dependencies and every `pytest11` entry point's module at start.
-            names |= _RUNNER_IMPORTS
+                names |= imported_names(body, head.endswith(".pth"))
+            # pytest imports its dependencies and each `pytest11` entry point's module at start: each must be genuine,
+            # but what a genuine one imports is its package's business (pygments imports computed names).
+            hook_names |= names
+            names |= RUNNER_IMPORTS
             for p, kind in changes.items():
                 if kind != "deleted" and p.endswith(".dist-info/entry_points.txt") and not p.startswith(work):
-                    plugins = _pytest_plugins(await _text(box, p))
+                    plugins = pytest11_modules(await _text(box, p))
                     if plugins:
                         suspects.setdefault(p, f"{kind} {p} (registers pytest plugins: {', '.join(sorted(plugins))})")
                         names |= plugins
@@ -480,11 +418,10 @@ async def review_flags(
         while queue or names - seen:
             for name in sorted(names - seen):
                 seen.add(name)
-                for p in _module_paths(name, changes, dirs, work):
+                for p in module_paths(name, changes, dirs, work):
                     if p not in suspects:
-                        suspects[p] = (
-                            f"{changes[p]} {p} (a module named {name}, which a start-up hook or the runner imports)"
-                        )
+                        who = "pytest" if name in RUNNER_IMPORTS and name not in hook_names else "a start-up hook"
+                        suspects[p] = f"{changes[p]} {p} (a module named {name}, which {who} imports)"
                         queue.append(p)
             if not queue:
                 continue
@@ -495,5 +432,7 @@ async def review_flags(
             elif PY_HOOKS.search(path) or (
                 path.endswith(".py") and path in suspects and "start-up hook" in suspects[path]
             ):
-                names |= _imported_names(await _text(box, path), path.endswith(".pth"))
+                imported = imported_names(await _text(box, path), path.endswith(".pth"))
+                hook_names |= imported
+                names |= imported
         return standing
