@@ -71,7 +71,7 @@ class InstantModel:
         self.opening = opening
         self.turn_type = turn_type  # the ModelTurn of the tree being measured
 
-    async def chat(self, messages, tools, *, temperature, max_tokens):
+    async def chat(self, messages, tools, *options, **sampling):  # the baseline's loop passes keywords
         ModelTurn = self.turn_type  # noqa: N806 - a class
         await asyncio.sleep(0)
         done = (len(messages) - self.opening) // 2

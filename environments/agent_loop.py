@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from random import getrandbits
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from environments.models.base import ChatModel, ModelError, ModelRequestError, ModelTurn
+from environments.models.base import ChatModel, ModelError, ModelRequestError, ModelTurn, TurnOptions
 from environments.models.tool_choice import ToolChoice
 from environments.watchdog import Watchdog
 from model_tools import default_registry
@@ -185,8 +185,9 @@ class HermesAgentLoop:
         config = self.config
         # Locals, not attributes per turn; bound methods are not kept (each would be an object per trajectory).
         tools, context, allowed = self.tools, self.context, self._allowed
-        temperature, max_tokens, model_timeout_s = config.temperature, config.max_tokens, config.model_timeout_s
-        first_choice, later_choice = config.turn_tool_choice(0), config.turn_tool_choice(1)
+        model_timeout_s = config.model_timeout_s
+        first = TurnOptions(config.temperature, config.max_tokens, config.turn_tool_choice(0))
+        later = replace(first, tool_choice=config.turn_tool_choice(1))
 
         # Both limits on one timer per trajectory (environments/watchdog.py), not a timer per step.
         watchdog = Watchdog()
@@ -199,18 +200,8 @@ class HermesAgentLoop:
                 # scored trajectory (the budget is checked before the next step); a silent one is
                 # an infrastructure failure, never a 0 for the model.
                 watchdog.arm(t0 + model_timeout_s)
-                choice = later_choice if index else first_choice
                 try:
-                    # `auto` is not passed: a ChatModel written before tool_choice existed still runs
-                    # (and the common turn builds no keyword dict).
-                    if choice == "auto":
-                        turn: ModelTurn = await self.model.chat(
-                            messages, tools, temperature=temperature, max_tokens=max_tokens
-                        )
-                    else:
-                        turn = await self.model.chat(
-                            messages, tools, temperature=temperature, max_tokens=max_tokens, tool_choice=choice
-                        )
+                    turn: ModelTurn = await self.model.chat(messages, tools, later if index else first)
                 except (asyncio.CancelledError, TimeoutError) as exc:
                     if isinstance(exc, asyncio.CancelledError) and not watchdog.expired():
                         raise  # cancelled from outside: the caller's, not a timeout

@@ -24,7 +24,7 @@ class OneCallOracle:
     def arguments(self, prompt: str) -> dict[str, Any] | None:
         raise NotImplementedError
 
-    async def chat(self, messages, tools, *, temperature, max_tokens, tool_choice="auto") -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         if any(m.get("role") == "tool" for m in messages):
             return ModelTurn(content=self.done, finish_reason="stop")
         prompt = next(m["content"] for m in messages if m.get("role") == "user")
@@ -38,5 +38,5 @@ class OneCallOracle:
 class NoOpAgent:
     """Answers at once without touching anything."""
 
-    async def chat(self, messages, tools, *, temperature, max_tokens, tool_choice="auto") -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         return ModelTurn(content="Nothing to do.", finish_reason="stop")

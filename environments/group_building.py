@@ -15,7 +15,7 @@ from typing import Any, final
 from atroposlib.envs.base import ScoredDataGroup
 
 from environments.agent_loop import AgentLoopConfig, AgentResult
-from environments.models.base import ChatModel, ModelError
+from environments.models.base import ChatModel, ModelError, ModelTurn, TurnOptions
 from environments.models.chat_tokens import tokenize_conversation
 from environments.models.token_mode.wiring import finish_logprobs, trace_items
 from environments.rollout_settings import RolloutSettings
@@ -43,9 +43,11 @@ class BoundedModel:
         if on_close is not None:
             on_close()
 
-    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], **kwargs: Any) -> Any:
+    async def chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], options: TurnOptions
+    ) -> ModelTurn:
         async with self.gate:
-            return await self.inner.chat(messages, tools, **kwargs)
+            return await self.inner.chat(messages, tools, options)
 
     def token_trace(self) -> Any:
         trace = getattr(self.inner, "token_trace", None)

@@ -8,12 +8,12 @@ import enum
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Unpack
 
 import aiohttp
 
 from sandbox_server.fileops import error_for
-from tools.executor import ExecResult, ToolInfrastructureError
+from tools.executor import ExecOptions, ExecResult, ToolInfrastructureError
 
 __all__ = ["SandboxAddress", "SandboxClient", "SandboxError", "SandboxUnavailable", "Slot", "SlotState", "exec_result"]
 
@@ -151,24 +151,10 @@ class SandboxClient:
             f"(last: {last}); raise the pool's ready_timeout_s or see the sandbox's log"
         )
 
-    async def exec(
-        self,
-        slot: str,
-        command: str,
-        *,
-        timeout: float,
-        max_output_bytes: int,
-        stdin: str | None = None,
-        network: bool = False,
-    ) -> ExecResult:
-        body = {
-            "command": command,
-            "timeout": timeout,
-            "max_output_bytes": max_output_bytes,
-            "stdin": stdin,
-            "network": network,
-        }
-        return exec_result(await self._json("POST", f"/slots/{slot}/exec", json=body, timeout=timeout + self._margin))
+    async def exec(self, slot: str, command: str, **options: Unpack[ExecOptions]) -> ExecResult:
+        body = {"stdin": None, "network": False, **options, "command": command}  # the server's defaults, sent
+        wait_s = options["timeout"] + self._margin
+        return exec_result(await self._json("POST", f"/slots/{slot}/exec", json=body, timeout=wait_s))
 
     async def reset(self, slot: str, timeout: float = 60.0) -> dict:
         return await self._json("POST", f"/slots/{slot}/reset", timeout=timeout)

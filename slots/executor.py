@@ -7,12 +7,12 @@ import base64
 import logging
 import re
 import shlex
-from typing import Any
+from typing import Any, Unpack
 
 from pydantic import BaseModel, Field, field_validator
 
 from slots.client import SandboxClient, SandboxUnavailable, Slot, decode_b64, exec_result, raise_for_error
-from tools.executor import ExecResult
+from tools.executor import ExecOptions, ExecResult
 
 __all__ = ["ExecPolicy", "SandboxBatcher", "SlotExecutor", "python_command"]
 
@@ -155,21 +155,13 @@ class SlotExecutor:
     def python(self) -> str:
         return self._python
 
-    async def exec(
-        self,
-        command: str,
-        *,
-        timeout: float,
-        max_output_bytes: int,
-        stdin: str | None = None,
-        network: bool | None = None,
-    ) -> ExecResult:
-        """`network` None: the trajectory's policy; a caller may ask for less, never for more."""
+    async def exec(self, command: str, **options: Unpack[ExecOptions]) -> ExecResult:
+        """`network` None or absent: the trajectory's policy; a caller may ask for less, never for more."""
+        timeout, network = options["timeout"], options.get("network")
         if network and not self.policy.network:
             raise PermissionError("this trajectory's policy gives its commands no network; the env decides that")
-        call = self._exec_call(
-            command, timeout, max_output_bytes, stdin, self.policy.network if network is None else network
-        )
+        network = self.policy.network if network is None else network
+        call = self._exec_call(command, timeout, options["max_output_bytes"], options.get("stdin"), network)
         if self._interrupt is not None:
             # A command sent after an abandoned one runs once that one is gone, never behind it.
             await asyncio.wait([self._interrupt])

@@ -75,7 +75,7 @@ async def test_process_writes_scored_groups_with_workspace_rewards(tmp_path):
 class WritesTheWord:
     """A scripted model: writes the asked word into answer.txt, then says done."""
 
-    async def chat(self, messages, tools, **kwargs) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         if messages[-1]["role"] == "tool":
             return ModelTurn(content="done")
         word = messages[-1]["content"].split()[3]

@@ -21,7 +21,7 @@ class CountingAgent:
     def __init__(self, off: int = 0) -> None:
         self.off = off
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         assert [t["function"]["name"] for t in tools] == ["terminal"]
         if messages[-1]["role"] != "tool":
             call = {"function": {"name": "terminal", "arguments": json.dumps({"command": "ls | wc -l"})}}

@@ -123,5 +123,5 @@ async def test_process_serve_and_evaluate_run_under_the_configured_profile(tmp_p
 
 
 class _Answer:
-    async def chat(self, messages, tools, *, temperature, max_tokens):
+    async def chat(self, messages, tools, options):
         return ModelTurn(content="0")

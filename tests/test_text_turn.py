@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from environments.models.base import turn_from_text
+from environments.models.base import TurnOptions, turn_from_text
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.tool_call_parsers import get_parser
 from tests.support.scripted_openai import ScriptedOpenAIServer
@@ -38,7 +38,9 @@ async def test_chat_mode_recovers_text_calls_with_the_tool_schemas():
         model = OpenAIChatModel(
             OpenAIChatConfig(base_url=server.base_url, model="scripted", max_retries=0, text_tool_parser="qwen3_coder")
         )
-        turn = await model.chat([{"role": "user", "content": "find"}], TOOLS, temperature=0.0, max_tokens=None)
+        turn = await model.chat(
+            [{"role": "user", "content": "find"}], TOOLS, TurnOptions(temperature=0.0, max_tokens=None)
+        )
         await model.aclose()
     (call,) = turn.tool_calls
     assert json.loads(call["function"]["arguments"]) == {"pattern": "42", "regex": True, "limit": 7}

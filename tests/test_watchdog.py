@@ -24,7 +24,7 @@ class TwoTurnModel:
     def __init__(self, second: Any) -> None:
         self.second = second
 
-    async def chat(self, messages, tools, *, temperature, max_tokens):
+    async def chat(self, messages, tools, options):
         if not any(m["role"] == "tool" for m in messages):
             call = {"id": "c1", "type": "function", "function": {"name": "echo", "arguments": '{"text": "hi"}'}}
             return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls")

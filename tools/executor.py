@@ -15,12 +15,13 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import NotRequired, Protocol, TypedDict, Unpack, runtime_checkable
 
 from sandbox_server.fileops import FileOpError, PathEscape, Workspace
 from sandbox_server.procs import ExecResult, run_command
 
 __all__ = [
+    "ExecOptions",
     "ExecResult",
     "FileOpError",
     "ToolExecutor",
@@ -45,6 +46,15 @@ class ToolInfrastructureError(RuntimeError):
     """
 
 
+class ExecOptions(TypedDict):
+    """How one command runs: the keywords every `ToolExecutor.exec` takes, stated once."""
+
+    timeout: float
+    max_output_bytes: int
+    stdin: NotRequired[str | None]  # text fed to the command; absent or None: no stdin
+    network: NotRequired[bool | None]  # ask for network (or, where a policy decides, None for its default)
+
+
 @runtime_checkable
 class ToolExecutor(Protocol):
     """The seam between tools and the place they act on."""
@@ -57,15 +67,7 @@ class ToolExecutor(Protocol):
     def python(self) -> str:
         """Shell words that start a Python interpreter reading a program from stdin."""
 
-    async def exec(
-        self,
-        command: str,
-        *,
-        timeout: float,
-        max_output_bytes: int,
-        stdin: str | None = None,
-        network: bool = False,
-    ) -> ExecResult: ...
+    async def exec(self, command: str, **options: Unpack[ExecOptions]) -> ExecResult: ...
 
     async def read_file(self, path: str) -> bytes: ...
 
@@ -132,15 +134,8 @@ class LocalWorkspace:
     def root(self) -> Path:
         return self._root
 
-    async def exec(
-        self,
-        command: str,
-        *,
-        timeout: float,
-        max_output_bytes: int,
-        stdin: str | None = None,
-        network: bool = False,
-    ) -> ExecResult:
+    async def exec(self, command: str, **options: Unpack[ExecOptions]) -> ExecResult:
+        stdin = options.get("stdin")  # `network` is not read: a local process has this machine's network
         if "\x00" in command:
             raise FileOpError("the command contains a NUL byte, which bash cannot take; remove it")
         prefix = await asyncio.to_thread(_pid_namespace_prefix)
@@ -148,8 +143,8 @@ class LocalWorkspace:
             [*prefix, "bash", "-c", command],
             cwd=str(self._root),
             env=tool_env(str(self._root)),
-            timeout=timeout,
-            max_output_bytes=max_output_bytes,
+            timeout=options["timeout"],
+            max_output_bytes=options["max_output_bytes"],
             stdin=stdin.encode() if stdin is not None else None,
         )
 

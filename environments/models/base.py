@@ -1,8 +1,8 @@
 """The model seam of the agent loop.
 
-`ChatModel.chat(messages, tools, ...)` returns one assistant turn. Chat mode talks to an
-OpenAI-compatible chat endpoint (`OpenAIChatModel`); token mode (`TokenChatModel`) implements
-the same protocol while holding the exact token ids of the conversation.
+`ChatModel.chat(messages, tools, options)` returns one assistant turn sampled as the `TurnOptions`
+say. Chat mode talks to an OpenAI-compatible chat endpoint (`OpenAIChatModel`); token mode
+(`TokenChatModel`) implements the same protocol while holding the exact token ids of the conversation.
 """
 
 from __future__ import annotations
@@ -15,7 +15,16 @@ if TYPE_CHECKING:
     from environments.models.tool_choice import ToolChoice
     from environments.tool_call_parsers import ToolCallParser
 
-__all__ = ["ModelTurn", "ChatModel", "ModelError", "ModelRequestError", "clean_text", "clean_turn", "turn_from_text"]
+__all__ = [
+    "ModelTurn",
+    "TurnOptions",
+    "ChatModel",
+    "ModelError",
+    "ModelRequestError",
+    "clean_text",
+    "clean_turn",
+    "turn_from_text",
+]
 
 
 class ModelError(Exception):
@@ -59,19 +68,21 @@ class ModelTurn:
         return msg
 
 
+@dataclass(frozen=True, slots=True)
+class TurnOptions:
+    """How one assistant turn is sampled: the options that travel together to every ChatModel."""
+
+    temperature: float
+    max_tokens: int | None = None  # None: the server's (or token mode's configured) default
+    tool_choice: ToolChoice = "auto"  # environments/models/tool_choice.py
+
+
 @runtime_checkable
 class ChatModel(Protocol):
     async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        *,
-        temperature: float,
-        max_tokens: int | None,
-        tool_choice: ToolChoice = "auto",
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], options: TurnOptions
     ) -> ModelTurn:
-        """One assistant turn under `tool_choice` (environments/models/tool_choice.py; the loop
-        passes it only when it is not `auto`). Raises ModelError when the server cannot answer."""
+        """One assistant turn sampled as `options` say. Raises ModelError when the server cannot answer."""
         ...
 
 

@@ -20,11 +20,12 @@ from environments.models.base import (
     ModelError,
     ModelRequestError,
     ModelTurn,
+    TurnOptions,
     clean_turn,
     is_request_error,
     turn_from_text,
 )
-from environments.models.tool_choice import ToolChoice, offered_tools, wire_value
+from environments.models.tool_choice import offered_tools, wire_value
 from environments.models.tool_grammar import tool_choice_grammar
 from environments.tool_call_parsers import get_parser
 
@@ -95,14 +96,9 @@ class OpenAIChatModel:
         await self._client.close()
 
     async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        *,
-        temperature: float,
-        max_tokens: int | None,
-        tool_choice: ToolChoice = "auto",
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], options: TurnOptions
     ) -> ModelTurn:
+        tool_choice = options.tool_choice
         grammar = None
         try:
             offered_tools(tools, tool_choice)  # a named tool that is not offered stops the command
@@ -118,14 +114,14 @@ class OpenAIChatModel:
         kwargs: dict[str, Any] = {
             "model": self.config.model,
             "messages": request_messages,
-            "temperature": temperature,
+            "temperature": options.temperature,
         }
         if tools and self.config.tools_in == "request":
             kwargs["tools"] = tools
             if tool_choice != "auto":  # the server constrains the turn (OpenAI, vLLM, llama.cpp --jinja)
                 kwargs["tool_choice"] = wire_value(tool_choice)
-        if max_tokens is not None:
-            kwargs["max_tokens"] = max_tokens
+        if options.max_tokens is not None:
+            kwargs["max_tokens"] = options.max_tokens
         if self.config.extra_body or grammar is not None:
             kwargs["extra_body"] = {**self.config.extra_body, **({"grammar": grammar} if grammar else {})}
         try:

@@ -22,7 +22,7 @@ from typing import Any
 from smolagents.models import ChatMessage, MessageRole, Model, get_clean_message_list, tool_role_conversions
 from smolagents.monitoring import TokenUsage
 
-from environments.models.base import ChatModel
+from environments.models.base import ChatModel, TurnOptions
 from environments.models.token_mode.chat_model import context_budget, TokenChatModel
 from environments.models.token_mode.session import TokenSequence, TokenTrace
 
@@ -119,7 +119,7 @@ class CapturingModel(Model):
         )
 
     async def _chat_call(self, prompt: list[dict[str, Any]], stops: list[str]) -> ModelCall:
-        turn = await self.chat_model.chat(prompt, [], temperature=self.temperature, max_tokens=self.max_tokens)
+        turn = await self.chat_model.chat(prompt, [], TurnOptions(self.temperature, self.max_tokens))
         text = turn.content or ""
         end = first_stop(text, stops)
         return ModelCall(prompt, text[:end] if end is not None else text, None, turn.finish_reason, turn.usage)

@@ -410,11 +410,10 @@ _PAYMENTS = {
 
 
 _TOOLS = [
-    DomainTool.of(
+    DomainTool.confirmed(
         book_reservation,
-        "write",
         "Book a reservation. The payments must add up to the exact total: cabin price per passenger per flight, "
-        "plus 30 per passenger with insurance, plus 50 per non-free bag. Needs explicit confirmation.",
+        "plus 30 per passenger with insurance, plus 50 per non-free bag.",
         {
             "user_id": _USER,
             "origin": _AIRPORT,
@@ -430,10 +429,9 @@ _TOOLS = [
         },
     ),
     CALCULATE,
-    DomainTool.of(
+    DomainTool.confirmed(
         cancel_reservation,
-        "write",
-        "Cancel a whole reservation; every payment is refunded to its method. Needs explicit confirmation.",
+        "Cancel a whole reservation; every payment is refunded to its method.",
         {"reservation_id": _RES},
     ),
     DomainTool.of(
@@ -474,24 +472,21 @@ _TOOLS = [
         {"user_id": _USER, "amount": _INT},
     ),
     TRANSFER_TO_HUMAN_AGENTS,
-    DomainTool.of(
+    DomainTool.confirmed(
         update_reservation_baggages,
-        "write",
         "Set a reservation's total and non-free bag counts; 50 per added non-free bag is charged to payment_id "
-        "(not a certificate). Needs explicit confirmation.",
+        "(not a certificate).",
         {"reservation_id": _RES, "total_baggages": _INT, "nonfree_baggages": _INT, "payment_id": _PAY_ID},
     ),
-    DomainTool.of(
+    DomainTool.confirmed(
         update_reservation_flights,
-        "write",
         "Replace a reservation's flights (list EVERY segment of the new itinerary, changed or not) and cabin; the "
-        "price difference is charged or refunded to payment_id (not a certificate). Needs explicit confirmation.",
+        "price difference is charged or refunded to payment_id (not a certificate).",
         {"reservation_id": _RES, "cabin": _CABIN, "flights": _FLIGHTS, "payment_id": _PAY_ID},
     ),
-    DomainTool.of(
+    DomainTool.confirmed(
         update_reservation_passengers,
-        "write",
-        "Replace a reservation's passenger details (same number of passengers). Needs explicit confirmation.",
+        "Replace a reservation's passenger details (same number of passengers).",
         {"reservation_id": _RES, "passengers": _PASSENGERS},
     ),
 ]

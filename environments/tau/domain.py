@@ -41,6 +41,11 @@ class DomainTool:
         params = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
         return cls(fn.__name__, kind, description, params, fn)
 
+    @classmethod
+    def confirmed(cls, fn: Callable[..., Any], description: str, props: dict[str, Any]) -> DomainTool:
+        """A write the policy allows only after the user's explicit yes; its description ends saying so."""
+        return cls.of(fn, "write", f"{description} Needs explicit confirmation.", props)
+
 
 @dataclass(frozen=True)
 class Domain:

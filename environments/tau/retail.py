@@ -291,11 +291,10 @@ _TOOLS = [
             "reason": {"type": "string", "description": "'no longer needed' or 'ordered by mistake'"},
         },
     ),
-    DomainTool.of(
+    DomainTool.confirmed(
         exchange_delivered_order_items,
-        "write",
         "Exchange items of a delivered order for other available variants of the same products (once per "
-        "order); the payment method pays or receives the price difference. Needs explicit confirmation.",
+        "order); the payment method pays or receives the price difference.",
         {"order_id": _ORDER_ID, "item_ids": _IDS, "new_item_ids": _IDS, "payment_method_id": _PAYMENT},
     ),
     DomainTool.of(
@@ -318,36 +317,27 @@ _TOOLS = [
         get_user_details, "read", "A user's profile: name, address, email, payment methods, orders.", {"user_id": _S}
     ),
     DomainTool.of(list_all_product_types, "read", "Names and product ids of every product type in the store.", {}),
-    DomainTool.of(
+    DomainTool.confirmed(
         modify_pending_order_address,
-        "write",
-        "Change the shipping address of a pending order. Needs explicit confirmation.",
+        "Change the shipping address of a pending order.",
         {"order_id": _ORDER_ID, **_ADDRESS},
     ),
-    DomainTool.of(
+    DomainTool.confirmed(
         modify_pending_order_items,
-        "write",
         "Change items of a pending order to other available variants of the same products (once per order); "
-        "the payment method pays or receives the difference. Needs explicit confirmation.",
+        "the payment method pays or receives the difference.",
         {"order_id": _ORDER_ID, "item_ids": _IDS, "new_item_ids": _IDS, "payment_method_id": _PAYMENT},
     ),
-    DomainTool.of(
+    DomainTool.confirmed(
         modify_pending_order_payment,
-        "write",
-        "Pay a pending order with another of the user's payment methods. Needs explicit confirmation.",
+        "Pay a pending order with another of the user's payment methods.",
         {"order_id": _ORDER_ID, "payment_method_id": _PAYMENT},
     ),
-    DomainTool.of(
-        modify_user_address,
-        "write",
-        "Change a user's default address. Needs explicit confirmation.",
-        {"user_id": _S, **_ADDRESS},
-    ),
-    DomainTool.of(
+    DomainTool.confirmed(modify_user_address, "Change a user's default address.", {"user_id": _S, **_ADDRESS}),
+    DomainTool.confirmed(
         return_delivered_order_items,
-        "write",
         "Request the return of items of a delivered order; the refund goes to the original payment method or "
-        "a gift card. Needs explicit confirmation.",
+        "a gift card.",
         {"order_id": _ORDER_ID, "item_ids": _IDS, "payment_method_id": _PAYMENT},
     ),
     TRANSFER_TO_HUMAN_AGENTS,

@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from environments.models.base import ChatModel
+from environments.models.base import ChatModel, TurnOptions
 from environments.runtime import EMBEDDED, EMBEDDED_MODEL_NAME
 
 __all__ = [
@@ -84,8 +84,7 @@ class UserSimulator:
         turn = await self.model.chat(
             [{"role": "system", "content": self.system}, *self.dialogue],
             [],
-            temperature=self.config.temperature,
-            max_tokens=self.config.max_tokens,
+            TurnOptions(self.config.temperature, self.config.max_tokens),
         )
         text = (turn.content or "").strip()
         self.dialogue.append({"role": "assistant", "content": text})
@@ -111,8 +110,7 @@ async def judge_nl_assertions(model: ChatModel, messages: list[dict[str, Any]], 
     turn = await model.chat(
         [{"role": "system", "content": _JUDGE_SYSTEM}, {"role": "user", "content": prompt}],
         [],
-        temperature=0.0,
-        max_tokens=1024,
+        TurnOptions(temperature=0.0, max_tokens=1024),
     )
     match = re.search(r"\{.*\}", turn.content or "", re.DOTALL)
     try:

@@ -39,6 +39,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Unpack
 
 from backends.task_container import TaskContainer, TaskContainers, TaskContainerSpec
 from environments.terminal_tasks.apptainer import (
@@ -54,7 +55,7 @@ from environments.terminal_tasks.genuine import PY_HOOKS, GenuineCheck, review_f
 from environments.terminal_tasks.reach import TOOL_FLAG
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
-from tools.executor import ExecResult, FileOpError
+from tools.executor import ExecOptions, ExecResult, FileOpError
 
 __all__ = [
     "TaskContainerExecutor",
@@ -187,15 +188,8 @@ class TaskContainerExecutor:
     def python(self) -> str:
         return "python3 -"
 
-    async def exec(
-        self,
-        command: str,
-        *,
-        timeout: float,
-        max_output_bytes: int,
-        stdin: str | None = None,
-        network: bool | None = None,
-    ) -> ExecResult:
+    async def exec(self, command: str, **options: Unpack[ExecOptions]) -> ExecResult:
+        timeout, max_output_bytes, stdin = options["timeout"], options["max_output_bytes"], options.get("stdin")
         # The container's network is the task's (allow_internet), fixed when it was made.
         if stdin is not None:
             name = await self._stage(stdin.encode())

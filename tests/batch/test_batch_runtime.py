@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 class LengthAgent:
     """Prints the prompt's length with the python tool, then reports it: no server involved."""
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         prompt = next(m["content"] for m in messages if m["role"] == "user")
         if messages[-1]["role"] == "user":
             call = {"function": {"name": "python", "arguments": json.dumps({"code": f"print(len({prompt!r}))"})}}

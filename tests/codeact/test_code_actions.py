@@ -31,7 +31,7 @@ class ScriptedCoder:
         self.actions = list(actions)
         self.prompts: list[list[dict[str, Any]]] = []
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         self.prompts.append(messages)
         code = self.actions.pop(0)
         return ModelTurn(content=f"Thought: next step.\n<code>\n{code}\n</code>\nObservation: invented by the model")

@@ -18,7 +18,7 @@ from smolagents.memory import ActionStep  # noqa: E402
 from smolagents.models import ChatMessage, MessageRole, Model  # noqa: E402
 from smolagents.monitoring import LogLevel  # noqa: E402
 
-from environments.models.base import ModelTurn  # noqa: E402
+from environments.models.base import ModelTurn, TurnOptions  # noqa: E402
 from environments.smolagents_gaia.executor import Bridge, SlotPythonExecutor  # noqa: E402
 from environments.smolagents_gaia.model import CapturingModel  # noqa: E402
 from tests.codeact.test_code_actions import make_env  # noqa: E402
@@ -121,7 +121,7 @@ async def test_observations_match_smolagents_local_executor(tmp_path: Path) -> N
 class FakeChat:
     """A chat model whose output runs past the stop string, as a server not given `stop` returns it."""
 
-    async def chat(self, messages: Any, tools: Any, *, temperature: float, max_tokens: int) -> ModelTurn:
+    async def chat(self, messages: Any, tools: Any, options: TurnOptions) -> ModelTurn:
         return ModelTurn(content="Thought: x.\n<code>\nprint(1)\nObservation: made up\n</code>")
 
 

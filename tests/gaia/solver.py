@@ -18,7 +18,7 @@ import uuid
 from collections.abc import Callable, Generator
 from typing import Any
 
-from environments.models.base import ModelError, ModelTurn
+from environments.models.base import ModelError, ModelTurn, TurnOptions
 
 __all__ = ["GaiaScriptedSolver", "SOLVED_TASKS"]
 
@@ -223,7 +223,7 @@ class GaiaScriptedSolver:
         self.calls: list[str] = []
 
     async def chat(
-        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], *, temperature: float, max_tokens: int | None
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], options: TurnOptions
     ) -> ModelTurn:
         try:
             if not self._started:

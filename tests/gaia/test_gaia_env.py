@@ -49,7 +49,7 @@ class AnswerAfterSearches:
     def __init__(self, answer: str, searches: int) -> None:
         self.answer, self.left = answer, searches
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         if self.left:
             self.left -= 1
             call = {

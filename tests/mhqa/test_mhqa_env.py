@@ -94,7 +94,7 @@ class Researcher:
         self.answer, self.cite, self.seen = answer, cite, []
         self.plan = ["search", "open"]
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         self.seen = [m["content"] for m in messages if m["role"] == "tool"]
         step = self.plan.pop(0) if self.plan else None
         if step == "search":

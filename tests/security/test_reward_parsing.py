@@ -23,7 +23,7 @@ class Answers:
     def __init__(self, text: str) -> None:
         self.text = text
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         return ModelTurn(content=self.text)
 
 

@@ -46,7 +46,7 @@ class ScriptedAgent:
         self.steps = list(steps)
         self.tool_results: list[str] = []
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         if messages[-1]["role"] == "tool":
             self.tool_results.append(messages[-1]["content"])
         kind, a, b = self.steps.pop(0)

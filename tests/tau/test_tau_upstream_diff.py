@@ -113,7 +113,7 @@ class Scripted:
     def __init__(self, turns: list[ModelTurn]) -> None:
         self.turns = list(turns)
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         if not self.turns:
             raise AssertionError("the conversation asked for more than the script has")
         return self.turns.pop(0)

@@ -25,7 +25,7 @@ def test_bundled_tasks_cover_both_formats_and_all_run_locally():
 class SleepingAgent:
     """Runs `sleep 30` in the terminal, turn after turn: only the time budget ends it."""
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         args = json.dumps({"command": "sleep 30", "timeout": 60})
         call = {"id": "call_1", "type": "function", "function": {"name": "terminal", "arguments": args}}
         return ModelTurn(content=None, tool_calls=[call], finish_reason="tool_calls")

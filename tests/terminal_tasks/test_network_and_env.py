@@ -109,7 +109,7 @@ class OneCommandAgent:
     def __init__(self, command: str) -> None:
         self.command = command
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         if any(m["role"] == "tool" for m in messages):
             return ModelTurn(content="done", tool_calls=[], finish_reason="stop")
         args = json.dumps({"command": self.command, "timeout": 30})
@@ -204,7 +204,7 @@ class OnePythonAgent:
     def __init__(self, code: str) -> None:
         self.code = code
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         if any(m["role"] == "tool" for m in messages):
             return ModelTurn(content="done", tool_calls=[], finish_reason="stop")
         args = json.dumps({"code": self.code})

@@ -18,7 +18,7 @@ class Commands:
     def __init__(self, *commands: str) -> None:
         self.commands = list(commands)
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         done = sum(m.get("role") == "tool" for m in messages)
         if done >= len(self.commands):
             return ModelTurn(content="done", finish_reason="stop")

@@ -10,6 +10,7 @@ import textwrap
 
 import pytest
 
+from environments.models.base import TurnOptions
 from environments.terminal_tasks import NoOpAgent, OracleAgent, load_harbor_task
 from tests.terminal_tasks.conftest import make_env
 
@@ -99,7 +100,7 @@ async def test_the_oracle_command_gets_the_tasks_agent_timeout(scripted_server, 
     task = load_harbor_task(write_task(tmp_path / "slow-task", agent_timeout=900.0))
     prompt = f"do it\n\nTask: {task.id}\nWorking directory: /workspace"
     turn = await OracleAgent({task.id: task}).chat(
-        [{"role": "user", "content": prompt}], [], temperature=0.0, max_tokens=10
+        [{"role": "user", "content": prompt}], [], TurnOptions(temperature=0.0, max_tokens=10)
     )
     assert json.loads(turn.tool_calls[0]["function"]["arguments"])["timeout"] == 900.0
     # and neither the terminal tool nor the trajectory budget cuts it shorter for the oracle

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from environments.models.base import ChatModel, ModelError
+from environments.models.base import ChatModel, ModelError, TurnOptions
 from environments.models.token_mode import (
     ChatRenderer,
     TokenChatConfig,
@@ -40,7 +40,7 @@ async def test_two_turns_send_exactly_the_held_ids(qwen_tokenizer):
         model = TokenChatModel(server, renderer, TokenChatConfig(tool_call_parser="hermes"))
         assert isinstance(model, ChatModel)
         try:
-            turn = await model.chat(list(opening), TOOLS, temperature=0.5, max_tokens=64)
+            turn = await model.chat(list(opening), TOOLS, TurnOptions(temperature=0.5, max_tokens=64))
             assert turn.content == "Let me compute."
             assert [c["function"]["name"] for c in turn.tool_calls] == ["python"]
             assert json.loads(turn.tool_calls[0]["function"]["arguments"]) == {"code": "print(6*7)"}
@@ -48,7 +48,7 @@ async def test_two_turns_send_exactly_the_held_ids(qwen_tokenizer):
             messages.append(
                 {"role": "tool", "tool_call_id": turn.tool_calls[0]["id"], "name": "python", "content": "42\n"}
             )
-            final = await model.chat(messages, TOOLS, temperature=0.5, max_tokens=64)
+            final = await model.chat(messages, TOOLS, TurnOptions(temperature=0.5, max_tokens=64))
         finally:
             await server.aclose()
     assert final.content == "The answer is 42." and not final.tool_calls
@@ -79,14 +79,16 @@ async def test_reasoning_is_split_and_context_cap_reports_context_full(qwen_toke
         server = make_token_server(TokenServerConfig(kind="sglang", base_url=double.url))
         model = TokenChatModel(server, renderer, TokenChatConfig(max_context_tokens=400))
         try:
-            turn = await model.chat([{"role": "user", "content": "2+2?"}], TOOLS, temperature=0.0, max_tokens=1000)
+            turn = await model.chat(
+                [{"role": "user", "content": "2+2?"}], TOOLS, TurnOptions(temperature=0.0, max_tokens=1000)
+            )
             assert turn.reasoning_content == "small sum" and turn.content == "It is 4."
             # The generation cap was clipped to the room left in the context.
             sent = double.requests[0][1]
             assert sent["sampling_params"]["max_new_tokens"] == 400 - len(sent["input_ids"])
             messages = [{"role": "user", "content": "2+2?"}, turn.as_message(), {"role": "user", "content": "x" * 3000}]
             with pytest.raises(ModelError, match="context length exceeded"):
-                await model.chat(messages, TOOLS, temperature=0.0, max_tokens=10)
+                await model.chat(messages, TOOLS, TurnOptions(temperature=0.0, max_tokens=10))
         finally:
             await server.aclose()
 
@@ -98,14 +100,16 @@ async def test_rewritten_history_is_refused(qwen_tokenizer):
         server = make_token_server(TokenServerConfig(kind="vllm", base_url=double.url))
         model = TokenChatModel(server, renderer)
         try:
-            turn = await model.chat([{"role": "user", "content": "hello"}], [], temperature=0.0, max_tokens=8)
+            turn = await model.chat(
+                [{"role": "user", "content": "hello"}], [], TurnOptions(temperature=0.0, max_tokens=8)
+            )
             edited = [
                 {"role": "user", "content": "hello"},
                 {**turn.as_message(), "content": "Edited."},
                 {"role": "user", "content": "and?"},
             ]
             with pytest.raises(RuntimeError, match="not continued"):
-                await model.chat(edited, [], temperature=0.0, max_tokens=8)
+                await model.chat(edited, [], TurnOptions(temperature=0.0, max_tokens=8))
         finally:
             await server.aclose()
 
@@ -119,7 +123,7 @@ async def test_real_llamacpp_turns_keep_exact_ids(embedded_llm):
     raw: list[str] = []
     try:
         for follow_up in ["Name another one.", "And one more?"]:
-            turn = await model.chat(messages, TOOLS, temperature=0.7, max_tokens=24)
+            turn = await model.chat(messages, TOOLS, TurnOptions(temperature=0.7, max_tokens=24))
             trace = model.token_trace()
             seq = trace.sequences[-1]
             raw.append(renderer.decode(seq.tokens[seq.spans[-1].start :]))
@@ -176,7 +180,9 @@ async def test_harmony_analysis_channel_becomes_reasoning_content(qwen_tokenizer
         server = make_token_server(TokenServerConfig(kind="sglang", base_url=double.url))
         model = TokenChatModel(server, renderer, TokenChatConfig(tool_call_parser="gpt_oss", split_reasoning=False))
         try:
-            turn = await model.chat([{"role": "user", "content": "run"}], TOOLS, temperature=0.0, max_tokens=100)
+            turn = await model.chat(
+                [{"role": "user", "content": "run"}], TOOLS, TurnOptions(temperature=0.0, max_tokens=100)
+            )
         finally:
             await server.aclose()
     assert turn.reasoning_content == "need python"

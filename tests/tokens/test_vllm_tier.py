@@ -33,6 +33,7 @@ from environments.models.token_mode import (
     TokenServerConfig,
     make_token_server,
 )
+from environments.models.base import TurnOptions
 from environments.models.token_mode.testing import TOOLS
 
 pytestmark = pytest.mark.vllm
@@ -134,7 +135,7 @@ async def test_phase2_turns_against_real_vllm(vllm_server):
     try:
         await server.check()
         for follow_up in ["Another one?", "One more?"]:
-            turn = await model.chat(messages, TOOLS, temperature=0.8, max_tokens=24)
+            turn = await model.chat(messages, TOOLS, TurnOptions(temperature=0.8, max_tokens=24))
             seq = model.token_trace().sequences[-1]
             prompts.append(seq.tokens[: seq.spans[-1].start])
             messages += [turn.as_message(), {"role": "user", "content": follow_up}]

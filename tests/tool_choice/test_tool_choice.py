@@ -17,7 +17,7 @@ import pytest
 from pydantic import TypeAdapter
 from transformers import AutoTokenizer
 
-from environments.models.base import ModelRequestError
+from environments.models.base import ModelRequestError, TurnOptions
 from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.models.tool_choice import ToolChoice, check_tool_choice
 from environments.models.token_mode import ChatRenderer, TokenChatConfig, TokenChatModel, TokenServerConfig
@@ -72,7 +72,7 @@ async def test_token_mode_tool_choice_and_the_trained_ids_are_the_sampled_ids(em
         for seed, prompt in enumerate(PROMPTS):
             model = TokenChatModel(server, renderer, TokenChatConfig(tool_call_parser="hermes", seed=seed))
             messages = [{"role": "user", "content": prompt}]
-            turn = await model.chat(messages, TOOLS, temperature=0.7, max_tokens=96, tool_choice=choice)
+            turn = await model.chat(messages, TOOLS, TurnOptions(temperature=0.7, max_tokens=96, tool_choice=choice))
             _check_turn(choice, turn)
             answer = answers[-1]
             trace = model.token_trace()
@@ -104,7 +104,7 @@ async def test_chat_mode_tool_choice_with_tools_in_the_system_prompt(embedded_ll
     try:
         for prompt in PROMPTS:
             messages = [{"role": "user", "content": prompt}]
-            turn = await model.chat(messages, TOOLS, temperature=0.7, max_tokens=96, tool_choice=choice)
+            turn = await model.chat(messages, TOOLS, TurnOptions(temperature=0.7, max_tokens=96, tool_choice=choice))
             _check_turn(choice, turn)
     finally:
         await model.aclose()
@@ -121,8 +121,10 @@ async def test_chat_mode_sends_tool_choice_with_tools_in_the_request(embedded_ll
     model = OpenAIChatModel(OpenAIChatConfig(base_url=embedded_llm.base_url, model=embedded_llm.model_name), client)
     named = _choice({"type": "function", "function": {"name": "get_weather"}})
     try:
-        await model.chat([{"role": "user", "content": "Hi"}], TOOLS, temperature=0.0, max_tokens=4, tool_choice=named)
-        await model.chat([{"role": "user", "content": "Hi"}], TOOLS, temperature=0.0, max_tokens=4)
+        await model.chat(
+            [{"role": "user", "content": "Hi"}], TOOLS, TurnOptions(temperature=0.0, max_tokens=4, tool_choice=named)
+        )
+        await model.chat([{"role": "user", "content": "Hi"}], TOOLS, TurnOptions(temperature=0.0, max_tokens=4))
     finally:
         await client.close()
     assert sent[0]["tool_choice"] == {"type": "function", "function": {"name": "get_weather"}}
@@ -137,9 +139,7 @@ async def test_a_named_tool_that_is_not_offered_stops_before_a_request(embedded_
             await model.chat(
                 [{"role": "user", "content": "Hi"}],
                 TOOLS,
-                temperature=0.0,
-                max_tokens=4,
-                tool_choice=_choice({"type": "function", "function": {"name": "delete_all"}}),
+                TurnOptions(0.0, 4, _choice({"type": "function", "function": {"name": "delete_all"}})),
             )
     finally:
         await model.aclose()
@@ -168,7 +168,9 @@ async def test_none_holds_where_the_model_would_call_a_tool(embedded_llm):
     async def one(seed: int, choice: ToolChoice) -> None:
         model = TokenChatModel(server, renderer, TokenChatConfig(tool_call_parser="hermes", seed=seed))
         turn = await model.chat(
-            _invited(["Tokyo", "Lima"][seed % 2]), TOOLS, temperature=0.7, max_tokens=64, tool_choice=choice
+            _invited(["Tokyo", "Lima"][seed % 2]),
+            TOOLS,
+            TurnOptions(temperature=0.7, max_tokens=64, tool_choice=choice),
         )
         calls[choice] += len(turn.tool_calls)
         if choice == "none":

@@ -83,7 +83,7 @@ class Watcher:
     def __init__(self, letter: str) -> None:
         self.letter, self.plan, self.seen = letter, ["read", "search"], []
 
-    async def chat(self, messages, tools, *, temperature, max_tokens) -> ModelTurn:
+    async def chat(self, messages, tools, options) -> ModelTurn:
         self.seen = [json.loads(m["content"]) for m in messages if m["role"] == "tool"]
         step = self.plan.pop(0) if self.plan else None
         if step is None:

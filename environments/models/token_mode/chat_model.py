@@ -12,8 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from environments.models.base import ModelError, ModelRequestError, ModelTurn, turn_from_text
-from environments.models.tool_choice import ToolChoice
+from environments.models.base import ModelError, ModelRequestError, ModelTurn, TurnOptions, turn_from_text
 from environments.tool_call_parsers import get_parser
 
 from environments.models.tool_grammar import tool_choice_grammar
@@ -52,27 +51,21 @@ class TokenChatModel:
         return self._session.trace() if self._session is not None else None
 
     async def chat(
-        self,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        *,
-        temperature: float,
-        max_tokens: int | None,
-        tool_choice: ToolChoice = "auto",
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], options: TurnOptions
     ) -> ModelTurn:
         try:
             close_id = self._stop_ids[0] if self._stop_ids else None
-            grammar = tool_choice_grammar(self._parser, tools, tool_choice, close_id)
+            grammar = tool_choice_grammar(self._parser, tools, options.tool_choice, close_id)
         except ValueError as exc:  # a config error, the same for every rollout: it stops the command
             raise ModelRequestError(str(exc)) from None
         prompt = self._prompt(messages, tools)
         budget = context_budget(
-            len(prompt), max_tokens or self.config.default_max_tokens, self.config.max_context_tokens
+            len(prompt), options.max_tokens or self.config.default_max_tokens, self.config.max_context_tokens
         )
         generation = await self.server.generate(
             prompt,
             max_tokens=budget,
-            temperature=temperature,
+            temperature=options.temperature,
             stop_token_ids=self._stop_ids,
             seed=self.config.seed,
             grammar=grammar,
