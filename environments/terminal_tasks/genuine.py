@@ -50,6 +50,8 @@ _LIBNAME = re.compile(r"^(lib|ld-)[^/]*\.so(\.[\d.]+)?$")
 PY_HOOKS = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|usercustomize)\.py$")
 # Data trees neither ldconfig nor the loader search (a changed ld.so.conf, which could add one, is flagged itself):
 # postfix copies libresolv and friends into its chroot under /var/spool.
+# A genuine standard-library module imports only the standard library by name (not followed further).
+_STDLIB_FILE = re.compile(r"/lib/python3(\.\d+)?/(?!(site|dist)-packages/)")
 _OFF_LOADER = re.compile(r"^/(var|srv)/")
 _LDCONF = re.compile(r"^/etc/ld\.so\.conf\.d/")
 _PROBE_HOOKS = (
@@ -272,6 +274,7 @@ async def _why_not_genuine(facts: _Facts, path: str, changes: dict[str, str]) ->
     mine = await _entry(facts, path)
     if mine is None:
         return "absent"
+    pip_why = ""
     if path in facts.records:  # several distributions may ship one file (cmeel.pth): any genuine one clears it
         whys = []
         for name, version, site in facts.records[path]:
@@ -292,7 +295,7 @@ async def _why_not_genuine(facts: _Facts, path: str, changes: dict[str, str]) ->
                 if any(rec.get(path[len(site) + 1 :]) == want for rec in wheels):
                     return None
                 whys.append(f"not the bytes {name} {version} publishes on PyPI")
-        return "; ".join(whys)
+        pip_why = "; ".join(whys)  # Debian ships dist-info RECORDs too (python3-pip): its .deb may still clear it
     await _dpkg_claims(facts)
     assert facts.dpkg_owner is not None
     # Merged /usr: a package's /lib/x.so is the container's /usr/lib/x.so (and the other way round).
@@ -313,7 +316,7 @@ async def _why_not_genuine(facts: _Facts, path: str, changes: dict[str, str]) ->
             return None
         return f"its link's end {target} is not a genuine package file"
     if package is None:
-        return "no package in the container claims it"
+        return pip_why or "no package in the container claims it"
     deb_version = facts.dpkg_version.get(package)
     if deb_version is None:
         return f"dpkg lists {package} without a version"
@@ -430,7 +433,9 @@ async def review_flags(
             if why is not None:
                 standing.append(f"{suspects[path]}: {why}")
             elif PY_HOOKS.search(path) or (
-                path.endswith(".py") and path in suspects and "start-up hook" in suspects[path]
+                path.endswith(".py")
+                and "start-up hook" in suspects.get(path, "")
+                and not _STDLIB_FILE.search(path)  # its computed imports (encodings') are the caller's names
             ):
                 imported = imported_names(await _text(box, path), path.endswith(".pth"))
                 hook_names |= imported
