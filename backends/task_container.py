@@ -122,6 +122,11 @@ class TaskContainer:
         self.spec = spec
         self.name = name
         self.has_timeout = True
+        # The programs every command runs under, found by path before the agent's first command: a `timeout` or
+        # `bash` the agent adds earlier on PATH later is never what runs the verifier (one it replaces in place is
+        # a change the integrity check flags).
+        self.timeout_path = "timeout"
+        self.bash_path = "bash"
 
     async def exec(
         self,
@@ -137,12 +142,15 @@ class TaskContainer:
         """`bash -lc command` in the container; stdout and stderr together, capped at `max_output_bytes`.
 
         `login=False`: `bash -c`, no profile read (our own steps: a root agent may have rewritten the profiles)."""
-        argv = ["bash", "-lc" if login else "-c", command]
+        argv = [self.bash_path, "-lc" if login else "-c", command]
         if self.has_timeout:
-            argv = ["timeout", "-k", "5", f"{max(timeout, 1):g}", *argv]
-        return await self._engines._exec(
-            self, argv, timeout, user or self.spec.user or "", workdir, env, max_output_bytes
-        )
+            argv = [self.timeout_path, "-k", "5", f"{max(timeout, 1):g}", *argv]
+        who = user or self.spec.user or ""
+        if who in ("root", "0", "0:0") and "HOME" not in self.spec.env:
+            # root's home as the image has it, not as the agent may have rewritten /etc/passwd (its login profiles
+            # are what the integrity check compares)
+            env = {"HOME": "/root", **(env or {})}
+        return await self._engines._exec(self, argv, timeout, who, workdir, env, max_output_bytes)
 
     async def put_files(self, directory: str, files: dict[str, tuple[bytes, int]], owner: int = 0) -> None:
         """Files (relative name -> (content, mode)) into `directory` (made if missing), owned by uid and gid `owner`
@@ -318,8 +326,13 @@ class TaskContainers:
                     f"{owner}: the engine refused its container: {exc.explanation or exc}"
                 ) from None
             box = TaskContainer(self, cid, spec, name)
-            probe = await self._exec(box, ["sh", "-c", "command -v timeout"], 60, "root", "/", None, 1000)
-            box.has_timeout = probe.exit_code == 0
+            probe = await self._exec(
+                box, ["sh", "-c", "command -v bash; command -v timeout"], 60, "root", "/", None, 1000
+            )
+            found = [line for line in probe.output.split("\n") if line.startswith("/")]
+            box.bash_path = next((f for f in found if f.endswith("/bash")), "bash")
+            box.timeout_path = next((f for f in found if f.endswith("/timeout")), "timeout")
+            box.has_timeout = box.timeout_path != "timeout"
             yield box
         finally:
             if cid is not None:

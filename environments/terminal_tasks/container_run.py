@@ -52,7 +52,7 @@ from environments.terminal_tasks.apptainer import (
     environment_prefix,
 )
 from environments.terminal_tasks.genuine import PY_HOOKS, GenuineCheck, review_flags
-from environments.terminal_tasks.reach import TOOL_FLAG
+from environments.terminal_tasks.reach import TOOL_FLAG, above
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
 from tools.executor import ExecOptions, ExecResult, FileOpError
@@ -89,16 +89,23 @@ _TOOL_NAMES = re.compile(r"^(ba|da|z)?sh$|^python[\d.]*$|^pytest(-[\d.]+)?$|^py\
 _LOADER = re.compile(r"^/etc/ld\.so\.(preload|conf)$|^/etc/ld\.so\.conf\.d/")
 # Python's own module tree, any prefix (a planted `os.py`, or a `pluggy/` package, under lib/python3.X comes before
 # every site directory, a uvx virtualenv's too): an added module there, at any depth, outside the site directories.
-_PY_STDLIB = re.compile(r"^(?!.*/(site|dist)-packages/).*/lib/python[\d.]+/.+\.(py|so)$")
+_PY_STDLIB = re.compile(r"^(?!.*/((site|dist)-packages|__pycache__)/).*/lib/python[\d.]+/.+\.(py|pyc|so)$")
+# What decides sys.path before any module: the standard library's zip (first on it), a `._pth` beside an interpreter,
+# a `pyvenv.cfg` that makes a prefix a virtualenv (one in a directory added with it is an honest new venv's).
+_PY_PATH = re.compile(r"/lib/python\d+\.zip$|\._pth$")
 # The test runner's own packages: one added to an earlier site directory shadows the image's.
-_PY_RUNNER = re.compile(r"/(site|dist)-packages/(pytest|_pytest|pluggy|iniconfig|py)(/|\.py$)")
+_PY_RUNNER = re.compile(r"/(site|dist)-packages/(pytest|_pytest|pluggy|iniconfig|py|pip)(/|\.py$)")
 # What every command of an Endless task sources before it runs (its %environment): the verifier's too.
 _APPTAINER_ENV = re.compile("^" + re.escape(APPTAINER_ENV_FILE.rsplit("/", 2)[0]) + "(/|$)")
 
 
 # What pytest reads before any test: a config file or conftest.py in the ancestors of /tests (the root; /tests itself
 # is made afresh), which can add `--collect-only` or turn every report into a pass.
-_RUNNER_CONFIG = re.compile(r"^/(\.?pytest\.ini|pyproject\.toml|tox\.ini|setup\.cfg|setup\.py|conftest\.py)$")
+_RUNNER_CONFIG = re.compile(r"^/(\.?pytest\.(ini|toml)|pyproject\.toml|tox\.ini|setup\.cfg|setup\.py|conftest\.py)$")
+# Where the tests look for programs on every image (root's login PATH, uv's installer and Pythons, its config): one
+# the diff shows changed with nothing added or changed below it may now be a link to anywhere.
+_SEARCHED = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin", "/root/.local/bin",
+             "/root/.cargo/bin", "/root/.local/share/uv", "/root/.config/uv")  # fmt: skip
 # Where the tests' `uvx -w pytest==...`/`pip install pytest` take packages from (uv's user and system config, pip's
 # global, user, site and virtualenv files): a `find-links` to the agent's own wheels makes the runner the agent's.
 _INSTALLER_CONFIG = re.compile(r"/(pip\.conf|pip\.ini|uv\.toml)$|^/etc/(uv|xdg/uv|xdg/pip)/|/\.config/(uv|pip)/")
@@ -132,7 +139,12 @@ def integrity_flags(changes: list[tuple[str, str]], workdir: str = "/app") -> li
     )
     # A "modified" entry that has changed entries below it is a directory whose listing changed.
     dirs = {str(p).rsplit("/", 1)[0] for p in paths}
-    found = []
+    added_dirs = {p for kind, p in changes if kind == "added"}
+    filled = {a for kind, p in changes if kind != "deleted" for a in above(p.rsplit("/", 1)[0])}
+    found = [
+        (a, f"changed {a} (a directory the tests search, with nothing added or changed below it: it may be a link)")
+        for a in sorted({a for d in _SEARCHED for a in above(d)} & paths - filled)
+    ]
     for kind, path in changes:
         name = path.rsplit("/", 1)[-1]
         if new_trees and path.startswith(new_trees):
@@ -145,6 +157,10 @@ def integrity_flags(changes: list[tuple[str, str]], workdir: str = "/app") -> li
             found.append((path, f"{kind} {path} (runs at every Python start)"))
         elif _PY_RUNNER.search(path) and path not in dirs and not path.endswith(".pyc"):
             found.append((path, f"{kind} {path} (the test runner's own package)"))
+        elif kind != "deleted" and (
+            _PY_PATH.search(path) or (path.endswith("/pyvenv.cfg") and path.rsplit("/", 1)[0] not in added_dirs)
+        ):
+            found.append((path, f"{kind} {path} (sets Python's module path before any module runs)"))
         elif _RUNNER_CONFIG.search(path):
             found.append((path, f"{kind} {path} (pytest reads it before the tests)"))
         elif _INSTALLER_CONFIG.search(path) and path not in dirs:
@@ -313,7 +329,10 @@ async def verify_in_container(
         None if task.format == "endless" else "\n".join(d.decode(errors="replace") for d, _ in _files(task).values())
     )
     env = {**box.spec.env, **task.verifier_env}
-    flags = await review_flags(box, changes, flagged, box.spec.workdir, genuine, env=env, tests_text=tests_text)
+    test_sh = "" if tests_text is None else _files(task).get("test.sh", (b"", 0))[0].decode(errors="replace")
+    flags = await review_flags(
+        box, changes, flagged, box.spec.workdir, genuine, env=env, tests_text=tests_text, test_sh=test_sh
+    )
     if flags:
         verdict = ContainerVerdict(0.0, "flagged: the agent changed what the tests run: " + "; ".join(flags[:5]), flags)
         executor.verdicts.append(verdict)

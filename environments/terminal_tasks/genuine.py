@@ -39,12 +39,13 @@ from environments.terminal_tasks.py_imports import (
     module_paths,
     pytest11_modules,
 )
-from environments.terminal_tasks.reach import TOOL_FLAG, off_the_tests_path
+from environments.terminal_tasks.reach import TOOL_FLAG, shadowing, tests_path
 
 __all__ = ["GenuineCheck", "PY_HOOKS", "review_flags"]
 
 _SITE = re.compile(r"^(?P<site>.*/(site|dist)-packages)/")
 _PY_PROGRAM = re.compile(r"/s?bin/python[\d.]*$")
+_BIN = re.compile(r"(^|/)s?bin/[^/]+$")
 _LIBNAME = re.compile(r"^(lib|ld-)[^/]*\.so(\.[\d.]+)?$")
 # Start-up hooks: a *.pth in a site directory, a sitecustomize/usercustomize anywhere on the path (container_run's too).
 PY_HOOKS = re.compile(r"/(site|dist)-packages/[^/]*\.pth$|/(sitecustomize|usercustomize)\.py$")
@@ -337,6 +338,7 @@ async def review_flags(
     *,
     env: dict[str, str] | None = None,
     tests_text: str | None = None,
+    test_sh: str = "",
 ) -> list[str]:
     """The flag lines that stand: `flagged` (path, line) less the genuine, plus the hook-import and loader suspects
     that are not genuine. Runs the pristine image (never the agent's container) to list its hooks and sonames.
@@ -348,17 +350,29 @@ async def review_flags(
     work = workdir.rstrip("/") + "/"
     site_touched = any(_SITE.search(p) or "/python3" in p for p in changes if p not in dirs)
     loader_touched = "/etc/ld.so.cache" in changes or any(_LIBNAME.match(p.rsplit("/", 1)[-1]) for p in changes)
-    if not (flagged or site_touched or loader_touched):
+    # Added programs where a Harbor task's tests may look for them by name (reach.py decides which shadow one).
+    added_programs = [
+        p
+        for p, kind in changes.items()
+        if tests_text is not None
+        and kind == "added"
+        and p not in dirs
+        and _BIN.search(p)
+        and not p.startswith(work)
+        and not p.endswith("/docker-init")  # the engine's own init (TaskContainers runs with init=True)
+    ]
+    if not (flagged or site_touched or loader_touched or added_programs):
         return []
     spec = TaskContainerSpec(
         image=box.spec.image, workdir="/", user="root", network=bool(check and check.apt), cpus=1, memory_mb=2048
     )
     async with box.engines.container(spec, f"{box.name}-genuine") as pristine:
         facts = _Facts(box, check, pristine)
-        programs = [p for p, line in flagged if line.endswith(TOOL_FLAG)]
-        if programs and tests_text is not None:
-            off = await off_the_tests_path(pristine, changes, programs, env or {}, workdir, tests_text)
-            flagged = [(p, line) for p, line in flagged if p not in off]
+        if tests_text is not None:
+            view = await tests_path(pristine, changes, env or {}, workdir)
+            flagged = [(p, line) for p, line in flagged if not line.endswith(TOOL_FLAG) or view.reaches(p, tests_text)]
+            named = {p for p, _ in flagged}
+            flagged += [f for f in shadowing(view, added_programs, tests_text, test_sh) if f[0] not in named]
         await _pip_claims(facts, changes)
         suspects: dict[str, str] = dict((p, line) for p, line in flagged)
         image_cache = ""

@@ -89,10 +89,15 @@ def elf_soname(data: bytes) -> str | None:
 
 
 def cache_map(listing: str) -> dict[tuple[str, str], str]:
-    """`ldconfig -p` -> (soname, arch) -> the path the loader takes (the first entry)."""
+    """`ldconfig -p` -> (soname, arch) -> the path the loader takes: the first entry, or a `glibc-hwcaps` one (glibc
+    2.33+ prefers it on a CPU that has the level; ldconfig lists it under its own `hwcap:` key)."""
     found: dict[tuple[str, str], str] = {}
     for line in listing.splitlines():
         m = _CACHE_LINE.match(line)
         if m:
-            found.setdefault((m.group(1), m.group(2)), m.group(3))
+            arch, hwcap = re.subn(r",\s*hwcap:.*$", "", m.group(2))
+            if hwcap:
+                found[(m.group(1), arch)] = m.group(3)
+            else:
+                found.setdefault((m.group(1), arch), m.group(3))
     return found

@@ -27,3 +27,16 @@ def test_pytest11_entry_points_name_their_top_level_modules():
     text = "[console_scripts]\nx = a.b:main\n\n[pytest11]\ntimeout = pytest_timeout\nctrf = pkg.plugin:obj\n"
     assert pytest11_modules(text) == {"pytest_timeout", "pkg"}
     assert pytest11_modules("[console_scripts]\npytest = pytest:console_main\n") == set()
+
+
+def test_a_glibc_hwcaps_entry_is_what_the_loader_takes_for_its_soname():
+    """A cache rebuilt with `ldconfig -f` listing /app/lib/glibc-hwcaps/x86-64-v2/libz.so.1 puts it under its own
+    `hwcap:` key; glibc prefers it, so it must stand in the soname's place (then the review sees it changed)."""
+    from environments.terminal_tasks.py_imports import cache_map
+
+    image = "\tlibz.so.1 (libc6,x86-64) => /lib/x86_64-linux-gnu/libz.so.1\n"
+    agent = '\tlibz.so.1 (libc6,x86-64, hwcap: "x86-64-v2") => /app/lib/glibc-hwcaps/x86-64-v2/libz.so.1\n' + image
+    key = ("libz.so.1", "libc6,x86-64")
+    assert cache_map(image)[key] == "/lib/x86_64-linux-gnu/libz.so.1"
+    assert cache_map(agent)[key] == "/app/lib/glibc-hwcaps/x86-64-v2/libz.so.1"
+    assert cache_map(image + agent.splitlines()[0] + "\n")[key] == "/app/lib/glibc-hwcaps/x86-64-v2/libz.so.1"
