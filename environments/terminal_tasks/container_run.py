@@ -324,12 +324,16 @@ async def verify_in_container(
     box = executor.box
     changes = await box.changes()
     flagged = integrity_flags(changes, box.spec.workdir)
-    # A Harbor task's test.sh finds programs on its PATH and where its files say; an Endless task's stays strict.
-    tests_text = (
-        None if task.format == "endless" else "\n".join(d.decode(errors="replace") for d, _ in _files(task).values())
-    )
+    # What the verifier copies to /tests (Harbor), read once: test.sh finds programs on its PATH and where these
+    # files say. An Endless task's check stays strict.
+    files: dict[str, tuple[bytes, int]] = {}
+    if task.format != "endless":
+        files = _files(task)
+        if task.test_script is not None:  # --env.bootstrap_tests_with_sandbox_pytest: the image's own pytest
+            files["test.sh"] = (task.test_script.encode(), 0o755)
+    tests_text = None if task.format == "endless" else "\n".join(d.decode(errors="replace") for d, _ in files.values())
     env = {**box.spec.env, **task.verifier_env}
-    test_sh = "" if tests_text is None else _files(task).get("test.sh", (b"", 0))[0].decode(errors="replace")
+    test_sh = files.get("test.sh", (b"", 0))[0].decode(errors="replace")
     flags = await review_flags(
         box, changes, flagged, box.spec.workdir, genuine, env=env, tests_text=tests_text, test_sh=test_sh
     )
@@ -344,9 +348,6 @@ async def verify_in_container(
         return verdict
     reset = f"rm -rf {VERIFIER_DIR} /tests && mkdir -p {VERIFIER_DIR} && chmod 777 {VERIFIER_DIR}"
     await box.exec(reset, timeout=120, user="root", workdir="/", login=False)
-    files = _files(task)
-    if task.test_script is not None:  # --env.bootstrap_tests_with_sandbox_pytest: the image's own pytest
-        files["test.sh"] = (task.test_script.encode(), 0o755)
     await box.put_files("/tests", files)
     # Harbor's login shell runs the profiles first: where the agent changed one, it could act before test.sh
     # (write the reward, exit), so test.sh then runs without them. An honest edit still scores.

@@ -86,6 +86,7 @@ class _Facts:
     debs: dict[str, dict[str, str] | str] = field(default_factory=dict)  # package=version -> path->hash, or why not
     wheels: dict[str, list[dict[str, str]] | str] = field(default_factory=dict)  # name==version -> RECORDs, or why not
     records: dict[str, list[tuple[str, str, str]]] = field(default_factory=dict)  # path -> [(name, version, site)]
+    wheel_tags: dict[str, frozenset[str]] = field(default_factory=dict)  # site/name-version -> its WHEEL's tags
     apt_updated: bool = False
     entries: dict[str, str] = field(default_factory=dict)  # the container's files read so far (path -> identity)
     read_roots: set[str] = field(default_factory=set)
@@ -161,6 +162,9 @@ async def _pip_claims(facts: _Facts, changes: dict[str, str]) -> None:
         if not m or changes[path] == "deleted":
             continue
         site, name, version = m.group(1), m.group(3), m.group(4)
+        wheel = await _text(facts.box, f"{site}/{name}-{version}.dist-info/WHEEL")  # once per distribution
+        tags = (line.split(":", 1)[1].strip() for line in wheel.splitlines() if line.startswith("Tag:"))
+        facts.wheel_tags[f"{site}/{name}-{version}"] = frozenset(tags)
         for row in (await _text(facts.box, path)).splitlines():
             rel = row.rsplit(",", 2)[0] if row.count(",") >= 2 else ""
             if rel and not rel.startswith(".."):
@@ -280,12 +284,7 @@ async def _why_not_genuine(facts: _Facts, path: str, changes: dict[str, str]) ->
         whys = []
         for name, version, site in facts.records[path]:
             m = re.search(r"/python3\.(\d+)/", site)
-            wheel_file = f"{site}/{name}-{version}.dist-info/WHEEL"
-            tags = frozenset(
-                line.split(":", 1)[1].strip()
-                for line in (await _text(facts.box, wheel_file)).splitlines()
-                if line.startswith("Tag:")
-            )
+            tags = facts.wheel_tags.get(f"{site}/{name}-{version}", frozenset())
             wheels = await _wheel_files(facts, name, version, f"cp3{m.group(1)}" if m else "cp3", tags)
             if isinstance(wheels, str):
                 whys.append(f"not cleared: {wheels}")
