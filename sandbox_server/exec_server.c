@@ -149,17 +149,31 @@ static void reap(struct state *st) {
     }
 }
 
-/* SIGKILL every process in the slot's pid namespace but its init and us, until none is left. */
+/* Monotonic nanoseconds. */
+static long now_ns(void) {
+    struct {
+        long s, ns;
+    } t = {0, 0};
+    sys(SYS_clock_gettime, 1 /* CLOCK_MONOTONIC */, (long)&t, 0, 0);
+    return t.s * 1000000000L + t.ns;
+}
+
+/* SIGKILL every process in the slot's pid namespace but its init and us, until none is left.
+   Bounded by time, not rounds: on a loaded machine a killed process waiting on the disk (an exec
+   reading its binary) takes seconds to go. One still there after KILL_ALL_NS cannot be let outlive
+   its command: the server exits, and bwrap's init takes the whole namespace down with it. */
+#define KILL_ALL_NS (60L * 1000000000L)
 static void kill_all(struct state *st) {
-    for (int round = 0; round < 10000; round++) {
+    long start = now_ns(), pause_ns = 100000;
+    for (;;) {
         if (sys(SYS_kill, -1, SIGKILL, 0, 0) == -ESRCH) return;
         reap(st); /* as the subreaper the killed orphans' zombies are ours; kill(-1) counts zombies too */
-        if (round) {
-            struct timespec {
-                long s, ns;
-            } pause = {0, 200000};
-            sys(SYS_nanosleep, (long)&pause, 0, 0, 0);
-        }
+        if (now_ns() - start > KILL_ALL_NS) fail("processes survived SIGKILL for 60 s; ending the slot's namespace", 0);
+        struct {
+            long s, ns;
+        } pause = {0, pause_ns};
+        sys(SYS_nanosleep, (long)&pause, 0, 0, 0);
+        if (pause_ns < 10000000) pause_ns *= 2; /* 0.1 ms, doubling to 10 ms */
     }
 }
 
