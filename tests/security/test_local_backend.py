@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import time
+import uuid
 
 from tests.security.conftest import all_text, play, running_sandbox, sandbox_container, sandbox_processes
 from tests.support.docker_engine import SandboxPlace, container_exec, container_processes, container_spawn
@@ -40,7 +41,7 @@ def _escapes(marker: str) -> list[list[tuple[str, dict]]]:
 
 
 async def test_no_descendant_survives_the_command_or_its_timeout(tmp_path):
-    marker = f"hermes-escape-{tmp_path.name}"
+    marker = f"hermes-escape-{uuid.uuid4().hex}"
     ws = LocalWorkspace(tmp_path / "ws")
     msgs = await play(ws, _escapes(marker))
     assert msgs[0]["result"]["output"].endswith("started\n")
@@ -52,7 +53,8 @@ async def test_no_descendant_survives_a_sandbox_command_or_its_timeout(sandbox_a
     """Each command's leftovers die as it ends (sandbox_server/exec_server.c), not only at the slot's reset:
     looked at while the trajectory still holds the slot, on this machine or in the container (where the
     escapes are first seen running, so the look would find survivors)."""
-    marker = f"hermes-escape-{sandbox_at.tmp_path.name}"
+    # unique on the machine: pgrep sees every process here, the [docker] variant's (same tmp_path name) too
+    marker = f"hermes-escape-{uuid.uuid4().hex}"
     async with running_sandbox(sandbox_at, slots=1) as backend:
         async with backend.trajectory("t") as ex:
             (_, [(_, running)]) = _escapes(marker)

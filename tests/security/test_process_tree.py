@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -47,7 +48,7 @@ async def test_no_sandbox_process_outlives_its_parent(sandbox_at, sig):
 
 
 def _parent_dies_locally(tmp_path: Path, sig: int) -> None:
-    marker = f"hermes-orphan-{tmp_path.name}"
+    marker = f"hermes-orphan-{uuid.uuid4().hex}"  # unique: pgrep sees the whole machine
     parent = subprocess.Popen(
         [sys.executable, "-c", PARENT, str(tmp_path), marker],
         stdout=subprocess.PIPE,
