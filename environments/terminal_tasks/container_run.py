@@ -30,11 +30,13 @@ added library that shadows one of the image's sonames in the loader's cache.
 
 from __future__ import annotations
 
+import io
 import logging
 import re
 import secrets
 import shlex
 import socket
+import tarfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -55,6 +57,7 @@ from environments.terminal_tasks.genuine import PY_HOOKS, GenuineCheck, review_f
 from environments.terminal_tasks.reach import TOOL_FLAG, above
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
+from environments.terminal_tasks.verify import GUARD_FAILED, guard_script
 from tools.executor import ExecOptions, ExecResult, FileOpError
 
 __all__ = [
@@ -115,6 +118,27 @@ _WORK_RUNNER = re.compile(r"^(pytest|_pytest|pluggy|iniconfig)(/|\.py$)|^py\.py$
 # What a login bash reads before its command (as root: HOME is /root).
 _LOGIN_STARTUP = re.compile(
     r"^/etc/(profile|profile\.d/.*|bash\.bashrc)$|^/root/\.(bash_profile|bash_login|profile|bashrc)$"
+)
+
+# What the agent left running (any uid) runs on into the verifier, as in Harbor: a server the tests query still
+# answers. test.sh runs under verify.py's guard, which stops those processes before each of its reward commands and
+# at its exit, sparing pid 1 (docker's init) and the keep-alive, its oldest child by the start time the kernel set.
+_OWN_PID_NS = r"""__hermes_own_pid_ns() { return 0; }
+__hermes_any_uid=1
+__hermes_keepalive() {
+  local c best= bt= line kids=()
+  read -r -a kids < /proc/1/task/1/children 2>/dev/null
+  for c in "${kids[@]}"; do
+    read -r line < "/proc/$c/stat" 2>/dev/null || continue
+    set -- ${line##*) }
+    if [ -z "$bt" ] || [ "${20}" -lt "$bt" ]; then bt=${20} best=$c; fi
+  done
+  echo "$best"
+}
+__hermes_spared="1 $(__hermes_keepalive)"
+"""
+_GUARD = guard_script(
+    reward_dir=VERIFIER_DIR, chain=["/", "/logs", VERIFIER_DIR], pytest_boot="", manifest="", own_pid_ns=_OWN_PID_NS
 )
 
 
@@ -353,7 +377,7 @@ async def verify_in_container(
     # (write the reward, exit), so test.sh then runs without them. An honest edit still scores.
     startup = sorted({p for _, p in changes if _LOGIN_STARTUP.search(p)})
     run = await box.exec(
-        f"bash /tests/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
+        f"bash -c {shlex.quote(_GUARD)} /tests/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
         timeout=task.verifier_timeout_s,
         user="root",
         env=task.verifier_env,
@@ -364,8 +388,17 @@ async def verify_in_container(
         out = (await box.read_file(f"{VERIFIER_DIR}/test-stdout.txt")).decode(errors="replace")
     except FileNotFoundError:
         out = run.output
+    changed = await _changed_tests(box, files)
     if run.timed_out:  # scored 0, as a hang the agent caused must not escape its score
         verdict = ContainerVerdict(0.0, f"tests/test.sh ran over timeout_sec = {task.verifier_timeout_s:g}", log=out)
+    elif changed or run.exit_code == GUARD_FAILED or (run.exit_code or 0) > 128:
+        # The guard never finished (its shell was killed), could not stop what the agent left running, or the
+        # tests' files are not what was copied in: whatever the reward files say, no reward.
+        why = f"the tests' files changed while they ran ({', '.join(changed[:3])})" if changed else (
+            "processes left running could not all be stopped" if run.exit_code == GUARD_FAILED
+            else f"test.sh's shell was killed by signal {run.exit_code - 128}"  # type: ignore[operator]
+        )
+        verdict = ContainerVerdict(0.0, f"flagged: {why}", [why], log=out)
     else:
         try:  # Harbor's rules, one implementation for both paths (reward.py)
             read = read_rewards(await _reward_file(box, "reward.json"), await _reward_file(box, "reward.txt"))
@@ -376,6 +409,21 @@ async def verify_in_container(
             verdict = ContainerVerdict(read.reward, reason, rewards=read.metrics, log=out)
     executor.verdicts.append(verdict)
     return verdict
+
+
+async def _changed_tests(box: TaskContainer, files: dict[str, tuple[bytes, int]]) -> list[str]:
+    """The tests' files that are no longer the bytes copied in, read through the engine (no program of the
+    container runs: the agent's processes may have replaced the image's by now)."""
+    try:
+        archive = tarfile.open(fileobj=io.BytesIO(await box.read_tar("/tests")))
+    except (OSError, tarfile.TarError):
+        return ["/tests"]
+    found = {}
+    for member in archive.getmembers():
+        name = member.name.split("/", 1)[1] if "/" in member.name else ""
+        if name in files and member.isfile():
+            found[name] = archive.extractfile(member).read()  # type: ignore[union-attr]
+    return [f"/tests/{name}" for name, (data, _) in sorted(files.items()) if found.get(name) != data]
 
 
 async def endless_pytest(

@@ -108,7 +108,8 @@ __hermes_chain=(@CHAIN@)
 __hermes_pytest=@PYTEST_BOOT@
 __hermes_sys=@SYS_PATH@
 declare -A __hermes_trusted=()
-@PID1_IS_BWRAP@
+__hermes_spared= __hermes_any_uid=
+@OWN_PID_NS@
 __hermes_wrote= __hermes_trapped=
 __hermes_named=  # test.sh has a command naming a reward file (else its grader writes it unseen)
 __hermes_stat() { local PATH=$__hermes_sys; stat -c '%i:%s:%z' -- "$1" 2>/dev/null; }
@@ -129,7 +130,8 @@ __hermes_strays() {
     while read -r k v _; do
       case $k in State:) st=$v ;; PPid:) pp=$v ;; Uid:) uid=$v; break ;; esac
     done < "$p/status" 2>/dev/null
-    [ "$uid" = "$UID" ] && [ "$st" != Z ] && up[${p#/proc/}]=$pp
+    case " $__hermes_spared " in *" ${p#/proc/} "*) continue ;; esac
+    { [ -n "$__hermes_any_uid" ] || [ "$uid" = "$UID" ]; } && [ "$st" != Z ] && up[${p#/proc/}]=$pp
   done
   x=$BASHPID
   while [ -n "$x" ]; do mine[$x]=1; x=${up[$x]}; done
@@ -145,10 +147,9 @@ __hermes_stop_strays() {
   local -; set +eux
   local PATH=$__hermes_sys
   local i s
-  # Only inside the sandbox's own pid namespace (whose init is bubblewrap), as a slot's uid or as
-  # the container's root of a verifier command (its namespace holds the tests' processes only):
-  # run anywhere else (as root on a host) this would kill processes that are not the tests'.
-  __hermes_pid1_is_bwrap || return 0
+  # Only inside a pid namespace of the trajectory's own (a slot's, whose init is bubblewrap, or a task
+  # container's): run anywhere else (as root on a host) this would kill processes that are not the tests'.
+  __hermes_own_pid_ns || return 0
   for i in {1..50}; do
     s=$(__hermes_strays "$@")
     [ -z "$s" ] && return 0
@@ -219,7 +220,7 @@ __hermes_guard() {
 }
 __hermes_python() {
   local exe=$1; shift
-  if [ "$1" = -m ] && [ "$2" = pytest ]; then shift 2; command "$exe" -c "$__hermes_pytest" "$@"
+  if [ -n "$__hermes_pytest" ] && [ "$1" = -m ] && [ "$2" = pytest ]; then shift 2; command "$exe" -c "$__hermes_pytest" "$@"
   else command "$exe" "$@"; fi
 }
 python3() { __hermes_python python3 "$@"; }
@@ -234,6 +235,21 @@ __hermes_keep_exit_trap
 exit $__hermes_rc
 """
 GUARD_FAILED = 97
+
+
+
+def guard_script(*, reward_dir: str, chain: list[str], pytest_boot: str, manifest: str, own_pid_ns: str) -> str:
+    """_GUARD for one run: `chain` the reward directory and its parents (the first only made writable again),
+    `pytest_boot` '' to leave `python3 -m pytest` as it is, `manifest` '' to check the tests' files elsewhere,
+    `own_pid_ns` shell code defining __hermes_own_pid_ns (and which processes to spare, of which uids)."""
+    return (
+        _GUARD.replace("@REWARD_DIR@", shlex.quote(reward_dir))
+        .replace("@CHAIN@", " ".join(shlex.quote(d) for d in chain))
+        .replace("@PYTEST_BOOT@", shlex.quote(pytest_boot))
+        .replace("@MANIFEST@", shlex.quote(manifest))
+        .replace("@SYS_PATH@", SYSTEM_PATH)
+        .replace("@OWN_PID_NS@", own_pid_ns)
+    )
 # Preloaded into every program of the verifier's tree (exec_confine.c; the sandbox server binds it read-only at
 # CONFINE_FILE): each program exec'd starts in a Landlock domain nested in its parent's, which cannot ptrace it.
 UNCONFINED = (
@@ -356,15 +372,12 @@ def verify_script(task: TerminalTask, workspace: str, *, initial: bool = False) 
         if task.test_script is not None:  # --env.bootstrap_tests_with_sandbox_pytest: the sandbox's own pytest
             files["tests/test.sh"] = (paths(task.test_script).encode(), 0o755)
         ini = f"{vdir}/tests/pytest.ini" if (task.tests_dir / "pytest.ini").is_file() else f"{vdir}/pytest.ini"
-        guard = (
-            _GUARD.replace("@REWARD_DIR@", shlex.quote(f"{vdir}/logs/verifier"))
-            .replace(
-                "@CHAIN@", " ".join(shlex.quote(d) for d in ("/tmp", vdir, f"{vdir}/logs", f"{vdir}/logs/verifier"))
-            )
-            .replace("@PYTEST_BOOT@", shlex.quote(_PYTEST_BOOT))
-            .replace("@MANIFEST@", shlex.quote(_manifest(files, vdir)))
-            .replace("@SYS_PATH@", SYSTEM_PATH)
-            .replace("@PID1_IS_BWRAP@", _PID1_IS_BWRAP)
+        guard = guard_script(
+            reward_dir=f"{vdir}/logs/verifier",
+            chain=["/tmp", vdir, f"{vdir}/logs", f"{vdir}/logs/verifier"],
+            pytest_boot=_PYTEST_BOOT,
+            manifest=_manifest(files, vdir),
+            own_pid_ns=_PID1_IS_BWRAP + "__hermes_own_pid_ns() { __hermes_pid1_is_bwrap; }",
         )
         run = f'$preload "$sys_bash" -c {shlex.quote(guard)} {vdir}/tests/test.sh'
     else:
