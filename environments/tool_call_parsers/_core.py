@@ -146,6 +146,35 @@ class Finder:
         return self._hit
 
 
+class TagBlocks:
+    """The blocks between one family's opening and closing tags in one text, found front to back.
+
+    A block ends at its closing tag; without one (a truncated or sloppy completion) it runs to
+    the next opening tag or the end of the text, so one missing tag costs one call, not the rest.
+    """
+
+    __slots__ = ("opens", "closes", "_close_len", "_size")
+
+    def __init__(self, text: str, open_tag: str, close_tag: str) -> None:
+        self.opens = Finder(text, open_tag)
+        self.closes = Finder(text, close_tag)
+        self._close_len = len(close_tag)
+        self._size = len(text)
+
+    def extent(self, body_start: int) -> tuple[int, int]:
+        """(body end, block end) of the block whose body starts at `body_start`."""
+        return block_extent(self.closes.find(body_start), self.opens.find(body_start), self._close_len, self._size)
+
+
+def block_extent(close: int, nxt: int, close_len: int, limit: int) -> tuple[int, int]:
+    """(body end, block end), given where the block's closing tag and the next opening tag are
+    (-1: none): the closing tag when it comes first, else the next opening tag or `limit`."""
+    if close != -1 and (nxt == -1 or close < nxt):
+        return close, close + close_len
+    stop = limit if nxt == -1 else nxt
+    return stop, stop
+
+
 class DecodeBudget:
     """How many failed JSON decodes one parse may still spend on the whole text.
 

@@ -18,10 +18,11 @@ from typing import Any, Mapping
 
 from ._core import (
     JSON_DECODER,
-    Finder,
     ParseIssue,
     ParseResult,
+    TagBlocks,
     ToolCallParser,
+    block_extent,
     issue,
     join_content,
     make_call,
@@ -66,15 +67,11 @@ class DeepSeekV32Parser(ToolCallParser):
         calls: list[dict[str, Any]] = []
         errors: list[ParseIssue] = []
         copied = 0
-        starts, ends = Finder(text, _BLOCK), Finder(text, _BLOCK_END)
-        while (s := starts.find(copied)) != -1:
+        blocks = TagBlocks(text, _BLOCK, _BLOCK_END)
+        while (s := blocks.opens.find(copied)) != -1:
             pieces.append(text[copied:s])
             body_start = s + len(_BLOCK)
-            e, nxt = ends.find(body_start), starts.find(body_start)
-            if e != -1 and (nxt == -1 or e < nxt):
-                body_end, block_end = e, e + len(_BLOCK_END)
-            else:  # closing tag missing: up to the next block or the end
-                body_end = block_end = nxt if nxt != -1 else len(text)
+            body_end, block_end = blocks.extent(body_start)
             self._block(text, body_start, body_end, calls, errors, pieces)
             copied = block_end
         pieces.append(text[copied:])
@@ -91,11 +88,9 @@ class DeepSeekV32Parser(ToolCallParser):
             if m is None:
                 return
             nxt = _INVOKE.search(text, m.end(), end)
-            close = text.find(_INVOKE_END, m.end(), nxt.start() if nxt else end)
-            if close != -1 and (nxt is None or close < nxt.start()):
-                body_end, invoke_end = close, close + len(_INVOKE_END)
-            else:
-                body_end = invoke_end = nxt.start() if nxt else end
+            nxt_start = nxt.start() if nxt else -1
+            close = text.find(_INVOKE_END, m.end(), nxt_start if nxt else end)
+            body_end, invoke_end = block_extent(close, nxt_start, len(_INVOKE_END), end)
             parsed = self._invoke(text, m, body_end)
             if isinstance(parsed, str):
                 errors.append(issue(text, m.start(), invoke_end, parsed))

@@ -20,9 +20,9 @@ from typing import Any, Mapping
 
 from ._values import coerce_value
 from ._core import (
-    Finder,
     ParseIssue,
     ParseResult,
+    TagBlocks,
     ToolCallParser,
     issue,
     join_content,
@@ -73,10 +73,10 @@ class GlmParser(ToolCallParser):
         errors: list[ParseIssue] = []
         copied = 0
         i = 0
-        starts, ends = Finder(text, spec.start), Finder(text, spec.end)
+        blocks = TagBlocks(text, spec.start, spec.end)
         while True:
-            s = starts.find(i)
-            e = ends.find(i)
+            s = blocks.opens.find(i)
+            e = blocks.closes.find(i)
             if e != -1 and (s == -1 or e < s):
                 # No lenient reading of a body without its opening tag here: the name would
                 # come before any tag, so a stream could not hold it back (see stream_markers).
@@ -86,12 +86,7 @@ class GlmParser(ToolCallParser):
             if s == -1:
                 break
             body_start = s + len(spec.start)
-            close = ends.find(body_start)
-            nxt = starts.find(body_start)
-            if close != -1 and (nxt == -1 or close < nxt):
-                body_end, block_end = close, close + len(spec.end)
-            else:
-                body_end = block_end = nxt if nxt != -1 else len(text)
+            body_end, block_end = blocks.extent(body_start)
             parsed = self._call(text, body_start, body_end, schemas)
             if (
                 block_end == body_end

@@ -22,9 +22,9 @@ from ._values import python_literal
 from ._core import (
     JSON_DECODER,
     DecodeBudget,
-    Finder,
     ParseIssue,
     ParseResult,
+    TagBlocks,
     ToolCallParser,
     call_from_object,
     issue,
@@ -104,10 +104,10 @@ class JsonTagParser(ToolCallParser):
         copied = 0  # text[:copied] is already in `pieces` or consumed as a call
         i = 0
         budget = DecodeBudget()
-        starts, ends = Finder(text, spec.start), Finder(text, spec.end)
+        blocks = TagBlocks(text, spec.start, spec.end)
         while True:
-            s = starts.find(i)
-            e = ends.find(i)
+            s = blocks.opens.find(i)
+            e = blocks.closes.find(i)
             if e != -1 and (s == -1 or e < s):
                 # A closing tag with no opening tag: a body right before it still counts.
                 # Only text after the previous tag can be its body (keeps the search linear).
@@ -131,7 +131,7 @@ class JsonTagParser(ToolCallParser):
                 calls.append(make_call(name, arguments, encoded=encoded))
                 copied = i = block_end
                 continue
-            found = None if budget.exhausted else self._plain_body(text, body_start, budget, starts, ends)
+            found = None if budget.exhausted else self._plain_body(text, body_start, budget, blocks)
             if found is not None:
                 # One JSON value right after the tag (the usual case): decoded once, and a
                 # closing tag quoted inside an argument string cannot end the block early.
@@ -139,11 +139,7 @@ class JsonTagParser(ToolCallParser):
                 block_end = body_end + len(spec.end) if text.startswith(spec.end, body_end) else body_end
                 parsed, reason = calls_in_values(value if isinstance(value, list) else [value], spec)
             else:
-                nxt = starts.find(body_start)
-                if e != -1 and (nxt == -1 or e < nxt):
-                    body_end, block_end = e, e + len(spec.end)
-                else:  # closing tag missing: the body runs to the next block or the end
-                    body_end = block_end = nxt if nxt != -1 else len(text)
+                body_end, block_end = blocks.extent(body_start)
                 parsed, reason = calls_in_json(text[body_start:body_end], spec)
             if reason is None:
                 pieces.append(text[copied:s])
@@ -170,7 +166,7 @@ class JsonTagParser(ToolCallParser):
         return name, arguments, encoded, tag + len(spec.end)
 
     def _plain_body(
-        self, text: str, body_start: int, budget: DecodeBudget, starts: Finder, ends: Finder
+        self, text: str, body_start: int, budget: DecodeBudget, blocks: TagBlocks
     ) -> tuple[int, Any] | None:
         """(where the body ends, its value) when the body is exactly one JSON value, else None."""
         j = body_start
@@ -182,7 +178,7 @@ class JsonTagParser(ToolCallParser):
             value, stop = budget.decode(text, j)
         except ValueError:
             return None
-        found = [p for p in (ends.find(stop), starts.find(stop)) if p != -1]
+        found = [p for p in (blocks.closes.find(stop), blocks.opens.find(stop)) if p != -1]
         boundary = min(found) if found else len(text)
         return (boundary, value) if not text[stop:boundary].strip() else None
 

@@ -25,7 +25,7 @@ import re
 from typing import Any, Mapping
 
 from ._values import coerce_value
-from ._core import Finder, ParseIssue, ParseResult, ToolCallParser, issue, join_content, make_call, valid_name
+from ._core import ParseIssue, ParseResult, TagBlocks, ToolCallParser, issue, join_content, make_call, valid_name
 from ._params import ParamTags, read_params
 from ._registry import register_parser
 
@@ -70,17 +70,14 @@ class Qwen3CoderParser(ToolCallParser):
         errors: list[ParseIssue] = []
         copied = 0
         i = 0
-        starts, ends = Finder(text, _FUNCTION), Finder(text, _FUNCTION_END)
-        while (s := starts.find(i)) != -1:
+        blocks = TagBlocks(text, _FUNCTION, _FUNCTION_END)
+        while (s := blocks.opens.find(i)) != -1:
             name_end = text.find(">", s, s + len(_FUNCTION) + 130)  # names are at most 128 characters
-            nxt = starts.find(s + 1)
-            close = ends.find(s)
-            if close != -1 and (nxt == -1 or close < nxt):
-                body_end, unit_end = close, close + len(_FUNCTION_END)
-            else:  # </function> missing: up to the next call, the closing wrapper or the end
-                stop = nxt if nxt != -1 else len(text)
-                wrap = text.rfind(_WRAP_END, s, stop)
-                body_end = unit_end = wrap if wrap != -1 else stop
+            body_end, unit_end = blocks.extent(s + 1)
+            if body_end == unit_end:  # </function> missing: a closing wrapper before the next call ends it too
+                wrap = text.rfind(_WRAP_END, s, body_end)
+                if wrap != -1:
+                    body_end = unit_end = wrap
             parsed = self._function(text, s, name_end, body_end, schemas)
             if isinstance(parsed, str):
                 errors.append(issue(text, s, unit_end, parsed))
