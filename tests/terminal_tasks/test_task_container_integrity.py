@@ -84,8 +84,11 @@ async def engines():
         yield e
 
 
-async def run(engines: TaskContainers, tmp_path: Path, image: str, *commands: str, uploads=None):
-    task = load_harbor_task(write_task(tmp_path))
+async def run(engines: TaskContainers, tmp_path: Path, image: str, *commands: str, uploads=None, test_sh=None):
+    task_dir = write_task(tmp_path)
+    if test_sh is not None:
+        (task_dir / "tests" / "test.sh").write_text(test_sh)
+    task = load_harbor_task(task_dir)
     spec = task_spec(task, image, network=task.allow_internet)
     async with task_container(engines, spec, task.id) as executor:
         for path, data in (uploads or {}).items():
@@ -349,6 +352,25 @@ async def test_a_runner_module_in_the_workdir_is_flagged(engines, tmp_path, task
     verdict = await run(engines, tmp_path, task_image, ANSWER_CMD, uploads={module: b"import os\nos._exit(0)\n"})
     assert verdict.reward == 0.0, verdict
     assert any(module in f for f in verdict.flags), verdict
+
+
+# As two published test.sh files run the tests: from the workdir, which `python -m` puts first on sys.path.
+TEST_SH_PYTHON_M = TEST_SH.replace("pytest /tests/test_outputs.py", "python3 -m pytest /tests/test_outputs.py")
+
+
+@pytest.mark.parametrize("module", ["/app/argparse.py", "/app/inspect/__init__.py"])
+async def test_a_standard_module_pytest_imports_planted_in_the_workdir_is_flagged(engines, tmp_path, task_image, module):
+    """pytest imports argparse and inspect after `python -m` put the workdir first on sys.path: one planted there
+    runs first (it makes the runner exit 0 here). An honest module of another name still scores."""
+    exit_0 = {module: b"import os\nos._exit(0)\n"}
+    unchecked = await run(engines, tmp_path / "plain", task_image, uploads=exit_0)  # plain `pytest`: not on its path
+    assert unchecked.reward == 0.0, unchecked
+    verdict = await run(engines, tmp_path / "m", task_image, uploads=exit_0, test_sh=TEST_SH_PYTHON_M)
+    assert verdict.reward == 0.0, verdict
+    assert any(module in f for f in verdict.flags), verdict
+    honest = {"/app/answer_tools.py": b"ANSWER = 42\n"}
+    fine = await run(engines, tmp_path / "h", task_image, ANSWER_CMD, uploads=honest, test_sh=TEST_SH_PYTHON_M)
+    assert (fine.reward, fine.flags) == (1.0, []), fine
 
 
 @pytest.mark.parametrize(
