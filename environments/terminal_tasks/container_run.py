@@ -30,13 +30,12 @@ added library that shadows one of the image's sonames in the loader's cache.
 
 from __future__ import annotations
 
-import io
 import logging
 import re
 import secrets
 import shlex
 import socket
-import tarfile
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -57,7 +56,7 @@ from environments.terminal_tasks.genuine import PY_HOOKS, GenuineCheck, review_f
 from environments.terminal_tasks.reach import TOOL_FLAG, above
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
-from environments.terminal_tasks.verify import GUARD_FAILED, guard_script
+from environments.terminal_tasks.container_guard import GUARD, GUARD_FAILED, changed_tests
 from tools.executor import ExecOptions, ExecResult, FileOpError
 
 __all__ = [
@@ -114,31 +113,14 @@ _SEARCHED = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbi
 _INSTALLER_CONFIG = re.compile(r"/(pip\.conf|pip\.ini|uv\.toml)$|^/etc/(uv|xdg/uv|xdg/pip)/|/\.config/(uv|pip)/")
 # `python -m pytest` from the workdir (two published test.sh files) imports the runner from the workdir first.
 _WORK_RUNNER = re.compile(r"^(pytest|_pytest|pluggy|iniconfig)(/|\.py$)|^py\.py$")
+# ...and, for such a test.sh, any standard-library module pytest imports after `-m` put the workdir first (argparse,
+# inspect, ...): a top-level module or package there named like one of the standard library's.
+PYTHON_M_PYTEST = re.compile(r"\bpython[\d.]*(\s+-\S+)*\s+-m\s+pytest\b")
+_TOP_MODULE = re.compile(r"^([A-Za-z_]\w*)(/|\.py$|\..*\.so$|\.so$)")
 
 # What a login bash reads before its command (as root: HOME is /root).
 _LOGIN_STARTUP = re.compile(
     r"^/etc/(profile|profile\.d/.*|bash\.bashrc)$|^/root/\.(bash_profile|bash_login|profile|bashrc)$"
-)
-
-# What the agent left running (any uid) runs on into the verifier, as in Harbor: a server the tests query still
-# answers. test.sh runs under verify.py's guard, which stops those processes before each of its reward commands and
-# at its exit, sparing pid 1 (docker's init) and the keep-alive, its oldest child by the start time the kernel set.
-_OWN_PID_NS = r"""__hermes_own_pid_ns() { return 0; }
-__hermes_any_uid=1
-__hermes_keepalive() {
-  local c best= bt= line kids=()
-  read -r -a kids < /proc/1/task/1/children 2>/dev/null
-  for c in "${kids[@]}"; do
-    read -r line < "/proc/$c/stat" 2>/dev/null || continue
-    set -- ${line##*) }
-    if [ -z "$bt" ] || [ "${20}" -lt "$bt" ]; then bt=${20} best=$c; fi
-  done
-  echo "$best"
-}
-__hermes_spared="1 $(__hermes_keepalive)"
-"""
-_GUARD = guard_script(
-    reward_dir=VERIFIER_DIR, chain=["/", "/logs", VERIFIER_DIR], pytest_boot="", manifest="", own_pid_ns=_OWN_PID_NS
 )
 
 
@@ -148,10 +130,13 @@ def integrity_problems(changes: list[tuple[str, str]], workdir: str = "/app") ->
     return [line for _, line in integrity_flags(changes, workdir)]
 
 
-def integrity_flags(changes: list[tuple[str, str]], workdir: str = "/app") -> list[tuple[str, str]]:
+def integrity_flags(
+    changes: list[tuple[str, str]], workdir: str = "/app", python_m_pytest: bool = False
+) -> list[tuple[str, str]]:
     """(path, line) of what in the engine's diff could change what the tests' tools do.
 
-    Programs and libraries under the task's working directory are the agent's work, not the tests' tools.
+    Programs and libraries under the task's working directory are the agent's work, not the tests' tools, except
+    what `python -m pytest` run from there imports (`python_m_pytest`: test.sh runs the tests so).
     """
     paths = {p for _, p in changes}
     # The agent's work is not the tests' tools; a workdir of / would make everything the agent's work.
@@ -191,6 +176,10 @@ def integrity_flags(changes: list[tuple[str, str]], workdir: str = "/app") -> li
             found.append((path, f"{kind} {path} (where the tests' installers take pytest from)"))
         elif path.startswith(work) and _WORK_RUNNER.search(path[len(work) :]) and not path.endswith(".pyc"):
             found.append((path, f"{kind} {path} (the test runner, as `python -m pytest` from the workdir imports it)"))
+        elif python_m_pytest and path.startswith(work) and _stdlib_named(path[len(work) :]) and kind != "deleted":
+            found.append(
+                (path, f"{kind} {path} (named like a standard module `python -m pytest` from the workdir imports)")
+            )
         elif _SITE.search(path) or (path + "/").startswith(work):
             continue
         elif kind != "added" and path not in dirs and (_TOOL_DIRS.search(path) or _LIB_DIRS.search(path)):
@@ -347,7 +336,6 @@ async def verify_in_container(
     """Harbor's verifier in the trajectory's own container, after the integrity check."""
     box = executor.box
     changes = await box.changes()
-    flagged = integrity_flags(changes, box.spec.workdir)
     # What the verifier copies to /tests (Harbor), read once: test.sh finds programs on its PATH and where these
     # files say. An Endless task's check stays strict.
     files: dict[str, tuple[bytes, int]] = {}
@@ -358,6 +346,7 @@ async def verify_in_container(
     tests_text = None if task.format == "endless" else "\n".join(d.decode(errors="replace") for d, _ in files.values())
     env = {**box.spec.env, **task.verifier_env}
     test_sh = files.get("test.sh", (b"", 0))[0].decode(errors="replace")
+    flagged = integrity_flags(changes, box.spec.workdir, bool(PYTHON_M_PYTEST.search(test_sh)))
     flags = await review_flags(
         box, changes, flagged, box.spec.workdir, genuine, env=env, tests_text=tests_text, test_sh=test_sh
     )
@@ -377,7 +366,7 @@ async def verify_in_container(
     # (write the reward, exit), so test.sh then runs without them. An honest edit still scores.
     startup = sorted({p for _, p in changes if _LOGIN_STARTUP.search(p)})
     run = await box.exec(
-        f"bash -c {shlex.quote(_GUARD)} /tests/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
+        f"bash -c {shlex.quote(GUARD)} /tests/test.sh > {VERIFIER_DIR}/test-stdout.txt 2>&1",
         timeout=task.verifier_timeout_s,
         user="root",
         env=task.verifier_env,
@@ -388,15 +377,20 @@ async def verify_in_container(
         out = (await box.read_file(f"{VERIFIER_DIR}/test-stdout.txt")).decode(errors="replace")
     except FileNotFoundError:
         out = run.output
-    changed = await _changed_tests(box, files)
+    changed = await changed_tests(box, files)
     if run.timed_out:  # scored 0, as a hang the agent caused must not escape its score
         verdict = ContainerVerdict(0.0, f"tests/test.sh ran over timeout_sec = {task.verifier_timeout_s:g}", log=out)
     elif changed or run.exit_code == GUARD_FAILED or (run.exit_code or 0) > 128:
         # The guard never finished (its shell was killed), could not stop what the agent left running, or the
         # tests' files are not what was copied in: whatever the reward files say, no reward.
-        why = f"the tests' files changed while they ran ({', '.join(changed[:3])})" if changed else (
-            "processes left running could not all be stopped" if run.exit_code == GUARD_FAILED
-            else f"test.sh's shell was killed by signal {run.exit_code - 128}"  # type: ignore[operator]
+        why = (
+            f"the tests' files changed while they ran ({', '.join(changed[:3])})"
+            if changed
+            else (
+                "processes left running could not all be stopped"
+                if run.exit_code == GUARD_FAILED
+                else f"test.sh's shell was killed by signal {run.exit_code - 128}"  # type: ignore[operator]
+            )
         )
         verdict = ContainerVerdict(0.0, f"flagged: {why}", [why], log=out)
     else:
@@ -411,19 +405,10 @@ async def verify_in_container(
     return verdict
 
 
-async def _changed_tests(box: TaskContainer, files: dict[str, tuple[bytes, int]]) -> list[str]:
-    """The tests' files that are no longer the bytes copied in, read through the engine (no program of the
-    container runs: the agent's processes may have replaced the image's by now)."""
-    try:
-        archive = tarfile.open(fileobj=io.BytesIO(await box.read_tar("/tests")))
-    except (OSError, tarfile.TarError):
-        return ["/tests"]
-    found = {}
-    for member in archive.getmembers():
-        name = member.name.split("/", 1)[1] if "/" in member.name else ""
-        if name in files and member.isfile():
-            found[name] = archive.extractfile(member).read()  # type: ignore[union-attr]
-    return [f"/tests/{name}" for name, (data, _) in sorted(files.items()) if found.get(name) != data]
+def _stdlib_named(rel: str) -> bool:
+    """A workdir entry (relative path) that is, or is inside, a top-level module named like a standard one."""
+    top = _TOP_MODULE.match(rel)
+    return top is not None and top.group(1) in sys.stdlib_module_names and not rel.endswith(".pyc")
 
 
 async def endless_pytest(

@@ -359,7 +359,9 @@ TEST_SH_PYTHON_M = TEST_SH.replace("pytest /tests/test_outputs.py", "python3 -m 
 
 
 @pytest.mark.parametrize("module", ["/app/argparse.py", "/app/inspect/__init__.py"])
-async def test_a_standard_module_pytest_imports_planted_in_the_workdir_is_flagged(engines, tmp_path, task_image, module):
+async def test_a_standard_module_pytest_imports_planted_in_the_workdir_is_flagged(
+    engines, tmp_path, task_image, module
+):
     """pytest imports argparse and inspect after `python -m` put the workdir first on sys.path: one planted there
     runs first (it makes the runner exit 0 here). An honest module of another name still scores."""
     exit_0 = {module: b"import os\nos._exit(0)\n"}

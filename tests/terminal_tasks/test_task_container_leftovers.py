@@ -84,7 +84,7 @@ async def test_a_server_the_agent_left_running_still_serves_the_tests(engines, t
         for command in (
             "mkdir -p /srv/www && echo 42 > /srv/www/answer.txt",
             left_running(serve),
-            "for i in $(seq 300); do python3 -c \"import urllib.request as u; "
+            'for i in $(seq 300); do python3 -c "import urllib.request as u; '
             "u.urlopen('http://127.0.0.1:8765/answer.txt')\" 2>/dev/null && exit 0; sleep 0.1; done; exit 1",
         ):
             result = await executor.exec(command, timeout=600, max_output_bytes=100_000)

@@ -1,0 +1,56 @@
+"""test.sh in the agent's own task container: what the agent left running runs on into the verifier, as in Harbor.
+
+A server the tests query still answers, so nothing is stopped before test.sh. It runs under verify.py's guard
+(one implementation for slots and task containers), which stops those processes, of any uid, before each of its
+reward commands and at its exit; afterwards the tests' files are compared through the engine (docs/security.md).
+"""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+from backends.task_container import TaskContainer
+from environments.terminal_tasks.verify import GUARD_FAILED, guard_script
+
+__all__ = ["GUARD", "GUARD_FAILED", "changed_tests"]
+
+# What the agent left running (any uid) runs on into the verifier, as in Harbor: a server the tests query still
+# answers. test.sh runs under verify.py's guard, which stops those processes before each of its reward commands and
+# at its exit, sparing pid 1 (docker's init) and the keep-alive, its oldest child by the start time the kernel set.
+_OWN_PID_NS = r"""__hermes_own_pid_ns() { return 0; }
+__hermes_any_uid=1
+__hermes_keepalive() {
+  local c best= bt= line kids=()
+  read -r -a kids < /proc/1/task/1/children 2>/dev/null
+  for c in "${kids[@]}"; do
+    read -r line < "/proc/$c/stat" 2>/dev/null || continue
+    set -- ${line##*) }
+    if [ -z "$bt" ] || [ "${20}" -lt "$bt" ]; then bt=${20} best=$c; fi
+  done
+  echo "$best"
+}
+__hermes_spared="1 $(__hermes_keepalive)"
+"""
+GUARD = guard_script(
+    reward_dir="/logs/verifier",
+    chain=["/", "/logs", "/logs/verifier"],
+    pytest_boot="",
+    manifest="",
+    own_pid_ns=_OWN_PID_NS,
+)
+
+
+async def changed_tests(box: TaskContainer, files: dict[str, tuple[bytes, int]]) -> list[str]:
+    """The tests' files that are no longer the bytes copied in, read through the engine (no program of the
+    container runs: the agent's processes may have replaced the image's by now)."""
+    try:
+        archive = tarfile.open(fileobj=io.BytesIO(await box.read_tar("/tests")))
+    except (OSError, tarfile.TarError):
+        return ["/tests"]
+    found = {}
+    for member in archive.getmembers():
+        name = member.name.split("/", 1)[1] if "/" in member.name else ""
+        if name in files and member.isfile():
+            found[name] = archive.extractfile(member).read()  # type: ignore[union-attr]
+    return [f"/tests/{name}" for name, (data, _) in sorted(files.items()) if found.get(name) != data]
