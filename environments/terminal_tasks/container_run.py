@@ -116,7 +116,7 @@ _WORK_RUNNER = re.compile(r"^(pytest|_pytest|pluggy|iniconfig)(/|\.py$)|^py\.py$
 # ...and, for such a test.sh, any standard-library module pytest imports after `-m` put the workdir first (argparse,
 # inspect, ...): a top-level module or package there named like one of the standard library's.
 PYTHON_M_PYTEST = re.compile(r"\bpython[\d.]*(\s+-\S+)*\s+-m\s+pytest\b")
-_TOP_MODULE = re.compile(r"^([A-Za-z_]\w*)(/|\.py$|\..*\.so$|\.so$)")
+_TOP_MODULE = re.compile(r"^([A-Za-z_]\w*)(/|\.pyc?$|\..*\.so$|\.so$)")  # argparse.pyc alone is importable too
 
 # What a login bash reads before its command (as root: HOME is /root).
 _LOGIN_STARTUP = re.compile(
@@ -408,7 +408,8 @@ async def verify_in_container(
 def _stdlib_named(rel: str) -> bool:
     """A workdir entry (relative path) that is, or is inside, a top-level module named like a standard one."""
     top = _TOP_MODULE.match(rel)
-    return top is not None and top.group(1) in sys.stdlib_module_names and not rel.endswith(".pyc")
+    # `test` (the standard library's own test suite, which no runner imports) is also a repository's tests directory.
+    return top is not None and top.group(1) in sys.stdlib_module_names - {"test"}
 
 
 async def endless_pytest(

@@ -68,3 +68,18 @@ def test_a_python_tree_apt_adds_where_the_image_had_none_is_not_tampering():
     # A user site directory the image lacked is read by the image's own Python: never exempt.
     user_site = [("added", "/root/.local/lib/python3.13/site-packages/usercustomize.py")]
     assert len(integrity_problems(user_site)) == 1
+
+
+def test_a_workdir_module_named_like_a_standard_one_is_flagged_only_for_python_m_pytest():
+    """`python -m pytest` from the workdir imports argparse, inspect, ... after the workdir went first on sys.path:
+    a module, package, sourceless .pyc or extension there of such a name is the agent's; other names are its work."""
+    from environments.terminal_tasks.container_run import PYTHON_M_PYTEST, integrity_flags
+
+    planted = ["/app/argparse.py", "/app/inspect/__init__.py", "/app/argparse.pyc", "/app/json.cpython-311-x86_64.so"]
+    honest = ["/app/eigen.py", "/app/test/test_more.py", "/app/__pycache__/argparse.cpython-311.pyc", "/app/sub/os.py"]
+    changes = [("added", p) for p in planted + honest]
+    assert [p for p, _ in integrity_flags(changes, "/app", python_m_pytest=True)] == planted
+    assert integrity_flags(changes, "/app", python_m_pytest=False) == []
+    runs = ["python -m pytest -rA", "python3 -m pytest /tests", "python3.12 -u -m pytest", "uv run python -m pytest"]
+    assert all(PYTHON_M_PYTEST.search(line) for line in runs)
+    assert not any(PYTHON_M_PYTEST.search(line) for line in ["pytest /tests", "uvx -w pytest pytest", "python -m pip"])
