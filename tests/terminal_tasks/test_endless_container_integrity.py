@@ -119,3 +119,26 @@ async def test_initial_state_test_runs_in_the_container_as_the_final_one(engines
         broken = await ex.exec("touch /home/user/artifacts/permissions_log.txt", timeout=60, max_output_bytes=10_000)
         assert broken.exit_code == 0, broken.output
         assert (await endless_pytest(ex, task, task.initial_test)).reward == 0.0
+
+
+def _left_running(script: str) -> str:
+    """`script` detached from the agent's command (own session, no terminal), still running after it."""
+    return f"nohup setsid bash -c {shlex.quote(script)} >/dev/null 2>&1 < /dev/null & sleep 0.5"
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        # once the final test is copied in, the %environment the verifier sources ends its shell with success
+        "while [ ! -e /tests ]; do sleep 0.005; done; echo 'exit 0' >> /.singularity.d/env/90-environment.sh",
+        # once the final test is copied in, python3 (uid 1000's, as every file here) reports success
+        "while [ ! -e /tests ]; do sleep 0.005; done; rm -f /usr/bin/python3 && "
+        "printf '#!/bin/sh\\nexit 0\\n' > /usr/bin/python3 && chmod +x /usr/bin/python3",
+    ],
+    ids=["environment", "python3"],
+)
+async def test_a_process_the_agent_left_running_cannot_change_the_final_test_run(engines, image, script):
+    """The engine's diff is taken before the final test; what the agent left running acts after it. It is stopped
+    before the diff (the final test checks the state the agent left, not its processes)."""
+    verdict = await run(engines, image, _left_running(script))
+    assert verdict.reward == 0.0, verdict
