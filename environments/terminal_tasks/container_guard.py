@@ -13,14 +13,12 @@ import tarfile
 from backends.task_container import TaskContainer
 from environments.terminal_tasks.verify import GUARD_FAILED, guard_script
 
-__all__ = ["GUARD", "GUARD_FAILED", "changed_tests"]
+__all__ = ["GUARD", "GUARD_FAILED", "STOP_LEFTOVERS", "changed_tests"]
 
 # What the agent left running (any uid) runs on into the verifier, as in Harbor: a server the tests query still
 # answers. test.sh runs under verify.py's guard, which stops those processes before each of its reward commands and
 # at its exit, sparing pid 1 (docker's init) and the keep-alive, its oldest child by the start time the kernel set.
-_OWN_PID_NS = r"""__hermes_own_pid_ns() { return 0; }
-__hermes_any_uid=1
-__hermes_keepalive() {
+_KEEPALIVE = r"""__hermes_keepalive() {
   local c best= bt= line kids=()
   read -r -a kids < /proc/1/task/1/children 2>/dev/null
   for c in "${kids[@]}"; do
@@ -30,8 +28,41 @@ __hermes_keepalive() {
   done
   echo "$best"
 }
+"""
+_OWN_PID_NS = (
+    _KEEPALIVE
+    + r"""__hermes_own_pid_ns() { return 0; }
+__hermes_any_uid=1
 __hermes_spared="1 $(__hermes_keepalive)"
 """
+)
+# Run as root before an Endless task's engine diff: every process but pid 1, the keep-alive and this shell and its
+# ancestors (`timeout`, docker's exec) gets SIGKILL, until none is left (exit GUARD_FAILED if a fork race outlasts 50
+# rounds). Builtins only: the image's programs may be the agent's by now.
+STOP_LEFTOVERS = (
+    _KEEPALIVE
+    + r"""keep=" 1 $(__hermes_keepalive) "
+x=$$
+while [ -n "$x" ] && [ "$x" != 0 ]; do
+  keep+="$x " pp=
+  while read -r k v _; do [ "$k" = PPid: ] && { pp=$v; break; }; done < "/proc/$x/status" 2>/dev/null
+  x=$pp
+done
+for round in {1..50}; do
+  victims=()
+  for p in /proc/[0-9]*; do
+    pid=${p#/proc/} st=
+    case $keep in *" $pid "*) continue ;; esac
+    while read -r k v _; do [ "$k" = State: ] && { st=$v; break; }; done < "$p/status" 2>/dev/null
+    [ -n "$st" ] && [ "$st" != Z ] && victims+=("$pid")
+  done
+  [ ${#victims[@]} = 0 ] && exit 0
+  kill -KILL "${victims[@]}" 2>/dev/null
+done
+exit """
+    + str(GUARD_FAILED)
+    + "\n"
+)
 GUARD = guard_script(
     reward_dir="/logs/verifier",
     chain=["/", "/logs", "/logs/verifier"],
