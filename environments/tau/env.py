@@ -172,7 +172,7 @@ class TauEnv(HermesAgentBaseEnv):
             raise HermesEnvError("τ² conversations run inside the env's runtime (process/serve/evaluate)")
         u, data, client, url = self.config.user_model, self.data(), self._user_client, self._user_url
 
-        def make(model: ChatModel, tools: list[dict[str, Any]], ctx: ToolContext, loop: AgentLoopConfig, _registry):
+        def make(model: ChatModel, tools: list[dict[str, Any]], ctx: ToolContext, loop: AgentLoopConfig, registry):
             # A fresh simulated user per conversation (also per retried attempt): it holds the dialogue.
             user = UserSimulator(
                 self._chat_client(client, url, u.model, u.seed), data.user_guidelines, item.user_scenario.text(), u
@@ -188,6 +188,7 @@ class TauEnv(HermesAgentBaseEnv):
                 user=user,
                 rules=self.config.rules,
                 max_user_turns=u.max_user_turns,
+                checked=registry,  # this env's registry (tool_registry): the same schemas, checked once
             )
 
         return make
