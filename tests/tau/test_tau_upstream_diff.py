@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from environments.agent_loop import AgentLoopConfig
+from environments.gc_tuning import GCConfig, collector
 from environments.models.base import ModelTurn
 from environments.tau.conversation import TauConversation, TauResult, TauRules, domain_tools
 from environments.tau.domain import Domain, db_hash, get_domain
@@ -225,9 +226,11 @@ async def test_every_published_task_scores_as_upstream_scores_it(published: dict
     domains = {d: get_domain(d) for d in DOMAINS}
     golds = {d: GoldHashes(domains[d], published[d].db) for d in DOMAINS}
     checked = {d: ToolRegistry(domain_tools(domains[d], None)) for d in DOMAINS}
-    mine = {
-        c.key: await ours(c, published[c.domain], domains[c.domain], golds[c.domain], checked[c.domain]) for c in cases
-    }
+    with collector(GCConfig()):  # the collector settings the env's runner applies (environments/gc_tuning.py)
+        mine = {
+            c.key: await ours(c, published[c.domain], domains[c.domain], golds[c.domain], checked[c.domain])
+            for c in cases
+        }
     theirs = await theirs_job
 
     differences = []
