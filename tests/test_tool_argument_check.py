@@ -79,3 +79,29 @@ def test_registry_verdicts_are_jsonschemas() -> None:
         assert (answer == "ok") == validator.is_valid(arguments), (arguments, answer)
         assert bool(ran) == validator.is_valid(arguments)
     assert '"error"' in asyncio.run(registry.call("t", {"s": "x"}, context, ["t"]))  # required, a list as allowed
+
+
+def test_a_registry_reusing_checked_schemas_checks_any_other_schema() -> None:
+    """`checked=`: a tool whose name and schema the checked registry has gives the same verdicts through its
+    own handler; a tool of that name with another schema is checked and compiled afresh."""
+    ran: list[str] = []
+
+    def handler(label: str):
+        async def run(args: dict[str, Any], context: Any) -> str:
+            ran.append(label)
+            return label
+
+        return run
+
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    checked = ToolRegistry([Tool("t", "test", "a tool", schema, handler("schemas"))])
+    context = ToolContext(None, ToolLimits(), task_id="t")  # type: ignore[arg-type]  # the handler needs no executor
+    bound = ToolRegistry([Tool("t", "test", "a tool", dict(schema), handler("bound"))], checked=checked)
+    assert asyncio.run(bound.call("t", {"n": 1}, context)) == "bound"
+    assert '"error"' in asyncio.run(bound.call("t", {"n": "1"}, context)) and ran == ["bound"]
+    other = {"type": "object", "properties": {"n": {"type": "string"}}, "required": ["n"]}
+    rebound = ToolRegistry([Tool("t", "test", "a tool", other, handler("other"))], checked=checked)
+    assert asyncio.run(rebound.call("t", {"n": "1"}, context)) == "other"
+    assert '"error"' in asyncio.run(rebound.call("t", {"n": 1}, context)) and ran == ["bound", "other"]
+    with pytest.raises(ValueError, match="invalid parameters schema"):
+        ToolRegistry([Tool("t", "test", "a tool", {"type": 7}, handler("bad"))], checked=checked)

@@ -128,16 +128,26 @@ def _argument_error(name: str, error: ValidationError) -> str:
 
 
 class ToolRegistry:
-    def __init__(self, tools: Iterable[Tool] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool] = (), *, checked: ToolRegistry | None = None) -> None:
+        """`checked`: a registry whose tools' schemas are already checked and compiled; a tool with the same
+        name and parameters reuses that (checking a schema is most of the cost of registering a tool, and
+        an env builds one registry per conversation to bind handlers to the episode's state)."""
         self._tools: dict[str, Tool] = {}
         self._validators: dict[str, Validator] = {}
         self._fast: dict[str, Callable[[dict[str, Any]], bool] | None] = {}
         for tool in tools:
-            self.register(tool)
+            self.register(tool, checked=checked)
 
-    def register(self, tool: Tool) -> None:
+    def register(self, tool: Tool, *, checked: ToolRegistry | None = None) -> None:
         if tool.name in self._tools:
             raise ValueError(f"tool {tool.name!r} is already registered (toolset {self._tools[tool.name].toolset!r})")
+        known = checked._tools.get(tool.name) if checked is not None else None
+        if checked is not None and known is not None and known.parameters == tool.parameters:
+            # Validators are immutable: sharing one between registries is safe.
+            self._validators[tool.name] = checked._validators[tool.name]
+            self._fast[tool.name] = checked._fast[tool.name]
+            self._tools[tool.name] = tool
+            return
         cls = validators.validator_for(tool.parameters)
         try:
             cls.check_schema(tool.parameters)

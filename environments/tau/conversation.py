@@ -112,10 +112,13 @@ class TauConversation:
         user: UserSimulator,
         rules: TauRules,
         max_user_turns: int | None = None,
+        checked: ToolRegistry | None = None,
     ) -> None:
+        """`checked`: a registry of the domain's tools (the env's), whose checked schemas the
+        conversation's own registry reuses."""
         self.model, self.tools, self.context, self.loop = model, tools, context, loop
         self.task, self.domain, self.data, self.user = task, domain, data, user
-        self.rules, self.max_user_turns = rules, max_user_turns
+        self.rules, self.max_user_turns, self.checked = rules, max_user_turns, checked
 
     async def run(self, messages: list[dict[str, Any]]) -> AgentResult:
         clock = asyncio.get_running_loop().time
@@ -123,7 +126,7 @@ class TauConversation:
         # A copy of the domain's database (the published retail one is ~3 MB): off the event loop.
         db = await asyncio.to_thread(initial_db, self.task, self.domain, self.data.db)
         errors = _Errors()
-        registry = ToolRegistry(domain_tools(self.domain, db, errors))
+        registry = ToolRegistry(domain_tools(self.domain, db, errors), checked=self.checked)
         messages = list(messages)  # the env's prompt: the policy, then the greeting (TauEnv.format_prompt)
         result = TauResult(messages, 0, False, "finished", [], [], db=db)
         steps, said = 0, GREETING

@@ -32,7 +32,7 @@ from environments.models.chat_mode import OpenAIChatConfig, OpenAIChatModel
 from environments.runtime import AgentFactory
 from environments.tau.conversation import TauConversation, TauResult, domain_tools
 from environments.tau.domain import Domain, get_domain
-from environments.tau.scoring import needs_judge, score_episode
+from environments.tau.scoring import GoldHashes, needs_judge, score_episode
 from environments.tau.tasks import BUNDLED_DATA_DIR, DomainData, RewardType, Task, load_domain_data
 from environments.tau.user_sim import GREETING, UserSimulator, judge_nl_assertions
 from environments.tool_backend import LocalToolBackend, ToolBackend
@@ -60,6 +60,7 @@ class TauEnv(HermesAgentBaseEnv):
         except ValueError as exc:
             raise HermesEnvError(f"--env.domain: {exc}") from None
         self._data: DomainData | None = None
+        self._gold: GoldHashes | None = None  # with the data: each task's gold database hashed once
         self._user_client: Any = None  # the simulator's openai client, opened with the runtime
         self._user_url = ""
         self._judge_client: Any = None
@@ -109,6 +110,7 @@ class TauEnv(HermesAgentBaseEnv):
                 ", ".join(judged),
             )
             self._data = dataclasses.replace(self._data, tasks=kept)
+        self._gold = GoldHashes(self.domain, self._data.db)
         return self._data.tasks
 
     async def eval_items(self) -> list[Task]:
@@ -172,7 +174,7 @@ class TauEnv(HermesAgentBaseEnv):
             raise HermesEnvError("τ² conversations run inside the env's runtime (process/serve/evaluate)")
         u, data, client, url = self.config.user_model, self.data(), self._user_client, self._user_url
 
-        def make(model: ChatModel, tools: list[dict[str, Any]], ctx: ToolContext, loop: AgentLoopConfig, _registry):
+        def make(model: ChatModel, tools: list[dict[str, Any]], ctx: ToolContext, loop: AgentLoopConfig, registry):
             # A fresh simulated user per conversation (also per retried attempt): it holds the dialogue.
             user = UserSimulator(
                 self._chat_client(client, url, u.model, u.seed), data.user_guidelines, item.user_scenario.text(), u
@@ -188,6 +190,7 @@ class TauEnv(HermesAgentBaseEnv):
                 user=user,
                 rules=self.config.rules,
                 max_user_turns=u.max_user_turns,
+                checked=registry,  # this env's registry (tool_registry): the same schemas, checked once
             )
 
         return make
@@ -208,7 +211,7 @@ class TauEnv(HermesAgentBaseEnv):
             verdicts = await judge_nl_assertions(judge, result.messages, criteria.nl_assertions)
         # Gold replay on a fresh copy and two hashes of the whole database: off the event loop.
         result.score_detail = await asyncio.to_thread(
-            partial(score_episode, ended=result.ended, nl_verdicts=verdicts),
+            partial(score_episode, ended=result.ended, nl_verdicts=verdicts, gold=self._gold),
             item,
             self.domain,
             self.data().db,

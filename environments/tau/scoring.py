@@ -28,7 +28,16 @@ from typing import Any
 from environments.tau.domain import Domain, db_hash
 from environments.tau.tasks import RewardType, Task
 
-__all__ = ["ENDED_BY_STOP", "TauScore", "gold_db", "initial_db", "needs_judge", "score_episode", "tool_calls"]
+__all__ = [
+    "ENDED_BY_STOP",
+    "GoldHashes",
+    "TauScore",
+    "gold_db",
+    "initial_db",
+    "needs_judge",
+    "score_episode",
+    "tool_calls",
+]
 
 # How a conversation may end and still be scored (the benchmark's AGENT_STOP / USER_STOP).
 ENDED_BY_STOP = frozenset({"user_stop", "agent_stop"})
@@ -38,6 +47,7 @@ ENDED_BY_STOP = frozenset({"user_stop", "agent_stop"})
 class TauScore:
     reward: float
     db_match: bool | None = None
+    db_hash: str | None = None  # the final database's, when db_match compared it with the gold one's
     actions: list[bool] = field(default_factory=list)
     communicate: list[bool] = field(default_factory=list)
     env_assertions: list[bool] = field(default_factory=list)
@@ -114,6 +124,22 @@ def gold_db(task: Task, domain: Domain, base: dict[str, Any]) -> dict[str, Any]:
     return db
 
 
+class GoldHashes:
+    """The hash of each task's gold database, replayed once per task: the rollouts of a group (or of an
+    evaluation's repeats) share it. For one domain and one base database, which nobody changes."""
+
+    def __init__(self, domain: Domain, base_db: dict[str, Any]) -> None:
+        self.domain, self.base_db = domain, base_db
+        # By the task object's id; the task is kept, so that id cannot be another task's while it is here.
+        self._hashes: dict[int, tuple[Task, str]] = {}
+
+    def of(self, task: Task) -> str:
+        known = self._hashes.get(id(task))
+        if known is None:  # two threads may both replay a new task: the same hash, stored twice
+            known = self._hashes[id(task)] = (task, db_hash(gold_db(task, self.domain, self.base_db)))
+        return known[1]
+
+
 def _agent_texts(messages: list[dict[str, Any]]) -> list[str]:
     return [m["content"] for m in messages if m.get("role") == "assistant" and isinstance(m.get("content"), str)]
 
@@ -127,9 +153,15 @@ def score_episode(
     *,
     ended: str,
     nl_verdicts: list[bool] | None = None,
+    gold: GoldHashes | None = None,
 ) -> TauScore:
     """Score one conversation: `base_db` is the domain's database (before the task's initial state),
-    `final_db` the agent's database at the end, `ended` how the conversation ended."""
+    `final_db` the agent's database at the end, `ended` how the conversation ended; `gold` keeps the
+    gold databases' hashes of `domain` and `base_db` from one call to the next."""
+    if gold is None:
+        gold = GoldHashes(domain, base_db)
+    elif gold.domain is not domain or gold.base_db is not base_db:
+        raise ValueError("these GoldHashes are another domain's or database's; make one per domain and database")
     if ended not in ENDED_BY_STOP:
         return TauScore(0.0, note=f"the conversation did not end by a stop token ({ended})")
     criteria = task.evaluation_criteria
@@ -138,7 +170,8 @@ def score_episode(
     score = TauScore(1.0)
 
     if criteria.actions is not None or criteria.env_assertions is not None:
-        score.db_match = db_hash(gold_db(task, domain, base_db)) == db_hash(final_db)
+        score.db_hash = db_hash(final_db)
+        score.db_match = gold.of(task) == score.db_hash
     else:
         score.db_match = True
     for assertion in criteria.env_assertions or []:

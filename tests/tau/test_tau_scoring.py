@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from environments.tau.domain import get_domain
-from environments.tau.scoring import gold_db, needs_judge, score_episode
+from environments.tau.scoring import GoldHashes, gold_db, needs_judge, score_episode
 from environments.tau.tasks import BUNDLED_DATA_DIR, Task, load_domain_data
 from tests.tau import scripts
 from tests.tau.scripts import gold_steps
@@ -139,6 +139,21 @@ def test_action_basis_matches_compare_args(bundled) -> None:
     cancel.compare_args = None  # every argument compared
     assert run(task, bundled.db, other_reason).reward == 0.0
     assert run(task, bundled.db, steps[:-1]).actions[-1] is False
+
+
+def test_gold_hashes_shared_by_conversations_score_as_a_fresh_replay_each(bundled) -> None:
+    """The env's GoldHashes (one per domain and database, gold replayed once per task): every conversation of
+    every task, a failing one before and after the gold one, scores as it does without them."""
+    gold = GoldHashes(RETAIL, bundled.db)
+    for task in [t for t in bundled.tasks if not needs_judge(t)]:
+        for steps in (gold_steps(task)[:-1], gold_steps(task), gold_steps(task)[:-1]):  # the last is a write
+            db = RETAIL.load_db(bundled.db)
+            messages = play(db, steps)
+            shared = score_episode(task, RETAIL, bundled.db, db, messages, ended="user_stop", gold=gold)
+            assert shared == score_episode(task, RETAIL, bundled.db, db, messages, ended="user_stop")
+            assert shared.db_match == (steps == gold_steps(task)), (task.id, steps)
+    with pytest.raises(ValueError, match="another domain's or database's"):
+        score_episode(task, RETAIL, copy.deepcopy(bundled.db), db, messages, ended="user_stop", gold=gold)
 
 
 def test_a_conversation_that_did_not_end_scores_zero(bundled) -> None:

@@ -19,14 +19,16 @@ from typing import Any
 import pytest
 
 from environments.agent_loop import AgentLoopConfig
+from environments.gc_tuning import GCConfig, collector
 from environments.models.base import ModelTurn
 from environments.tau.conversation import TauConversation, TauResult, TauRules, domain_tools
 from environments.tau.domain import Domain, db_hash, get_domain
-from environments.tau.scoring import score_episode
+from environments.tau.scoring import GoldHashes, score_episode
 from environments.tau.tasks import BUNDLED_DATA_DIR, DomainData, Task, load_domain_data
 from environments.tau.user_sim import GREETING, UserModelConfig, UserSimulator
 from tests.tau import upstream
 from tools.context import ToolContext
+from tools.registry import ToolRegistry
 
 DOMAINS = ("retail", "airline")
 OPENING = "Hi, I need help with my account."
@@ -130,7 +132,10 @@ def _agent_turns(case: Case) -> list[ModelTurn]:
     return turns
 
 
-async def ours(case: Case, data: DomainData, domain: Domain) -> dict[str, Any]:
+async def ours(
+    case: Case, data: DomainData, domain: Domain, gold: GoldHashes | None = None, checked: ToolRegistry | None = None
+) -> dict[str, Any]:
+    """`gold` and `checked` as the env shares them between a domain's conversations (environments/tau/env.py)."""
     user = UserSimulator(Scripted([ModelTurn(content=t) for t in case.user]), "", "", UserModelConfig())
     conversation = TauConversation(
         model=Scripted(_agent_turns(case)),  # type: ignore[arg-type]
@@ -142,6 +147,7 @@ async def ours(case: Case, data: DomainData, domain: Domain) -> dict[str, Any]:
         data=data,
         user=user,  # type: ignore[arg-type]
         rules=case.rules,
+        checked=checked,
     )
     try:
         result = await conversation.run(
@@ -150,12 +156,12 @@ async def ours(case: Case, data: DomainData, domain: Domain) -> dict[str, Any]:
     except AssertionError as exc:  # a script ran out: this side went on where the script (and upstream) did not
         return {"termination": f"error: {exc}", "reward": None, "db_match": None, "db_hash": None, "messages": []}
     assert isinstance(result, TauResult)
-    score = score_episode(case.task, domain, data.db, result.db, result.messages, ended=result.ended)
+    score = score_episode(case.task, domain, data.db, result.db, result.messages, ended=result.ended, gold=gold)
     return {
         "termination": result.ended,
         "reward": score.reward,
         "db_match": score.db_match,
-        "db_hash": db_hash(result.db),
+        "db_hash": score.db_hash or db_hash(result.db),  # the scorer hashed it when it compared it
         "messages": [_ours_message(m) for m in result.messages[1:]],
     }
 
@@ -217,7 +223,14 @@ async def test_every_published_task_scores_as_upstream_scores_it(published: dict
     ]
     # Upstream replays in its own process while this project's side runs here: two cores, one each.
     theirs_job = asyncio.create_task(asyncio.to_thread(upstream.replay, [_upstream_case(c) for c in cases]))
-    mine = {c.key: await ours(c, published[c.domain], get_domain(c.domain)) for c in cases}
+    domains = {d: get_domain(d) for d in DOMAINS}
+    golds = {d: GoldHashes(domains[d], published[d].db) for d in DOMAINS}
+    checked = {d: ToolRegistry(domain_tools(domains[d], None)) for d in DOMAINS}
+    with collector(GCConfig()):  # the collector settings the env's runner applies (environments/gc_tuning.py)
+        mine = {
+            c.key: await ours(c, published[c.domain], domains[c.domain], golds[c.domain], checked[c.domain])
+            for c in cases
+        }
     theirs = await theirs_job
 
     differences = []

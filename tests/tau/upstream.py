@@ -24,7 +24,8 @@ def data_dir() -> Path:
 
 
 def replay(cases: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Every case through upstream's orchestrator and evaluate_simulation, in one process; by key."""
+    """Every case through upstream's orchestrator and evaluate_simulation, in one process (and a forked child
+    of it per case); by key."""
     env = {
         "PATH": os.environ.get("PATH", ""),
         "HOME": os.environ.get("HOME", "/tmp"),

@@ -5,6 +5,7 @@ max_errors}`: `agent` is what this project's agent sent, in order (`{"content": 
 `{"tool_calls": [{"id", "name", "arguments"}]}`), `user` what its simulated user said. Each is
 replayed through upstream's own Orchestrator (with its default conversational agent's rule: an agent
 never stops) against upstream's own environment, then scored by upstream's `evaluate_simulation`.
+Each conversation runs in a forked child of one process that validated the databases once (`FreshDatabases`).
 Writes one JSON line per conversation: `{key, termination, reward, db_match, db_hash, messages}` (the
 messages as upstream recorded them: role, content, tool calls, tool results), or `{key, error}`.
 """
@@ -12,9 +13,12 @@ messages as upstream recorded them: role, content, tool calls, tool results), or
 from __future__ import annotations
 
 import copy
+import gc
 import importlib
 import json
+import os
 import sys
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -127,11 +131,13 @@ def replay(case: dict[str, Any], tasks: dict[str, dict[str, Any]]) -> dict[str, 
 
 
 _FAST = "fast-"
+# Environments one conversation builds: the orchestrator's, then evaluate_simulation's predicted and gold ones.
+_PER_CONVERSATION = 3
 
 
 def _copy(obj: Any) -> Any:
     """A deep copy of a validated database: each model copied as pydantic's own `copy.copy` does, its
-    dicts and lists rebuilt; scalars shared (immutable). Several times faster than validating again."""
+    dicts and lists rebuilt; scalars shared (immutable)."""
     if isinstance(obj, BaseModel):
         twin = copy.copy(obj)
         fields = twin.__dict__
@@ -145,26 +151,64 @@ def _copy(obj: Any) -> Any:
     return obj
 
 
-def _fast_constructor(domain: str) -> Callable[..., Any]:
-    """The domain's own get_environment on a copy of its database from one validated load: the same
-    environment, without reading and validating its file three times per conversation."""
-    module = importlib.import_module(f"tau2.domains.{domain}.environment")
-    loaded = module.get_environment().tools.db
+class FreshDatabases:
+    """Each domain's database validated once, and `_PER_CONVERSATION` untouched copies of it made before
+    any conversation runs. Every conversation runs in a forked child (`main`), whose environments take
+    those copies in turn: the kernel copies only the pages a conversation writes, so no conversation
+    pays for three deep copies, and none sees another's changes (nor the parent any)."""
 
-    def make(solo_mode: bool = False) -> Any:
-        return module.get_environment(db=_copy(loaded), solo_mode=solo_mode)
+    def __init__(self) -> None:
+        self.loaded: dict[str, Any] = {}
+        self.spare: dict[str, list[Any]] = {}
 
-    return make
+    def prepare(self, domain: str) -> None:
+        module = importlib.import_module(f"tau2.domains.{domain}.environment")
+        self.loaded[domain] = module.get_environment().tools.db
+        self.spare[domain] = [_copy(self.loaded[domain]) for _ in range(_PER_CONVERSATION)]
+
+    def constructor(self, domain: str) -> Callable[..., Any]:
+        """The domain's own get_environment, on an untouched copy of its database."""
+        module = importlib.import_module(f"tau2.domains.{domain}.environment")
+
+        def make(solo_mode: bool = False) -> Any:
+            spare = self.spare[domain]
+            db = spare.pop(0) if spare else _copy(self.loaded[domain])  # a fourth environment: copied now
+            return module.get_environment(db=db, solo_mode=solo_mode)
+
+        return make
+
+
+def _in_child(case: dict[str, Any], tasks: dict[str, dict[str, Any]]) -> None:
+    """Replays `case` in a forked child, which prints its row; raises when the child failed."""
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            gc.disable()  # a collection would walk (and so copy) every page of the parent's databases
+            print(json.dumps(replay(case, tasks)), flush=True)
+            status = 0
+        except BaseException:
+            traceback.print_exc()
+            sys.stderr.flush()
+        finally:
+            os._exit(status)
+    _, status = os.waitpid(pid, 0)
+    if status != 0:
+        raise RuntimeError(f"the replay of {case['key']} failed (wait status {status})")
 
 
 def main() -> None:
     cases = json.load(sys.stdin)
     tasks = {}
+    fresh = FreshDatabases()
     for domain in sorted({c["domain"] for c in cases}):
         tasks[domain] = {t.id: t for t in registry.get_tasks_loader(domain)(None)}
-        registry.register_domain(_fast_constructor(domain), _FAST + domain)
+        fresh.prepare(domain)
+        registry.register_domain(fresh.constructor(domain), _FAST + domain)
+    gc.freeze()  # what is here now is never collected, so the children's pages of it stay shared
     for case in cases:
-        print(json.dumps(replay(case, tasks)), flush=True)
+        _in_child(case, tasks)
 
 
 if __name__ == "__main__":
