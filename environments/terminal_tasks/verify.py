@@ -237,7 +237,6 @@ exit $__hermes_rc
 GUARD_FAILED = 97
 
 
-
 def guard_script(*, reward_dir: str, chain: list[str], pytest_boot: str, manifest: str, own_pid_ns: str) -> str:
     """_GUARD for one run: `chain` the reward directory and its parents (the first only made writable again),
     `pytest_boot` '' to leave `python3 -m pytest` as it is, `manifest` '' to check the tests' files elsewhere,
@@ -250,6 +249,8 @@ def guard_script(*, reward_dir: str, chain: list[str], pytest_boot: str, manifes
         .replace("@SYS_PATH@", SYSTEM_PATH)
         .replace("@OWN_PID_NS@", own_pid_ns)
     )
+
+
 # Preloaded into every program of the verifier's tree (exec_confine.c; the sandbox server binds it read-only at
 # CONFINE_FILE): each program exec'd starts in a Landlock domain nested in its parent's, which cannot ptrace it.
 UNCONFINED = (

@@ -14,7 +14,11 @@ import pytest
 from environments.terminal_tasks.container_run import task_container, task_spec, verify_in_container
 from environments.terminal_tasks.harbor import load_harbor_task
 from tests.support.docker_engine import engine_problem
-from tests.terminal_tasks.test_task_container_integrity import engines, run, task_image, write_task  # noqa: F401
+from tests.terminal_tasks import test_task_container_integrity as integrity
+from tests.terminal_tasks.test_task_container_integrity import run, write_task
+
+# The integrity tests' task image and engine, as fixtures of this module too.
+task_image, engines = integrity.task_image, integrity.engines
 
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(engine_problem() is not None, reason=str(engine_problem()))]
 
