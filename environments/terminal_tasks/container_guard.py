@@ -11,7 +11,7 @@ import io
 import tarfile
 
 from backends.task_container import TaskContainer
-from environments.terminal_tasks.verify import GUARD_FAILED, guard_script
+from environments.terminal_tasks.guard import GUARD_FAILED, LIVE_THREADS, guard_script
 
 __all__ = ["GUARD", "GUARD_FAILED", "STOP_LEFTOVERS", "changed_tests"]
 
@@ -41,6 +41,7 @@ __hermes_spared="1 $(__hermes_keepalive)"
 # rounds). Builtins only: the image's programs may be the agent's by now.
 STOP_LEFTOVERS = (
     _KEEPALIVE
+    + LIVE_THREADS
     + r"""keep=" 1 $(__hermes_keepalive) "
 x=$$
 while [ -n "$x" ] && [ "$x" != 0 ]; do
@@ -54,7 +55,8 @@ for round in {1..50}; do
     pid=${p#/proc/} st=
     case $keep in *" $pid "*) continue ;; esac
     while read -r k v _; do [ "$k" = State: ] && { st=$v; break; }; done < "$p/status" 2>/dev/null
-    [ -n "$st" ] && [ "$st" != Z ] && victims+=("$pid")
+    # a zombie leader (its main thread gone alone) may still have running threads: SIGKILL reaches them
+    [ -n "$st" ] && { [ "$st" != Z ] || __hermes_threads "$p"; } && victims+=("$pid")
   done
   [ ${#victims[@]} = 0 ] && exit 0
   kill -KILL "${victims[@]}" 2>/dev/null
