@@ -11,7 +11,8 @@ import io
 import tarfile
 
 from backends.task_container import TaskContainer
-from environments.terminal_tasks.guard import GUARD_FAILED, LIVE_THREADS, guard_script
+from environments.terminal_tasks.guard import GUARD_FAILED, STRAYS, guard_script
+from sandbox_server.bundle import SYSTEM_PATH
 
 __all__ = ["GUARD", "GUARD_FAILED", "STOP_LEFTOVERS", "changed_tests"]
 
@@ -36,34 +37,11 @@ __hermes_any_uid=1
 __hermes_spared="1 $(__hermes_keepalive)"
 """
 )
-# Run as root before an Endless task's engine diff: every process but pid 1, the keep-alive and this shell and its
-# ancestors (`timeout`, docker's exec) gets SIGKILL, until none is left (exit GUARD_FAILED if a fork race outlasts 50
-# rounds). Builtins only: the image's programs may be the agent's by now.
+# Run as root before an Endless task's engine diff: the guard's own stray scan, with every process but pid 1, the
+# keep-alive and this shell's ancestors (`timeout`, docker's exec) a stray; exit GUARD_FAILED if a fork race outlasts
+# its 50 rounds. Builtins only: the image's programs may be the agent's by now.
 STOP_LEFTOVERS = (
-    _KEEPALIVE
-    + LIVE_THREADS
-    + r"""keep=" 1 $(__hermes_keepalive) "
-x=$$
-while [ -n "$x" ] && [ "$x" != 0 ]; do
-  keep+="$x " pp=
-  while read -r k v _; do [ "$k" = PPid: ] && { pp=$v; break; }; done < "/proc/$x/status" 2>/dev/null
-  x=$pp
-done
-for round in {1..50}; do
-  victims=()
-  for p in /proc/[0-9]*; do
-    pid=${p#/proc/} st=
-    case $keep in *" $pid "*) continue ;; esac
-    while read -r k v _; do [ "$k" = State: ] && { st=$v; break; }; done < "$p/status" 2>/dev/null
-    # a zombie leader (its main thread gone alone) may still have running threads: SIGKILL reaches them
-    [ -n "$st" ] && { [ "$st" != Z ] || __hermes_threads "$p"; } && victims+=("$pid")
-  done
-  [ ${#victims[@]} = 0 ] && exit 0
-  kill -KILL "${victims[@]}" 2>/dev/null
-done
-exit """
-    + str(GUARD_FAILED)
-    + "\n"
+    f"__hermes_sys={SYSTEM_PATH}\n" + _OWN_PID_NS + STRAYS + f"__hermes_stop_strays all || exit {GUARD_FAILED}\n"
 )
 GUARD = guard_script(
     reward_dir="/logs/verifier",

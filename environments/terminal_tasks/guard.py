@@ -11,40 +11,20 @@ import shlex
 
 from sandbox_server.bundle import SYSTEM_PATH
 
-__all__ = ["GUARD_FAILED", "LIVE_THREADS", "guard_script"]
+__all__ = ["GUARD_FAILED", "STRAYS", "guard_script"]
 
-# Whether process $1 (a /proc entry) has a thread that is not a zombie: a zombie leader (its main thread gone
-# alone, SYS_exit) may still have running threads, and SIGKILL to its pid reaches them.
-LIVE_THREADS = r"""__hermes_threads() {
+# The processes outside test.sh's tree (`__hermes_strays`, `all`: outside this shell's ancestors) and their SIGKILL
+# until none is left (`__hermes_stop_strays`), for the guard and for a task container's STOP_LEFTOVERS. The shell
+# defines __hermes_own_pid_ns, __hermes_spared, __hermes_any_uid and __hermes_sys first. __hermes_threads: a zombie
+# leader (its main thread gone alone, SYS_exit) may still have running threads, and SIGKILL to its pid reaches them.
+STRAYS = r"""__hermes_threads() {
   local t k v
   for t in "$1"/task/[0-9]*; do
     while read -r k v _; do [ "$k" = State: ] && { [ "$v" != Z ] && return 0; break; }; done < "$t/status" 2>/dev/null
   done
   return 1
 }
-"""
-
-# Runs test.sh ($0) in this shell with a DEBUG trap (see the module docstring). Each guard
-# function starts with `local -; set +eux`: test.sh's own set -e/-u/-x must not apply inside it.
-# Exit status 97: processes the tests left could not all be stopped (a fork race), or the tests'
-# own files were changed while they ran; no reward.
-_GUARD = r"""
-__hermes_dir=@REWARD_DIR@
-__hermes_manifest=@MANIFEST@
-__hermes_chain=(@CHAIN@)
-__hermes_pytest=@PYTEST_BOOT@
-__hermes_sys=@SYS_PATH@
-declare -A __hermes_trusted=()
-__hermes_spared= __hermes_any_uid=
-@OWN_PID_NS@
-__hermes_wrote= __hermes_trapped=
-__hermes_named=  # test.sh has a command naming a reward file (else its grader writes it unseen)
-__hermes_stat() { local PATH=$__hermes_sys; stat -c '%i:%s:%z' -- "$1" 2>/dev/null; }
-__hermes_record() {
-  local f
-  for f in reward.txt reward.json; do __hermes_trusted[$f]=$(__hermes_stat "$__hermes_dir/$f"); done
-}
-@LIVE_THREADS@__hermes_strays() {
+__hermes_strays() {
   # Processes of this uid outside test.sh's process tree (by uid, not /proc ownership, which a
   # non-dumpable process hands to root): whatever the tested code left running. With `all` (test.sh
   # has ended): test.sh's own background jobs too, every process but this shell's ancestors.
@@ -86,7 +66,29 @@ __hermes_stop_strays() {
   done
   return 1
 }
-__hermes_clean() {
+"""
+
+# Runs test.sh ($0) in this shell with a DEBUG trap (see the module docstring). Each guard
+# function starts with `local -; set +eux`: test.sh's own set -e/-u/-x must not apply inside it.
+# Exit status 97: processes the tests left could not all be stopped (a fork race), or the tests'
+# own files were changed while they ran; no reward.
+_GUARD = r"""
+__hermes_dir=@REWARD_DIR@
+__hermes_manifest=@MANIFEST@
+__hermes_chain=(@CHAIN@)
+__hermes_pytest=@PYTEST_BOOT@
+__hermes_sys=@SYS_PATH@
+declare -A __hermes_trusted=()
+__hermes_spared= __hermes_any_uid=
+@OWN_PID_NS@
+__hermes_wrote= __hermes_trapped=
+__hermes_named=  # test.sh has a command naming a reward file (else its grader writes it unseen)
+__hermes_stat() { local PATH=$__hermes_sys; stat -c '%i:%s:%z' -- "$1" 2>/dev/null; }
+__hermes_record() {
+  local f
+  for f in reward.txt reward.json; do __hermes_trusted[$f]=$(__hermes_stat "$__hermes_dir/$f"); done
+}
+@STRAYS@__hermes_clean() {
   # Keep only reward files test.sh's own reward commands left; put the directories back.
   local -; set +eux
   local PATH=$__hermes_sys
@@ -177,5 +179,5 @@ def guard_script(*, reward_dir: str, chain: list[str], pytest_boot: str, manifes
         .replace("@MANIFEST@", shlex.quote(manifest))
         .replace("@SYS_PATH@", SYSTEM_PATH)
         .replace("@OWN_PID_NS@", own_pid_ns)
-        .replace("@LIVE_THREADS@", LIVE_THREADS)
+        .replace("@STRAYS@", STRAYS)
     )
