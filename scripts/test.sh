@@ -6,6 +6,8 @@ bash scripts/setup.sh
 # The container tests need a running engine and the offline base images (made once, then cached).
 bash scripts/start_docker.sh
 bash scripts/base_images.sh
+# Old content-tagged test images pile up run after run; a full disk once broke CI (mypy's cache).
+bash scripts/prune_test_images.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy  # files and settings: [tool.mypy] in pyproject.toml
