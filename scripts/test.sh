@@ -8,6 +8,8 @@ bash scripts/start_docker.sh
 bash scripts/base_images.sh
 # Old content-tagged test images pile up run after run; a full disk once broke CI (mypy's cache).
 bash scripts/prune_test_images.sh
+free_gb=$(( $(df -Pk . | awk 'NR==2 {print $4}') / 1048576 ))
+[ "$free_gb" -ge 6 ] || echo "[test] warning: only ${free_gb} GB free here; the suite builds images and venvs (~6 GB)" >&2
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy  # files and settings: [tool.mypy] in pyproject.toml
