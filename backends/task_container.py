@@ -12,8 +12,11 @@ Interface (what the terminal env and the reward code plug into):
             r = await box.exec("bash /tests/test.sh", timeout=900, user="root")
             data = await box.read_file("/logs/verifier/reward.txt")
 
-- The container is the image's own filesystem, writable, started from the image with a keep-alive
-  command (`sleep infinity`, as Harbor's compose file does); every command is a `docker exec` of
+- The container is the image's own filesystem, writable, kept alive by our own pid 1 where Harbor's compose
+  file has `sleep infinity` under docker's init: `hermes-spawn --init` (sandbox_server/task_init.c, a static
+  file copied in as /.hermes-init before the start). It reaps orphans and is non-dumpable, so the agent (no
+  CAP_SYS_PTRACE here, whatever its uid) cannot ptrace it into running its own program: the verifier's guard
+  spares pid 1 alone. Every command is a `docker exec` of
   `bash -lc <command>` (Harbor's own exec), as the given user (default the spec's; None: the image's
   own USER, root unless the Dockerfile names another; the verifier passes root), with the spec's environment, in the given working directory (default the
   spec's: the Dockerfile's final WORKDIR). Nothing of the host is mounted; `docker exec` through the
@@ -49,6 +52,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from backends.runs import RunOwner, owner_gone
+from sandbox_server.isolation import SPAWN_HELPER
 from sandbox_server.procs import ExecResult
 
 __all__ = ["TaskContainerConfig", "TaskContainerSpec", "TaskContainers", "TaskContainer", "TaskContainerError"]
@@ -56,7 +60,10 @@ __all__ = ["TaskContainerConfig", "TaskContainerSpec", "TaskContainers", "TaskCo
 log = logging.getLogger(__name__)
 
 LABEL_TASK = "hermes-rl.task-container"
-KEEPALIVE = ["sleep", "infinity"]
+# pid 1: hermes-spawn (built by scripts/setup.sh) in its init mode, copied to INIT_PATH before the start. The
+# engine's diff shows the file as the container's own; changes() leaves it out.
+INIT_PATH = "/.hermes-init"
+INIT_COMMAND = [INIT_PATH, "--init"]
 # Changes the engine reports (ContainerChanges Kind): 0 modified, 1 added, 2 deleted.
 CHANGE_KINDS = {0: "modified", 1: "added", 2: "deleted"}
 
@@ -93,8 +100,8 @@ class TaskContainerSpec(BaseModel):
     )
     keepalive_user: str | None = Field(
         None,
-        description="Who the container's keep-alive process runs as (None: `user`); root keeps the engine's "
-        "capabilities for root's own steps where the commands run as another user",
+        description="Who the container's pid 1 runs as (None: `user`); root keeps the engine's capabilities for "
+        "root's own steps where the commands run as another user",
     )
     env: dict[str, str] = Field(default_factory=dict, description="The task's environment for every command")
     cpus: float | None = Field(None, gt=0)
@@ -178,7 +185,9 @@ class TaskContainer:
     async def changes(self) -> list[tuple[str, str]]:
         """(kind, path) of what differs from the image: modified, added, deleted (the engine's `docker diff`)."""
         found = await self._engines._call(self._engines.api.diff, self.id) or []
-        return [(CHANGE_KINDS.get(c.get("Kind"), "?"), c.get("Path", "")) for c in found]
+        # Our pid 1's file, put there before the start. `/` itself is listed changed for it only when nothing else
+        # in `/` changed; no check reads `/` alone.
+        return [(CHANGE_KINDS.get(c.get("Kind"), "?"), c.get("Path", "")) for c in found if c.get("Path") != INIT_PATH]
 
 
 class TaskContainers:
@@ -193,6 +202,7 @@ class TaskContainers:
         self._storage_quota: bool | None = None
         self._said_unenforced = False
         self._seq = 0
+        self._init: bytes | None = None
 
     async def __aenter__(self) -> TaskContainers:
         await self.start()
@@ -265,6 +275,17 @@ class TaskContainers:
             )
         return self._storage_quota
 
+    def _init_tar(self) -> bytes:
+        """hermes-spawn as INIT_PATH (root's, 0755), read once."""
+        if self._init is None:
+            try:
+                self._init = _tar({INIT_PATH: (SPAWN_HELPER.read_bytes(), 0o755)})
+            except OSError as exc:
+                raise TaskContainerError(
+                    f"the task containers' init {SPAWN_HELPER} is missing ({exc.strerror}): run `bash scripts/setup.sh`"
+                ) from None
+        return self._init
+
     async def _storage_opt(self, spec: TaskContainerSpec, owner: str) -> dict[str, str] | None:
         if spec.storage_mb is None:
             return None
@@ -301,7 +322,6 @@ class TaskContainers:
             pids_limit=self.config.pids_limit,
             storage_opt=await self._storage_opt(spec, owner),
             security_opt=["no-new-privileges"],
-            init=True,  # reaps what the agent leaves behind; `sleep` as pid 1 would not
         )
         labels = {**self.config.labels, **self.owner.labels(), LABEL_TASK: self.owner.run_id}
         cid = None
@@ -311,8 +331,8 @@ class TaskContainers:
                     self.api.create_container,
                     spec.image,
                     name=name,
-                    entrypoint=KEEPALIVE[:1],
-                    command=KEEPALIVE[1:],
+                    entrypoint=INIT_COMMAND[:1],
+                    command=INIT_COMMAND[1:],
                     user=spec.keepalive_user or spec.user or "",
                     working_dir=spec.workdir,
                     environment=spec.env,
@@ -320,6 +340,7 @@ class TaskContainers:
                     host_config=host_config,
                 )
                 cid = created["Id"]
+                await self._call(self.api.put_archive, cid, "/", self._init_tar())
                 await self._call(self.api.start, cid)
             except docker.errors.APIError as exc:
                 raise TaskContainerError(

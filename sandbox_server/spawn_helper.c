@@ -2,6 +2,7 @@
 
    hermes-spawn UID RESOURCE:SOFT:HARD... -- COMMAND [ARG...]
    hermes-spawn --filter -- COMMAND [ARG...]   (the filter only: a command whose uid someone else set)
+   hermes-spawn --init                          (a task container's pid 1: task_init.c)
 
    A slot's exec server (exec_server.py) posix_spawns this as root with only CAP_SETUID,
    CAP_SETGID and CAP_SETPCAP. It sets the rlimits, empties the bounding set, drops every
@@ -76,6 +77,7 @@ static int exec_command(char **cmd, char **envp);
 
 int hermes_spawn_run(int argc, char **argv, char **envp) {
     if (argc >= 2 && same(argv[1], "--serve")) return hermes_serve(argc - 2, argv + 2, envp);
+    if (argc == 2 && same(argv[1], "--init")) return hermes_task_init();
     if (argc >= 3 && same(argv[1], "--filter") && same(argv[2], "--")) {
         if (argc < 4) die("no command after --", EINVAL);
         filter();

@@ -70,5 +70,7 @@ static inline void die(const char *what, long err) {
 int hermes_spawn_run(int argc, char **argv, char **envp);
 /* The slot's exec server (exec_server.c): `hermes-spawn --serve ...`. */
 int hermes_serve(int argc, char **argv, char **envp);
+/* A task container's pid 1 (task_init.c): `hermes-spawn --init`. */
+int hermes_task_init(void);
 
 #endif

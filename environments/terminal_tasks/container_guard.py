@@ -18,27 +18,13 @@ __all__ = ["GUARD", "GUARD_FAILED", "STOP_LEFTOVERS", "changed_tests"]
 
 # What the agent left running (any uid) runs on into the verifier, as in Harbor: a server the tests query still
 # answers. test.sh runs under verify.py's guard, which stops those processes before each of its reward commands and
-# at its exit, sparing pid 1 (docker's init) and the keep-alive, its oldest child by the start time the kernel set.
-_KEEPALIVE = r"""__hermes_keepalive() {
-  local c best= bt= line kids=()
-  read -r -a kids < /proc/1/task/1/children 2>/dev/null
-  for c in "${kids[@]}"; do
-    read -r line < "/proc/$c/stat" 2>/dev/null || continue
-    set -- ${line##*) }
-    if [ -z "$bt" ] || [ "${20}" -lt "$bt" ]; then bt=${20} best=$c; fi
-  done
-  echo "$best"
-}
-"""
-_OWN_PID_NS = (
-    _KEEPALIVE
-    + r"""__hermes_own_pid_ns() { return 0; }
+# at its exit, sparing pid 1 alone: the container's own init (task_init.c), which the agent cannot ptrace.
+_OWN_PID_NS = r"""__hermes_own_pid_ns() { return 0; }
 __hermes_any_uid=1
-__hermes_spared="1 $(__hermes_keepalive)"
+__hermes_spared=1
 """
-)
-# Run as root before an Endless task's engine diff: the guard's own stray scan, with every process but pid 1, the
-# keep-alive and this shell's ancestors (`timeout`, docker's exec) a stray; exit GUARD_FAILED if a fork race outlasts
+# Run as root before an Endless task's engine diff: the guard's own stray scan, with every process but pid 1 and
+# this shell's ancestors (`timeout`, docker's exec) a stray; exit GUARD_FAILED if a fork race outlasts
 # its 50 rounds. Builtins only: the image's programs may be the agent's by now.
 STOP_LEFTOVERS = (
     f"__hermes_sys={SYSTEM_PATH}\n" + _OWN_PID_NS + STRAYS + f"__hermes_stop_strays all || exit {GUARD_FAILED}\n"

@@ -9,7 +9,9 @@ import pytest
 
 from tests.support.docker_engine import engine_problem
 from tests.terminal_tasks import test_task_container_integrity as integrity
-from tests.terminal_tasks.test_task_container_integrity import run
+from environments.terminal_tasks.container_run import task_container, task_spec
+from environments.terminal_tasks.harbor import load_harbor_task
+from tests.terminal_tasks.test_task_container_integrity import run, write_task
 from tests.terminal_tasks.test_task_container_leftovers import left_running
 
 task_image, engines = integrity.task_image, integrity.engines  # its fixtures, here too
@@ -46,9 +48,10 @@ def zombie_leader(thread_code: str) -> str:
     )
 
 
-# The keep-alive (`sleep infinity`, spared by the guard as pid 1's oldest child) is ptraced (same uid and
-# capabilities: allowed) and made to execve a reward writer: same pid, same start time, still spared.
-HIJACK_KEEPALIVE = r"""
+# The process the guard spares is ptraced and made to execve a reward writer: same pid, same start time, still
+# spared. Against docker's init and a `sleep infinity` keep-alive (what the guard spared until r15: pid 1 and its
+# oldest child) both scored 1.0: same uid, and ptrace needs no capability for a dumpable process.
+HIJACK_SPARED = r"""
 import ctypes, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 libc.ptrace.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p]
@@ -56,8 +59,7 @@ libc.ptrace.restype = ctypes.c_long
 names = "r15 r14 r13 r12 rbp rbx r11 r10 r9 r8 rax rcx rdx rsi rdi orig_rax rip cs eflags rsp ss fs_base gs_base ds es fs gs"
 class Regs(ctypes.Structure):
     _fields_ = [(n, ctypes.c_ulonglong) for n in names.split()]
-kids = open("/proc/1/task/1/children").read().split()
-pid = int(min(kids, key=lambda p: int(open(f"/proc/{p}/stat").read().rsplit(") ", 1)[1].split()[19])))
+pid = int(sys.argv[2])
 assert libc.ptrace(16, pid, None, None) == 0, ctypes.get_errno()
 os.waitpid(pid, 0x40000000)
 regs = Regs()
@@ -84,21 +86,43 @@ assert libc.ptrace(17, pid, None, None) == 0
 """
 
 
-def _open(hole: str):
-    return pytest.mark.xfail(strict=True, reason=f"open: {hole}")
-
-
 @pytest.mark.parametrize(
     "command",
     [
         left_running(f"exec python3 -c {shlex.quote(zombie_leader(WRITE_REWARD))}"),
-        pytest.param(
-            f"python3 -c {shlex.quote(HIJACK_KEEPALIVE)} {shlex.quote(WRITE_REWARD)}",
-            marks=_open("the spared keep-alive (and pid 1) can be ptraced and made to exec the agent's program"),
-        ),
+        # Refused (the test below says why); `|| true` so the rollout goes on to the verifier as an agent's would.
+        f"python3 -c {shlex.quote(HIJACK_SPARED)} {shlex.quote(WRITE_REWARD)} 1 || true",
     ],
-    ids=["zombie-leader", "hijacked-keepalive"],
+    ids=["zombie-leader", "hijacked-pid-1"],
 )
 async def test_a_leftover_evading_the_guard_cannot_win(engines, tmp_path, task_image, command):
     verdict = await run(engines, tmp_path, task_image, command)
     assert not verdict.reward, verdict
+
+
+@pytest.mark.parametrize("user", ["root", "nobody"])
+async def test_pid_1_cannot_be_traced_killed_or_written_while_an_own_process_can(engines, tmp_path, task_image, user):
+    """Why the hijack above fails: the container's pid 1 is our init, non-dumpable; the same attack code takes over a
+    process of the agent's own (so a refusal is the kernel's, not a broken attack)."""
+    task = load_harbor_task(write_task(tmp_path))
+    async with task_container(engines, task_spec(task, task_image, network=False), task.id) as executor:
+        box = executor.box
+
+        async def sh(command: str) -> str:
+            result = await box.exec(command, timeout=120, user=user, workdir="/tmp", login=False)
+            return result.output
+
+        assert (await sh("tr '\\0' ' ' < /proc/1/cmdline")).strip() == "/.hermes-init --init"
+        refused = await sh(f'python3 -c {shlex.quote(HIJACK_SPARED)} \'open("/tmp/pwned-1", "w")\' 1; echo rc=$?')
+        assert "AssertionError: 1" in refused and "rc=1" in refused, refused  # EPERM from PTRACE_SEIZE
+        mem = await sh('python3 -c \'open("/proc/1/mem", "r+b")\' 2>&1; echo rc=$?')
+        assert "PermissionError" in mem and "rc=1" in mem, mem
+        await sh("kill -9 1; kill -STOP 1; true")
+        assert "State:\tS" in await sh("grep State /proc/1/status")
+        # The control: a sleeper the agent started itself is taken over by the same code.
+        hijacked = await sh(
+            "sleep 600 & pid=$!; sleep 0.2; "
+            f'python3 -c {shlex.quote(HIJACK_SPARED)} \'open("/tmp/pwned-own", "w").write("x")\' $pid; '
+            "for _ in $(seq 100); do [ -e /tmp/pwned-own ] && break; sleep 0.1; done; ls /tmp"
+        )
+        assert "pwned-own" in hijacked and "pwned-1" not in hijacked, hijacked
