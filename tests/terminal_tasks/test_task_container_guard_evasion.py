@@ -121,8 +121,10 @@ async def test_pid_1_cannot_be_traced_killed_or_written_while_an_own_process_can
         assert "State:\tS" in await sh("grep State /proc/1/status")
         # The control: a sleeper the agent started itself is taken over by the same code.
         hijacked = await sh(
-            "sleep 600 & pid=$!; sleep 0.2; "
+            # the sleeper asleep in its own program (the attack rewinds a system call)
+            "sleep 600 & pid=$!; "
+            "until [ \"$(cat /proc/$pid/comm)\" = sleep ] && grep -q 'State:.S' /proc/$pid/status; do sleep 0.05; done; "
             f'python3 -c {shlex.quote(HIJACK_SPARED)} \'open("/tmp/pwned-own", "w").write("x")\' $pid; '
-            "for _ in $(seq 100); do [ -e /tmp/pwned-own ] && break; sleep 0.1; done; ls /tmp"
+            "for _ in $(seq 1200); do [ -e /tmp/pwned-own ] && break; sleep 0.1; done; ls /tmp"
         )
         assert "pwned-own" in hijacked and "pwned-1" not in hijacked, hijacked
