@@ -109,7 +109,7 @@ async def test_pid_1_cannot_be_traced_killed_or_written_while_an_own_process_can
         box = executor.box
 
         async def sh(command: str) -> str:
-            result = await box.exec(command, timeout=120, user=user, workdir="/tmp", login=False)
+            result = await box.exec(command, timeout=300, user=user, workdir="/tmp", login=False)
             return result.output
 
         assert (await sh("tr '\\0' ' ' < /proc/1/cmdline")).strip() == "/.hermes-init --init"
