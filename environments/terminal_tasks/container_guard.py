@@ -14,7 +14,7 @@ from backends.task_container import TaskContainer
 from environments.terminal_tasks.guard import GUARD_FAILED, STRAYS, guard_script
 from sandbox_server.bundle import SYSTEM_PATH
 
-__all__ = ["GUARD", "GUARD_FAILED", "STOP_LEFTOVERS", "changed_tests"]
+__all__ = ["FREEZE_LEFTOVERS", "GUARD", "GUARD_FAILED", "STOP_LEFTOVERS", "changed_tests"]
 
 # What the agent left running (any uid) runs on into the verifier, as in Harbor: a server the tests query still
 # answers. test.sh runs under verify.py's guard, which stops those processes before each of its reward commands and
@@ -29,12 +29,19 @@ __hermes_spared=1
 STOP_LEFTOVERS = (
     f"__hermes_sys={SYSTEM_PATH}\n" + _OWN_PID_NS + STRAYS + f"__hermes_stop_strays all || exit {GUARD_FAILED}\n"
 )
+# Run as root before a Harbor task's engine diff: what the agent left running is stopped (SIGSTOP), not killed, from
+# before the diff until the guard has started, so none can act in between (write a login profile the verifier's
+# `bash -l` reads, replace the `bash` it runs); the guard's first step continues them (a server the tests query).
+FREEZE_LEFTOVERS = (
+    f"__hermes_sys={SYSTEM_PATH}\n" + _OWN_PID_NS + STRAYS + f"__hermes_freeze_strays || exit {GUARD_FAILED}\n"
+)
 GUARD = guard_script(
     reward_dir="/logs/verifier",
     chain=["/", "/logs", "/logs/verifier"],
     pytest_boot="",
     manifest="",
     own_pid_ns=_OWN_PID_NS,
+    start="__hermes_thaw_strays",
 )
 
 

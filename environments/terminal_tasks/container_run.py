@@ -56,7 +56,13 @@ from environments.terminal_tasks.genuine import PY_HOOKS, GenuineCheck, review_f
 from environments.terminal_tasks.reach import TOOL_FLAG, above
 from environments.terminal_tasks.reward import RewardError, read_rewards
 from environments.terminal_tasks.tasks import TerminalTask
-from environments.terminal_tasks.container_guard import GUARD, GUARD_FAILED, STOP_LEFTOVERS, changed_tests
+from environments.terminal_tasks.container_guard import (
+    FREEZE_LEFTOVERS,
+    GUARD,
+    GUARD_FAILED,
+    STOP_LEFTOVERS,
+    changed_tests,
+)
 from tools.executor import ExecOptions, ExecResult, FileOpError
 
 __all__ = [
@@ -335,15 +341,16 @@ async def verify_in_container(
 ) -> ContainerVerdict:
     """Harbor's verifier in the trajectory's own container, after the integrity check."""
     box = executor.box
-    if task.format == "endless":
-        # The final test checks the state the agent left, not its processes: they stop before the engine's diff,
-        # so none can change what the test runs afterwards (an Endless image's files are all the agent's).
-        stopped = await box.exec(STOP_LEFTOVERS, timeout=120, user="root", workdir="/", login=False)
-        if stopped.exit_code != 0:
-            why = f"the processes the agent left running could not all be stopped (exit {stopped.exit_code})"
-            verdict = ContainerVerdict(0.0, f"flagged: {why}", [why], log=stopped.output)
-            executor.verdicts.append(verdict)
-            return verdict
+    # An Endless final test checks the state the agent left, not its processes: they end before the engine's diff,
+    # so none can change what the test runs afterwards (an Endless image's files are all the agent's). A Harbor
+    # task's tests may query a server the agent left: those processes are only stopped until the guard starts.
+    stop = STOP_LEFTOVERS if task.format == "endless" else FREEZE_LEFTOVERS
+    stopped = await box.exec(stop, timeout=120, user="root", workdir="/", login=False)
+    if stopped.exit_code != 0:
+        why = f"the processes the agent left running could not all be stopped (exit {stopped.exit_code})"
+        verdict = ContainerVerdict(0.0, f"flagged: {why}", [why], log=stopped.output)
+        executor.verdicts.append(verdict)
+        return verdict
     changes = await box.changes()
     # What the verifier copies to /tests (Harbor), read once: test.sh finds programs on its PATH and where these
     # files say. An Endless task's check stays strict.

@@ -14,7 +14,8 @@ from sandbox_server.bundle import SYSTEM_PATH
 __all__ = ["GUARD_FAILED", "STRAYS", "guard_script"]
 
 # The processes outside test.sh's tree (`__hermes_strays`, `all`: outside this shell's ancestors) and their SIGKILL
-# until none is left (`__hermes_stop_strays`), for the guard and for a task container's STOP_LEFTOVERS. The shell
+# until none is left (`__hermes_stop_strays`), for the guard and for a task container's STOP_LEFTOVERS; their
+# SIGSTOP until none runs (`__hermes_freeze_strays`, a task container's FREEZE_LEFTOVERS) and SIGCONT. The shell
 # defines __hermes_own_pid_ns, __hermes_spared, __hermes_any_uid and __hermes_sys first. __hermes_threads: a zombie
 # leader (its main thread gone alone, SYS_exit) may still have running threads, and SIGKILL to its pid reaches them.
 STRAYS = r"""__hermes_threads() {
@@ -65,6 +66,44 @@ __hermes_stop_strays() {
     kill -KILL $s 2>/dev/null
   done
   return 1
+}
+__hermes_stopped() {
+  # Every thread of process $1 stopped (T, t) or gone (Z, X), or the process has a SIGSTOP pending (ShdPnd bit
+  # 19): it runs no more of its own code, only a system call already under way ends.
+  local t k v
+  while read -r k v _; do
+    [ "$k" = ShdPnd: ] && { (( 0x$v & 0x40000 )) && return 0; break; }
+  done < "/proc/$1/status" 2>/dev/null
+  for t in /proc/"$1"/task/[0-9]*; do
+    while read -r k v _; do
+      [ "$k" = State: ] && { case $v in T|t|Z|X) ;; *) return 1 ;; esac; break; }
+    done < "$t/status" 2>/dev/null
+  done
+  return 0
+}
+__hermes_freeze_strays() {
+  # SIGSTOP every process but pid 1 and this shell's ancestors until a scan finds none still running (a child
+  # forked by a system call under way is caught by the next scan).
+  local -; set +eux
+  local PATH=$__hermes_sys
+  local i p left
+  __hermes_own_pid_ns || return 0
+  for i in {1..50}; do
+    left=
+    for p in $(__hermes_strays all); do
+      __hermes_stopped "$p" && continue
+      kill -STOP "$p" 2>/dev/null; left=1
+    done
+    [ -z "$left" ] && return 0
+  done
+  return 1
+}
+__hermes_thaw_strays() {
+  local -; set +eux
+  local p
+  __hermes_own_pid_ns || return 0
+  for p in $(__hermes_strays all); do kill -CONT "$p" 2>/dev/null; done
+  return 0
 }
 """
 
@@ -159,6 +198,7 @@ python() { __hermes_python python "$@"; }
 set -T
 trap __hermes_final EXIT
 trap __hermes_guard DEBUG
+@START@
 . "$0"
 __hermes_rc=$?
 trap - DEBUG
@@ -168,10 +208,13 @@ exit $__hermes_rc
 GUARD_FAILED = 97
 
 
-def guard_script(*, reward_dir: str, chain: list[str], pytest_boot: str, manifest: str, own_pid_ns: str) -> str:
+def guard_script(
+    *, reward_dir: str, chain: list[str], pytest_boot: str, manifest: str, own_pid_ns: str, start: str = ""
+) -> str:
     """_GUARD for one run: `chain` the reward directory and its parents (the first only made writable again),
     `pytest_boot` '' to leave `python3 -m pytest` as it is, `manifest` '' to check the tests' files elsewhere,
-    `own_pid_ns` shell code defining __hermes_own_pid_ns (and which processes to spare, of which uids)."""
+    `own_pid_ns` shell code defining __hermes_own_pid_ns (and which processes to spare, of which uids), `start`
+    shell code run once the guard's traps are set, just before test.sh."""
     return (
         _GUARD.replace("@REWARD_DIR@", shlex.quote(reward_dir))
         .replace("@CHAIN@", " ".join(shlex.quote(d) for d in chain))
@@ -180,4 +223,5 @@ def guard_script(*, reward_dir: str, chain: list[str], pytest_boot: str, manifes
         .replace("@SYS_PATH@", SYSTEM_PATH)
         .replace("@OWN_PID_NS@", own_pid_ns)
         .replace("@STRAYS@", STRAYS)
+        .replace("@START@", start)
     )

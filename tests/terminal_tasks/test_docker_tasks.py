@@ -230,7 +230,8 @@ async def test_a_present_docker_image_is_used_rather_than_rebuilt(task_images, e
     [
         ("FROM debian:bookworm\nRUN echo broken-step && exit 3\n", 300.0, "building its image failed"),
         # A fresh step each time (the engine caches a finished step, even one whose build we gave up on).
-        ("FROM debian:bookworm\nRUN sleep 20 && echo {nonce}\n", 3.0, "took longer than build_timeout_sec = 3"),
+        # The step sleeps far longer than _gone waits, so its end is never mistaken for the cancellation.
+        ("FROM debian:bookworm\nRUN sleep 600 && echo {nonce}\n", 3.0, "took longer than build_timeout_sec = 3"),
     ],
     ids=["fails", "times-out"],
 )
@@ -256,7 +257,9 @@ async def test_a_build_that_fails_or_times_out_names_the_task(engine, test_id, d
     assert await _gone(engine, nonce), f"the build step {nonce} still runs on the engine"
 
 
-async def _gone(engine: str, nonce: str, rounds: int = 100) -> bool:
+async def _gone(engine: str, nonce: str, rounds: int = 1200) -> bool:
+    """Whether the step container naming `nonce` is gone within `rounds` tenths of a second (a loaded engine takes
+    seconds to cancel a build)."""
     import docker
 
     client = docker.DockerClient(base_url=engine, version="auto", timeout=60)
