@@ -151,11 +151,9 @@ static void reap(struct state *st) {
 
 /* Monotonic nanoseconds. */
 static long now_ns(void) {
-    struct {
-        long s, ns;
-    } t = {0, 0};
+    struct hermes_timespec t = {0, 0};
     sys(SYS_clock_gettime, 1 /* CLOCK_MONOTONIC */, (long)&t, 0, 0);
-    return t.s * 1000000000L + t.ns;
+    return t.tv_sec * 1000000000L + t.tv_nsec;
 }
 
 /* SIGKILL every process in the slot's pid namespace but its init and us, until none is left.
@@ -169,9 +167,7 @@ static void kill_all(struct state *st) {
         if (sys(SYS_kill, -1, SIGKILL, 0, 0) == -ESRCH) return;
         reap(st); /* as the subreaper the killed orphans' zombies are ours; kill(-1) counts zombies too */
         if (now_ns() - start > KILL_ALL_NS) fail("processes survived SIGKILL for 60 s; ending the slot's namespace", 0);
-        struct {
-            long s, ns;
-        } pause = {0, pause_ns};
+        struct hermes_timespec pause = {0, pause_ns};
         sys(SYS_nanosleep, (long)&pause, 0, 0, 0);
         if (pause_ns < 10000000) pause_ns *= 2; /* 0.1 ms, doubling to 10 ms */
     }

@@ -35,6 +35,11 @@ static inline long sys5(long n, long a, long b, long c, long d, long e) {
 /* Every argument given (unused ones 0): prctl refuses non-zero leftovers. */
 static inline long sys(long n, long a, long b, long c, long d) { return sys5(n, a, b, c, d, 0); }
 
+/* The kernel's struct timespec on 64-bit targets (no libc header in the freestanding build). */
+struct hermes_timespec {
+    long tv_sec, tv_nsec;
+};
+
 static inline unsigned long len(const char *s) {
     unsigned long n = 0;
     while (s[n]) n++;

@@ -17,11 +17,6 @@
 #define HERMES_SIG_BLOCK 0
 #define HERMES_WNOHANG 1
 
-struct hermes_timespec {
-    long tv_sec;
-    long tv_nsec;
-};
-
 int hermes_task_init(void) {
     long rc = sys(SYS_prctl, PR_SET_DUMPABLE, 0, 0, 0);
     if (rc < 0) die("PR_SET_DUMPABLE", rc);

@@ -1,8 +1,9 @@
 """test.sh in the agent's own task container: what the agent left running runs on into the verifier, as in Harbor.
 
-A server the tests query still answers, so nothing is stopped before test.sh. It runs under verify.py's guard
-(one implementation for slots and task containers), which stops those processes, of any uid, before each of its
-reward commands and at its exit; afterwards the tests' files are compared through the engine (docs/security.md).
+A server the tests query still answers, so nothing is killed before test.sh: it is paused (SIGSTOP) from before the
+engine's diff until test.sh's guard (guard.py, one implementation for slots and task containers) has started. The
+guard kills those processes, of any uid, before each of its reward commands and at its exit; afterwards the tests'
+files are compared through the engine (docs/security.md). An Endless task's leftovers are killed before the diff.
 """
 
 from __future__ import annotations
@@ -23,18 +24,21 @@ _OWN_PID_NS = r"""__hermes_own_pid_ns() { return 0; }
 __hermes_any_uid=1
 __hermes_spared=1
 """
-# Run as root before an Endless task's engine diff: the guard's own stray scan, with every process but pid 1 and
-# this shell's ancestors (`timeout`, docker's exec) a stray; exit GUARD_FAILED if a fork race outlasts
-# its 50 rounds. Builtins only: the image's programs may be the agent's by now.
-STOP_LEFTOVERS = (
-    f"__hermes_sys={SYSTEM_PATH}\n" + _OWN_PID_NS + STRAYS + f"__hermes_stop_strays all || exit {GUARD_FAILED}\n"
-)
-# Run as root before a Harbor task's engine diff: what the agent left running is stopped (SIGSTOP), not killed, from
-# before the diff until the guard has started, so none can act in between (write a login profile the verifier's
-# `bash -l` reads, replace the `bash` it runs); the guard's first step continues them (a server the tests query).
-FREEZE_LEFTOVERS = (
-    f"__hermes_sys={SYSTEM_PATH}\n" + _OWN_PID_NS + STRAYS + f"__hermes_freeze_strays || exit {GUARD_FAILED}\n"
-)
+
+
+def _leftovers(step: str) -> str:
+    """A root script running the guard's stray scan `step` over every process but pid 1 and this shell's ancestors
+    (`timeout`, docker's exec); exit GUARD_FAILED if a fork race outlasts its 50 rounds. Builtins only: the image's
+    programs may be the agent's by now."""
+    return f"__hermes_sys={SYSTEM_PATH}\n{_OWN_PID_NS}{STRAYS}{step} || exit {GUARD_FAILED}\n"
+
+
+# Before an Endless task's engine diff: what the agent left running is killed.
+STOP_LEFTOVERS = _leftovers("__hermes_stop_strays all")
+# Before a Harbor task's engine diff: it is stopped (SIGSTOP), not killed, until the guard has started, so none can
+# act in between (write a login profile the verifier's `bash -l` reads, replace the `bash` it runs); the guard's
+# first step continues them (a server the tests query).
+FREEZE_LEFTOVERS = _leftovers("__hermes_freeze_strays")
 GUARD = guard_script(
     reward_dir="/logs/verifier",
     chain=["/", "/logs", "/logs/verifier"],

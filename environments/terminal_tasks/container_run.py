@@ -206,6 +206,11 @@ class ContainerVerdict:
     rewards: dict[str, float] = field(default_factory=dict)
     log: str = ""
 
+    @classmethod
+    def flagged(cls, why: str, log: str) -> ContainerVerdict:
+        """No reward, whatever the reward files say: the verifier could not trust the run (`why`)."""
+        return cls(0.0, f"flagged: {why}", [why], log=log)
+
 
 class TaskContainerExecutor:
     """The `ToolExecutor` over one task container: the agent's tools run here as the image's user."""
@@ -348,7 +353,7 @@ async def verify_in_container(
     stopped = await box.exec(stop, timeout=120, user="root", workdir="/", login=False)
     if stopped.exit_code != 0:
         why = f"the processes the agent left running could not all be stopped (exit {stopped.exit_code})"
-        verdict = ContainerVerdict(0.0, f"flagged: {why}", [why], log=stopped.output)
+        verdict = ContainerVerdict.flagged(why, stopped.output)
         executor.verdicts.append(verdict)
         return verdict
     changes = await box.changes()
@@ -396,19 +401,12 @@ async def verify_in_container(
     changed = await changed_tests(box, files)
     if run.timed_out:  # scored 0, as a hang the agent caused must not escape its score
         verdict = ContainerVerdict(0.0, f"tests/test.sh ran over timeout_sec = {task.verifier_timeout_s:g}", log=out)
-    elif changed or run.exit_code == GUARD_FAILED or (run.exit_code or 0) > 128:
-        # The guard never finished (its shell was killed), could not stop what the agent left running, or the
-        # tests' files are not what was copied in: whatever the reward files say, no reward.
-        why = (
-            f"the tests' files changed while they ran ({', '.join(changed[:3])})"
-            if changed
-            else (
-                "processes left running could not all be stopped"
-                if run.exit_code == GUARD_FAILED
-                else f"test.sh's shell was killed by signal {run.exit_code - 128}"  # type: ignore[operator]
-            )
-        )
-        verdict = ContainerVerdict(0.0, f"flagged: {why}", [why], log=out)
+    elif changed:  # the tests' files are not what was copied in
+        verdict = ContainerVerdict.flagged(f"the tests' files changed while they ran ({', '.join(changed[:3])})", out)
+    elif run.exit_code == GUARD_FAILED:  # the guard could not stop what the agent left running
+        verdict = ContainerVerdict.flagged("processes left running could not all be stopped", out)
+    elif run.exit_code is not None and run.exit_code > 128:  # the guard never finished: its shell was killed
+        verdict = ContainerVerdict.flagged(f"test.sh's shell was killed by signal {run.exit_code - 128}", out)
     else:
         try:  # Harbor's rules, one implementation for both paths (reward.py)
             read = read_rewards(await _reward_file(box, "reward.json"), await _reward_file(box, "reward.txt"))

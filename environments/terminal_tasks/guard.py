@@ -16,12 +16,15 @@ __all__ = ["GUARD_FAILED", "STRAYS", "guard_script"]
 # The processes outside test.sh's tree (`__hermes_strays`, `all`: outside this shell's ancestors) and their SIGKILL
 # until none is left (`__hermes_stop_strays`), for the guard and for a task container's STOP_LEFTOVERS; their
 # SIGSTOP until none runs (`__hermes_freeze_strays`, a task container's FREEZE_LEFTOVERS) and SIGCONT. The shell
-# defines __hermes_own_pid_ns, __hermes_spared, __hermes_any_uid and __hermes_sys first. __hermes_threads: a zombie
+# defines __hermes_own_pid_ns, __hermes_spared, __hermes_any_uid and __hermes_sys first. __hermes_thread_not: a zombie
 # leader (its main thread gone alone, SYS_exit) may still have running threads, and SIGKILL to its pid reaches them.
-STRAYS = r"""__hermes_threads() {
+STRAYS = r"""__hermes_thread_not() {
+  # Whether a thread of process directory $1 is in a state other than those listed in $2.
   local t k v
   for t in "$1"/task/[0-9]*; do
-    while read -r k v _; do [ "$k" = State: ] && { [ "$v" != Z ] && return 0; break; }; done < "$t/status" 2>/dev/null
+    while read -r k v _; do
+      [ "$k" = State: ] && { case " $2 " in *" $v "*) ;; *) return 0 ;; esac; break; }
+    done < "$t/status" 2>/dev/null
   done
   return 1
 }
@@ -40,7 +43,7 @@ __hermes_strays() {
     done < "$p/status" 2>/dev/null
     case " $__hermes_spared " in *" ${p#/proc/} "*) continue ;; esac
     # A zombie leader (its main thread gone alone) may still have running threads: those count.
-    { [ -n "$__hermes_any_uid" ] || [ "$uid" = "$UID" ]; } && { [ "$st" != Z ] || __hermes_threads "$p"; } \
+    { [ -n "$__hermes_any_uid" ] || [ "$uid" = "$UID" ]; } && { [ "$st" != Z ] || __hermes_thread_not "$p" Z; } \
       && up[${p#/proc/}]=$pp
   done
   x=$BASHPID
@@ -70,16 +73,11 @@ __hermes_stop_strays() {
 __hermes_stopped() {
   # Every thread of process $1 stopped (T, t) or gone (Z, X), or the process has a SIGSTOP pending (ShdPnd bit
   # 19): it runs no more of its own code, only a system call already under way ends.
-  local t k v
+  local k v
   while read -r k v _; do
     [ "$k" = ShdPnd: ] && { (( 0x$v & 0x40000 )) && return 0; break; }
   done < "/proc/$1/status" 2>/dev/null
-  for t in /proc/"$1"/task/[0-9]*; do
-    while read -r k v _; do
-      [ "$k" = State: ] && { case $v in T|t|Z|X) ;; *) return 1 ;; esac; break; }
-    done < "$t/status" 2>/dev/null
-  done
-  return 0
+  ! __hermes_thread_not "/proc/$1" "T t Z X"
 }
 __hermes_freeze_strays() {
   # SIGSTOP every process but pid 1 and this shell's ancestors until a scan finds none still running (a child
