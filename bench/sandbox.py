@@ -383,7 +383,9 @@ if __name__ == "__main__":
     print(load_note(), flush=True)  # idle or loaded: how to read the ratios below
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--round-trips", type=int, default=200)
-    ap.add_argument("--per-slot", type=int, default=10)
+    # 40 calls per slot (1,280 in all, about 2 s): long enough that the run is the steady state, not the
+    # pool's first connections and the first batches (10 per slot gave 0.4 s runs that moved +-10%).
+    ap.add_argument("--per-slot", type=int, default=40, help="execs per slot in the 32-slot throughput run")
     ap.add_argument("--fresh-runs", type=int, default=5)
     ap.add_argument("--attack", action="store_true", help="slot B's latency under a fork bomb / memory hog in slot A")
     ap.add_argument("--docker", action="store_true", help="the docker backend beside the local one, same run")

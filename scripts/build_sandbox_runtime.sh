@@ -6,7 +6,7 @@
 #   hermes-spawn     static uid, limits and syscall-filter helper (sandbox_server/spawn_helper.c, syscall_filter.h)
 #   hermes-confine.so  the exec confinement library bound into every slot command (sandbox_server/exec_confine.c)
 #   lib/             the dynamic loader and every library the above need (glibc included)
-#   python/          Debian's python3.11, its standard library (trimmed), aiohttp/pydantic, sandbox_server
+#   python/          Debian's python3.11, its standard library (trimmed), aiohttp/pydantic/uvloop, sandbox_server
 #   libexec/bwrap    Debian's bubblewrap
 #   manifest.json    what went in (inputs' hash, versions)
 #
@@ -17,7 +17,7 @@
 #   bash scripts/build_sandbox_runtime.sh [OUT]
 #
 # Needs (scripts/setup.sh installs them): Debian's python3.11 with venv (/usr/bin/python3.11),
-# bubblewrap, gcc + libc6-dev (static), and PyPI for aiohttp/pydantic.
+# bubblewrap, gcc + libc6-dev (static), and PyPI for aiohttp/pydantic/uvloop.
 set -euo pipefail
 OUT=$(realpath -m "${1:-$(dirname "$0")/../build/hermes-runtime}")  # OUT as given, from where we were called
 cd "$(dirname "$0")/.."
@@ -69,9 +69,10 @@ mkdir -p "$dest/lib-dynload"
 for so in "$dynload"/*.so; do
   case $(basename "$so") in
     # Never imported by the server: tests, terminals, databases, audio, CJK codecs, compressors other
-    # than zlib, TLS (it serves plain HTTP; hashlib falls back to its built-in hashes).
+    # than zlib, OpenSSL's hashes (hashlib falls back to its built-in ones). _ssl stays: uvloop imports
+    # ssl, though the server serves plain HTTP.
     _test* | _xx* | xxlimited* | _ctypes_test* | _curses* | readline* | _dbm* | _gdbm* | nis* | ossaudiodev* \
-      | _tkinter* | _sqlite3* | _codecs_* | _multibytecodec* | audioop* | _bz2* | _lzma* | _crypt* | _ssl* \
+      | _tkinter* | _sqlite3* | _codecs_* | _multibytecodec* | audioop* | _bz2* | _lzma* | _crypt* \
       | _hashlib* | _uuid*) ;;
     *) cp "$so" "$dest/lib-dynload/" ;;
   esac
@@ -81,6 +82,8 @@ cp "$PY" "$stage/python/bin/python3"
   2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2 || true)
 rm -rf "$dest"/bin
 find "$dest" -type f \( -name '*.c' -o -name '*.pyx' -o -name '*.pxd' -o -name '*.h' -o -name '*.pyi' \) -delete
+# Wheels ship their extensions with debug symbols (uvloop's: 13 MB, 1.6 MB stripped).
+find "$dest" -type f -name '*.so' -exec strip --strip-unneeded {} +
 mkdir -p "$dest/sandbox_server"
 cp sandbox_server/*.py "$dest/sandbox_server/"
 # Bytecode that never checks its source's time: a read-only runtime could not rewrite stale .pyc,

@@ -1,4 +1,4 @@
-"""sandbox_server is copied into the image alone: it may import only the stdlib, aiohttp and pydantic."""
+"""sandbox_server is copied into the image alone: it may import only the stdlib, aiohttp, pydantic and uvloop."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import sandbox_server
 
-ALLOWED = set(sys.stdlib_module_names) | {"aiohttp", "pydantic", "sandbox_server"}
+ALLOWED = set(sys.stdlib_module_names) | {"aiohttp", "pydantic", "uvloop", "sandbox_server"}
 
 
 def test_sandbox_server_imports_nothing_else_of_the_project():
@@ -16,7 +16,7 @@ def test_sandbox_server_imports_nothing_else_of_the_project():
     requirements = {
         line.split(">")[0].split("=")[0].strip() for line in (pkg / "requirements.txt").read_text().splitlines() if line
     }
-    assert requirements == {"aiohttp", "pydantic"}
+    assert requirements == {"aiohttp", "pydantic", "uvloop"}
     seen = set()
     for path in pkg.glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
