@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from environments.tau.conversation import domain_tools
-from environments.tau.domain import DOMAINS, get_domain
+from environments.tau.domain import DOMAINS, DomainTool, get_domain
 from tools.registry import ToolRegistry
 
 PINNED = json.loads((Path(__file__).parent / "tool_schemas.json").read_text())
@@ -25,3 +26,28 @@ def test_every_domain_is_pinned() -> None:
 def test_offered_tool_schemas_are_unchanged(name: str) -> None:
     offered = ToolRegistry(domain_tools(get_domain(name), None)).definitions()
     assert offered == PINNED[name]
+
+
+def test_a_tool_is_described_by_its_whole_docstring_and_refused_without_one() -> None:
+    def wrapped(db: dict[str, Any], x: str) -> str:
+        """Look something
+        up.
+
+        Then say so."""
+        return x
+
+    def bare(db: dict[str, Any]) -> str:
+        return ""
+
+    def blank(db: dict[str, Any]) -> str:
+        """ """
+        return ""
+
+    assert DomainTool.of(wrapped, "read", {"x": {"type": "string"}}).description == "Look something up.\n\nThen say so."
+    assert (
+        DomainTool.confirmed(wrapped, {}).description
+        == "Look something up.\n\nThen say so. Needs explicit confirmation."
+    )
+    for undocumented in (bare, blank):
+        with pytest.raises(ValueError, match=f"^tool .*{undocumented.__name__} has no docstring: write what the model"):
+            DomainTool.of(undocumented, "read", {})
