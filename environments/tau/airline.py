@@ -197,6 +197,8 @@ def book_reservation(
     nonfree_baggages: int,
     insurance: str,
 ) -> dict[str, Any]:
+    """Book a reservation. The payments must add up to the exact total: cabin price per passenger per flight, plus 30
+    per passenger with insurance, plus 50 per non-free bag."""
     infos, people = _flight_infos(flights), _passengers(passengers)
     payments = [_fields(p, ("payment_id", "amount"), "payment_methods") for p in payment_methods]
     for p in payments:
@@ -264,6 +266,7 @@ def book_reservation(
 
 
 def cancel_reservation(db: Db, reservation_id: str) -> dict[str, Any]:
+    """Cancel a whole reservation; every payment is refunded to its method."""
     reservation = _reservation(db, reservation_id)
     refunds = [{"payment_id": p["payment_id"], "amount": -p["amount"]} for p in reservation["payment_history"]]
     reservation["payment_history"].extend(refunds)
@@ -272,26 +275,32 @@ def cancel_reservation(db: Db, reservation_id: str) -> dict[str, Any]:
 
 
 def get_reservation_details(db: Db, reservation_id: str) -> dict[str, Any]:
+    """A reservation's flights, passengers, payments and bags."""
     return _reservation(db, reservation_id)
 
 
 def get_user_details(db: Db, user_id: str) -> dict[str, Any]:
+    """A user's profile: name, address, membership, payment methods, saved passengers, reservations."""
     return _user(db, user_id)
 
 
 def get_flight_status(db: Db, flight_number: str, date: str) -> str:
+    """The status of a flight on a date (available, on time, delayed, flying, landed, cancelled)."""
     return str(_flight_date(db, flight_number, date)["status"])
 
 
 def list_all_airports(db: Db) -> list[dict[str, str]]:
+    """IATA codes and cities of every airport served."""
     return [dict(zip(("iata", "city"), airport.split(":"))) for airport in AIRPORTS]
 
 
 def search_direct_flight(db: Db, origin: str, destination: str, date: str) -> list[dict[str, Any]]:
+    """Bookable direct flights between two airports on a date, with seats and prices per cabin."""
     return _direct(db, date, origin, destination)
 
 
 def search_onestop_flight(db: Db, origin: str, destination: str, date: str) -> list[list[dict[str, Any]]]:
+    """Bookable pairs of connecting flights between two airports departing on a date."""
     pairs = []
     for first in _direct(db, date, origin, None):
         first["date"] = date
@@ -305,6 +314,7 @@ def search_onestop_flight(db: Db, origin: str, destination: str, date: str) -> l
 
 
 def send_certificate(db: Db, user_id: str, amount: int) -> str:
+    """Add a travel certificate of `amount` dollars to a user's payment methods. Only as the policy allows."""
     user = _user(db, user_id)
     for certificate_id in NEW_CERTIFICATE_IDS:
         if certificate_id not in user["payment_methods"]:
@@ -317,6 +327,8 @@ def send_certificate(db: Db, user_id: str, amount: int) -> str:
 def update_reservation_baggages(
     db: Db, reservation_id: str, total_baggages: int, nonfree_baggages: int, payment_id: str
 ) -> dict[str, Any]:
+    """Set a reservation's total and non-free bag counts; 50 per added non-free bag is charged to payment_id (not a
+    certificate)."""
     total_baggages, nonfree_baggages = (
         _int(total_baggages, "total_baggages"),
         _int(nonfree_baggages, "nonfree_baggages"),
@@ -333,6 +345,8 @@ def update_reservation_baggages(
 def update_reservation_flights(
     db: Db, reservation_id: str, cabin: str, flights: list[dict[str, Any]], payment_id: str
 ) -> dict[str, Any]:
+    """Replace a reservation's flights (list EVERY segment of the new itinerary, changed or not) and cabin; the price
+    difference is charged or refunded to payment_id (not a certificate)."""
     infos = _flight_infos(flights)
     reservation = _reservation(db, reservation_id)
     user = _user(db, reservation["user_id"])
@@ -362,6 +376,7 @@ def update_reservation_flights(
 
 
 def update_reservation_passengers(db: Db, reservation_id: str, passengers: list[dict[str, Any]]) -> dict[str, Any]:
+    """Replace a reservation's passenger details (same number of passengers)."""
     people = _passengers(passengers)
     reservation = _reservation(db, reservation_id)
     if len(people) != len(reservation["passengers"]):
@@ -412,8 +427,6 @@ _PAYMENTS = {
 _TOOLS = [
     DomainTool.confirmed(
         book_reservation,
-        "Book a reservation. The payments must add up to the exact total: cabin price per passenger per flight, "
-        "plus 30 per passenger with insurance, plus 50 per non-free bag.",
         {
             "user_id": _USER,
             "origin": _AIRPORT,
@@ -429,66 +442,24 @@ _TOOLS = [
         },
     ),
     CALCULATE,
-    DomainTool.confirmed(
-        cancel_reservation,
-        "Cancel a whole reservation; every payment is refunded to its method.",
-        {"reservation_id": _RES},
-    ),
-    DomainTool.of(
-        get_reservation_details,
-        "read",
-        "A reservation's flights, passengers, payments and bags.",
-        {"reservation_id": _RES},
-    ),
-    DomainTool.of(
-        get_user_details,
-        "read",
-        "A user's profile: name, address, membership, payment methods, saved passengers, reservations.",
-        {"user_id": _USER},
-    ),
-    DomainTool.of(
-        get_flight_status,
-        "read",
-        "The status of a flight on a date (available, on time, delayed, flying, landed, cancelled).",
-        {"flight_number": _S, "date": _DATE},
-    ),
-    DomainTool.of(list_all_airports, "read", "IATA codes and cities of every airport served.", {}),
-    DomainTool.of(
-        search_direct_flight,
-        "read",
-        "Bookable direct flights between two airports on a date, with seats and prices per cabin.",
-        {"origin": _AIRPORT, "destination": _AIRPORT, "date": _DATE},
-    ),
-    DomainTool.of(
-        search_onestop_flight,
-        "read",
-        "Bookable pairs of connecting flights between two airports departing on a date.",
-        {"origin": _AIRPORT, "destination": _AIRPORT, "date": _DATE},
-    ),
-    DomainTool.of(
-        send_certificate,
-        "write",
-        "Add a travel certificate of `amount` dollars to a user's payment methods. Only as the policy allows.",
-        {"user_id": _USER, "amount": _INT},
-    ),
+    DomainTool.confirmed(cancel_reservation, {"reservation_id": _RES}),
+    DomainTool.of(get_reservation_details, "read", {"reservation_id": _RES}),
+    DomainTool.of(get_user_details, "read", {"user_id": _USER}),
+    DomainTool.of(get_flight_status, "read", {"flight_number": _S, "date": _DATE}),
+    DomainTool.of(list_all_airports, "read", {}),
+    DomainTool.of(search_direct_flight, "read", {"origin": _AIRPORT, "destination": _AIRPORT, "date": _DATE}),
+    DomainTool.of(search_onestop_flight, "read", {"origin": _AIRPORT, "destination": _AIRPORT, "date": _DATE}),
+    DomainTool.of(send_certificate, "write", {"user_id": _USER, "amount": _INT}),
     TRANSFER_TO_HUMAN_AGENTS,
     DomainTool.confirmed(
         update_reservation_baggages,
-        "Set a reservation's total and non-free bag counts; 50 per added non-free bag is charged to payment_id "
-        "(not a certificate).",
         {"reservation_id": _RES, "total_baggages": _INT, "nonfree_baggages": _INT, "payment_id": _PAY_ID},
     ),
     DomainTool.confirmed(
         update_reservation_flights,
-        "Replace a reservation's flights (list EVERY segment of the new itinerary, changed or not) and cabin; the "
-        "price difference is charged or refunded to payment_id (not a certificate).",
         {"reservation_id": _RES, "cabin": _CABIN, "flights": _FLIGHTS, "payment_id": _PAY_ID},
     ),
-    DomainTool.confirmed(
-        update_reservation_passengers,
-        "Replace a reservation's passenger details (same number of passengers).",
-        {"reservation_id": _RES, "passengers": _PASSENGERS},
-    ),
+    DomainTool.confirmed(update_reservation_passengers, {"reservation_id": _RES, "passengers": _PASSENGERS}),
 ]
 
 DOMAIN = Domain("airline", "AirlineTools", {t.name: t for t in _TOOLS}, normalise=_normalise)

@@ -2,7 +2,8 @@
 how a database is normalised and hashed.
 
 A tool is `fn(db, **arguments)`: it reads or changes the `db` dict in place and returns a
-JSON-able answer, or raises ValueError with what was wrong (the agent sees the message). Tools
+JSON-able answer, or raises ValueError with what was wrong (the agent sees the message); its
+docstring is the description the model reads, as in the benchmark's toolkits. Tools
 run in-process against the episode's own copy of the database: they run no model code, touch
 no files and need no sandbox. `kind` is the benchmark's tool type (read / write / generic); only
 writes change the database.
@@ -16,10 +17,11 @@ from __future__ import annotations
 import ast
 import hashlib
 import importlib
+import inspect
 import json
 import operator
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 __all__ = ["CALCULATE", "DOMAINS", "TRANSFER_TO_HUMAN_AGENTS", "Domain", "DomainTool", "db_hash", "get_domain"]
@@ -36,15 +38,27 @@ class DomainTool:
     fn: Callable[..., Any]
 
     @classmethod
-    def of(cls, fn: Callable[..., Any], kind: Any, description: str, props: dict[str, Any]) -> DomainTool:
-        """A tool named after `fn` whose arguments are exactly `props`, all required."""
+    def of(cls, fn: Callable[..., Any], kind: Any, props: dict[str, Any]) -> DomainTool:
+        """A tool named after `fn`, described by its docstring, whose arguments are exactly `props`, all
+        required."""
         params = {"type": "object", "properties": props, "required": list(props), "additionalProperties": False}
-        return cls(fn.__name__, kind, description, params, fn)
+        return cls(fn.__name__, kind, _description(fn), params, fn)
 
     @classmethod
-    def confirmed(cls, fn: Callable[..., Any], description: str, props: dict[str, Any]) -> DomainTool:
+    def confirmed(cls, fn: Callable[..., Any], props: dict[str, Any]) -> DomainTool:
         """A write the policy allows only after the user's explicit yes; its description ends saying so."""
-        return cls.of(fn, "write", f"{description} Needs explicit confirmation.", props)
+        tool = cls.of(fn, "write", props)
+        return replace(tool, description=f"{tool.description} Needs explicit confirmation.")
+
+
+def _description(fn: Callable[..., Any]) -> str:
+    """What the model reads about a tool: all of `fn`'s docstring, as the benchmark sends all of its tools'
+    docstrings (but their argument sections, which here are the schemas). A line break inside a paragraph is
+    only source wrapping and reads as a space; paragraphs stay apart. ValueError for a tool without one."""
+    doc = inspect.cleandoc(fn.__doc__ or "")
+    if not doc:
+        raise ValueError(f"tool {fn.__qualname__} has no docstring: write what the model should know about it there")
+    return "\n\n".join(" ".join(p.split("\n")) for p in doc.split("\n\n"))
 
 
 @dataclass(frozen=True)
@@ -92,9 +106,10 @@ _BINARY = {
 _MAX_EXPONENT = 10_000  # the benchmark evaluates `9**9**9` (and never returns); here it is refused
 
 
+# What the benchmark's `eval` of an expression over digits, + - * / ( ) . and spaces gives, rounded to cents;
+# its exceptions' own messages (`division by zero`, `invalid syntax (<string>, line 1)`).
 def calculate(db: dict[str, Any], expression: str) -> str:
-    """What the benchmark's `eval` of an expression over digits, + - * / ( ) . and spaces gives, rounded to
-    cents; its exceptions' own messages (`division by zero`, `invalid syntax (<string>, line 1)`)."""
+    """Evaluate an arithmetic expression (numbers, + - * / and parentheses); the result to 2 decimals."""
     if not all(c in "0123456789+-*/(). " for c in expression):
         raise ValueError("Invalid characters in expression")
 
@@ -117,23 +132,14 @@ def calculate(db: dict[str, Any], expression: str) -> str:
 
 
 def transfer_to_human_agents(db: dict[str, Any], summary: str) -> str:
+    """Hand the user to a human agent with a summary of the issue; only when the user asks for one, or the
+    policy and tools cannot solve the issue."""
     return "Transfer successful"
 
 
 _S = {"type": "string"}
-CALCULATE = DomainTool.of(
-    calculate,
-    "generic",
-    "Evaluate an arithmetic expression (numbers, + - * / and parentheses); the result to 2 decimals.",
-    {"expression": _S},
-)
-TRANSFER_TO_HUMAN_AGENTS = DomainTool.of(
-    transfer_to_human_agents,
-    "generic",
-    "Hand the user to a human agent with a summary of the issue; only when the user asks for one, or the policy "
-    "and tools cannot solve the issue.",
-    {"summary": _S},
-)
+CALCULATE = DomainTool.of(calculate, "generic", {"expression": _S})
+TRANSFER_TO_HUMAN_AGENTS = DomainTool.of(transfer_to_human_agents, "generic", {"summary": _S})
 
 
 def db_hash(db: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ tests/tau/test_tau_upstream_diff.py checks this against the published package on
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
 from environments.tau.domain import CALCULATE, TRANSFER_TO_HUMAN_AGENTS, Domain, DomainTool
@@ -79,21 +80,58 @@ def _check_counts(order: dict[str, Any], item_ids: list[str], message: str) -> N
             raise ValueError(message.format(item_id=item_id))
 
 
-def _price_difference(
-    db: Db, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str], *, distinct: bool
-) -> float:
-    """The summed price change of swapping each item for its new variant, unrounded, checked pair by pair
-    in the benchmark's order (`distinct`: a new item must differ from the one it replaces)."""
+@dataclass(frozen=True)
+class _Swap:
+    """How one of the two tools that swap items for other variants words its refusals and prices the swap: as
+    published they differ (`distinct`: a new item must differ from the one it replaces; `rounded`: the price
+    difference is rounded to cents before anything else sees it)."""
+
+    missing: str  # an item id asked for more often than the order holds it
+    mismatch: str  # item_ids and new_item_ids differ in length
+    short_balance: str  # a gift card whose balance does not cover the difference
+    distinct: bool
+    rounded: bool
+
+
+_EXCHANGE = _Swap(
+    "Number of {item_id} not found.",
+    "The number of items to be exchanged should match.",
+    "Insufficient gift card balance to pay for the price difference",
+    distinct=False,
+    rounded=True,
+)
+_MODIFY = _Swap(
+    "{item_id} not found",
+    "The number of items to be exchanged should match",
+    "Insufficient gift card balance to pay for the new item",
+    distinct=True,
+    rounded=False,
+)
+
+
+def _priced_swap(
+    db: Db, order: dict[str, Any], item_ids: list[str], new_item_ids: list[str], payment_method_id: str, swap: _Swap
+) -> tuple[float, dict[str, Any]]:
+    """Checks swapping each of `item_ids` for its new variant in the benchmark's order; the summed price change
+    and the payment method that settles it."""
+    _check_counts(order, item_ids, swap.missing)
+    if len(item_ids) != len(new_item_ids):
+        raise ValueError(swap.mismatch)
     diff = 0.0
     for item_id, new_id in zip(item_ids, new_item_ids):
-        if distinct and item_id == new_id:
+        if swap.distinct and item_id == new_id:
             raise ValueError("The new item id should be different from the old item id")
         old = next(item for item in order["items"] if item["item_id"] == item_id)
         variant = _variant(db, old["product_id"], new_id)
         if not variant["available"]:
             raise ValueError(f"New item {new_id} not found or available")
         diff += variant["price"] - old["price"]
-    return diff
+    if swap.rounded:
+        diff = round(diff, 2)
+    method = _payment_method(db, order["user_id"], payment_method_id)
+    if _is_gift_card(method) and method["balance"] < diff:
+        raise ValueError(swap.short_balance)
+    return diff, method
 
 
 def _address(address1: str, address2: str, city: str, state: str, country: str, zip: str) -> dict[str, str]:
@@ -104,6 +142,8 @@ def _address(address1: str, address2: str, city: str, state: str, country: str, 
 
 
 def cancel_pending_order(db: Db, order_id: str, reason: str) -> dict[str, Any]:
+    """Cancel a pending order; reason is 'no longer needed' or 'ordered by mistake'. Gift card payments are refunded at
+    once, others in 5-7 business days. Needs the user's explicit confirmation first."""
     order = _order(db, order_id)
     if order["status"] != "pending":
         raise ValueError("Non-pending order cannot be cancelled")
@@ -130,16 +170,12 @@ def cancel_pending_order(db: Db, order_id: str, reason: str) -> dict[str, Any]:
 def exchange_delivered_order_items(
     db: Db, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> dict[str, Any]:
+    """Exchange items of a delivered order for other available variants of the same products (once per order); the
+    payment method pays or receives the price difference."""
     order = _order(db, order_id)
     if order["status"] != "delivered":
         raise ValueError("Non-delivered order cannot be exchanged")
-    _check_counts(order, item_ids, "Number of {item_id} not found.")
-    if len(item_ids) != len(new_item_ids):
-        raise ValueError("The number of items to be exchanged should match.")
-    diff = round(_price_difference(db, order, item_ids, new_item_ids, distinct=False), 2)
-    method = _payment_method(db, order["user_id"], payment_method_id)
-    if _is_gift_card(method) and method["balance"] < diff:
-        raise ValueError("Insufficient gift card balance to pay for the price difference")
+    diff, _ = _priced_swap(db, order, item_ids, new_item_ids, payment_method_id, _EXCHANGE)
     order["status"] = "exchange requested"
     order["exchange_items"] = sorted(item_ids)
     order["exchange_new_items"] = sorted(new_item_ids)
@@ -149,6 +185,7 @@ def exchange_delivered_order_items(
 
 
 def find_user_id_by_name_zip(db: Db, first_name: str, last_name: str, zip: str) -> str:
+    """Find a user id by first name, last name and zip code."""
     for user_id, user in db["users"].items():
         name = user["name"]
         if (
@@ -161,6 +198,7 @@ def find_user_id_by_name_zip(db: Db, first_name: str, last_name: str, zip: str) 
 
 
 def find_user_id_by_email(db: Db, email: str) -> str:
+    """Find a user id by email address."""
     for user_id, user in db["users"].items():
         if user["email"].lower() == email.lower():
             return str(user_id)
@@ -168,24 +206,29 @@ def find_user_id_by_email(db: Db, email: str) -> str:
 
 
 def get_order_details(db: Db, order_id: str) -> dict[str, Any]:
+    """Status, items, address and payments of an order."""
     return _order(db, order_id)
 
 
 def get_product_details(db: Db, product_id: str) -> dict[str, Any]:
+    """A product and all its variants (item ids, options, availability, price)."""
     return _product(db, product_id)
 
 
 def get_user_details(db: Db, user_id: str) -> dict[str, Any]:
+    """A user's profile: name, address, email, payment methods, orders."""
     return _user(db, user_id)
 
 
 def list_all_product_types(db: Db) -> str:
+    """Names and product ids of every product type in the store."""
     return json.dumps({p["name"]: p["product_id"] for p in db["products"].values()}, sort_keys=True)
 
 
 def modify_pending_order_address(
     db: Db, order_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
 ) -> dict[str, Any]:
+    """Change the shipping address of a pending order."""
     order = _order(db, order_id)
     if "pending" not in order["status"]:
         raise ValueError("Non-pending order cannot be modified")
@@ -196,16 +239,12 @@ def modify_pending_order_address(
 def modify_pending_order_items(
     db: Db, order_id: str, item_ids: list[str], new_item_ids: list[str], payment_method_id: str
 ) -> dict[str, Any]:
+    """Change items of a pending order to other available variants of the same products (once per order); the payment
+    method pays or receives the difference."""
     order = _order(db, order_id)
     if order["status"] != "pending":
         raise ValueError("Non-pending order cannot be modified")
-    _check_counts(order, item_ids, "{item_id} not found")
-    if len(item_ids) != len(new_item_ids):
-        raise ValueError("The number of items to be exchanged should match")
-    diff = _price_difference(db, order, item_ids, new_item_ids, distinct=True)  # not rounded, as published
-    method = _payment_method(db, order["user_id"], payment_method_id)
-    if _is_gift_card(method) and method["balance"] < diff:
-        raise ValueError("Insufficient gift card balance to pay for the new item")
+    diff, method = _priced_swap(db, order, item_ids, new_item_ids, payment_method_id, _MODIFY)
     order["payment_history"].append(
         {
             "transaction_type": "payment" if diff > 0 else "refund",
@@ -226,6 +265,7 @@ def modify_pending_order_items(
 
 
 def modify_pending_order_payment(db: Db, order_id: str, payment_method_id: str) -> dict[str, Any]:
+    """Pay a pending order with another of the user's payment methods."""
     order = _order(db, order_id)
     if "pending" not in order["status"]:
         raise ValueError("Non-pending order cannot be modified")
@@ -251,12 +291,15 @@ def modify_pending_order_payment(db: Db, order_id: str, payment_method_id: str) 
 def modify_user_address(
     db: Db, user_id: str, address1: str, address2: str, city: str, state: str, country: str, zip: str
 ) -> dict[str, Any]:
+    """Change a user's default address."""
     user = _user(db, user_id)
     user["address"] = _address(address1, address2, city, state, country, zip)
     return user
 
 
 def return_delivered_order_items(db: Db, order_id: str, item_ids: list[str], payment_method_id: str) -> dict[str, Any]:
+    """Request the return of items of a delivered order; the refund goes to the original payment method or a gift
+    card."""
     order = _order(db, order_id)
     if order["status"] != "delivered":
         raise ValueError("Non-delivered order cannot be returned")
@@ -277,68 +320,26 @@ _IDS = {"type": "array", "items": {"type": "string"}}
 _ORDER_ID = {"type": "string", "description": "The order id, with its leading '#', e.g. '#W0000000'"}
 _PAYMENT = {"type": "string", "description": "A payment method id of the user, e.g. 'gift_card_0000000'"}
 _ADDRESS = {k: _S for k in ("address1", "address2", "city", "state", "country", "zip")}
+_REASON = {"type": "string", "description": "'no longer needed' or 'ordered by mistake'"}
+_SWAP = {"order_id": _ORDER_ID, "item_ids": _IDS, "new_item_ids": _IDS, "payment_method_id": _PAYMENT}
 
 
 _TOOLS = [
     CALCULATE,
-    DomainTool.of(
-        cancel_pending_order,
-        "write",
-        "Cancel a pending order; reason is 'no longer needed' or 'ordered by mistake'. Gift card payments are "
-        "refunded at once, others in 5-7 business days. Needs the user's explicit confirmation first.",
-        {
-            "order_id": _ORDER_ID,
-            "reason": {"type": "string", "description": "'no longer needed' or 'ordered by mistake'"},
-        },
-    ),
+    DomainTool.of(cancel_pending_order, "write", {"order_id": _ORDER_ID, "reason": _REASON}),
+    DomainTool.confirmed(exchange_delivered_order_items, _SWAP),
+    DomainTool.of(find_user_id_by_name_zip, "read", {"first_name": _S, "last_name": _S, "zip": _S}),
+    DomainTool.of(find_user_id_by_email, "read", {"email": _S}),
+    DomainTool.of(get_order_details, "read", {"order_id": _ORDER_ID}),
+    DomainTool.of(get_product_details, "read", {"product_id": _S}),
+    DomainTool.of(get_user_details, "read", {"user_id": _S}),
+    DomainTool.of(list_all_product_types, "read", {}),
+    DomainTool.confirmed(modify_pending_order_address, {"order_id": _ORDER_ID, **_ADDRESS}),
+    DomainTool.confirmed(modify_pending_order_items, _SWAP),
+    DomainTool.confirmed(modify_pending_order_payment, {"order_id": _ORDER_ID, "payment_method_id": _PAYMENT}),
+    DomainTool.confirmed(modify_user_address, {"user_id": _S, **_ADDRESS}),
     DomainTool.confirmed(
-        exchange_delivered_order_items,
-        "Exchange items of a delivered order for other available variants of the same products (once per "
-        "order); the payment method pays or receives the price difference.",
-        {"order_id": _ORDER_ID, "item_ids": _IDS, "new_item_ids": _IDS, "payment_method_id": _PAYMENT},
-    ),
-    DomainTool.of(
-        find_user_id_by_name_zip,
-        "read",
-        "Find a user id by first name, last name and zip code.",
-        {"first_name": _S, "last_name": _S, "zip": _S},
-    ),
-    DomainTool.of(find_user_id_by_email, "read", "Find a user id by email address.", {"email": _S}),
-    DomainTool.of(
-        get_order_details, "read", "Status, items, address and payments of an order.", {"order_id": _ORDER_ID}
-    ),
-    DomainTool.of(
-        get_product_details,
-        "read",
-        "A product and all its variants (item ids, options, availability, price).",
-        {"product_id": _S},
-    ),
-    DomainTool.of(
-        get_user_details, "read", "A user's profile: name, address, email, payment methods, orders.", {"user_id": _S}
-    ),
-    DomainTool.of(list_all_product_types, "read", "Names and product ids of every product type in the store.", {}),
-    DomainTool.confirmed(
-        modify_pending_order_address,
-        "Change the shipping address of a pending order.",
-        {"order_id": _ORDER_ID, **_ADDRESS},
-    ),
-    DomainTool.confirmed(
-        modify_pending_order_items,
-        "Change items of a pending order to other available variants of the same products (once per order); "
-        "the payment method pays or receives the difference.",
-        {"order_id": _ORDER_ID, "item_ids": _IDS, "new_item_ids": _IDS, "payment_method_id": _PAYMENT},
-    ),
-    DomainTool.confirmed(
-        modify_pending_order_payment,
-        "Pay a pending order with another of the user's payment methods.",
-        {"order_id": _ORDER_ID, "payment_method_id": _PAYMENT},
-    ),
-    DomainTool.confirmed(modify_user_address, "Change a user's default address.", {"user_id": _S, **_ADDRESS}),
-    DomainTool.confirmed(
-        return_delivered_order_items,
-        "Request the return of items of a delivered order; the refund goes to the original payment method or "
-        "a gift card.",
-        {"order_id": _ORDER_ID, "item_ids": _IDS, "payment_method_id": _PAYMENT},
+        return_delivered_order_items, {"order_id": _ORDER_ID, "item_ids": _IDS, "payment_method_id": _PAYMENT}
     ),
     TRANSFER_TO_HUMAN_AGENTS,
 ]

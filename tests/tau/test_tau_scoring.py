@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -278,3 +279,54 @@ def test_refused_writes_leave_the_database_as_it_was(bundled) -> None:
     assert RETAIL.call(db, "calculate", {"expression": "2**3"}) == "8.0"  # as the benchmark's eval gives it
     with pytest.raises(ValueError, match="^division by zero$"):
         RETAIL.call(db, "calculate", {"expression": "1 / 0"})
+
+
+def test_the_two_item_swaps_keep_their_published_wording_and_rounding(bundled) -> None:
+    """Exchanging (a delivered order) and modifying (a pending one) check and price a swap alike, but as published
+    they word their refusals differently, only a modification refuses an unchanged item, and only an exchange
+    rounds the price difference."""
+    exchange = {"order_id": "#W1000002", "payment_method_id": "credit_card_5510321"}
+    modify = {"order_id": "#W1000001", "payment_method_id": "gift_card_2231890"}
+    refused = [
+        (exchange, ["7100000001"] * 2, ["7100000002"] * 2, "Number of 7100000001 not found."),
+        (modify, ["7200000001"] * 2, ["7200000002"] * 2, "7200000001 not found"),
+        (exchange, ["7100000001"], [], "The number of items to be exchanged should match."),
+        (modify, ["7200000001"], [], "The number of items to be exchanged should match"),
+        (modify, ["7200000001"], ["7200000001"], "The new item id should be different from the old item id"),
+        (exchange, ["7100000001"], ["7100000003"], "New item 7100000003 not found or available"),
+        (modify, ["7300000001"], ["7300000004"], "New item 7300000004 not found or available"),
+    ]
+    for args, item_ids, new_item_ids, message in refused:
+        db = RETAIL.load_db(bundled.db)
+        name = "exchange_delivered_order_items" if args is exchange else "modify_pending_order_items"
+        with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+            RETAIL.call(db, name, {**args, "item_ids": item_ids, "new_item_ids": new_item_ids})
+
+    db = RETAIL.load_db(bundled.db)
+    db["users"]["mara_quint_4821"]["payment_methods"]["gift_card_2231890"]["balance"] = 5.0
+    short = {"item_ids": ["7100000001"], "new_item_ids": ["7100000002"], "payment_method_id": "gift_card_2231890"}
+    with pytest.raises(ValueError, match="^Insufficient gift card balance to pay for the price difference$"):
+        RETAIL.call(db, "exchange_delivered_order_items", {**short, "order_id": "#W1000002"})
+    with pytest.raises(ValueError, match="^Insufficient gift card balance to pay for the new item$"):
+        RETAIL.call(
+            db, "modify_pending_order_items", {**modify, "item_ids": ["7200000001"], "new_item_ids": ["7200000002"]}
+        )
+
+    db = RETAIL.load_db(bundled.db)
+    unchanged = RETAIL.call(
+        db, "exchange_delivered_order_items", {**exchange, "item_ids": ["7100000001"], "new_item_ids": ["7100000001"]}
+    )
+    assert unchanged["exchange_price_difference"] == 0
+    db = RETAIL.load_db(bundled.db)
+    order = RETAIL.call(
+        db, "exchange_delivered_order_items", {**exchange, "item_ids": ["7100000001"], "new_item_ids": ["7100000002"]}
+    )
+    assert 281.1 - 272.33 != 8.77 and order["exchange_price_difference"] == 8.77  # rounded to cents
+    db = RETAIL.load_db(bundled.db)
+    order = RETAIL.call(
+        db,
+        "modify_pending_order_items",
+        {**modify, "item_ids": ["7200000001", "7300000001"], "new_item_ids": ["7200000002", "7300000003"]},
+    )
+    unrounded = (31.75 - 24.5) + (21.5 - 19.99)
+    assert unrounded != 8.76 and order["payment_history"][-1]["amount"] == unrounded  # not rounded
