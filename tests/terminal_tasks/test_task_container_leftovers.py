@@ -49,6 +49,13 @@ PLANT_CONFTEST_LATE = (
     "> /conftest.py"
 )
 
+# The same, as a conftest.py of its own beside the copied tests (a file the verifier never copied in).
+PLANT_TESTS_CONFTEST_LATE = (
+    "while [ ! -s /tests/test.sh ]; do sleep 0.005; done; "
+    "printf 'def pytest_collection_modifyitems(items):\\n    for i in items:\\n        i.runtest = lambda: None\\n' "
+    "> /tests/conftest.py"
+)
+
 # Between the engine's diff and the guard's start (round-14 review): once the tests are copied in, a login profile
 # the verifier's `bash -l` reads first writes the reward and ends the shell before test.sh runs...
 LATE_PROFILE = (
@@ -78,6 +85,7 @@ _OPEN = pytest.mark.xfail(strict=True, reason="open: a leftover that acts during
         LATE_BASH,
         pytest.param(REWRITE_TESTS_AND_RESTORE, marks=_OPEN),
         pytest.param(PLANT_CONFTEST_LATE, marks=_OPEN),
+        pytest.param(PLANT_TESTS_CONFTEST_LATE, marks=_OPEN),
     ],
     ids=[
         "reward-rewriter",
@@ -87,6 +95,7 @@ _OPEN = pytest.mark.xfail(strict=True, reason="open: a leftover that acts during
         "late-bash",
         "tests-rewriter-restoring",
         "late-conftest",
+        "late-tests-conftest",
     ],
 )
 async def test_a_process_the_agent_left_running_cannot_win(engines, tmp_path, task_image, script):
