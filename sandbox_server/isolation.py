@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from sandbox_server.identity import slot_identity
 from sandbox_server.bundle import Runtime, current_runtime, system_program
 from sandbox_server.tree import DEFAULT_MAX_DEPTH
 
@@ -325,6 +326,7 @@ class Sandboxing:
         self._tmp_binds = [p for p in self._ro_bound if _under("/tmp", p)]
         self._limits = limits.prlimit_args()
         self._helper_limits = [f"{which}:{soft}:{hard}" for which, soft, hard in limits.clamped_rlimits()]
+        self._identity: dict[int, list[str]] = {}  # per slot uid: its passwd and group binds (identity.py)
         self.ipc_sysctls: dict[str, str] = {}  # set once probed (probe_ipc_limits): the slots' IPC namespace limits
 
     def _fixed_binds(self) -> list[str]:
@@ -372,7 +374,7 @@ class Sandboxing:
                 args += ["--tmpfs", path]
         return args
 
-    def _bwrap(self, workspace: Path, caps: list[str], *, network: bool) -> list[str]:
+    def _bwrap(self, workspace: Path, uid: int, caps: list[str], *, network: bool) -> list[str]:
         # Not --as-pid-1: bwrap's own init stays pid 1 (as root, so --die-with-parent holds after
         # the uid changes) and ends the namespace, background children included, when its
         # command exits.
@@ -382,6 +384,10 @@ class Sandboxing:
         if not network:
             args.append("--unshare-net")
         args += self._fixed
+        if "/etc" in self._ro_bound:
+            if uid not in self._identity:
+                self._identity[uid] = slot_identity(self.data_dir, uid, self.workspace_mount)
+            args += self._identity[uid]
         # A workspace mounted at a task's own directory (/home/user): its missing parents 0755, not
         # the 0700 bwrap would make, so the slot's uid can reach it.
         for ancestor in reversed(Path(self.workspace_mount).parents):
@@ -410,7 +416,7 @@ class Sandboxing:
         `as_root`: as uid 0 with `_ROOT_CAPS` (the server checked it may), else as the slot's uid.
         """
         caps = _ROOT_CAPS if as_root else _SWITCH_CAPS
-        args = [self.prlimit, *self._limits, *self._bwrap(workspace, caps, network=network)]
+        args = [self.prlimit, *self._limits, *self._bwrap(workspace, uid, caps, network=network)]
         if command_file is not None:
             args += ["--ro-bind", str(command_file), COMMAND_FILE]
         if self.spawn_helper is not None:  # for the syscall filter only: setpriv sets the uid here
@@ -456,7 +462,7 @@ class Sandboxing:
             return [SPAWN_HELPER_FILE, str(uid), *self._helper_limits, "--"]
         return [self.prlimit, *self._limits, *self._as_slot_user(uid)]
 
-    def shell_argv(self, workspace: Path, exec_fd: int, ctl_fd: int) -> list[str]:
+    def shell_argv(self, workspace: Path, uid: int, exec_fd: int, ctl_fd: int) -> list[str]:
         """The slot's long-lived namespace running its exec server (`hermes-spawn --serve`, exec_server.c) as root.
 
         No rlimits here: each command gets the slot's limits from its own prefix
@@ -466,7 +472,7 @@ class Sandboxing:
         assert self.exec_server is not None
         # bwrap's --die-with-parent covers the namespace, not bwrap itself: a server killed while
         # bwrap sets up would leave it waiting for ever. setpriv gives bwrap the same signal.
-        args = [self.setpriv, "--pdeathsig", "KILL", "--", *self._bwrap(workspace, _SHELL_CAPS, network=False)]
+        args = [self.setpriv, "--pdeathsig", "KILL", "--", *self._bwrap(workspace, uid, _SHELL_CAPS, network=False)]
         args += ["--ro-bind", self.exec_server, SPAWN_HELPER_FILE]
         serve = [SPAWN_HELPER_FILE, "--serve", str(exec_fd), str(ctl_fd), str(self.limits.tmp_bytes)]
         if self._tmp_binds:

@@ -180,7 +180,7 @@ class SandboxServer:
             proc.kill()
 
     def _start_shell(self, slot: SlotState) -> None:
-        argv = functools.partial(self.sandboxing.shell_argv, slot.root)
+        argv = functools.partial(self.sandboxing.shell_argv, slot.root, slot.uid)
         slot.shell = asyncio.create_task(SlotShell.start(argv))
 
     async def _shell(self, slot: SlotState) -> SlotShell | None:
