@@ -22,6 +22,7 @@ import asyncio
 import atexit
 import collections
 import contextlib
+import ctypes
 import importlib.util
 import os
 import signal
@@ -408,7 +409,11 @@ def _run_child() -> None:
     except RuntimeError as exc:  # the reason is in llama.cpp's log above; the parent reports it
         sys.stderr.write(f"embedded_llm: {exc}\n")
         sys.stderr.flush()
-        os._exit(1)
+        # llama.cpp writes its log from a thread of its own: os._exit could end the process before that thread
+        # wrote the error lines (seen in CI under load). libc's exit runs the log's destructor, which writes every
+        # queued line first; Python's own shutdown is still skipped.
+        ctypes.CDLL(None).exit(1)
+        os._exit(1)  # not reached: exit does not return
     sys.stdout.write(_READY_PREFIX + server.listening_address + "\n")
     sys.stdout.flush()
     sys.stdin.buffer.read()  # returns at EOF: the parent stopped us or died
